@@ -1,0 +1,290 @@
+#include "conf.h"
+#include "util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum conf_type { T_INT, T_DURATION, T_STR, T_ENUM };
+
+struct conf_entry {
+	const char *section;
+	const char *key;
+	enum conf_type type;
+	size_t offset;
+	const char *def;       /* default, in file syntax */
+	int64_t min, max;      /* bounds of T_INT / T_DURATION (ms) */
+	const char *choices;   /* T_ENUM: "a|b|c" */
+};
+
+#define OFF(f) offsetof(struct sbx_conf, f)
+#define I64MAX INT64_MAX
+
+static const struct conf_entry entries[] = {
+	{ "redis", "url", T_STR, OFF(redis.url), "redis://127.0.0.1:6379", 0, 0, NULL },
+	{ "redis", "connect_timeout", T_DURATION, OFF(redis.connect_timeout_ms), "200ms", 10, 60000, NULL },
+	{ "redis", "command_timeout", T_DURATION, OFF(redis.command_timeout_ms), "500ms", 10, 60000, NULL },
+
+	{ "cluster", "secret", T_STR, OFF(cluster.secret), "", 0, 0, NULL },
+	{ "cluster", "heartbeat", T_DURATION, OFF(cluster.heartbeat_ms), "1s", 100, 60000, NULL },
+	{ "cluster", "node_ttl", T_DURATION, OFF(cluster.node_ttl_ms), "10s", 300, 3600000, NULL },
+
+	{ "api", "listen", T_STR, OFF(api.listen), "unix:/run/sbx/api.sock", 0, 0, NULL },
+	{ "api", "workers", T_INT, OFF(api.workers), "4", 1, 256, NULL },
+	{ "api", "max_body_bytes", T_INT, OFF(api.max_body_bytes), "1048576", 1024, 67108864, NULL },
+	{ "api", "quota_sandboxes", T_INT, OFF(api.quota_sandboxes), "100", 1, 1000000, NULL },
+	{ "api", "preview_domain", T_STR, OFF(api.preview_domain), "preview.localhost", 0, 0, NULL },
+	{ "api", "public_url", T_STR, OFF(api.public_url), "http://127.0.0.1:8080", 0, 0, NULL },
+	{ "api", "agent_timeout", T_DURATION, OFF(api.agent_timeout_ms), "10s", 100, 600000, NULL },
+
+	{ "agent", "name", T_STR, OFF(agent.name), "agent-1", 0, 0, NULL },
+	{ "agent", "listen", T_STR, OFF(agent.listen), "127.0.0.1:7070", 0, 0, NULL },
+	{ "agent", "state_dir", T_STR, OFF(agent.state_dir), "/var/lib/sbx", 0, 0, NULL },
+	{ "agent", "images_dir", T_STR, OFF(agent.images_dir), "/var/lib/sbx/images", 0, 0, NULL },
+	{ "agent", "init_path", T_STR, OFF(agent.init_path), "/usr/lib/sbx/sbx-init", 0, 0, NULL },
+	{ "agent", "capacity", T_INT, OFF(agent.capacity), "500", 1, 100000, NULL },
+	{ "agent", "userns", T_ENUM, OFF(agent.userns), "auto", 0, 0, "auto|on|off" },
+	{ "agent", "uid_base", T_INT, OFF(agent.uid_base), "100000", 1000, 4000000000LL, NULL },
+	{ "agent", "cgroup_parent", T_STR, OFF(agent.cgroup_parent), "sbx", 0, 0, NULL },
+	{ "agent", "dns", T_STR, OFF(agent.dns), "1.1.1.1", 0, 0, NULL },
+	{ "agent", "max_exec_output_bytes", T_INT, OFF(agent.max_exec_output_bytes), "1048576", 1024, 67108864, NULL },
+
+	{ "sandbox", "memory_mib", T_INT, OFF(sandbox.memory_mib), "512", 16, 1048576, NULL },
+	{ "sandbox", "cpus_milli", T_INT, OFF(sandbox.cpus_milli), "1000", 10, 256000, NULL },
+	{ "sandbox", "pids", T_INT, OFF(sandbox.pids), "256", 8, 1000000, NULL },
+	{ "sandbox", "disk_mib", T_INT, OFF(sandbox.disk_mib), "1024", 1, 1048576, NULL },
+	{ "sandbox", "sleep_after", T_DURATION, OFF(sandbox.sleep_after_ms), "10m", 1000, 2592000000LL, NULL },
+};
+
+int conf_parse_duration(const char *s, int64_t *ms)
+{
+	char *end;
+	long long v;
+	int64_t mult;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -1;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno || v < 0)
+		return -1;
+	if (*end == '\0' || strcmp(end, "ms") == 0)
+		mult = 1;
+	else if (strcmp(end, "s") == 0)
+		mult = 1000;
+	else if (strcmp(end, "m") == 0)
+		mult = 60000;
+	else if (strcmp(end, "h") == 0)
+		mult = 3600000;
+	else
+		return -1;
+	if (v > INT64_MAX / mult)
+		return -1;
+	*ms = v * mult;
+	return 0;
+}
+
+static int enum_has(const char *choices, const char *v)
+{
+	size_t n = strlen(v);
+	const char *p = choices;
+
+	while (*p) {
+		const char *bar = strchr(p, '|');
+		size_t len = bar ? (size_t)(bar - p) : strlen(p);
+		if (len == n && strncmp(p, v, n) == 0)
+			return 1;
+		if (!bar)
+			break;
+		p = bar + 1;
+	}
+	return 0;
+}
+
+static int set_value(struct sbx_conf *c, const struct conf_entry *en, const char *v,
+		     struct sbx_err *e)
+{
+	char *field = (char *)c + en->offset;
+	int64_t n;
+
+	switch (en->type) {
+	case T_INT:
+		if (util_parse_i64(v, en->min, en->max, &n) < 0)
+			return err_set(e, SBX_E_VALIDATION, "%s.%s: '%s' is not an integer in [%lld, %lld]",
+				       en->section, en->key, v, (long long)en->min, (long long)en->max);
+		*(int64_t *)field = n;
+		return 0;
+	case T_DURATION:
+		if (conf_parse_duration(v, &n) < 0 || n < en->min || n > en->max)
+			return err_set(e, SBX_E_VALIDATION,
+				       "%s.%s: '%s' is not a duration in [%lldms, %lldms]", en->section,
+				       en->key, v, (long long)en->min, (long long)en->max);
+		*(int64_t *)field = n;
+		return 0;
+	case T_ENUM:
+		if (!enum_has(en->choices, v))
+			return err_set(e, SBX_E_VALIDATION, "%s.%s: '%s' is not one of %s",
+				       en->section, en->key, v, en->choices);
+		/* fall through */
+	case T_STR:
+		if (strlen(v) >= CONF_STR_MAX)
+			return err_set(e, SBX_E_VALIDATION, "%s.%s: value longer than %d bytes",
+				       en->section, en->key, CONF_STR_MAX - 1);
+		memcpy(field, v, strlen(v) + 1);
+		return 0;
+	}
+	return err_set(e, SBX_E_INTERNAL, "bad config entry type");
+}
+
+static const struct conf_entry *lookup(const char *section, const char *key)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(entries); i++)
+		if (strcmp(entries[i].section, section) == 0 && strcmp(entries[i].key, key) == 0)
+			return &entries[i];
+	return NULL;
+}
+
+static int section_known(const char *section)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(entries); i++)
+		if (strcmp(entries[i].section, section) == 0)
+			return 1;
+	return 0;
+}
+
+void conf_defaults(struct sbx_conf *c)
+{
+	memset(c, 0, sizeof(*c));
+	for (size_t i = 0; i < ARRAY_SIZE(entries); i++)
+		if (set_value(c, &entries[i], entries[i].def, NULL) < 0)
+			abort(); /* a default outside its own bounds is a bug in the table */
+}
+
+static char *trim(char *s)
+{
+	char *end;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	end = s + strlen(s);
+	while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r'))
+		*--end = '\0';
+	return s;
+}
+
+int conf_parse(struct sbx_conf *c, const char *name, const char *text, struct sbx_err *e)
+{
+	char section[64] = "";
+	unsigned char seen[ARRAY_SIZE(entries)] = { 0 };
+	const char *p = text;
+	int lineno = 0;
+
+	while (*p) {
+		const char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+		char line[1024], *s, *eq, *hash;
+
+		lineno++;
+		if (len >= sizeof(line))
+			return err_set(e, SBX_E_VALIDATION, "%s:%d: line too long", name, lineno);
+		memcpy(line, p, len);
+		line[len] = '\0';
+		p = nl ? nl + 1 : p + len;
+		if (memchr(line, '\0', len))
+			return err_set(e, SBX_E_VALIDATION, "%s:%d: NUL byte", name, lineno);
+		hash = strchr(line, '#');
+		if (hash)
+			*hash = '\0';
+		s = trim(line);
+		if (*s == '\0')
+			continue;
+		if (*s == '[') {
+			char *close = strchr(s, ']');
+			if (!close || close[1] != '\0' || (size_t)(close - s - 1) >= sizeof(section))
+				return err_set(e, SBX_E_VALIDATION, "%s:%d: bad section header", name, lineno);
+			*close = '\0';
+			memcpy(section, s + 1, strlen(s + 1) + 1);
+			if (!section_known(section))
+				return err_set(e, SBX_E_VALIDATION, "%s:%d: unknown section '%s'", name,
+					       lineno, section);
+			continue;
+		}
+		eq = strchr(s, '=');
+		if (!eq)
+			return err_set(e, SBX_E_VALIDATION, "%s:%d: expected 'key = value'", name, lineno);
+		*eq = '\0';
+		{
+			char *key = trim(s), *val = trim(eq + 1);
+			const struct conf_entry *en;
+
+			if (!*section)
+				return err_set(e, SBX_E_VALIDATION, "%s:%d: key '%s' outside a section",
+					       name, lineno, key);
+			en = lookup(section, key);
+			if (!en)
+				return err_set(e, SBX_E_VALIDATION, "%s:%d: unknown key '%s' in [%s]",
+					       name, lineno, key, section);
+			if (seen[en - entries]++)
+				return err_set(e, SBX_E_VALIDATION, "%s:%d: duplicate key '%s.%s'", name,
+					       lineno, section, key);
+			if (set_value(c, en, val, e) < 0) {
+				err_prefix(e, "%s:%d", name, lineno);
+				return -1;
+			}
+		}
+	}
+	return 0;
+}
+
+int conf_load(struct sbx_conf *c, const char *path, struct sbx_err *e)
+{
+	auto_free char *text = util_read_file(path, 1 << 20, NULL);
+
+	if (!text)
+		return err_sys(e, errno, "cannot read config '%s'", path);
+	return conf_parse(c, path, text, e);
+}
+
+int conf_override(struct sbx_conf *c, const char *assignment, struct sbx_err *e)
+{
+	char section[64], key[64];
+	const char *dot = strchr(assignment, '.'), *eq = strchr(assignment, '=');
+	const struct conf_entry *en;
+
+	if (!dot || !eq || dot > eq || (size_t)(dot - assignment) >= sizeof(section) ||
+	    (size_t)(eq - dot - 1) >= sizeof(key))
+		return err_set(e, SBX_E_VALIDATION, "override '%s' is not section.key=value", assignment);
+	memcpy(section, assignment, (size_t)(dot - assignment));
+	section[dot - assignment] = '\0';
+	memcpy(key, dot + 1, (size_t)(eq - dot - 1));
+	key[eq - dot - 1] = '\0';
+	en = lookup(section, key);
+	if (!en)
+		return err_set(e, SBX_E_VALIDATION, "override: unknown key '%s.%s'", section, key);
+	return set_value(c, en, eq + 1, e);
+}
+
+void conf_print(const struct sbx_conf *c, FILE *out)
+{
+	const char *section = "";
+
+	for (size_t i = 0; i < ARRAY_SIZE(entries); i++) {
+		const struct conf_entry *en = &entries[i];
+		const char *field = (const char *)c + en->offset;
+
+		if (strcmp(section, en->section) != 0) {
+			section = en->section;
+			fprintf(out, "%s[%s]\n", i ? "\n" : "", section);
+		}
+		if (en->type == T_INT)
+			fprintf(out, "%s = %lld\n", en->key, (long long)*(const int64_t *)field);
+		else if (en->type == T_DURATION)
+			fprintf(out, "%s = %lldms\n", en->key, (long long)*(const int64_t *)field);
+		else if (strcmp(en->key, "secret") == 0)
+			fprintf(out, "%s = <%zu bytes>\n", en->key, strlen(field));
+		else
+			fprintf(out, "%s = %s\n", en->key, field);
+	}
+}

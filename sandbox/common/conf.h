@@ -1,0 +1,81 @@
+/*
+ * conf.h — the configuration of both binaries, from one annotated file.
+ *
+ * The file is INI-like: "[section]" lines and "key = value" lines; '#'
+ * starts a comment. Every key is an entry of one static table (conf.c):
+ * its type, default and bounds. Unknown sections or keys, values out of
+ * range and duplicate keys are errors that name the file and line.
+ * Command-line overrides ("-o section.key=value") go through the same
+ * table, after the file.
+ */
+#ifndef SBX_CONF_H
+#define SBX_CONF_H
+
+#include "err.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define CONF_STR_MAX 256
+
+struct sbx_conf {
+	struct {
+		char url[CONF_STR_MAX];         /* redis://host:port or unix:/path */
+		int64_t connect_timeout_ms;
+		int64_t command_timeout_ms;
+	} redis;
+	struct {
+		char secret[CONF_STR_MAX];      /* node secret: nginx + api -> agent */
+		int64_t heartbeat_ms;           /* agent liveness refresh */
+		int64_t node_ttl_ms;            /* a node is down this long after its last heartbeat */
+	} cluster;
+	struct {
+		char listen[CONF_STR_MAX];      /* unix:/path or host:port for FastCGI */
+		int64_t workers;
+		int64_t max_body_bytes;
+		int64_t quota_sandboxes;        /* live sandboxes per tenant */
+		char preview_domain[CONF_STR_MAX];
+		char public_url[CONF_STR_MAX];  /* how clients reach nginx */
+		int64_t agent_timeout_ms;       /* control calls to agents */
+	} api;
+	struct {
+		char name[CONF_STR_MAX];
+		char listen[CONF_STR_MAX];      /* host:port, loopback or a private address */
+		char state_dir[CONF_STR_MAX];
+		char images_dir[CONF_STR_MAX];
+		char init_path[CONF_STR_MAX];   /* the sbx-init binary */
+		int64_t capacity;               /* sandboxes this node takes */
+		char userns[CONF_STR_MAX];      /* auto | on | off */
+		int64_t uid_base;               /* first host uid of the sandbox range */
+		char cgroup_parent[CONF_STR_MAX];
+		char dns[CONF_STR_MAX];         /* nameserver written into /etc/resolv.conf */
+		int64_t max_exec_output_bytes;  /* JSON exec answers cap each stream here */
+	} agent;
+	struct {
+		int64_t memory_mib;
+		int64_t cpus_milli;             /* 1000 = one CPU */
+		int64_t pids;
+		int64_t disk_mib;
+		int64_t sleep_after_ms;
+	} sandbox;
+};
+
+/* Defaults of every key. */
+void conf_defaults(struct sbx_conf *c);
+
+/* Read path into c (which holds defaults or earlier values); -1 on error. */
+int conf_load(struct sbx_conf *c, const char *path, struct sbx_err *e);
+
+/* Parse a whole text (name is used in messages); -1 on error. */
+int conf_parse(struct sbx_conf *c, const char *name, const char *text, struct sbx_err *e);
+
+/* Apply one "section.key=value" override; -1 on error. */
+int conf_override(struct sbx_conf *c, const char *assignment, struct sbx_err *e);
+
+/* Parse a duration "250", "250ms", "30s", "10m", "1h" into ms; -1 if bad. */
+int conf_parse_duration(const char *s, int64_t *ms);
+
+/* Print every key with its current value, as the file format (sbx-* --print-config). */
+void conf_print(const struct sbx_conf *c, FILE *out);
+
+#endif

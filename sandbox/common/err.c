@@ -1,0 +1,124 @@
+#include "err.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+	int status;
+	const char *name;
+} table[SBX_E__COUNT] = {
+	[SBX_E_NONE] = { 200, "OK" },
+	[SBX_E_INTERNAL] = { 500, "INTERNAL" },
+	[SBX_E_VALIDATION] = { 400, "VALIDATION_FAILED" },
+	[SBX_E_IS_DIRECTORY] = { 400, "IS_DIRECTORY" },
+	[SBX_E_NOT_DIRECTORY] = { 400, "NOT_DIRECTORY" },
+	[SBX_E_NOT_REGULAR_FILE] = { 400, "NOT_REGULAR_FILE" },
+	[SBX_E_INVALID_PORT] = { 400, "INVALID_PORT" },
+	[SBX_E_UNAUTHORIZED] = { 401, "UNAUTHORIZED" },
+	[SBX_E_FORBIDDEN] = { 403, "FORBIDDEN" },
+	[SBX_E_ROUTE_NOT_FOUND] = { 404, "NOT_FOUND" },
+	[SBX_E_SANDBOX_NOT_FOUND] = { 404, "SANDBOX_NOT_FOUND" },
+	[SBX_E_FILE_NOT_FOUND] = { 404, "FILE_NOT_FOUND" },
+	[SBX_E_PROCESS_NOT_FOUND] = { 404, "PROCESS_NOT_FOUND" },
+	[SBX_E_SESSION_NOT_FOUND] = { 404, "SESSION_NOT_FOUND" },
+	[SBX_E_INVALID_TOKEN] = { 404, "INVALID_TOKEN" },
+	[SBX_E_METHOD_NOT_ALLOWED] = { 405, "METHOD_NOT_ALLOWED" },
+	[SBX_E_PROCESS_READY_TIMEOUT] = { 408, "PROCESS_READY_TIMEOUT" },
+	[SBX_E_CONFLICT] = { 409, "CONFLICT" },
+	[SBX_E_FILE_EXISTS] = { 409, "FILE_EXISTS" },
+	[SBX_E_PROCESS_EXITED_BEFORE_READY] = { 409, "PROCESS_EXITED_BEFORE_READY" },
+	[SBX_E_STALE_EPOCH] = { 409, "STALE_EPOCH" },
+	[SBX_E_SESSION_TERMINATED] = { 410, "SESSION_TERMINATED" },
+	[SBX_E_STALE_PREVIEW_URL] = { 410, "STALE_PREVIEW_URL" },
+	[SBX_E_PAYLOAD_TOO_LARGE] = { 413, "PAYLOAD_TOO_LARGE" },
+	[SBX_E_FILE_TOO_LARGE] = { 413, "FILE_TOO_LARGE" },
+	[SBX_E_UNSUPPORTED_MEDIA_TYPE] = { 415, "UNSUPPORTED_MEDIA_TYPE" },
+	[SBX_E_QUOTA_EXCEEDED] = { 429, "QUOTA_EXCEEDED" },
+	[SBX_E_NO_CAPACITY] = { 503, "NO_CAPACITY" },
+	[SBX_E_REDIS_UNAVAILABLE] = { 503, "REDIS_UNAVAILABLE" },
+	[SBX_E_NODE_UNAVAILABLE] = { 503, "NODE_UNAVAILABLE" },
+	[SBX_E_NO_SPACE] = { 507, "NO_SPACE" },
+};
+
+int err_set(struct sbx_err *e, enum sbx_ecode code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!e)
+		return -1;
+	e->code = code;
+	e->sys_errno = 0;
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+int err_sys(struct sbx_err *e, int errnum, const char *fmt, ...)
+{
+	va_list ap;
+	char head[200];
+
+	if (!e)
+		return -1;
+	va_start(ap, fmt);
+	vsnprintf(head, sizeof(head), fmt, ap);
+	va_end(ap);
+	e->code = SBX_E_INTERNAL;
+	e->sys_errno = errnum;
+	snprintf(e->msg, sizeof(e->msg), "%s: %s", head, strerror(errnum));
+	return -1;
+}
+
+void err_prefix(struct sbx_err *e, const char *fmt, ...)
+{
+	va_list ap;
+	char head[200], old[sizeof(e->msg)];
+
+	if (!e)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(head, sizeof(head), fmt, ap);
+	va_end(ap);
+	memcpy(old, e->msg, sizeof(old));
+	if (snprintf(e->msg, sizeof(e->msg), "%s: %s", head, old) < 0)
+		memcpy(e->msg, old, sizeof(old));
+}
+
+void err_clear(struct sbx_err *e)
+{
+	e->code = SBX_E_NONE;
+	e->sys_errno = 0;
+	e->msg[0] = '\0';
+}
+
+int err_status(enum sbx_ecode code)
+{
+	if ((unsigned)code >= SBX_E__COUNT || !table[code].name)
+		return 500;
+	return table[code].status;
+}
+
+const char *err_name(enum sbx_ecode code)
+{
+	if ((unsigned)code >= SBX_E__COUNT || !table[code].name)
+		return "INTERNAL";
+	return table[code].name;
+}
+
+enum sbx_ecode err_from_name(const char *name)
+{
+	for (int i = 1; i < SBX_E__COUNT; i++)
+		if (table[i].name && strcmp(table[i].name, name) == 0)
+			return (enum sbx_ecode)i;
+	return SBX_E_NONE;
+}
+
+const char *err_public_message(const struct sbx_err *e)
+{
+	if (e->code == SBX_E_INTERNAL || e->code == SBX_E_NONE)
+		return "internal error";
+	return e->msg;
+}

@@ -1,0 +1,82 @@
+/*
+ * err.h — the one error contract of sbx.
+ *
+ * A fallible function returns a negative value (or NULL) and fills a
+ * struct sbx_err; on success it returns 0 (or a valid pointer) and leaves
+ * the error alone. Callers add context with err_prefix() as the error
+ * travels up. At the top, err_status() and err_name() map the error kind to
+ * the HTTP status and the stable code of API.md — in exactly one table
+ * (err.c). Messages are lowercase, say what failed and quote the subject;
+ * an SBX_E_INTERNAL message is logged, never sent to a client.
+ */
+#ifndef SBX_ERR_H
+#define SBX_ERR_H
+
+#include <stddef.h>
+
+enum sbx_ecode {
+	SBX_E_NONE = 0,
+	SBX_E_INTERNAL,
+	SBX_E_VALIDATION,          /* 400 VALIDATION_FAILED */
+	SBX_E_IS_DIRECTORY,
+	SBX_E_NOT_DIRECTORY,
+	SBX_E_NOT_REGULAR_FILE,
+	SBX_E_INVALID_PORT,
+	SBX_E_UNAUTHORIZED,        /* 401 */
+	SBX_E_FORBIDDEN,           /* 403 */
+	SBX_E_ROUTE_NOT_FOUND,     /* 404 NOT_FOUND: no such route */
+	SBX_E_SANDBOX_NOT_FOUND,
+	SBX_E_FILE_NOT_FOUND,
+	SBX_E_PROCESS_NOT_FOUND,
+	SBX_E_SESSION_NOT_FOUND,
+	SBX_E_INVALID_TOKEN,
+	SBX_E_METHOD_NOT_ALLOWED,  /* 405 */
+	SBX_E_PROCESS_READY_TIMEOUT, /* 408 */
+	SBX_E_CONFLICT,            /* 409 */
+	SBX_E_FILE_EXISTS,
+	SBX_E_PROCESS_EXITED_BEFORE_READY,
+	SBX_E_STALE_EPOCH,
+	SBX_E_SESSION_TERMINATED,  /* 410 */
+	SBX_E_STALE_PREVIEW_URL,
+	SBX_E_PAYLOAD_TOO_LARGE,   /* 413 */
+	SBX_E_FILE_TOO_LARGE,
+	SBX_E_UNSUPPORTED_MEDIA_TYPE, /* 415 */
+	SBX_E_QUOTA_EXCEEDED,      /* 429 */
+	SBX_E_NO_CAPACITY,         /* 503 */
+	SBX_E_REDIS_UNAVAILABLE,
+	SBX_E_NODE_UNAVAILABLE,
+	SBX_E_NO_SPACE,            /* 507 */
+	SBX_E__COUNT
+};
+
+struct sbx_err {
+	enum sbx_ecode code;
+	int sys_errno;      /* errno saved at the failing call, or 0 */
+	char msg[256];
+};
+
+/* Fill e with code and a printf-style message; returns -1. */
+int err_set(struct sbx_err *e, enum sbx_ecode code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Fill e as SBX_E_INTERNAL from errnum ("<message>: <strerror>"); returns -1. */
+int err_sys(struct sbx_err *e, int errnum, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Prepend context: "<context>: <old message>". Keeps code and errno. */
+void err_prefix(struct sbx_err *e, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+void err_clear(struct sbx_err *e);
+
+/* The one mapping of an error kind to its HTTP status and stable code. */
+int err_status(enum sbx_ecode code);
+const char *err_name(enum sbx_ecode code);
+
+/* Reverse of err_name(): SBX_E_NONE when the name is unknown. */
+enum sbx_ecode err_from_name(const char *name);
+
+/* The message a client may see: the generic text for SBX_E_INTERNAL. */
+const char *err_public_message(const struct sbx_err *e);
+
+#endif

@@ -1,0 +1,103 @@
+/*
+ * runtime.h — the sandbox runtime inside sbx-agent: builds, runs and tears
+ * down sandboxes with Linux primitives, and spawns processes in them
+ * through their sbx-init. Everything runs on the agent's one event loop.
+ *
+ * Ownership: struct rt and struct rt_sandbox belong to the runtime; callers
+ * hold borrowed pointers valid until rt_destroy() of that sandbox (or until
+ * the on_exit callback for a process has returned).
+ */
+#ifndef SBX_RUNTIME_H
+#define SBX_RUNTIME_H
+
+#include "conf.h"
+#include "err.h"
+
+#include <event2/event.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct rt;
+struct rt_sandbox;
+
+struct rt_limits {
+	int64_t memory_mib;
+	int64_t cpus_milli;    /* 1000 = one CPU */
+	int64_t pids;
+	int64_t disk_mib;      /* bound of the writable upper layer */
+};
+
+enum rt_network { RT_NET_NONE, RT_NET_EGRESS };
+
+struct rt_spec {
+	const char *key;       /* "<tenant>.<id>": unique on the node, a valid file name */
+	const char *hostname;  /* the sandbox id */
+	const char *image;     /* image name, default "default" */
+	enum rt_network network;
+	struct rt_limits limits;
+	char *const *env;      /* NULL-terminated "K=V" base environment of every process */
+};
+
+/* The runtime; new heap object (rt_free). Cleans up leftovers (cgroups,
+ * processes) of an earlier agent run of the same node name. */
+struct rt *rt_new(struct event_base *base, const struct sbx_conf *conf, struct sbx_err *e);
+void rt_free(struct rt *rt);  /* destroys every sandbox */
+
+/* Called when a sandbox's init dies on its own (crash, OOM of init, killed
+ * from outside): the sandbox is then stopped and only rt_destroy is valid. */
+typedef void (*rt_sandbox_died_cb)(void *arg, struct rt_sandbox *sb);
+void rt_set_died_cb(struct rt *rt, rt_sandbox_died_cb cb, void *arg);
+
+/* Build and start a sandbox: namespaces, rootfs, cgroup, init running.
+ * Returns a borrowed pointer or NULL with e filled (NO_CAPACITY, VALIDATION
+ * for an unknown image, INTERNAL). */
+struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct sbx_err *e);
+
+/* Kill everything in the sandbox and free it. Leaves no process, cgroup or
+ * mount on the host. In-flight process callbacks fire with an error. */
+void rt_destroy(struct rt *rt, struct rt_sandbox *sb);
+
+struct rt_sandbox *rt_find(struct rt *rt, const char *key);
+const char *rt_key(const struct rt_sandbox *sb);
+pid_t rt_init_pid(const struct rt_sandbox *sb);       /* host pid of sbx-init */
+int rt_netns_fd(const struct rt_sandbox *sb);         /* for port forwarders */
+int rt_root_fd(const struct rt_sandbox *sb);          /* O_PATH fd of the sandbox's / (for openat2) */
+int64_t rt_memory_bytes(const struct rt_sandbox *sb); /* current usage from the cgroup */
+int64_t rt_oom_kills(const struct rt_sandbox *sb);    /* OOM kills so far */
+unsigned rt_count(const struct rt *rt);
+
+/* A process to spawn in a sandbox. The fds are the process's stdin, stdout
+ * and stderr; the runtime passes them to init and closes its copies. */
+struct rt_proc_spec {
+	char *const *argv;     /* argv[0] is looked up in PATH when it has no '/' */
+	char *const *env;      /* NULL-terminated "K=V", complete (already merged) */
+	const char *cwd;       /* absolute path inside the sandbox */
+	int stdin_fd, stdout_fd, stderr_fd;
+};
+
+/* Outcome of a process: exit code (0–255), or the killing signal. */
+struct rt_exit {
+	int exit_code;         /* 128+signal when killed by a signal */
+	int signal;            /* 0 when it exited */
+	int start_errno;       /* non-zero when it could not start (exit_code 127 or 126) */
+	int sandbox_gone;      /* the sandbox died or was destroyed first */
+};
+
+typedef void (*rt_started_cb)(void *arg, pid_t pid);
+typedef void (*rt_exited_cb)(void *arg, const struct rt_exit *ex);
+
+/* Spawn a process in its own process group. on_started fires once with the
+ * pid inside the sandbox; on_exited fires exactly once (also when the start
+ * failed, or the sandbox is destroyed). Returns a handle > 0, or -1. */
+int64_t rt_spawn(struct rt_sandbox *sb, const struct rt_proc_spec *ps, rt_started_cb on_started,
+		 rt_exited_cb on_exited, void *arg, struct sbx_err *e);
+
+/* Send sig to the process group of a spawned process (tree = 1) or only to
+ * the process. 0, or -1 when it is unknown or gone. */
+int rt_signal(struct rt_sandbox *sb, int64_t handle, int sig, int tree);
+
+/* Forget the callbacks of a handle (the caller is going away); the process
+ * keeps running unless it was signalled. */
+void rt_detach(struct rt_sandbox *sb, int64_t handle);
+
+#endif

@@ -1,0 +1,144 @@
+#include "unit.h"
+
+#include "buf.h"
+#include "conf.h"
+#include "err.h"
+#include "ids.h"
+#include "jsonv.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+TEST(ids_sandbox)
+{
+	CHECK(ids_valid_sandbox("a"));
+	CHECK(ids_valid_sandbox("my-box-1"));
+	CHECK(!ids_valid_sandbox(""));
+	CHECK(!ids_valid_sandbox("-a"));
+	CHECK(!ids_valid_sandbox("a-"));
+	CHECK(!ids_valid_sandbox("A"));
+	CHECK(!ids_valid_sandbox("a{b"));
+	CHECK(!ids_valid_sandbox("a}b"));
+	CHECK(!ids_valid_sandbox(".."));
+	CHECK(!ids_valid_sandbox("a/b"));
+	CHECK(ids_valid_sandbox("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"));  /* 63 */
+	CHECK(!ids_valid_sandbox("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")); /* 64 */
+}
+
+TEST(ids_utf8)
+{
+	CHECK(ids_valid_utf8("h\xc3\xa9llo", 6));
+	CHECK(!ids_valid_utf8("\xc3", 1));
+	CHECK(!ids_valid_utf8("\xc0\xaf", 2));         /* overlong '/' */
+	CHECK(!ids_valid_utf8("\xed\xa0\x80", 3));     /* surrogate */
+	CHECK(!ids_valid_utf8("a\0b", 3));
+}
+
+TEST(err_mapping)
+{
+	struct sbx_err e;
+
+	CHECK_INT(err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' not found", "x"), -1);
+	CHECK_INT(err_status(e.code), 404);
+	CHECK_STR(err_name(e.code), "SANDBOX_NOT_FOUND");
+	CHECK_STR(e.msg, "sandbox 'x' not found");
+	err_prefix(&e, "lookup");
+	CHECK_STR(e.msg, "lookup: sandbox 'x' not found");
+	err_sys(&e, ENOENT, "cannot open '%s'", "/secret/host/path");
+	CHECK_INT(err_status(e.code), 500);
+	CHECK_STR(err_public_message(&e), "internal error");
+	CHECK_INT(err_from_name("QUOTA_EXCEEDED"), SBX_E_QUOTA_EXCEEDED);
+	CHECK_INT(err_status(SBX_E_QUOTA_EXCEEDED), 429);
+	CHECK_INT(err_from_name("NOPE"), SBX_E_NONE);
+	for (int i = 1; i < SBX_E__COUNT; i++)
+		CHECK(err_status((enum sbx_ecode)i) >= 400);
+}
+
+TEST(buf_bounded)
+{
+	struct buf b;
+
+	buf_init(&b, 8);
+	CHECK_INT(buf_adds(&b, "12345"), 0);
+	CHECK_INT(buf_printf(&b, "%d", 678), 0);
+	CHECK_STR(b.data, "12345678");
+	CHECK_INT(buf_adds(&b, "9"), -1);
+	CHECK_STR(b.data, "12345678");
+	buf_release(&b);
+}
+
+TEST(conf_parse_and_bounds)
+{
+	struct sbx_conf c;
+	struct sbx_err e;
+
+	conf_defaults(&c);
+	CHECK_INT(c.api.workers, 4);
+	CHECK_INT(conf_parse(&c, "t", "[api]\nworkers = 8 # comment\n[agent]\nuserns=off\n", &e), 0);
+	CHECK_INT(c.api.workers, 8);
+	CHECK_STR(c.agent.userns, "off");
+	CHECK_INT(conf_parse(&c, "t", "[api]\nworkers = 0\n", &e), -1);
+	CHECK(strstr(e.msg, "t:2") != NULL);
+	CHECK_INT(conf_parse(&c, "t", "[api]\nworkerz = 2\n", &e), -1);
+	CHECK(strstr(e.msg, "unknown key") != NULL);
+	CHECK_INT(conf_parse(&c, "t", "[nope]\n", &e), -1);
+	CHECK_INT(conf_parse(&c, "t", "workers = 2\n", &e), -1);
+	CHECK_INT(conf_parse(&c, "t", "[api]\nworkers=2\nworkers=3\n", &e), -1);
+	CHECK_INT(conf_parse(&c, "t", "[agent]\nuserns = maybe\n", &e), -1);
+	CHECK_INT(conf_parse(&c, "t", "[cluster]\nnode_ttl = 3s\n", &e), 0);
+	CHECK_INT(c.cluster.node_ttl_ms, 3000);
+	CHECK_INT(conf_override(&c, "agent.name=agent-2", &e), 0);
+	CHECK_STR(c.agent.name, "agent-2");
+	CHECK_INT(conf_override(&c, "agent.nam=agent-2", &e), -1);
+	CHECK_INT(conf_override(&c, "garbage", &e), -1);
+}
+
+TEST(conf_durations)
+{
+	int64_t ms;
+
+	CHECK_INT(conf_parse_duration("30s", &ms), 0);
+	CHECK_INT(ms, 30000);
+	CHECK_INT(conf_parse_duration("10m", &ms), 0);
+	CHECK_INT(ms, 600000);
+	CHECK_INT(conf_parse_duration("1h", &ms), 0);
+	CHECK_INT(ms, 3600000);
+	CHECK_INT(conf_parse_duration("250", &ms), 0);
+	CHECK_INT(ms, 250);
+	CHECK_INT(conf_parse_duration("-1s", &ms), -1);
+	CHECK_INT(conf_parse_duration("1d", &ms), -1);
+	CHECK_INT(conf_parse_duration("", &ms), -1);
+	CHECK_INT(conf_parse_duration("99999999999999999999h", &ms), -1);
+}
+
+TEST(jsonv_strict)
+{
+	static const struct jsonv_field spec[] = {
+		{ "command", JV_STRING, 1 },
+		{ "timeoutMs", JV_INTEGER, 0 },
+		{ NULL, 0, 0 },
+	};
+	struct sbx_err e;
+	json_t *v;
+
+	v = jsonv_parse("{\"command\":\"ls\",\"timeoutMs\":5}", 31, &e);
+	CHECK(v != NULL);
+	CHECK_INT(jsonv_check(v, spec, "the body", &e), 0);
+	json_decref(v);
+	CHECK(jsonv_parse("{\"a\":1,\"a\":2}", 13, &e) == NULL);
+	CHECK(jsonv_parse("[1]", 3, &e) == NULL);
+	CHECK(jsonv_parse("{\"a\":\"\\u0000\"}", 14, &e) == NULL);
+	CHECK(jsonv_parse("{\"a\":\"\xff\"}", 9, &e) == NULL);
+	CHECK(jsonv_parse("{} x", 4, &e) == NULL);
+	v = jsonv_parse("{\"command\":\"ls\",\"bogus\":1}", 26, &e);
+	CHECK_INT(jsonv_check(v, spec, "the body", &e), -1);
+	CHECK(strstr(e.msg, "unknown field 'bogus'") != NULL);
+	json_decref(v);
+	v = jsonv_parse("{\"timeoutMs\":\"5\"}", 17, &e);
+	CHECK_INT(jsonv_check(v, spec, "the body", &e), -1);
+	json_decref(v);
+	v = jsonv_parse("", 0, &e);
+	CHECK(json_is_object(v));
+	CHECK_INT(jsonv_check(v, spec, "the body", &e), -1); /* command required */
+	json_decref(v);
+}
