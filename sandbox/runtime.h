@@ -66,8 +66,16 @@ int64_t rt_memory_bytes(const struct rt_sandbox *sb); /* current usage from the 
 int64_t rt_oom_kills(const struct rt_sandbox *sb);    /* OOM kills so far */
 unsigned rt_count(const struct rt *rt);
 
+/* Host uid of the sandbox's root (agent.uid_base with a user namespace,
+ * else 0): files the agent creates inside a sandbox should be chowned to it. */
+uid_t rt_host_uid(const struct rt_sandbox *sb);
+
+/* 1 while the sandbox's init runs (0 after it died or rt_destroy). */
+int rt_alive(const struct rt_sandbox *sb);
+
 /* A process to spawn in a sandbox. The fds are the process's stdin, stdout
- * and stderr; the runtime passes them to init and closes its copies. */
+ * and stderr; the runtime passes them to init and closes its copies — in
+ * every case, also when rt_spawn fails (an fd given twice is closed once). */
 struct rt_proc_spec {
 	char *const *argv;     /* argv[0] is looked up in PATH when it has no '/' */
 	char *const *env;      /* NULL-terminated "K=V", complete (already merged) */

@@ -111,6 +111,8 @@ TEST(conf_durations)
 	CHECK_INT(conf_parse_duration("99999999999999999999h", &ms), -1);
 }
 
+#define PARSE(text) jsonv_parse(text, strlen(text), &e)
+
 TEST(jsonv_strict)
 {
 	static const struct jsonv_field spec[] = {
@@ -121,20 +123,20 @@ TEST(jsonv_strict)
 	struct sbx_err e;
 	json_t *v;
 
-	v = jsonv_parse("{\"command\":\"ls\",\"timeoutMs\":5}", 31, &e);
+	v = PARSE("{\"command\":\"ls\",\"timeoutMs\":5}");
 	CHECK(v != NULL);
 	CHECK_INT(jsonv_check(v, spec, "the body", &e), 0);
 	json_decref(v);
-	CHECK(jsonv_parse("{\"a\":1,\"a\":2}", 13, &e) == NULL);
-	CHECK(jsonv_parse("[1]", 3, &e) == NULL);
-	CHECK(jsonv_parse("{\"a\":\"\\u0000\"}", 14, &e) == NULL);
-	CHECK(jsonv_parse("{\"a\":\"\xff\"}", 9, &e) == NULL);
-	CHECK(jsonv_parse("{} x", 4, &e) == NULL);
-	v = jsonv_parse("{\"command\":\"ls\",\"bogus\":1}", 26, &e);
+	CHECK(PARSE("{\"a\":1,\"a\":2}") == NULL);
+	CHECK(PARSE("[1]") == NULL);
+	CHECK(PARSE("{\"a\":\"\\u0000\"}") == NULL);
+	CHECK(PARSE("{\"a\":\"\xff\"}") == NULL);
+	CHECK(PARSE("{} x") == NULL);
+	v = PARSE("{\"command\":\"ls\",\"bogus\":1}");
 	CHECK_INT(jsonv_check(v, spec, "the body", &e), -1);
 	CHECK(strstr(e.msg, "unknown field 'bogus'") != NULL);
 	json_decref(v);
-	v = jsonv_parse("{\"timeoutMs\":\"5\"}", 17, &e);
+	v = PARSE("{\"timeoutMs\":\"5\"}");
 	CHECK_INT(jsonv_check(v, spec, "the body", &e), -1);
 	json_decref(v);
 	v = jsonv_parse("", 0, &e);

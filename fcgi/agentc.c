@@ -1,0 +1,156 @@
+#include "agentc.h"
+#include "buf.h"
+#include "jsonv.h"
+#include "util.h"
+
+#include <curl/curl.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define REPLY_MAX (4 << 20)
+
+static struct {
+	CURL *h;
+	int64_t timeout_ms;
+	char secret_header[CONF_STR_MAX + 32];
+	int ready;
+} ac;
+
+int agentc_init(const struct sbx_conf *c, struct sbx_err *e)
+{
+	int w;
+
+	if (!ac.ready && curl_global_init(CURL_GLOBAL_NOTHING) != CURLE_OK)
+		return err_set(e, SBX_E_INTERNAL, "cannot initialise libcurl");
+	ac.ready = 1;
+	ac.timeout_ms = c->api.agent_timeout_ms;
+	w = snprintf(ac.secret_header, sizeof(ac.secret_header), "X-Sbx-Node-Secret: %s",
+		     c->cluster.secret);
+	if (w < 0 || (size_t)w >= sizeof(ac.secret_header))
+		return err_set(e, SBX_E_INTERNAL, "cluster.secret is too long");
+	if (!ac.h)
+		ac.h = curl_easy_init();
+	if (!ac.h)
+		return err_set(e, SBX_E_INTERNAL, "cannot create a curl handle");
+	return 0;
+}
+
+void agentc_release(void)
+{
+	if (ac.h)
+		curl_easy_cleanup(ac.h);
+	ac.h = NULL;
+	if (ac.ready)
+		curl_global_cleanup();
+	ac.ready = 0;
+}
+
+void agentc_reply_release(struct agentc_reply *r)
+{
+	json_decref(r->body);
+	r->body = NULL;
+}
+
+static size_t on_data(char *p, size_t size, size_t n, void *userdata)
+{
+	struct buf *b = userdata;
+
+	if (buf_add(b, p, size * n) < 0)
+		return 0;   /* too large: abort the transfer */
+	return size * n;
+}
+
+/* Sockets of libcurl are CLOEXEC like every other fd of ours. */
+static curl_socket_t open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
+static int address_ok(const char *a)
+{
+	size_t n = strlen(a);
+
+	if (n == 0 || n >= 128 || !strchr(a, ':'))
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((a[i] >= 'a' && a[i] <= 'z') || (a[i] >= 'A' && a[i] <= 'Z') ||
+		      (a[i] >= '0' && a[i] <= '9') || strchr(".-:[]", a[i])))
+			return 0;
+	return 1;
+}
+
+int agentc_call(const char *method, const char *address, const char *path, const json_t *body,
+		int64_t epoch, struct agentc_reply *out, struct sbx_err *e)
+{
+	char url[512], epoch_header[64];
+	auto_free char *text = NULL;
+	struct curl_slist *hdrs = NULL;
+	struct buf resp;
+	CURLcode rc;
+	int w;
+
+	out->status = 0;
+	out->body = NULL;
+	if (!ac.h)
+		return err_set(e, SBX_E_INTERNAL, "agent client is not initialised");
+	if (!address_ok(address) || !path || path[0] != '/')
+		return err_set(e, SBX_E_INTERNAL, "bad agent address or path");
+	w = snprintf(url, sizeof(url), "http://%s%s", address, path);
+	if (w < 0 || (size_t)w >= sizeof(url))
+		return err_set(e, SBX_E_INTERNAL, "agent url is too long");
+	if (body) {
+		text = jsonv_dump(body);
+		if (!text)
+			return err_set(e, SBX_E_INTERNAL, "cannot serialize an agent request");
+	}
+	hdrs = curl_slist_append(hdrs, ac.secret_header);
+	hdrs = curl_slist_append(hdrs, "Accept: application/json");
+	hdrs = curl_slist_append(hdrs, "Expect:");
+	if (body)
+		hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+	if (epoch >= 0) {
+		snprintf(epoch_header, sizeof(epoch_header), "X-Sbx-Epoch: %lld", (long long)epoch);
+		hdrs = curl_slist_append(hdrs, epoch_header);
+	}
+	if (!hdrs)
+		return err_set(e, SBX_E_INTERNAL, "out of memory building agent headers");
+
+	buf_init(&resp, REPLY_MAX);
+	curl_easy_reset(ac.h);
+	curl_easy_setopt(ac.h, CURLOPT_URL, url);
+	curl_easy_setopt(ac.h, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(ac.h, CURLOPT_HTTPHEADER, hdrs);
+	curl_easy_setopt(ac.h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(ac.h, CURLOPT_TIMEOUT_MS, (long)ac.timeout_ms);
+	curl_easy_setopt(ac.h, CURLOPT_CONNECTTIMEOUT_MS, (long)(ac.timeout_ms < 2000 ? ac.timeout_ms : 2000));
+	curl_easy_setopt(ac.h, CURLOPT_PROTOCOLS_STR, "http");
+	curl_easy_setopt(ac.h, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(ac.h, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+	curl_easy_setopt(ac.h, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(ac.h, CURLOPT_WRITEDATA, &resp);
+	if (body) {
+		curl_easy_setopt(ac.h, CURLOPT_POSTFIELDS, text);
+		curl_easy_setopt(ac.h, CURLOPT_POSTFIELDSIZE, (long)strlen(text));
+	} else if (strcmp(method, "GET") == 0) {
+		curl_easy_setopt(ac.h, CURLOPT_HTTPGET, 1L);
+	}
+	rc = curl_easy_perform(ac.h);
+	curl_slist_free_all(hdrs);
+	if (rc != CURLE_OK) {
+		buf_release(&resp);
+		return err_set(e, SBX_E_NODE_UNAVAILABLE, "agent %s: %s %s: %s", address, method, path,
+			       curl_easy_strerror(rc));
+	}
+	curl_easy_getinfo(ac.h, CURLINFO_RESPONSE_CODE, &out->status);
+	if (resp.len) {
+		json_error_t jerr;
+		out->body = json_loadb(resp.data, resp.len, 0, &jerr);
+		if (!out->body) {
+			buf_release(&resp);
+			return err_set(e, SBX_E_NODE_UNAVAILABLE, "agent %s answered %ld with a non-JSON body",
+				       address, out->status);
+		}
+	}
+	buf_release(&resp);
+	return 0;
+}

@@ -1,0 +1,33 @@
+/*
+ * agentc.h — control calls from sbx-api to a node agent (libcurl).
+ *
+ * Every call carries X-Sbx-Node-Secret (cluster.secret) and, when epoch >= 0,
+ * X-Sbx-Epoch; it is bounded by api.agent_timeout. Initialise in each
+ * worker (never in the master, before fork).
+ */
+#ifndef SBX_AGENTC_H
+#define SBX_AGENTC_H
+
+#include "conf.h"
+#include "err.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+int agentc_init(const struct sbx_conf *c, struct sbx_err *e);
+void agentc_release(void);
+
+struct agentc_reply {
+	long status;          /* HTTP status of the agent's answer */
+	json_t *body;         /* parsed JSON body (new reference) or NULL */
+};
+
+/* method ("GET", "PUT", "POST", "DELETE") to http://address/path with an
+ * optional JSON body. 0 with out filled (any HTTP status), or -1 with e =
+ * NODE_UNAVAILABLE when the agent cannot be reached or answers garbage.
+ * Free out with agentc_reply_release(). */
+int agentc_call(const char *method, const char *address, const char *path, const json_t *body,
+		int64_t epoch, struct agentc_reply *out, struct sbx_err *e);
+void agentc_reply_release(struct agentc_reply *r);
+
+#endif

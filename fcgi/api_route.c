@@ -1,0 +1,201 @@
+/*
+ * /_sbx_route and /_sbx_error — the data-path decision behind nginx
+ * auth_request, and the rendering of its refusals.
+ *
+ * /_sbx_route answers 200 with X-Sbx-Agent / X-Sbx-Epoch / X-Sbx-Generation
+ * / X-Sbx-Tenant, or refuses with 403 + X-Sbx-Status / X-Sbx-Code /
+ * X-Sbx-Message (http_respond_error under HTTP_F_AUTHREQ); nginx sends the
+ * refusal to /_sbx_error, which renders the JSON error with the real status.
+ */
+#include "api.h"
+#include "auth.h"
+#include "ids.h"
+#include "log.h"
+#include "store.h"
+#include "util.h"
+
+#include <string.h>
+
+#define ROUTE_PREFIX "/v1/sandboxes/"
+
+struct route_owner {
+	char address[CONF_STR_MAX];   /* host:port of the owning agent */
+	int64_t epoch;
+	int64_t generation;
+};
+
+/* 1 when the raw path (before '?') has a '.' / '..' segment (also when
+ * percent-encoded) or an empty one before its end: nginx matched the
+ * normalized URI, the agent gets the raw one; both must name the same thing. */
+static int dot_or_empty_segment(const char *uri)
+{
+	size_t end = strcspn(uri, "?");
+	const char *p = uri + 1;
+
+	while (p < uri + end) {
+		size_t len = strcspn(p, "/?");
+		char seg[8];
+		long d;
+
+		if (len == 0 && p + len < uri + end)
+			return 1;
+		if (len <= 6) {   /* "%2e%2e" at most */
+			d = http_pct_decode(p, len, seg, sizeof(seg), 0);
+			if (d > 0 && (strcmp(seg, ".") == 0 || strcmp(seg, "..") == 0))
+				return 1;
+		}
+		p += len;
+		if (*p == '/')
+			p++;
+		else
+			break;
+	}
+	return 0;
+}
+
+/* The sandbox id of an original data-path URI ("/v1/sandboxes/{id}/…"). */
+static int original_id(const char *uri, char *id, size_t idsz, struct sbx_err *e)
+{
+	const char *p;
+	size_t len;
+
+	if (!uri || strncmp(uri, ROUTE_PREFIX, strlen(ROUTE_PREFIX)) != 0)
+		return err_set(e, SBX_E_INTERNAL, "/_sbx_route without a usable SBX_ORIGINAL_URI");
+	if (dot_or_empty_segment(uri))
+		return err_set(e, SBX_E_VALIDATION,
+			       "the path must not contain empty, '.' or '..' segments");
+	p = uri + strlen(ROUTE_PREFIX);
+	len = strcspn(p, "/?");
+	/* Taken literally, never decoded: the agent sees the same raw bytes. */
+	if (len == 0 || len >= idsz)
+		return err_set(e, SBX_E_VALIDATION,
+			       "sandbox id must be 1-63 of [a-z0-9-], not starting or ending with '-'");
+	memcpy(id, p, len);
+	id[len] = '\0';
+	if (!ids_valid_sandbox(id))
+		return err_set(e, SBX_E_VALIDATION,
+			       "sandbox id must be 1-63 of [a-z0-9-], not starting or ending with '-'");
+	return 0;
+}
+
+/* An address we are willing to hand to nginx as proxy_pass target. */
+static int address_ok(const char *a)
+{
+	size_t n = strlen(a);
+
+	if (n == 0 || n >= 128 || !strchr(a, ':'))
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = a[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '-' || c == ':' || c == '[' || c == ']'))
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * Decide which agent serves sandbox tenant/id right now. Today: the node of
+ * the record, if that node is alive. (Waking a sleeping sandbox and
+ * re-placing one whose node died belong here.) 0 with o filled, or -1 with
+ * e: SANDBOX_NOT_FOUND, NODE_UNAVAILABLE, REDIS_UNAVAILABLE, INTERNAL.
+ */
+static int route_owner_decide(const char *tenant, const char *id, struct route_owner *o,
+			      struct sbx_err *e)
+{
+	auto_reply redisReply *rec = NULL;
+	redisReply *node[2] = { NULL, NULL };
+	const char *state, *name, *epoch, *gen, *addr;
+	int alive;
+
+	rec = store_command(e, "HGETALL sbx:sb:{%s/%s}", tenant, id);
+	if (!rec)
+		return -1;
+	state = store_hash_get(rec, "state");
+	if (!state || strcmp(state, "destroyed") == 0)
+		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
+	name = store_hash_get(rec, "node");
+	if (!name || !*name)
+		return err_set(e, SBX_E_NODE_UNAVAILABLE, "sandbox '%s' is not placed on a node", id);
+	if (!ids_valid_node(name))
+		return err_set(e, SBX_E_INTERNAL, "sandbox record %s/%s names an invalid node", tenant, id);
+	epoch = store_hash_get(rec, "epoch");
+	gen = store_hash_get(rec, "generation");
+	if (!epoch || util_parse_i64(epoch, 0, INT64_MAX, &o->epoch) < 0 ||
+	    !gen || util_parse_i64(gen, 0, INT64_MAX, &o->generation) < 0)
+		return err_set(e, SBX_E_INTERNAL, "sandbox record %s/%s has a bad epoch or generation",
+			       tenant, id);
+
+	if (store_append(e, "EXISTS sbx:node:{%s}:alive", name) < 0 ||
+	    store_append(e, "HGET sbx:node:{%s} address", name) < 0 ||
+	    store_collect(node, 2, 0, e) < 0)
+		return -1;
+	alive = node[0]->type == REDIS_REPLY_INTEGER && node[0]->integer > 0;
+	addr = node[1]->type == REDIS_REPLY_STRING ? node[1]->str : NULL;
+	if (!alive || !addr) {
+		store_free_replies(node, 2);
+		return err_set(e, SBX_E_NODE_UNAVAILABLE, "the node of sandbox '%s' is unavailable", id);
+	}
+	if (!address_ok(addr)) {
+		store_free_replies(node, 2);
+		return err_set(e, SBX_E_INTERNAL, "node %s has a bad address", name);
+	}
+	snprintf(o->address, sizeof(o->address), "%s", addr);
+	store_free_replies(node, 2);
+	return 0;
+}
+
+int api_route_decide(struct http_req *r, struct sbx_err *e)
+{
+	char id[ROUTER_CAP_MAX], num[32];
+	struct route_owner o;
+
+	if (auth_request(r, e) < 0)
+		return -1;
+	if (original_id(http_param(r, "SBX_ORIGINAL_URI"), id, sizeof(id), e) < 0)
+		return -1;
+	if (route_owner_decide(r->tenant, id, &o, e) < 0)
+		return -1;
+	if (http_add_header(r, "X-Sbx-Agent", o.address) < 0 ||
+	    http_add_header(r, "X-Sbx-Tenant", r->tenant) < 0)
+		return err_set(e, SBX_E_INTERNAL, "cannot add the route headers");
+	snprintf(num, sizeof(num), "%lld", (long long)o.epoch);
+	if (http_add_header(r, "X-Sbx-Epoch", num) < 0)
+		return err_set(e, SBX_E_INTERNAL, "cannot add the route headers");
+	snprintf(num, sizeof(num), "%lld", (long long)o.generation);
+	if (http_add_header(r, "X-Sbx-Generation", num) < 0)
+		return err_set(e, SBX_E_INTERNAL, "cannot add the route headers");
+	http_respond_json(r, 200, NULL);
+	return 0;
+}
+
+/* A message nginx relayed: printable ASCII, capped; else a generic one. */
+static const char *relayed_message(const char *m)
+{
+	size_t n;
+
+	if (!m)
+		return NULL;
+	n = strlen(m);
+	if (n == 0 || n > HTTP_RELAY_MESSAGE_MAX)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)m[i] < 0x20 || (unsigned char)m[i] > 0x7e)
+			return NULL;
+	return m;
+}
+
+int api_route_error(struct http_req *r, struct sbx_err *e)
+{
+	const char *st = http_param(r, "SBX_ERROR_STATUS");
+	const char *code = http_param(r, "SBX_ERROR_CODE");
+	const char *msg = relayed_message(http_param(r, "SBX_ERROR_MESSAGE"));
+	enum sbx_ecode c = code ? err_from_name(code) : SBX_E_NONE;
+	int64_t status;
+
+	if (!st || util_parse_i64(st, 100, 599, &status) < 0 || c == SBX_E_NONE ||
+	    c == SBX_E_INTERNAL || err_status(c) != status)
+		return err_set(e, SBX_E_INTERNAL, "/_sbx_error with status '%.8s' code '%.40s'",
+			       st ? st : "", code ? code : "");
+	return err_set(e, c, "%s", msg ? msg : "request refused");
+}

@@ -1,0 +1,363 @@
+#include "master.h"
+#include "log.h"
+#include "store.h"
+#include "util.h"
+#include "worker.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <fcgiapp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_WORKERS 512            /* two generations of at most 256 */
+#define LISTEN_BACKLOG 1024
+#define YOUNG_DEATH_MS 1000
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+#define SHUTDOWN_WAIT_MS 15000
+
+static volatile sig_atomic_t got_hup, got_term, got_chld;
+
+static void on_signal(int sig)
+{
+	if (sig == SIGHUP)
+		got_hup = 1;
+	else if (sig == SIGCHLD)
+		got_chld = 1;
+	else
+		got_term = 1;
+}
+
+struct slot {
+	pid_t pid;        /* 0: free */
+	unsigned gen;
+	int64_t started_ms;
+};
+
+static struct {
+	struct slot w[MAX_WORKERS];
+	unsigned gen;
+	int64_t backoff_ms;
+	int64_t next_spawn_ms;
+	int listen_fd;
+	char unix_path[CONF_STR_MAX];
+} m;
+
+int master_load_conf(const struct master_opts *o, struct sbx_conf *c, struct sbx_err *e)
+{
+	conf_defaults(c);
+	if (o->conf_path && conf_load(c, o->conf_path, e) < 0)
+		return -1;
+	for (int i = 0; i < o->noverrides; i++)
+		if (conf_override(c, o->overrides[i], e) < 0)
+			return -1;
+	return 0;
+}
+
+/* Remove a stale unix socket at path; refuse when something answers there
+ * or when it is not a socket. 0 or -1 with e. */
+static int clear_stale_socket(const char *path, struct sbx_err *e)
+{
+	struct stat sb;
+	struct sockaddr_un sa;
+	auto_close int fd = -1;
+
+	if (lstat(path, &sb) < 0)
+		return errno == ENOENT ? 0 : err_sys(e, errno, "cannot stat '%s'", path);
+	if (!S_ISSOCK(sb.st_mode))
+		return err_set(e, SBX_E_INTERNAL, "'%s' exists and is not a socket", path);
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return err_sys(e, errno, "socket");
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+		return err_set(e, SBX_E_INTERNAL, "'%s' is in use by a running server", path);
+	if (unlink(path) < 0)
+		return err_sys(e, errno, "cannot remove stale socket '%s'", path);
+	return 0;
+}
+
+/* Open api.listen ("unix:/path" or "host:port"): non-blocking, CLOEXEC. */
+static int open_listener(const struct sbx_conf *c, struct sbx_err *e)
+{
+	const char *l = c->api.listen;
+	int fd;
+
+	m.unix_path[0] = '\0';
+	if (strncmp(l, "unix:", 5) == 0) {
+		const char *path = l + 5;
+		if (path[0] != '/' || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path) ||
+		    strchr(path, ':'))
+			return err_set(e, SBX_E_VALIDATION,
+				       "api.listen '%s': the unix socket path must be absolute, short, without ':'",
+				       l);
+		if (clear_stale_socket(path, e) < 0)
+			return -1;
+		fd = FCGX_OpenSocket(path, LISTEN_BACKLOG);
+		if (fd < 0)
+			return err_set(e, SBX_E_INTERNAL, "cannot listen on '%s'", l);
+		if (chmod(path, 0666) < 0) {
+			int saved = errno;
+			close(fd);
+			return err_sys(e, saved, "cannot chmod '%s'", path);
+		}
+		snprintf(m.unix_path, sizeof(m.unix_path), "%s", path);
+	} else {
+		const char *colon = strrchr(l, ':');
+		int64_t port;
+		if (!colon || colon == l || util_parse_i64(colon + 1, 1, 65535, &port) < 0)
+			return err_set(e, SBX_E_VALIDATION, "api.listen '%s' must be unix:/path or host:port", l);
+		fd = FCGX_OpenSocket(l, LISTEN_BACKLOG);
+		if (fd < 0)
+			return err_set(e, SBX_E_INTERNAL, "cannot listen on '%s'", l);
+	}
+	if (util_set_cloexec(fd) < 0 || util_set_nonblock(fd) < 0) {
+		int saved = errno;
+		close(fd);
+		return err_sys(e, saved, "cannot configure the listen socket");
+	}
+	return fd;
+}
+
+static int install_signals(void)
+{
+	struct sigaction sa;
+	sigset_t block;
+
+	memset(&sa, 0, sizeof(sa));
+	sigemptyset(&sa.sa_mask);
+	sa.sa_handler = SIG_IGN;
+	if (sigaction(SIGPIPE, &sa, NULL) < 0)
+		return -1;
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_NOCLDSTOP;
+	if (sigaction(SIGHUP, &sa, NULL) < 0 || sigaction(SIGTERM, &sa, NULL) < 0 ||
+	    sigaction(SIGINT, &sa, NULL) < 0 || sigaction(SIGCHLD, &sa, NULL) < 0)
+		return -1;
+	/* Delivered only while the master sleeps in ppoll. */
+	sigemptyset(&block);
+	sigaddset(&block, SIGHUP);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGCHLD);
+	return sigprocmask(SIG_BLOCK, &block, NULL);
+}
+
+static int spawn(const struct sbx_conf *c)
+{
+	struct slot *s = NULL;
+	pid_t master = getpid(), pid;
+
+	for (int i = 0; i < MAX_WORKERS; i++)
+		if (m.w[i].pid == 0) {
+			s = &m.w[i];
+			break;
+		}
+	if (!s) {
+		log_error("no free worker slot");
+		return -1;
+	}
+	pid = fork();
+	if (pid < 0) {
+		log_error("fork: %s", strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		/* Signals stay blocked until worker_run() has its own handlers:
+		 * a SIGTERM sent right now stays pending for the worker. */
+		_exit(worker_run(m.listen_fd, c, master));
+	}
+	s->pid = pid;
+	s->gen = m.gen;
+	s->started_ms = util_now_ms();
+	return 0;
+}
+
+static int live_count(unsigned gen)
+{
+	int n = 0;
+
+	for (int i = 0; i < MAX_WORKERS; i++)
+		if (m.w[i].pid && m.w[i].gen == gen)
+			n++;
+	return n;
+}
+
+static void signal_gen(unsigned gen, int all, int sig)
+{
+	for (int i = 0; i < MAX_WORKERS; i++)
+		if (m.w[i].pid && (all || m.w[i].gen == gen))
+			kill(m.w[i].pid, sig);
+}
+
+/* Collect every exited worker; schedule respawns of current ones. */
+static void reap(int stopping)
+{
+	int status;
+	pid_t pid;
+
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		for (int i = 0; i < MAX_WORKERS; i++) {
+			struct slot *s = &m.w[i];
+			int64_t lived;
+			if (s->pid != pid)
+				continue;
+			lived = util_now_ms() - s->started_ms;
+			s->pid = 0;
+			if (stopping || s->gen != m.gen)
+				break;
+			if (WIFSIGNALED(status))
+				log_warn("worker %d killed by signal %d after %lld ms", (int)pid,
+					 WTERMSIG(status), (long long)lived);
+			else
+				log_warn("worker %d exited with status %d after %lld ms", (int)pid,
+					 WEXITSTATUS(status), (long long)lived);
+			if (lived < YOUNG_DEATH_MS) {
+				m.backoff_ms = m.backoff_ms ? m.backoff_ms * 2 : BACKOFF_MIN_MS;
+				if (m.backoff_ms > BACKOFF_MAX_MS)
+					m.backoff_ms = BACKOFF_MAX_MS;
+			} else {
+				m.backoff_ms = 0;
+			}
+			m.next_spawn_ms = util_now_ms() + m.backoff_ms;
+			break;
+		}
+	}
+}
+
+static void reload(const struct master_opts *o, struct sbx_conf *c)
+{
+	struct sbx_conf next;
+	struct sbx_err e;
+	unsigned old = m.gen;
+
+	err_clear(&e);
+	if (master_load_conf(o, &next, &e) < 0 || store_init(&next, &e) < 0) {
+		log_error("reload: keeping the old configuration: %s", e.msg);
+		store_init(c, &e);
+		return;
+	}
+	if (strcmp(next.api.listen, c->api.listen) != 0) {
+		log_warn("reload: api.listen changed to '%s'; it takes effect at the next restart",
+			 next.api.listen);
+		snprintf(next.api.listen, sizeof(next.api.listen), "%s", c->api.listen);
+	}
+	*c = next;
+	m.gen++;
+	m.backoff_ms = 0;
+	for (int64_t i = 0; i < c->api.workers; i++)
+		spawn(c);
+	signal_gen(old, 0, SIGTERM);
+	log_info("reloaded: %lld workers of generation %u started, generation %u told to stop",
+		 (long long)c->api.workers, m.gen, old);
+}
+
+static void shutdown_workers(void)
+{
+	int64_t deadline = util_now_ms() + SHUTDOWN_WAIT_MS;
+	sigset_t none;
+
+	sigemptyset(&none);
+	signal_gen(0, 1, SIGTERM);
+	for (;;) {
+		int any = 0;
+		struct timespec ts = { .tv_sec = 0, .tv_nsec = 50 * 1000000 };
+		reap(1);
+		for (int i = 0; i < MAX_WORKERS; i++)
+			any |= m.w[i].pid != 0;
+		if (!any)
+			return;
+		if (util_now_ms() >= deadline)
+			break;
+		ppoll(NULL, 0, &ts, &none);
+	}
+	log_warn("workers did not stop within %d ms: killing them", SHUTDOWN_WAIT_MS);
+	signal_gen(0, 1, SIGKILL);
+	while (waitpid(-1, NULL, 0) > 0)
+		;
+}
+
+int master_run(const struct master_opts *o, struct sbx_conf *c)
+{
+	struct sbx_err e;
+	sigset_t none;
+	int rc;
+
+	err_clear(&e);
+	if (store_init(c, &e) < 0) {
+		log_error("redis.url: %s", e.msg);
+		return 1;
+	}
+	rc = store_probe(&e);
+	if (rc == -2) {
+		log_error("refusing to start: %s", e.msg);
+		return 1;
+	}
+	if (rc < 0)
+		log_warn("redis is not reachable at start (%s); going on, workers retry", e.msg);
+	/* No hiredis or curl state may exist in the master from here on. */
+	store_release();
+
+	if (FCGX_Init() != 0) {
+		log_error("FCGX_Init failed");
+		return 1;
+	}
+	m.listen_fd = open_listener(c, &e);
+	if (m.listen_fd < 0) {
+		log_error("%s", e.msg);
+		return 1;
+	}
+	/* After FCGX_Init, which installs its own handlers for some signals. */
+	if (install_signals() < 0) {
+		log_error("cannot install signal handlers: %s", strerror(errno));
+		return 1;
+	}
+	log_info("listening on %s with %lld workers", c->api.listen, (long long)c->api.workers);
+	for (int64_t i = 0; i < c->api.workers; i++)
+		spawn(c);
+
+	sigemptyset(&none);
+	while (!got_term) {
+		struct timespec ts = { .tv_sec = 1, .tv_nsec = 0 };
+		int64_t now = util_now_ms();
+		int missing = (int)c->api.workers - live_count(m.gen);
+
+		if (missing > 0 && now < m.next_spawn_ms) {
+			int64_t wait = m.next_spawn_ms - now;
+			ts.tv_sec = wait / 1000;
+			ts.tv_nsec = (wait % 1000) * 1000000;
+		}
+		ppoll(NULL, 0, &ts, &none);
+		if (got_chld) {
+			got_chld = 0;
+			reap(0);
+		}
+		if (got_term)
+			break;
+		if (got_hup) {
+			got_hup = 0;
+			reload(o, c);
+		}
+		missing = (int)c->api.workers - live_count(m.gen);
+		if (missing > 0 && util_now_ms() >= m.next_spawn_ms)
+			for (int i = 0; i < missing; i++)
+				spawn(c);
+	}
+	log_info("stopping");
+	close(m.listen_fd);
+	shutdown_workers();
+	if (m.unix_path[0])
+		unlink(m.unix_path);
+	log_info("stopped");
+	return 0;
+}

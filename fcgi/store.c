@@ -1,0 +1,357 @@
+#include "store.h"
+#include "log.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#define RETRY_AFTER_FAILED_CONNECT_MS 100
+
+static struct {
+	struct store_addr addr;
+	int64_t connect_timeout_ms;
+	int64_t command_timeout_ms;
+	int ready;
+	redisContext *ctx;
+	int64_t next_try_ms;        /* monotonic: no connect attempt before this */
+	size_t pending;             /* appended, not yet collected */
+	int64_t last_warn_ms;
+} st;
+
+int store_parse_url(const char *url, struct store_addr *a, struct sbx_err *e)
+{
+	const char *p, *colon;
+	size_t hlen;
+
+	memset(a, 0, sizeof(*a));
+	if (!url)
+		return err_set(e, SBX_E_VALIDATION, "redis url is missing");
+	if (strncmp(url, "unix:", 5) == 0) {
+		p = url + 5;
+		if (p[0] != '/' || strlen(p) >= sizeof(a->path))
+			return err_set(e, SBX_E_VALIDATION,
+				       "redis url '%.64s': unix socket path must be absolute and shorter than %zu bytes",
+				       url, sizeof(a->path));
+		a->is_unix = 1;
+		memcpy(a->path, p, strlen(p) + 1);
+		return 0;
+	}
+	if (strncmp(url, "redis://", 8) != 0)
+		return err_set(e, SBX_E_VALIDATION, "redis url '%.64s' must be redis://host:port or unix:/path",
+			       url);
+	p = url + 8;
+	if (strpbrk(p, "/@?#"))
+		return err_set(e, SBX_E_VALIDATION,
+			       "redis url '%.64s': credentials, database and options are not supported", url);
+	if (*p == '[') {
+		const char *close = strchr(p, ']');
+		if (!close)
+			return err_set(e, SBX_E_VALIDATION, "redis url '%.64s': unterminated '['", url);
+		hlen = (size_t)(close - p - 1);
+		if (hlen == 0 || hlen >= sizeof(a->host))
+			return err_set(e, SBX_E_VALIDATION, "redis url '%.64s': bad host", url);
+		memcpy(a->host, p + 1, hlen);
+		colon = close + 1;
+		if (*colon && *colon != ':')
+			return err_set(e, SBX_E_VALIDATION, "redis url '%.64s': junk after the host", url);
+	} else {
+		colon = strchr(p, ':');
+		hlen = colon ? (size_t)(colon - p) : strlen(p);
+		if (hlen == 0 || hlen >= sizeof(a->host))
+			return err_set(e, SBX_E_VALIDATION, "redis url '%.64s': bad host", url);
+		memcpy(a->host, p, hlen);
+		for (size_t i = 0; i < hlen; i++) {
+			char c = a->host[i];
+			if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+			      c == '.' || c == '-' || c == '_'))
+				return err_set(e, SBX_E_VALIDATION, "redis url '%.64s': bad host", url);
+		}
+	}
+	a->host[hlen] = '\0';
+	a->port = 6379;
+	if (colon && *colon == ':') {
+		int64_t port;
+		if (util_parse_i64(colon + 1, 1, 65535, &port) < 0 || colon[1] == '-')
+			return err_set(e, SBX_E_VALIDATION, "redis url '%.64s': port must be 1-65535", url);
+		a->port = (int)port;
+	}
+	return 0;
+}
+
+int store_init(const struct sbx_conf *c, struct sbx_err *e)
+{
+	store_release();
+	if (store_parse_url(c->redis.url, &st.addr, e) < 0)
+		return -1;
+	st.connect_timeout_ms = c->redis.connect_timeout_ms;
+	st.command_timeout_ms = c->redis.command_timeout_ms;
+	st.next_try_ms = 0;
+	st.ready = 1;
+	return 0;
+}
+
+static void drop(void)
+{
+	if (st.ctx)
+		redisFree(st.ctx);
+	st.ctx = NULL;
+	st.pending = 0;
+}
+
+void store_release(void)
+{
+	drop();
+}
+
+static struct timeval tv_ms(int64_t ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+	return tv;
+}
+
+/* Does the server keep every key (maxmemory-policy noeviction)? 1 yes,
+ * 0 no (e says which policy), -1 transport error. A server that refuses
+ * CONFIG (renamed in production) is trusted, with a warning. */
+static int policy_ok(redisContext *c, struct sbx_err *e)
+{
+	redisReply *r = redisCommand(c, "CONFIG GET maxmemory-policy");
+	int ok;
+
+	if (!r)
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: %s", c->errstr);
+	if (r->type == REDIS_REPLY_ERROR) {
+		log_warn("redis refuses CONFIG GET (%s): cannot check maxmemory-policy", r->str);
+		freeReplyObject(r);
+		return 1;
+	}
+	ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+	     r->element[1]->type == REDIS_REPLY_STRING && strcmp(r->element[1]->str, "noeviction") == 0;
+	if (!ok)
+		err_set(e, SBX_E_REDIS_UNAVAILABLE,
+			"redis runs with maxmemory-policy '%s'; sbx needs 'noeviction'",
+			(r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+			 r->element[1]->type == REDIS_REPLY_STRING) ? r->element[1]->str : "?");
+	freeReplyObject(r);
+	return ok;
+}
+
+/* Open a connection with the timeouts; NULL with e (REDIS_UNAVAILABLE). */
+static redisContext *connect_now(struct sbx_err *e)
+{
+	redisContext *c;
+	struct timeval ct = tv_ms(st.connect_timeout_ms);
+
+	if (st.addr.is_unix)
+		c = redisConnectUnixWithTimeout(st.addr.path, ct);
+	else
+		c = redisConnectWithTimeout(st.addr.host, st.addr.port, ct);
+	if (!c) {
+		err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: cannot allocate a context");
+		return NULL;
+	}
+	if (c->err) {
+		err_set(e, SBX_E_REDIS_UNAVAILABLE, "cannot connect to redis: %s", c->errstr);
+		redisFree(c);
+		return NULL;
+	}
+	if (util_set_cloexec(c->fd) < 0 || redisSetTimeout(c, tv_ms(st.command_timeout_ms)) != REDIS_OK) {
+		err_set(e, SBX_E_REDIS_UNAVAILABLE, "cannot configure the redis socket");
+		redisFree(c);
+		return NULL;
+	}
+	return c;
+}
+
+int store_probe(struct sbx_err *e)
+{
+	redisContext *c;
+	int ok;
+
+	if (!st.ready)
+		return err_set(e, SBX_E_INTERNAL, "store is not initialised");
+	c = connect_now(e);
+	if (!c)
+		return -1;
+	ok = policy_ok(c, e);
+	redisFree(c);
+	if (ok < 0)
+		return -1;
+	return ok ? 0 : -2;
+}
+
+/* Is an idle connection still open? A server that closed it (restart,
+ * client kill, timeout) shows EOF; unread bytes mean it is out of step.
+ * Checked before sending, so nothing is ever sent twice. */
+static int conn_usable(int fd)
+{
+	char c;
+	ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+/* Make sure a connection exists; respects the back-off after a failure. */
+static int ensure(struct sbx_err *e)
+{
+	int64_t now = util_now_ms();
+	int ok;
+
+	if (st.ctx && conn_usable(st.ctx->fd))
+		return 0;
+	drop();
+	if (!st.ready)
+		return err_set(e, SBX_E_INTERNAL, "store is not initialised");
+	if (now < st.next_try_ms)
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis is unavailable (retrying shortly)");
+	st.next_try_ms = now + RETRY_AFTER_FAILED_CONNECT_MS;
+	st.ctx = connect_now(e);
+	if (!st.ctx)
+		goto fail;
+	ok = policy_ok(st.ctx, e);
+	if (ok <= 0) {
+		drop();
+		goto fail;
+	}
+	st.next_try_ms = 0;
+	return 0;
+fail:
+	if (now - st.last_warn_ms >= 5000) {
+		log_warn("%s", e->msg);
+		st.last_warn_ms = now;
+	}
+	return -1;
+}
+
+static int append_failed(struct sbx_err *e)
+{
+	err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: %s", st.ctx ? st.ctx->errstr : "no connection");
+	drop();
+	return -1;
+}
+
+int store_append(struct sbx_err *e, const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	if (st.pending == 0 && ensure(e) < 0)
+		return -1;
+	if (!st.ctx)
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: batch dropped after an error");
+	va_start(ap, fmt);
+	rc = redisvAppendCommand(st.ctx, fmt, ap);
+	va_end(ap);
+	if (rc != REDIS_OK)
+		return append_failed(e);
+	st.pending++;
+	return 0;
+}
+
+int store_append_argv(struct sbx_err *e, int argc, const char **argv, const size_t *argvlen)
+{
+	if (st.pending == 0 && ensure(e) < 0)
+		return -1;
+	if (!st.ctx)
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: batch dropped after an error");
+	if (redisAppendCommandArgv(st.ctx, argc, argv, argvlen) != REDIS_OK)
+		return append_failed(e);
+	st.pending++;
+	return 0;
+}
+
+void store_free_replies(redisReply **replies, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (replies[i])
+			freeReplyObject(replies[i]);
+		replies[i] = NULL;
+	}
+}
+
+void store_replyp(redisReply **r)
+{
+	if (*r)
+		freeReplyObject(*r);
+}
+
+int store_collect(redisReply **replies, size_t n, unsigned flags, struct sbx_err *e)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		replies[i] = NULL;
+	if (!st.ctx || st.pending != n) {
+		drop();
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: %zu replies expected, %zu queued", n,
+			       st.pending);
+	}
+	for (i = 0; i < n; i++) {
+		void *rep = NULL;
+		if (redisGetReply(st.ctx, &rep) != REDIS_OK || !rep) {
+			if (st.ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK))
+				err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis did not answer within %lld ms",
+					(long long)st.command_timeout_ms);
+			else
+				err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: %s",
+					st.ctx->errstr[0] ? st.ctx->errstr : "no reply");
+			store_free_replies(replies, i);
+			drop();
+			return -1;
+		}
+		replies[i] = rep;
+	}
+	st.pending = 0;
+	if (!(flags & STORE_RAW_ERRORS)) {
+		for (i = 0; i < n; i++) {
+			if (replies[i]->type == REDIS_REPLY_ERROR) {
+				err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis error: %.200s", replies[i]->str);
+				store_free_replies(replies, n);
+				return -1;
+			}
+		}
+	}
+	return 0;
+}
+
+redisReply *store_command(struct sbx_err *e, const char *fmt, ...)
+{
+	redisReply *r = NULL;
+	va_list ap;
+	int rc;
+
+	if (st.pending) {
+		drop();
+		err_set(e, SBX_E_INTERNAL, "store_command with %zu commands queued", st.pending);
+		return NULL;
+	}
+	if (ensure(e) < 0)
+		return NULL;
+	va_start(ap, fmt);
+	rc = redisvAppendCommand(st.ctx, fmt, ap);
+	va_end(ap);
+	if (rc != REDIS_OK) {
+		append_failed(e);
+		return NULL;
+	}
+	st.pending = 1;
+	if (store_collect(&r, 1, 0, e) < 0)
+		return NULL;
+	return r;
+}
+
+const char *store_hash_get(const redisReply *h, const char *field)
+{
+	if (!h || h->type != REDIS_REPLY_ARRAY)
+		return NULL;
+	for (size_t i = 0; i + 1 < h->elements; i += 2) {
+		const redisReply *k = h->element[i], *v = h->element[i + 1];
+		if (k->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
+		    strcmp(k->str, field) == 0)
+			return v->str;
+	}
+	return NULL;
+}

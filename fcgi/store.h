@@ -1,0 +1,65 @@
+/*
+ * store.h — the Redis client of one sbx-api process (hiredis, synchronous).
+ *
+ * One connection per process, opened lazily on first use and again after
+ * any error; a failed connect makes the next ~100 ms answer at once with
+ * REDIS_UNAVAILABLE instead of trying again. On every (re)connect the
+ * server must run with maxmemory-policy noeviction, else it counts as
+ * unavailable. Every failure, error replies included, is
+ * SBX_E_REDIS_UNAVAILABLE (503) with the detail logged.
+ *
+ * Pipelining: store_append() N commands, then store_collect() N replies.
+ */
+#ifndef SBX_STORE_H
+#define SBX_STORE_H
+
+#include "conf.h"
+#include "err.h"
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+
+struct store_addr {
+	int is_unix;
+	char host[256];       /* TCP host (brackets of an IPv6 literal removed) */
+	int port;
+	char path[108];       /* unix socket path */
+};
+
+/* Parse "redis://host[:port]" (port default 6379) or "unix:/path". 0 or -1. */
+int store_parse_url(const char *url, struct store_addr *a, struct sbx_err *e);
+
+/* Remember the address and timeouts of c; connects nothing. 0 or -1 (bad url). */
+int store_init(const struct sbx_conf *c, struct sbx_err *e);
+
+/* Close the connection (if any). */
+void store_release(void);
+
+/* Connect now, check the eviction policy, disconnect (the master's start
+ * check). 0 ok; -1 unreachable; -2 reachable but evicting (e says which). */
+int store_probe(struct sbx_err *e);
+
+/* Queue a command (hiredis format: %s, %b, %lld). The first append of a
+ * batch connects if needed. 0 or -1 (the batch is dropped). */
+int store_append(struct sbx_err *e, const char *fmt, ...);
+int store_append_argv(struct sbx_err *e, int argc, const char **argv, const size_t *argvlen);
+
+enum store_flags {
+	STORE_RAW_ERRORS = 1 << 0,  /* hand error replies back instead of failing */
+};
+
+/* Read the replies of all n queued commands into replies[0..n) (new
+ * references: store_free_replies). -1 (replies all NULL) on failure. */
+int store_collect(redisReply **replies, size_t n, unsigned flags, struct sbx_err *e);
+
+/* append + collect of one command; new reply (freeReplyObject) or NULL. */
+redisReply *store_command(struct sbx_err *e, const char *fmt, ...);
+
+void store_free_replies(redisReply **replies, size_t n);
+void store_replyp(redisReply **r);
+#define auto_reply __attribute__((cleanup(store_replyp)))
+
+/* Look a field up in an HGETALL reply; borrowed, NULL when absent. */
+const char *store_hash_get(const redisReply *hgetall, const char *field);
+
+#endif

@@ -1,0 +1,107 @@
+#include "worker.h"
+#include "agentc.h"
+#include "http.h"
+#include "log.h"
+#include "store.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcgiapp.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+/* Handlers: SIGTERM sets the flag; SIGHUP/SIGINT belong to the master. */
+static int setup_signals(sigset_t *wait_mask)
+{
+	struct sigaction sa;
+	sigset_t block;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_term;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGTERM, &sa, NULL) < 0)
+		return -1;
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGHUP, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGPIPE, &sa, NULL);
+	sa.sa_handler = SIG_DFL;
+	sigaction(SIGCHLD, &sa, NULL);
+
+	sigemptyset(&block);
+	sigaddset(&block, SIGTERM);
+	if (sigprocmask(SIG_SETMASK, &block, NULL) < 0)
+		return -1;
+	sigemptyset(wait_mask);   /* SIGTERM deliverable only inside ppoll */
+	return 0;
+}
+
+int worker_run(int listen_fd, const struct sbx_conf *conf, pid_t master)
+{
+	FCGX_Request fcgx;
+	sigset_t wait_mask;
+	struct sbx_err e;
+	struct timespec tick = { .tv_sec = 1, .tv_nsec = 0 };
+
+	if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || setup_signals(&wait_mask) < 0) {
+		log_error("worker setup failed: %s", strerror(errno));
+		return 1;
+	}
+	if (getppid() != master)
+		return 0;
+	err_clear(&e);
+	if (store_init(conf, &e) < 0 || agentc_init(conf, &e) < 0) {
+		log_error("worker setup failed: %s", e.msg);
+		return 1;
+	}
+	if (FCGX_InitRequest(&fcgx, listen_fd, 0) != 0) {
+		log_error("FCGX_InitRequest failed");
+		return 1;
+	}
+
+	while (!stop_requested) {
+		/* A kept-alive FastCGI connection is waited on like the listener. */
+		struct pollfd pfd = { .fd = fcgx.ipcFd >= 0 ? fcgx.ipcFd : listen_fd, .events = POLLIN };
+		int n = ppoll(&pfd, 1, &tick, &wait_mask);
+		struct http_req r;
+
+		if (stop_requested)
+			break;
+		if (n < 0 && errno != EINTR) {
+			log_error("poll: %s", strerror(errno));
+			break;
+		}
+		if (n <= 0) {
+			if (getppid() != master)
+				break;
+			continue;
+		}
+		/* The listener is non-blocking: another worker may have won the
+		 * connection, and FCGX_Accept_r then fails with EAGAIN. */
+		if (FCGX_Accept_r(&fcgx) < 0)
+			continue;
+		(void)util_set_cloexec(fcgx.ipcFd);   /* libfcgi sets no CLOEXEC */
+		err_clear(&e);
+		if (http_req_init(&r, &fcgx, conf, &e) < 0)
+			http_respond_error(&r, &e);
+		else
+			router_dispatch(&r);
+		http_req_release(&r);
+		FCGX_Finish_r(&fcgx);
+	}
+	FCGX_Free(&fcgx, 1);
+	store_release();
+	agentc_release();
+	return 0;
+}

@@ -1,0 +1,218 @@
+/*
+ * agent.c — sbx-agent: the node agent. One libevent loop drives the HTTP
+ * server, the runtime's sandboxes and the Redis registry.
+ *
+ *   sbx-agent -c FILE [-o section.key=value]...
+ *   sbx-agent --version | --print-config [-c FILE] [-o ...]
+ */
+#include "agent.h"
+#include "conf.h"
+#include "httpd.h"
+#include "log.h"
+#include "registry.h"
+#include "runtime.h"
+#include "util.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static struct agent agent;
+static struct event_base *base;
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: sbx-agent -c FILE [-o section.key=value]...\n"
+		     "       sbx-agent --version\n"
+		     "       sbx-agent --print-config [-c FILE] [-o section.key=value]...\n");
+}
+
+/* mkdir -p with mode for the components we create. 0 or -1 with errno. */
+static int mkdir_p(const char *path, mode_t mode)
+{
+	char tmp[CONF_STR_MAX];
+	size_t n = strlen(path);
+
+	if (n == 0 || n >= sizeof(tmp)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(tmp, path, n + 1);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
+static void stats(void *arg, long long *sandboxes, long long *load)
+{
+	struct agent *a = arg;
+	long long n = 0;
+
+	for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next)
+		n += sb->rt != NULL && !sb->dead;
+	*sandboxes = n;
+	*load = a->conf->agent.capacity > 0 ? n * 1000 / a->conf->agent.capacity : 0;
+}
+
+static void deregistered(void *arg)
+{
+	event_base_loopbreak(base);
+}
+
+static void signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+	struct registry *reg = arg;
+
+	if (agent.shutting_down) {
+		event_base_loopbreak(base);
+		return;
+	}
+	agent.shutting_down = 1;
+	log_info("signal %d: shutting down", (int)sig);
+	/* Sandboxes go first, so that running commands end their answers with
+	 * a terminal event, which the loop still delivers while we deregister. */
+	agent_sb_destroy_all(&agent);
+	registry_shutdown(reg, 500, deregistered, NULL);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "override", required_argument, NULL, 'o' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "print-config", no_argument, NULL, 'P' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static struct sbx_conf conf;
+	const char *config = NULL;
+	const char *overrides[64];
+	int noverrides = 0, print = 0, c;
+	struct sbx_err e = { 0 };
+	struct httpd *httpd;
+	struct registry *reg;
+	struct event *sigterm, *sigint;
+
+	log_init("sbx-agent", LOG_INFO);
+	while ((c = getopt_long(argc, argv, "c:o:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			config = optarg;
+			break;
+		case 'o':
+			if (noverrides >= (int)ARRAY_SIZE(overrides)) {
+				fprintf(stderr, "sbx-agent: too many -o options\n");
+				return 2;
+			}
+			overrides[noverrides++] = optarg;
+			break;
+		case 'V':
+			printf("sbx-agent %s\n", AGENT_VERSION);
+			return 0;
+		case 'P':
+			print = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc || (!config && !print)) {
+		usage(stderr);
+		return 2;
+	}
+	conf_defaults(&conf);
+	if (config && conf_load(&conf, config, &e) < 0) {
+		fprintf(stderr, "sbx-agent: %s\n", e.msg);
+		return 2;
+	}
+	for (int i = 0; i < noverrides; i++) {
+		if (conf_override(&conf, overrides[i], &e) < 0) {
+			fprintf(stderr, "sbx-agent: -o %s: %s\n", overrides[i], e.msg);
+			return 2;
+		}
+	}
+	if (print) {
+		conf_print(&conf, stdout);
+		return 0;
+	}
+	if (!conf.cluster.secret[0]) {
+		log_error("cluster.secret is not set: refusing to start");
+		return 2;
+	}
+	if (mkdir_p(conf.agent.state_dir, 0700) < 0) {
+		log_error("cannot create agent.state_dir '%s': %s", conf.agent.state_dir,
+			  strerror(errno));
+		return 1;
+	}
+	signal(SIGPIPE, SIG_IGN);
+
+	base = event_base_new();
+	if (!base) {
+		log_error("cannot create the event loop");
+		return 1;
+	}
+	agent.conf = &conf;
+	agent.base = base;
+	agent.rt = rt_new(base, &conf, &e);
+	if (!agent.rt) {
+		log_error("cannot start the runtime: %s", e.msg);
+		return 1;
+	}
+	rt_set_died_cb(agent.rt, agent_sb_died, &agent);
+	httpd = httpd_new(base, conf.agent.listen, conf.cluster.secret, agent_routes,
+			  agent_routes_count, &agent, &e);
+	if (!httpd) {
+		log_error("%s", e.msg);
+		rt_free(agent.rt);
+		return 1;
+	}
+	reg = registry_new(base, &conf, AGENT_VERSION, stats, &agent, &e);
+	if (!reg) {
+		log_error("%s", e.msg);
+		httpd_free(httpd);
+		rt_free(agent.rt);
+		return 1;
+	}
+	sigterm = evsignal_new(base, SIGTERM, signal_cb, reg);
+	sigint = evsignal_new(base, SIGINT, signal_cb, reg);
+	if (!sigterm || !sigint || evsignal_add(sigterm, NULL) < 0 || evsignal_add(sigint, NULL) < 0) {
+		log_error("cannot install signal handlers");
+		return 1;
+	}
+	log_info("sbx-agent %s '%s' listening on %s", AGENT_VERSION, conf.agent.name,
+		 conf.agent.listen);
+
+	event_base_dispatch(base);
+
+	httpd_free(httpd);
+	agent_sb_destroy_all(&agent);
+	rt_free(agent.rt);
+	registry_free(reg);
+	while (agent.fences) {
+		struct agent_fence *f = agent.fences;
+		agent.fences = f->next;
+		free(f);
+	}
+	event_free(sigterm);
+	event_free(sigint);
+	event_base_free(base);
+	log_info("stopped");
+	return 0;
+}

@@ -1,0 +1,107 @@
+/*
+ * agent.h — the state of one sbx-agent shared by its HTTP handlers: the
+ * table of sandboxes on this node and the fencing epochs.
+ *
+ * A sandbox is known by its key "<tenant>.<id>". The agent remembers the
+ * highest epoch it has seen per key (also after the sandbox is gone) and
+ * refuses anything older with 409 STALE_EPOCH.
+ */
+#ifndef SBX_AGENT_H
+#define SBX_AGENT_H
+
+#include "conf.h"
+#include "err.h"
+#include "httpd.h"
+#include "runtime.h"
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <stdint.h>
+
+#define AGENT_VERSION "0.1.0"
+#define AGENT_KEY_MAX 128
+
+struct agent_sb {
+	struct agent_sb *next;
+	char key[AGENT_KEY_MAX];     /* "<tenant>.<id>" */
+	char tenant[64];
+	char id[64];
+	int64_t generation;
+	int64_t epoch;
+	char image[64];
+	enum rt_network network;
+	struct rt_limits limits;
+	json_t *labels;              /* owned */
+	json_t *env;                 /* owned: the sandbox's env object */
+	char **base_env;             /* owned: NULL-terminated "K=V" (defaults + env) */
+	int64_t created_at;          /* wall ms */
+	int64_t started_at;
+	int64_t last_active_at;
+	struct rt_sandbox *rt;       /* NULL when stopped */
+	int dead;                    /* init died; rt_destroy pending */
+};
+
+struct agent_fence {
+	struct agent_fence *next;
+	char key[AGENT_KEY_MAX];
+	int64_t epoch;
+};
+
+struct agent {
+	const struct sbx_conf *conf;
+	struct event_base *base;
+	struct rt *rt;
+	struct agent_sb *sandboxes;
+	struct agent_fence *fences;
+	int shutting_down;
+};
+
+/* The route table of the agent (agent_routes.c). */
+extern const struct httpd_route agent_routes[];
+extern const size_t agent_routes_count;
+
+/* Build "<tenant>.<id>" into out; -1 if it does not fit. */
+int agent_key(char *out, size_t outsz, const char *tenant, const char *id);
+
+/* Fencing: refuse epoch when lower than the highest seen for key
+ * (-1, STALE_EPOCH), else remember it as the highest. */
+int agent_fence(struct agent *a, const char *key, int64_t epoch, struct sbx_err *e);
+
+/* Parse an X-Sbx-Epoch value ("" / NULL → -1 with VALIDATION). */
+int agent_parse_epoch(const char *v, int64_t *out, struct sbx_err *e);
+
+struct agent_sb *agent_sb_find(struct agent *a, const char *key);
+
+/* For data routes (/v1/sandboxes/{id}/...): the running sandbox named by
+ * X-Sbx-Tenant and path param 0, after the epoch check of X-Sbx-Epoch;
+ * records activity. NULL with e filled (400, 404 SANDBOX_NOT_FOUND, 409). */
+struct agent_sb *agent_data_sandbox(struct httpd_req *r, struct sbx_err *e);
+
+/* The status record of a sandbox; new reference. */
+json_t *agent_sb_json(const struct agent_sb *sb);
+
+/* rt's died callback: mark the sandbox stopped (container released later). */
+void agent_sb_died(void *arg, struct rt_sandbox *rsb);
+
+/* Destroy every sandbox (shutdown). */
+void agent_sb_destroy_all(struct agent *a);
+
+/* Merge the exec env object (values: string, or null = unset) over a
+ * NULL-terminated "K=V" base; new NULL-terminated heap array of heap strings
+ * (agent_env_free) or NULL on allocation failure. */
+char **agent_env_merge(char *const *base, const json_t *overlay);
+void agent_env_free(char **env);
+
+/* Check an env object of the API (create or exec): names are shell names,
+ * values strings without NUL (or null when allow_null). 0 or -1 (400). */
+int agent_env_check(const json_t *env, int allow_null, struct sbx_err *e);
+
+/* Handlers. */
+void agent_h_sandbox_put(struct httpd_req *r);
+void agent_h_sandbox_get(struct httpd_req *r);
+void agent_h_sandbox_list(struct httpd_req *r);
+void agent_h_sandbox_stop(struct httpd_req *r);
+void agent_h_sandbox_delete(struct httpd_req *r);
+void agent_h_exec(struct httpd_req *r);
+
+#endif

@@ -1,0 +1,736 @@
+/*
+ * agent_exec.c — POST /v1/sandboxes/{id}/exec: run one command in a
+ * sandbox and answer with JSON when it ends, or as an event stream while it
+ * runs (Accept: text/event-stream).
+ *
+ * Output flows pipe -> agent -> client. In stream mode the agent reads a
+ * pipe only while the pending stream buffer is below EXEC_SSE_SOFT_MAX, so
+ * a slow reader blocks the process on its write (bounded memory). In JSON
+ * mode each stream is kept up to agent.max_exec_output_bytes and drained
+ * (and dropped) beyond it.
+ *
+ * Lifetime: a struct exec lives until both the request is over and the
+ * process has exited (its on_exited callback ran).
+ */
+#include "agent.h"
+#include "agent_sse.h"
+#include "buf.h"
+#include "jsonv.h"
+#include "log.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define EXEC_SSE_SOFT_MAX (64 * 1024)      /* stop reading pipes above this */
+#define EXEC_SSE_HARD_MAX (32 * 1024 * 1024)
+#define EXEC_READ_CHUNK (16 * 1024)
+#define EXEC_KEEPALIVE_MS 15000
+#define EXEC_DRAIN_GRACE_MS 250            /* after exit, wait this long for EOF */
+#define EXEC_FINAL_DRAIN_MAX (1024 * 1024) /* then take at most this much more */
+#define EXEC_MAX_ARGV 4096
+#define EXEC_MAX_PATH 4096
+
+struct exec;
+
+struct exec_stream {
+	struct exec *x;
+	const char *name;          /* "stdout" / "stderr" */
+	int fd;                    /* our read end, -1 at EOF */
+	struct event *ev;
+	struct buf cap;            /* JSON mode: kept bytes */
+	int truncated;
+	char carry[4];             /* stream mode: an incomplete UTF-8 tail */
+	size_t ncarry;
+};
+
+struct exec {
+	struct agent *a;
+	struct httpd_req *r;       /* NULL once the request is over */
+	struct rt_sandbox *rsb;    /* NULL once the process has exited */
+	char key[AGENT_KEY_MAX];
+	char argv0[64];
+	char cwd[128];             /* for messages only (may be cut) */
+	int stream_mode;
+	int spawning;
+	int64_t handle;
+	int64_t t0;
+	int started, exited, finished, timed_out, oom_killed;
+	struct rt_exit ex;
+	struct exec_stream out[2];
+	int in_fd;
+	struct event *in_ev;
+	char *in_data;
+	size_t in_len, in_off;
+	struct buf sse;            /* stream mode: bytes not yet taken by the client */
+	size_t sse_off;
+	int sse_end;               /* the terminal event is in sse */
+	int paused;                /* pipe reading paused for backpressure */
+	int64_t oom_before;
+	struct event *timeout_ev, *keepalive_ev, *grace_ev;
+};
+
+static void exec_check_done(struct exec *x);
+
+static void stream_close(struct exec_stream *s)
+{
+	if (s->ev) {
+		event_free(s->ev);
+		s->ev = NULL;
+	}
+	if (s->fd >= 0) {
+		close(s->fd);
+		s->fd = -1;
+	}
+}
+
+static void stdin_close(struct exec *x)
+{
+	if (x->in_ev) {
+		event_free(x->in_ev);
+		x->in_ev = NULL;
+	}
+	if (x->in_fd >= 0) {
+		close(x->in_fd);
+		x->in_fd = -1;
+	}
+	free(x->in_data);
+	x->in_data = NULL;
+}
+
+static void free_event(struct event **ev)
+{
+	if (*ev) {
+		event_free(*ev);
+		*ev = NULL;
+	}
+}
+
+static void exec_free(struct exec *x)
+{
+	for (int i = 0; i < 2; i++) {
+		stream_close(&x->out[i]);
+		buf_release(&x->out[i].cap);
+	}
+	stdin_close(x);
+	free_event(&x->timeout_ev);
+	free_event(&x->keepalive_ev);
+	free_event(&x->grace_ev);
+	buf_release(&x->sse);
+	free(x);
+}
+
+static size_t sse_pending(const struct exec *x)
+{
+	return x->sse.len - x->sse_off;
+}
+
+static void sse_wake(struct exec *x)
+{
+	if (x->r && x->stream_mode)
+		httpd_stream_wake(x->r);
+}
+
+static void sse_emit(struct exec *x, const char *name, json_t *obj)
+{
+	char *text = obj ? jsonv_dump(obj) : NULL;
+
+	json_decref(obj);
+	if (!text || agent_sse_event(&x->sse, name, text) < 0)
+		log_error("exec '%s': cannot queue the '%s' event", x->key, name);
+	free(text);
+	sse_wake(x);
+}
+
+/* Stream mode: frame bytes of one output stream as events, holding back a
+ * trailing incomplete UTF-8 sequence for the next read (flush: send all). */
+static void sse_output(struct exec_stream *s, const char *data, size_t n, int flush)
+{
+	struct exec *x = s->x;
+	char tmp[EXEC_READ_CHUNK + sizeof(s->carry)];
+	const char *p = data;
+	size_t len = n, send;
+
+	if (s->ncarry) {
+		if (s->ncarry + n > sizeof(tmp)) {
+			if (agent_sse_chunk(&x->sse, s->name, s->carry, s->ncarry) < 0)
+				log_error("exec '%s': output dropped", x->key);
+			s->ncarry = 0;
+		} else {
+			memcpy(tmp, s->carry, s->ncarry);
+			memcpy(tmp + s->ncarry, data, n);
+			p = tmp;
+			len = s->ncarry + n;
+			s->ncarry = 0;
+		}
+	}
+	send = flush ? len : agent_utf8_complete_len(p, len);
+	if (send > 0 && agent_sse_chunk(&x->sse, s->name, p, send) < 0)
+		log_error("exec '%s': output dropped (stream buffer full)", x->key);
+	if (len > send) {
+		memcpy(s->carry, p + send, len - send);
+		s->ncarry = len - send;
+	}
+	sse_wake(x);
+}
+
+static void json_output(struct exec_stream *s, const char *data, size_t n)
+{
+	size_t room = s->cap.max - s->cap.len;
+
+	if (n > room) {
+		s->truncated = 1;
+		n = room;
+	}
+	if (n)
+		buf_add(&s->cap, data, n);
+}
+
+static void pause_reading(struct exec *x)
+{
+	x->paused = 1;
+	for (int i = 0; i < 2; i++)
+		if (x->out[i].ev)
+			event_del(x->out[i].ev);
+}
+
+static void resume_reading(struct exec *x)
+{
+	x->paused = 0;
+	for (int i = 0; i < 2; i++)
+		if (x->out[i].ev)
+			event_add(x->out[i].ev, NULL);
+}
+
+/* Read once from s: 1 got data, 0 nothing now, -1 EOF (stream closed). */
+static int stream_read_once(struct exec_stream *s)
+{
+	struct exec *x = s->x;
+	char chunk[EXEC_READ_CHUNK];
+	ssize_t n = read(s->fd, chunk, sizeof(chunk));
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (n <= 0) {
+		if (x->stream_mode && s->ncarry)
+			sse_output(s, "", 0, 1);
+		stream_close(s);
+		return -1;
+	}
+	if (x->stream_mode)
+		sse_output(s, chunk, (size_t)n, 0);
+	else
+		json_output(s, chunk, (size_t)n);
+	return 1;
+}
+
+static void stream_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct exec_stream *s = arg;
+	struct exec *x = s->x;
+
+	/* JSON mode drains a few chunks per wakeup; stream mode one chunk at a
+	 * time and only while the client keeps up. */
+	for (int i = 0; i < (x->stream_mode ? 1 : 8); i++) {
+		int rc = stream_read_once(s);
+		if (rc < 0) {
+			exec_check_done(x);
+			return;
+		}
+		if (rc == 0)
+			break;
+	}
+	if (x->stream_mode && sse_pending(x) >= EXEC_SSE_SOFT_MAX)
+		pause_reading(x);
+}
+
+/* Called by httpd when the client can take more bytes. */
+static ssize_t sse_read(void *arg, char *buf, size_t max)
+{
+	struct exec *x = arg;
+	size_t n = sse_pending(x);
+
+	if (n == 0)
+		return x->sse_end ? -1 : 0;
+	if (n > max)
+		n = max;
+	memcpy(buf, x->sse.data + x->sse_off, n);
+	x->sse_off += n;
+	if (x->sse_off == x->sse.len) {
+		buf_reset(&x->sse);
+		x->sse_off = 0;
+	} else if (x->sse_off > EXEC_SSE_SOFT_MAX) {
+		memmove(x->sse.data, x->sse.data + x->sse_off, sse_pending(x));
+		x->sse.len -= x->sse_off;
+		x->sse_off = 0;
+	}
+	if (x->paused && sse_pending(x) < EXEC_SSE_SOFT_MAX / 2)
+		resume_reading(x);
+	return (ssize_t)n;
+}
+
+static int64_t exit_code(const struct exec *x)
+{
+	if (x->timed_out)
+		return 124;
+	if (x->ex.start_errno)
+		return x->ex.exit_code ? x->ex.exit_code : 127;
+	return x->ex.exit_code;
+}
+
+static void start_error_text(const struct exec *x, char *out, size_t n)
+{
+	snprintf(out, n, "sbx: cannot run '%s' in '%s': %s\n", x->argv0, x->cwd,
+		 strerror(x->ex.start_errno));
+}
+
+static json_t *json_stream_text(struct exec_stream *s)
+{
+	struct buf fixed;
+	json_t *v;
+
+	buf_init(&fixed, s->cap.len * 3 + 16);
+	if (agent_utf8_fix(s->cap.data ? s->cap.data : "", s->cap.len, &fixed) < 0) {
+		buf_release(&fixed);
+		return NULL;
+	}
+	v = json_stringn_nocheck(fixed.data ? fixed.data : "", fixed.len);
+	buf_release(&fixed);
+	return v;
+}
+
+/* The process has exited and its output is read: produce the answer. */
+static void exec_finish(struct exec *x)
+{
+	int64_t dur = util_now_ms() - x->t0;
+	struct agent_sb *sb;
+	struct sbx_err e;
+	char msg[256];
+
+	x->finished = 1;
+	free_event(&x->keepalive_ev);
+	free_event(&x->grace_ev);
+	sb = agent_sb_find(x->a, x->key);
+	if (sb)
+		sb->last_active_at = util_wall_ms();
+	if (!x->r)
+		return;
+	if (x->ex.sandbox_gone) {
+		if (x->a->shutting_down)
+			err_set(&e, SBX_E_NODE_UNAVAILABLE, "the node is shutting down");
+		else
+			err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "the sandbox stopped while the command ran");
+		if (x->stream_mode) {
+			sse_emit(x, "error", json_pack("{s:s,s:s}", "code", err_name(e.code), "message",
+						       e.msg));
+			x->sse_end = 1;
+			sse_wake(x);
+		} else {
+			httpd_reply_err(x->r, &e);
+		}
+		return;
+	}
+	if (x->ex.start_errno) {
+		start_error_text(x, msg, sizeof(msg));
+		if (x->stream_mode)
+			sse_output(&x->out[1], msg, strlen(msg), 1);
+		else
+			json_output(&x->out[1], msg, strlen(msg));
+	}
+	if (x->stream_mode) {
+		sse_emit(x, "exit", json_pack("{s:I,s:I,s:b,s:b}", "exitCode", (json_int_t)exit_code(x),
+					      "durationMs", (json_int_t)dur, "timedOut", x->timed_out,
+					      "oomKilled", x->oom_killed));
+		x->sse_end = 1;
+		sse_wake(x);
+		return;
+	}
+	httpd_reply_json(x->r, 200,
+			 json_pack("{s:I,s:b,s:o*,s:o*,s:I,s:b,s:b}", "exitCode",
+				   (json_int_t)exit_code(x), "success", exit_code(x) == 0 && !x->timed_out,
+				   "stdout", json_stream_text(&x->out[0]), "stderr",
+				   json_stream_text(&x->out[1]), "durationMs", (json_int_t)dur,
+				   "timedOut", x->timed_out, "truncated",
+				   x->out[0].truncated || x->out[1].truncated));
+}
+
+static void grace_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct exec *x = arg;
+	size_t taken = 0;
+
+	/* Something (a background child) still holds the pipes: take what is
+	 * there now, bounded, and end. */
+	for (int i = 0; i < 2; i++) {
+		struct exec_stream *s = &x->out[i];
+		while (s->fd >= 0 && taken < EXEC_FINAL_DRAIN_MAX) {
+			int rc = stream_read_once(s);
+			if (rc <= 0)
+				break;
+			taken += EXEC_READ_CHUNK;
+		}
+		if (s->x->stream_mode && s->ncarry)
+			sse_output(s, "", 0, 1);
+		stream_close(s);
+	}
+	exec_check_done(x);
+}
+
+static void exec_check_done(struct exec *x)
+{
+	if (x->finished || x->spawning || !x->exited)
+		return;
+	if (x->out[0].fd >= 0 || x->out[1].fd >= 0) {
+		if (!x->grace_ev) {
+			struct timeval tv = { 0, EXEC_DRAIN_GRACE_MS * 1000 };
+			x->grace_ev = evtimer_new(x->a->base, grace_cb, x);
+			if (x->grace_ev)
+				evtimer_add(x->grace_ev, &tv);
+		}
+		return;
+	}
+	exec_finish(x);
+}
+
+/* Start reading output (stream mode: after the start event, so that it
+ * comes first). */
+static void start_reading(struct exec *x)
+{
+	if (x->spawning || x->paused || !x->r)
+		return;
+	for (int i = 0; i < 2; i++)
+		if (x->out[i].ev)
+			event_add(x->out[i].ev, NULL);
+}
+
+static void on_started(void *arg, pid_t pid)
+{
+	struct exec *x = arg;
+
+	x->started = 1;
+	if (x->stream_mode && x->r) {
+		sse_emit(x, "start", json_pack("{s:i}", "pid", (int)pid));
+		start_reading(x);
+	}
+}
+
+static void on_exited(void *arg, const struct rt_exit *ex)
+{
+	struct exec *x = arg;
+
+	x->exited = 1;
+	x->ex = *ex;
+	if (!ex->sandbox_gone && x->rsb)
+		x->oom_killed = rt_oom_kills(x->rsb) > x->oom_before;
+	x->rsb = NULL;
+	x->handle = 0;
+	free_event(&x->timeout_ev);
+	stdin_close(x);
+	if (!x->r) {
+		if (!x->spawning)
+			exec_free(x);
+		return;
+	}
+	start_reading(x);
+	exec_check_done(x);
+}
+
+static void timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct exec *x = arg;
+
+	if (x->exited || !x->rsb || x->handle <= 0)
+		return;
+	x->timed_out = 1;
+	rt_signal(x->rsb, x->handle, SIGKILL, 1);
+}
+
+static void keepalive_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct exec *x = arg;
+
+	if (buf_adds(&x->sse, ": keep-alive\n\n") == 0)
+		sse_wake(x);
+}
+
+static void stdin_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct exec *x = arg;
+
+	while (x->in_off < x->in_len) {
+		ssize_t n = write(x->in_fd, x->in_data + x->in_off, x->in_len - x->in_off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		if (n <= 0)
+			break; /* EPIPE: the process does not read its stdin */
+		x->in_off += (size_t)n;
+	}
+	stdin_close(x);
+}
+
+/* The request is over (answered, or the client went away). */
+static void on_close(void *arg, int failed)
+{
+	struct exec *x = arg;
+
+	x->r = NULL;
+	if (!x->exited && x->rsb && x->handle > 0) {
+		if (failed)
+			log_info("exec '%s': client went away, killing the command", x->key);
+		rt_signal(x->rsb, x->handle, SIGKILL, 1);
+	}
+	for (int i = 0; i < 2; i++)
+		stream_close(&x->out[i]);
+	stdin_close(x);
+	free_event(&x->keepalive_ev);
+	free_event(&x->grace_ev);
+	if (x->exited)
+		exec_free(x);
+}
+
+static const struct jsonv_field exec_fields[] = {
+	{ "command", JV_STRING, 0 },
+	{ "argv", JV_ARRAY, 0 },
+	{ "cwd", JV_STRING, 0 },
+	{ "env", JV_OBJECT, 0 },
+	{ "timeoutMs", JV_INTEGER, 0 },
+	{ "stdin", JV_STRING, 0 },
+	{ "session", JV_STRING, 0 },
+	{ NULL, 0, 0 },
+};
+
+static int string_has_nul(const json_t *v)
+{
+	return strlen(json_string_value(v)) != json_string_length(v);
+}
+
+struct exec_plan {
+	char **argv;           /* heap, NULL-terminated; strings borrowed from the body */
+	char cwd[EXEC_MAX_PATH + 16];
+	int64_t timeout_ms;
+	const json_t *env;
+	const json_t *stdin_v;
+};
+
+/* Validate an exec body into p. 0 or -1 (400). */
+static int parse_exec(json_t *body, struct exec_plan *p, struct sbx_err *e)
+{
+	json_t *cmd, *argv, *cwd, *v;
+	size_t i;
+
+	if (jsonv_check(body, exec_fields, "the body", e) < 0)
+		return -1;
+	if (json_object_get(body, "session"))
+		return err_set(e, SBX_E_VALIDATION, "'session' is not supported yet");
+	cmd = json_object_get(body, "command");
+	argv = json_object_get(body, "argv");
+	if (!!cmd == !!argv)
+		return err_set(e, SBX_E_VALIDATION, "exactly one of 'command' and 'argv' is required");
+	if (cmd) {
+		if (json_string_length(cmd) == 0 || string_has_nul(cmd))
+			return err_set(e, SBX_E_VALIDATION, "'command' must be a non-empty string without NUL");
+		p->argv = calloc(4, sizeof(char *));
+		if (!p->argv)
+			return err_sys(e, ENOMEM, "argv");
+		p->argv[0] = (char *)"/bin/sh";
+		p->argv[1] = (char *)"-c";
+		p->argv[2] = (char *)json_string_value(cmd);
+	} else {
+		size_t n = json_array_size(argv);
+		if (n == 0 || n > EXEC_MAX_ARGV)
+			return err_set(e, SBX_E_VALIDATION, "'argv' must have 1 to %d strings", EXEC_MAX_ARGV);
+		p->argv = calloc(n + 1, sizeof(char *));
+		if (!p->argv)
+			return err_sys(e, ENOMEM, "argv");
+		json_array_foreach(argv, i, v) {
+			if (!json_is_string(v) || string_has_nul(v))
+				return err_set(e, SBX_E_VALIDATION, "'argv' must hold strings without NUL");
+			p->argv[i] = (char *)json_string_value(v);
+		}
+		if (!*p->argv[0])
+			return err_set(e, SBX_E_VALIDATION, "'argv[0]' must not be empty");
+	}
+	memcpy(p->cwd, "/workspace", sizeof("/workspace"));
+	if ((cwd = json_object_get(body, "cwd"))) {
+		const char *c = json_string_value(cwd);
+		int n;
+		if (json_string_length(cwd) == 0 || json_string_length(cwd) > EXEC_MAX_PATH ||
+		    string_has_nul(cwd))
+			return err_set(e, SBX_E_VALIDATION, "'cwd' must be a path of 1 to %d bytes",
+				       EXEC_MAX_PATH);
+		n = c[0] == '/' ? snprintf(p->cwd, sizeof(p->cwd), "%s", c)
+				: snprintf(p->cwd, sizeof(p->cwd), "/workspace/%s", c);
+		if (n < 0 || (size_t)n >= sizeof(p->cwd))
+			return err_set(e, SBX_E_VALIDATION, "'cwd' is too long");
+	}
+	p->env = json_object_get(body, "env");
+	if (p->env && agent_env_check(p->env, 1, e) < 0)
+		return -1;
+	p->timeout_ms = 0;
+	if (jsonv_int(body, "timeoutMs", 1, 86400000, &p->timeout_ms, e) < 0)
+		return -1;
+	p->stdin_v = json_object_get(body, "stdin");
+	return 0;
+}
+
+static int accepts_sse(struct httpd_req *r)
+{
+	const char *acc = httpd_header(r, "Accept");
+	return acc && strstr(acc, "text/event-stream") != NULL;
+}
+
+static int nonblock_cloexec_pipe(int fds[2], struct sbx_err *e)
+{
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return err_sys(e, errno, "pipe");
+	return 0;
+}
+
+static void close_pair(int fds[2])
+{
+	for (int i = 0; i < 2; i++)
+		if (fds[i] >= 0) {
+			close(fds[i]);
+			fds[i] = -1;
+		}
+}
+
+void agent_h_exec(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	struct exec_plan plan = { 0 };
+	struct agent_sb *sb;
+	struct exec *x = NULL;
+	struct rt_proc_spec ps;
+	char **env = NULL;
+	int pin[2] = { -1, -1 }, pout[2] = { -1, -1 }, perr[2] = { -1, -1 };
+	json_t *body = NULL;
+	const char *data;
+	size_t len;
+
+	sb = agent_data_sandbox(r, &e);
+	if (!sb)
+		goto fail;
+	data = httpd_body(r, &len);
+	body = jsonv_parse(data, len, &e);
+	if (!body || parse_exec(body, &plan, &e) < 0)
+		goto fail;
+	env = agent_env_merge(sb->base_env, plan.env);
+	x = calloc(1, sizeof(*x));
+	if (!env || !x) {
+		err_sys(&e, ENOMEM, "exec");
+		goto fail;
+	}
+	x->a = a;
+	x->r = r;
+	x->rsb = sb->rt;
+	x->in_fd = -1;
+	x->out[0].fd = x->out[1].fd = -1;
+	x->stream_mode = accepts_sse(r);
+	snprintf(x->key, sizeof(x->key), "%s", sb->key);
+	snprintf(x->argv0, sizeof(x->argv0), "%s", plan.argv[0]);
+	snprintf(x->cwd, sizeof(x->cwd), "%s", plan.cwd);
+	buf_init(&x->sse, EXEC_SSE_HARD_MAX);
+	for (int i = 0; i < 2; i++) {
+		x->out[i].x = x;
+		x->out[i].name = i ? "stderr" : "stdout";
+		buf_init(&x->out[i].cap, (size_t)a->conf->agent.max_exec_output_bytes);
+	}
+	if (plan.stdin_v && json_string_length(plan.stdin_v) > 0) {
+		x->in_len = json_string_length(plan.stdin_v);
+		x->in_data = malloc(x->in_len);
+		if (!x->in_data) {
+			err_sys(&e, ENOMEM, "stdin");
+			goto fail;
+		}
+		memcpy(x->in_data, json_string_value(plan.stdin_v), x->in_len);
+	}
+	if (nonblock_cloexec_pipe(pin, &e) < 0 || nonblock_cloexec_pipe(pout, &e) < 0 ||
+	    nonblock_cloexec_pipe(perr, &e) < 0)
+		goto fail;
+	util_set_nonblock(pin[1]);
+	util_set_nonblock(pout[0]);
+	util_set_nonblock(perr[0]);
+	x->out[0].fd = steal_fd(&pout[0]);
+	x->out[1].fd = steal_fd(&perr[0]);
+	x->in_fd = steal_fd(&pin[1]);
+	for (int i = 0; i < 2; i++) {
+		x->out[i].ev = event_new(a->base, x->out[i].fd, EV_READ | EV_PERSIST, stream_cb,
+					 &x->out[i]);
+		if (!x->out[i].ev) {
+			err_sys(&e, ENOMEM, "exec events");
+			goto fail;
+		}
+	}
+	if (x->in_data) {
+		x->in_ev = event_new(a->base, x->in_fd, EV_WRITE | EV_PERSIST, stdin_cb, x);
+		if (!x->in_ev) {
+			err_sys(&e, ENOMEM, "exec events");
+			goto fail;
+		}
+	}
+	ps = (struct rt_proc_spec){ .argv = plan.argv, .env = env, .cwd = plan.cwd,
+				    .stdin_fd = pin[0], .stdout_fd = pout[1], .stderr_fd = perr[1] };
+	x->oom_before = rt_oom_kills(sb->rt);
+	x->t0 = util_now_ms();
+	x->spawning = 1;
+	x->handle = rt_spawn(sb->rt, &ps, on_started, on_exited, x, &e);
+	x->spawning = 0;
+	/* rt_spawn takes the child's ends in every case (it sends them to init
+	 * and closes them, or closes them on failure). */
+	pin[0] = pout[1] = perr[1] = -1;
+	agent_env_free(env);
+	env = NULL;
+	free(plan.argv);
+	plan.argv = NULL;
+	json_decref(body);
+	body = NULL;
+	if (x->handle < 0) {
+		err_prefix(&e, "cannot run the command");
+		goto fail;
+	}
+	if (!x->stream_mode || x->started || x->exited)
+		start_reading(x);
+	if (x->in_ev)
+		event_add(x->in_ev, NULL);
+	else
+		stdin_close(x); /* empty stdin: the process reads EOF at once */
+	if (plan.timeout_ms > 0 && !x->exited) {
+		struct timeval tv = { (time_t)(plan.timeout_ms / 1000),
+				      (suseconds_t)((plan.timeout_ms % 1000) * 1000) };
+		x->timeout_ev = evtimer_new(a->base, timeout_cb, x);
+		if (x->timeout_ev)
+			evtimer_add(x->timeout_ev, &tv);
+	}
+	httpd_on_close(r, on_close, x);
+	if (x->stream_mode) {
+		struct timeval ka = { EXEC_KEEPALIVE_MS / 1000, 0 };
+		x->keepalive_ev = event_new(a->base, -1, EV_PERSIST, keepalive_cb, x);
+		if (x->keepalive_ev)
+			event_add(x->keepalive_ev, &ka);
+		httpd_add_header(r, "Cache-Control", "no-store");
+		httpd_add_header(r, "X-Accel-Buffering", "no");
+		httpd_reply_stream(r, 200, "text/event-stream", sse_read, x);
+	} else {
+		httpd_defer(r);
+	}
+	exec_check_done(x);
+	return;
+fail:
+	close_pair(pin);
+	close_pair(pout);
+	close_pair(perr);
+	agent_env_free(env);
+	free(plan.argv);
+	json_decref(body);
+	if (x)
+		exec_free(x);
+	httpd_reply_err(r, &e);
+}

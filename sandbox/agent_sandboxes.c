@@ -1,0 +1,588 @@
+/*
+ * agent_sandboxes.c — the agent's sandbox table, fencing, and the internal
+ * control routes sbx-api calls (/agent/v1/sandboxes/...).
+ */
+#include "agent.h"
+#include "ids.h"
+#include "jsonv.h"
+#include "log.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ENV_MAX_ENTRIES 256
+#define ENV_MAX_KEY 255
+#define ENV_MAX_VALUE 32768
+#define LABELS_MAX 64
+
+int agent_key(char *out, size_t outsz, const char *tenant, const char *id)
+{
+	int n = snprintf(out, outsz, "%s.%s", tenant, id);
+	return n < 0 || (size_t)n >= outsz ? -1 : 0;
+}
+
+int agent_fence(struct agent *a, const char *key, int64_t epoch, struct sbx_err *e)
+{
+	struct agent_fence *f;
+
+	for (f = a->fences; f; f = f->next)
+		if (strcmp(f->key, key) == 0)
+			break;
+	if (f && epoch < f->epoch)
+		return err_set(e, SBX_E_STALE_EPOCH, "epoch %lld is older than %lld",
+			       (long long)epoch, (long long)f->epoch);
+	if (!f) {
+		f = calloc(1, sizeof(*f));
+		if (!f)
+			return err_sys(e, ENOMEM, "fence");
+		snprintf(f->key, sizeof(f->key), "%s", key);
+		f->next = a->fences;
+		a->fences = f;
+	}
+	f->epoch = epoch;
+	return 0;
+}
+
+int agent_parse_epoch(const char *v, int64_t *out, struct sbx_err *e)
+{
+	if (!v || !*v)
+		return err_set(e, SBX_E_VALIDATION, "the X-Sbx-Epoch header is required");
+	if (util_parse_i64(v, 0, INT64_MAX, out) < 0)
+		return err_set(e, SBX_E_VALIDATION, "X-Sbx-Epoch must be a non-negative integer");
+	return 0;
+}
+
+struct agent_sb *agent_sb_find(struct agent *a, const char *key)
+{
+	for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next)
+		if (strcmp(sb->key, key) == 0)
+			return sb;
+	return NULL;
+}
+
+void agent_env_free(char **env)
+{
+	if (!env)
+		return;
+	for (char **p = env; *p; p++)
+		free(*p);
+	free(env);
+}
+
+static int env_key_matches(const char *kv, const char *key)
+{
+	size_t kl = strlen(key);
+	return strncmp(kv, key, kl) == 0 && kv[kl] == '=';
+}
+
+char **agent_env_merge(char *const *base, const json_t *overlay)
+{
+	size_t nb = 0, no = overlay ? json_object_size(overlay) : 0, n = 0;
+	const char *k;
+	json_t *v;
+	char **env;
+
+	while (base && base[nb])
+		nb++;
+	env = calloc(nb + no + 1, sizeof(*env));
+	if (!env)
+		return NULL;
+	for (size_t i = 0; i < nb; i++) {
+		int overridden = 0;
+		if (overlay)
+			json_object_foreach((json_t *)overlay, k, v)
+				if (env_key_matches(base[i], k))
+					overridden = 1;
+		if (overridden)
+			continue;
+		if (!(env[n++] = strdup(base[i])))
+			goto fail;
+	}
+	if (overlay) {
+		json_object_foreach((json_t *)overlay, k, v) {
+			if (!json_is_string(v))
+				continue;
+			if (asprintf(&env[n], "%s=%s", k, json_string_value(v)) < 0) {
+				env[n] = NULL;
+				goto fail;
+			}
+			n++;
+		}
+	}
+	env[n] = NULL;
+	return env;
+fail:
+	agent_env_free(env);
+	return NULL;
+}
+
+static int env_name_valid(const char *s)
+{
+	if (!*s || (*s >= '0' && *s <= '9'))
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9') || *s == '_'))
+			return 0;
+	return 1;
+}
+
+int agent_env_check(const json_t *env, int allow_null, struct sbx_err *e)
+{
+	const char *k;
+	json_t *v;
+
+	if (jsonv_string_map(env, "env", ENV_MAX_ENTRIES, ENV_MAX_KEY, ENV_MAX_VALUE, allow_null,
+			     e) < 0)
+		return -1;
+	json_object_foreach((json_t *)env, k, v) {
+		if (!env_name_valid(k))
+			return err_set(e, SBX_E_VALIDATION, "'env' key '%.64s' is not a valid variable name",
+				       k);
+		if (json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v))
+			return err_set(e, SBX_E_VALIDATION, "'env.%s' contains a NUL character", k);
+	}
+	return 0;
+}
+
+static const char *network_name(enum rt_network n)
+{
+	return n == RT_NET_EGRESS ? "egress" : "none";
+}
+
+json_t *agent_sb_json(const struct agent_sb *sb)
+{
+	char created[32], started[32], active[32];
+	int running = sb->rt && !sb->dead;
+
+	util_iso8601(sb->created_at, created);
+	util_iso8601(sb->started_at, started);
+	util_iso8601(sb->last_active_at, active);
+	return json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:s, s:{s:I, s:f, s:I, s:I}, s:O, s:s, s:s, "
+			 "s:s, s:I, s:I}",
+			 "id", sb->id, "tenant", sb->tenant, "state", running ? "running" : "stopped",
+			 "generation", (json_int_t)sb->generation, "epoch", (json_int_t)sb->epoch,
+			 "image", sb->image, "network", network_name(sb->network), "resources",
+			 "memoryMiB", (json_int_t)sb->limits.memory_mib, "cpus",
+			 (double)sb->limits.cpus_milli / 1000.0, "pids", (json_int_t)sb->limits.pids,
+			 "diskMiB", (json_int_t)sb->limits.disk_mib, "labels", sb->labels, "createdAt",
+			 created, "startedAt", started, "lastActiveAt", active, "memoryBytes",
+			 (json_int_t)(running ? rt_memory_bytes(sb->rt) : 0), "oomKills",
+			 (json_int_t)(running ? rt_oom_kills(sb->rt) : 0));
+}
+
+static void sb_free(struct agent_sb *sb)
+{
+	json_decref(sb->labels);
+	json_decref(sb->env);
+	agent_env_free(sb->base_env);
+	free(sb);
+}
+
+static void sb_stop(struct agent *a, struct agent_sb *sb)
+{
+	if (sb->rt) {
+		struct rt_sandbox *rsb = sb->rt;
+		sb->rt = NULL;
+		rt_destroy(a->rt, rsb);
+	}
+	sb->dead = 0;
+}
+
+static void sb_remove(struct agent *a, struct agent_sb *sb)
+{
+	struct agent_sb **pp = &a->sandboxes;
+
+	sb_stop(a, sb);
+	while (*pp && *pp != sb)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = sb->next;
+	sb_free(sb);
+}
+
+void agent_sb_destroy_all(struct agent *a)
+{
+	while (a->sandboxes)
+		sb_remove(a, a->sandboxes);
+}
+
+struct died_ctx {
+	struct agent *a;
+	char key[AGENT_KEY_MAX];
+};
+
+static void died_later(evutil_socket_t fd, short what, void *arg)
+{
+	struct died_ctx *d = arg;
+	struct agent_sb *sb = agent_sb_find(d->a, d->key);
+
+	if (sb && sb->dead)
+		sb_stop(d->a, sb);
+	free(d);
+}
+
+void agent_sb_died(void *arg, struct rt_sandbox *rsb)
+{
+	struct agent *a = arg;
+	struct timeval zero = { 0, 0 };
+	struct died_ctx *d;
+
+	for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next) {
+		if (sb->rt != rsb)
+			continue;
+		log_warn("sandbox '%s' died (generation %lld)", sb->key, (long long)sb->generation);
+		sb->dead = 1;
+		/* Release the container from the loop, not from inside the runtime. */
+		d = calloc(1, sizeof(*d));
+		if (!d)
+			return;
+		d->a = a;
+		snprintf(d->key, sizeof(d->key), "%s", sb->key);
+		if (event_base_once(a->base, -1, EV_TIMEOUT, died_later, d, &zero) < 0)
+			free(d);
+		return;
+	}
+}
+
+static int path_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err *e)
+{
+	const char *tenant = httpd_param(r, 0), *id = httpd_param(r, 1);
+
+	if (!ids_valid_tenant(tenant))
+		return err_set(e, SBX_E_VALIDATION, "invalid tenant name");
+	if (!ids_valid_sandbox(id))
+		return err_set(e, SBX_E_VALIDATION, "invalid sandbox id");
+	if (agent_key(key, keysz, tenant, id) < 0)
+		return err_set(e, SBX_E_VALIDATION, "tenant and id are too long");
+	return 0;
+}
+
+static int image_valid(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > 63 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '.' || *s == '_' ||
+		      *s == '-'))
+			return 0;
+	return 1;
+}
+
+static const struct jsonv_field put_fields[] = {
+	{ "generation", JV_INTEGER, 1 },
+	{ "epoch", JV_INTEGER, 1 },
+	{ "image", JV_STRING, 0 },
+	{ "network", JV_STRING, 0 },
+	{ "resources", JV_OBJECT, 0 },
+	{ "env", JV_OBJECT, 0 },
+	{ "labels", JV_OBJECT, 0 },
+	{ NULL, 0, 0 },
+};
+
+static const struct jsonv_field resource_fields[] = {
+	{ "memoryMiB", JV_INTEGER, 0 },
+	{ "cpus", JV_NUMBER, 0 },
+	{ "pids", JV_INTEGER, 0 },
+	{ "diskMiB", JV_INTEGER, 0 },
+	{ NULL, 0, 0 },
+};
+
+struct put_req {
+	int64_t generation, epoch;
+	const char *image;
+	enum rt_network network;
+	struct rt_limits limits;
+	json_t *env, *labels;  /* borrowed from the body */
+};
+
+/* Validate a create body into p (borrowing from body). 0 or -1 (400). */
+static int parse_put(const struct sbx_conf *conf, json_t *body, struct put_req *p,
+		     struct sbx_err *e)
+{
+	json_t *res, *v;
+	const char *k;
+
+	if (jsonv_check(body, put_fields, "the body", e) < 0)
+		return -1;
+	if (jsonv_int(body, "generation", 0, INT64_MAX, &p->generation, e) < 0 ||
+	    jsonv_int(body, "epoch", 0, INT64_MAX, &p->epoch, e) < 0)
+		return -1;
+	p->image = json_string_value(json_object_get(body, "image"));
+	if (!p->image)
+		p->image = "default";
+	if (!image_valid(p->image))
+		return err_set(e, SBX_E_VALIDATION, "'image' must be 1-63 of [a-z0-9._-]");
+	p->network = RT_NET_NONE;
+	if ((v = json_object_get(body, "network"))) {
+		if (strcmp(json_string_value(v), "egress") == 0)
+			p->network = RT_NET_EGRESS;
+		else if (strcmp(json_string_value(v), "none") != 0)
+			return err_set(e, SBX_E_VALIDATION, "'network' must be \"none\" or \"egress\"");
+	}
+	p->limits.memory_mib = conf->sandbox.memory_mib;
+	p->limits.cpus_milli = conf->sandbox.cpus_milli;
+	p->limits.pids = conf->sandbox.pids;
+	p->limits.disk_mib = conf->sandbox.disk_mib;
+	if ((res = json_object_get(body, "resources"))) {
+		if (jsonv_check(res, resource_fields, "'resources'", e) < 0 ||
+		    jsonv_int(res, "memoryMiB", 16, 1048576, &p->limits.memory_mib, e) < 0 ||
+		    jsonv_int(res, "pids", 8, 1000000, &p->limits.pids, e) < 0 ||
+		    jsonv_int(res, "diskMiB", 1, 1048576, &p->limits.disk_mib, e) < 0)
+			return -1;
+		if ((v = json_object_get(res, "cpus"))) {
+			double c = json_number_value(v);
+			if (!(c >= 0.01 && c <= 256))
+				return err_set(e, SBX_E_VALIDATION,
+					       "'resources.cpus' must be between 0.01 and 256");
+			p->limits.cpus_milli = (int64_t)(c * 1000 + 0.5);
+		}
+	}
+	p->env = json_object_get(body, "env");
+	if (p->env && agent_env_check(p->env, 0, e) < 0)
+		return -1;
+	p->labels = json_object_get(body, "labels");
+	if (p->labels) {
+		if (jsonv_string_map(p->labels, "labels", LABELS_MAX, 63, 255, 0, e) < 0)
+			return -1;
+		json_object_foreach(p->labels, k, v)
+			if (!ids_valid_label_key(k) || !ids_valid_label_value(json_string_value(v)))
+				return err_set(e, SBX_E_VALIDATION, "invalid label '%.64s'", k);
+	}
+	return 0;
+}
+
+static char **base_env_for(const char *id, const json_t *env)
+{
+	char host[80];
+	char *defaults[] = {
+		(char *)"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		(char *)"HOME=/root",
+		(char *)"LANG=C.UTF-8",
+		host,
+		NULL,
+	};
+
+	snprintf(host, sizeof(host), "HOSTNAME=%s", id);
+	return agent_env_merge(defaults, env);
+}
+
+void agent_h_sandbox_put(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	char key[AGENT_KEY_MAX];
+	struct put_req p = { 0 };
+	struct agent_sb *sb, *fresh = NULL;
+	struct rt_spec spec;
+	json_t *body;
+	size_t len;
+	const char *data;
+	unsigned running = 0;
+
+	if (a->shutting_down) {
+		err_set(&e, SBX_E_NODE_UNAVAILABLE, "this node is shutting down");
+		goto fail;
+	}
+	if (path_key(r, key, sizeof(key), &e) < 0)
+		goto fail;
+	data = httpd_body(r, &len);
+	body = jsonv_parse(data, len, &e);
+	if (!body)
+		goto fail;
+	if (parse_put(a->conf, body, &p, &e) < 0 || agent_fence(a, key, p.epoch, &e) < 0) {
+		json_decref(body);
+		goto fail;
+	}
+	sb = agent_sb_find(a, key);
+	if (sb && p.generation < sb->generation) {
+		json_decref(body);
+		err_set(&e, SBX_E_CONFLICT, "generation %lld is older than the current %lld",
+			(long long)p.generation, (long long)sb->generation);
+		goto fail;
+	}
+	if (sb && sb->rt && !sb->dead && p.generation == sb->generation) {
+		sb->epoch = p.epoch;
+		json_decref(body);
+		httpd_reply_json(r, 200, agent_sb_json(sb));
+		return;
+	}
+	for (struct agent_sb *s = a->sandboxes; s; s = s->next)
+		running += s->rt != NULL && s != sb;
+	if (running >= (unsigned)a->conf->agent.capacity) {
+		json_decref(body);
+		err_set(&e, SBX_E_NO_CAPACITY, "this node is full");
+		goto fail;
+	}
+	if (!sb) {
+		fresh = sb = calloc(1, sizeof(*sb));
+		if (!sb) {
+			json_decref(body);
+			err_sys(&e, ENOMEM, "sandbox entry");
+			goto fail;
+		}
+		snprintf(sb->key, sizeof(sb->key), "%s", key);
+		snprintf(sb->tenant, sizeof(sb->tenant), "%s", httpd_param(r, 0));
+		snprintf(sb->id, sizeof(sb->id), "%s", httpd_param(r, 1));
+		sb->created_at = util_wall_ms();
+	}
+	sb_stop(a, sb);
+	json_decref(sb->labels);
+	json_decref(sb->env);
+	agent_env_free(sb->base_env);
+	sb->labels = p.labels ? json_deep_copy(p.labels) : json_object();
+	sb->env = p.env ? json_deep_copy(p.env) : json_object();
+	sb->base_env = base_env_for(sb->id, sb->env);
+	sb->generation = p.generation;
+	sb->epoch = p.epoch;
+	snprintf(sb->image, sizeof(sb->image), "%s", p.image);
+	json_decref(body); /* p borrowed from it */
+	sb->network = p.network;
+	sb->limits = p.limits;
+	if (!sb->labels || !sb->env || !sb->base_env) {
+		err_sys(&e, ENOMEM, "sandbox entry");
+		goto fail_entry;
+	}
+	spec = (struct rt_spec){ .key = sb->key, .hostname = sb->id, .image = sb->image,
+				 .network = sb->network, .limits = sb->limits, .env = sb->base_env };
+	sb->rt = rt_create(a->rt, &spec, &e);
+	if (!sb->rt) {
+		err_prefix(&e, "cannot start sandbox '%s'", sb->key);
+		goto fail_entry;
+	}
+	sb->started_at = sb->last_active_at = util_wall_ms();
+	if (fresh) {
+		fresh->next = a->sandboxes;
+		a->sandboxes = fresh;
+	}
+	log_info("sandbox '%s' started (generation %lld, epoch %lld)", sb->key,
+		 (long long)sb->generation, (long long)sb->epoch);
+	httpd_reply_json(r, 201, agent_sb_json(sb));
+	return;
+fail_entry:
+	if (fresh)
+		sb_free(fresh);
+fail:
+	httpd_reply_err(r, &e);
+}
+
+void agent_h_sandbox_get(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	char key[AGENT_KEY_MAX];
+	struct agent_sb *sb;
+
+	if (path_key(r, key, sizeof(key), &e) < 0) {
+		httpd_reply_err(r, &e);
+		return;
+	}
+	sb = agent_sb_find(a, key);
+	if (!sb) {
+		err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "sandbox not found on this node");
+		httpd_reply_err(r, &e);
+		return;
+	}
+	httpd_reply_json(r, 200, agent_sb_json(sb));
+}
+
+void agent_h_sandbox_list(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	json_t *arr = json_array();
+
+	for (struct agent_sb *sb = a->sandboxes; arr && sb; sb = sb->next)
+		json_array_append_new(arr, agent_sb_json(sb));
+	httpd_reply_json(r, 200, arr ? json_pack("{s:o}", "sandboxes", arr) : NULL);
+}
+
+/* Common head of stop and delete: key from the path and the epoch check. */
+static int fenced_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err *e)
+{
+	struct agent *a = httpd_ctx(r);
+	int64_t epoch;
+
+	if (path_key(r, key, keysz, e) < 0 ||
+	    agent_parse_epoch(httpd_header(r, "X-Sbx-Epoch"), &epoch, e) < 0 ||
+	    agent_fence(a, key, epoch, e) < 0)
+		return -1;
+	return 0;
+}
+
+void agent_h_sandbox_stop(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	char key[AGENT_KEY_MAX];
+	struct agent_sb *sb;
+
+	if (fenced_key(r, key, sizeof(key), &e) < 0) {
+		httpd_reply_err(r, &e);
+		return;
+	}
+	sb = agent_sb_find(a, key);
+	if (!sb) {
+		err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "sandbox not found on this node");
+		httpd_reply_err(r, &e);
+		return;
+	}
+	sb_stop(a, sb);
+	log_info("sandbox '%s' stopped", key);
+	httpd_reply_json(r, 200, agent_sb_json(sb));
+}
+
+void agent_h_sandbox_delete(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	char key[AGENT_KEY_MAX];
+	struct agent_sb *sb;
+
+	if (fenced_key(r, key, sizeof(key), &e) < 0) {
+		httpd_reply_err(r, &e);
+		return;
+	}
+	sb = agent_sb_find(a, key);
+	if (sb) {
+		sb_remove(a, sb);
+		log_info("sandbox '%s' destroyed", key);
+	}
+	httpd_reply_empty(r, 204);
+}
+
+struct agent_sb *agent_data_sandbox(struct httpd_req *r, struct sbx_err *e)
+{
+	struct agent *a = httpd_ctx(r);
+	const char *tenant = httpd_header(r, "X-Sbx-Tenant"), *id = httpd_param(r, 0);
+	char key[AGENT_KEY_MAX];
+	struct agent_sb *sb;
+	int64_t epoch;
+
+	if (a->shutting_down) {
+		err_set(e, SBX_E_NODE_UNAVAILABLE, "this node is shutting down");
+		return NULL;
+	}
+	if (!tenant || !ids_valid_tenant(tenant)) {
+		err_set(e, SBX_E_VALIDATION, "missing or invalid X-Sbx-Tenant");
+		return NULL;
+	}
+	if (!ids_valid_sandbox(id) || agent_key(key, sizeof(key), tenant, id) < 0) {
+		err_set(e, SBX_E_VALIDATION, "invalid sandbox id");
+		return NULL;
+	}
+	if (agent_parse_epoch(httpd_header(r, "X-Sbx-Epoch"), &epoch, e) < 0 ||
+	    agent_fence(a, key, epoch, e) < 0)
+		return NULL;
+	sb = agent_sb_find(a, key);
+	if (!sb || !sb->rt || sb->dead) {
+		err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' is not running on this node", id);
+		return NULL;
+	}
+	sb->last_active_at = util_wall_ms();
+	return sb;
+}

@@ -1,0 +1,110 @@
+/*
+ * cgroup_v1.c — the cgroup v1 backend: one directory per sandbox in each
+ * of the memory, pids and cpu hierarchies.
+ */
+#include "cgroup.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { V1_MEMORY, V1_PIDS, V1_CPU };
+
+static int set(struct cg *cg, int ctl, const char *key, const char *file, const char *value,
+	       int optional, struct sbx_err *e)
+{
+	char p[PATH_MAX];
+
+	if (cg_path(p, sizeof(p), cg->base[ctl], key, file) < 0)
+		return err_set(e, SBX_E_INTERNAL, "cgroup path too long");
+	if (cg_write(p, value) < 0) {
+		if (optional && errno == ENOENT)
+			return 0;
+		return err_sys(e, errno, "cannot write '%s' to '%s'", value, file);
+	}
+	return 0;
+}
+
+static int v1_create(struct cg *cg, const char *key, const struct cg_limits *l, struct sbx_err *e)
+{
+	char mem[32], quota[32], period[32], pids[32];
+
+	if (cg_mem_bytes(l->memory_mib, mem, sizeof(mem)) < 0 ||
+	    cg_v1_cpu_quota(l->cpus_milli, quota, sizeof(quota), period, sizeof(period)) < 0 ||
+	    snprintf(pids, sizeof(pids), "%lld", (long long)l->pids) >= (int)sizeof(pids))
+		return err_set(e, SBX_E_VALIDATION, "invalid resource limits");
+	for (int i = 0; i < cg->nroots; i++) {
+		char p[PATH_MAX];
+
+		if (cg_path(p, sizeof(p), cg->base[i], key, NULL) < 0)
+			return err_set(e, SBX_E_INTERNAL, "cgroup path too long");
+		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+			return err_sys(e, errno, "cannot create cgroup '%s'", key);
+	}
+	if (set(cg, V1_MEMORY, key, "memory.limit_in_bytes", mem, 0, e) < 0 ||
+	    set(cg, V1_MEMORY, key, "memory.memsw.limit_in_bytes", mem, 1, e) < 0 ||
+	    set(cg, V1_MEMORY, key, "memory.swappiness", "0", 1, e) < 0 ||
+	    set(cg, V1_PIDS, key, "pids.max", pids, 0, e) < 0 ||
+	    set(cg, V1_CPU, key, "cpu.cfs_period_us", period, 0, e) < 0 ||
+	    set(cg, V1_CPU, key, "cpu.cfs_quota_us", quota, 0, e) < 0)
+		return -1;
+	return 0;
+}
+
+static int v1_attach(struct cg *cg, const char *key, pid_t pid, struct sbx_err *e)
+{
+	char v[32];
+
+	snprintf(v, sizeof(v), "%d", (int)pid);
+	for (int i = 0; i < cg->nroots; i++)
+		if (set(cg, i, key, "cgroup.procs", v, 0, e) < 0)
+			return -1;
+	return 0;
+}
+
+static int64_t v1_memory_bytes(struct cg *cg, const char *key)
+{
+	char p[PATH_MAX];
+
+	if (cg_path(p, sizeof(p), cg->base[V1_MEMORY], key, "memory.usage_in_bytes") < 0)
+		return -1;
+	return cg_read_i64(p);
+}
+
+static int64_t v1_oom_kills(struct cg *cg, const char *key)
+{
+	char p[PATH_MAX];
+
+	if (cg_path(p, sizeof(p), cg->base[V1_MEMORY], key, "memory.oom_control") < 0)
+		return -1;
+	return cg_read_keyed(p, "oom_kill");
+}
+
+static int v1_destroy(struct cg *cg, const char *key)
+{
+	static const int order[CG_MAX_ROOTS] = { V1_PIDS, V1_MEMORY, V1_CPU };
+	int rc = 0;
+
+	/* pids holds every process of the sandbox: kill from there first. */
+	for (int i = 0; i < cg->nroots; i++) {
+		char dir[PATH_MAX], procs[PATH_MAX];
+
+		if (cg_path(dir, sizeof(dir), cg->base[order[i]], key, NULL) < 0 ||
+		    cg_path(procs, sizeof(procs), dir, "cgroup.procs", NULL) < 0)
+			return -1;
+		(void)cg_kill_procs(procs);
+		if (cg_rmdir(dir) < 0)
+			rc = -1;
+	}
+	return rc;
+}
+
+const struct cg_ops cg_v1_ops = {
+	.name = "v1",
+	.create = v1_create,
+	.attach = v1_attach,
+	.memory_bytes = v1_memory_bytes,
+	.oom_kills = v1_oom_kills,
+	.destroy = v1_destroy,
+};

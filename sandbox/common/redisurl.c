@@ -1,0 +1,58 @@
+#include "redisurl.h"
+#include "util.h"
+
+#include <string.h>
+
+int redisurl_parse(const char *s, struct redisurl *u, struct sbx_err *e)
+{
+	const char *host, *end, *colon;
+	size_t hlen;
+	int64_t port = 6379;
+
+	memset(u, 0, sizeof(*u));
+	if (strncmp(s, "unix:", 5) == 0) {
+		const char *p = s + 5;
+		if (p[0] != '/' || strlen(p) >= sizeof(u->path))
+			return err_set(e, SBX_E_VALIDATION,
+				       "redis url '%.200s': unix socket path must be absolute and short", s);
+		u->is_unix = 1;
+		memcpy(u->path, p, strlen(p) + 1);
+		return 0;
+	}
+	if (strncmp(s, "redis://", 8) != 0)
+		return err_set(e, SBX_E_VALIDATION,
+			       "redis url '%.200s' must start with redis:// or unix:", s);
+	host = s + 8;
+	end = host + strlen(host);
+	if (end > host && end[-1] == '/')
+		end--;
+	if (*host == '[') {
+		const char *rb = memchr(host, ']', (size_t)(end - host));
+		if (!rb)
+			return err_set(e, SBX_E_VALIDATION, "redis url '%.200s': unclosed '['", s);
+		hlen = (size_t)(rb - host - 1);
+		host++;
+		colon = rb + 1 < end ? rb + 1 : NULL;
+		if (colon && *colon != ':')
+			return err_set(e, SBX_E_VALIDATION, "redis url '%.200s': bad port", s);
+	} else {
+		colon = memchr(host, ':', (size_t)(end - host));
+		hlen = colon ? (size_t)(colon - host) : (size_t)(end - host);
+	}
+	if (hlen == 0 || hlen >= sizeof(u->host) || memchr(host, '/', hlen) || memchr(host, '@', hlen))
+		return err_set(e, SBX_E_VALIDATION, "redis url '%.200s': bad host", s);
+	if (colon) {
+		char digits[8];
+		size_t dl = (size_t)(end - colon - 1);
+		if (dl == 0 || dl >= sizeof(digits))
+			return err_set(e, SBX_E_VALIDATION, "redis url '%.200s': bad port", s);
+		memcpy(digits, colon + 1, dl);
+		digits[dl] = '\0';
+		if (util_parse_i64(digits, 1, 65535, &port) < 0)
+			return err_set(e, SBX_E_VALIDATION, "redis url '%.200s': bad port", s);
+	}
+	memcpy(u->host, host, hlen);
+	u->host[hlen] = '\0';
+	u->port = (int)port;
+	return 0;
+}

@@ -1,0 +1,684 @@
+#include "httpd.h"
+#include "buf.h"
+#include "jsonv.h"
+#include "log.h"
+#include "util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MAX_EXTRA_HEADERS 8
+
+struct httpd {
+	struct event_base *base;
+	struct MHD_Daemon *mhd;
+	struct event *epoll_ev;    /* MHD's epoll fd readable */
+	struct event *timer_ev;    /* MHD_get_timeout / kick */
+	const struct httpd_route *routes;
+	size_t nroutes;
+	void *ctx;
+	char secret[256];
+	struct httpd_req *reqs;    /* every live request (for shutdown) */
+	int stopping;
+};
+
+struct httpd_req {
+	struct httpd *h;
+	struct MHD_Connection *conn;
+	struct httpd_req *prev, *next;
+	const struct httpd_route *route;
+	char method[16];
+	char *path;
+	char params[HTTPD_MAX_PARAMS][HTTPD_PARAM_MAX];
+	struct buf body;
+	int64_t started_ms;
+	int dispatched;            /* the handler ran */
+	int too_large;             /* body exceeded the bound */
+	int suspended;
+	int deferred;
+	int replied;               /* an answer exists (queued or pending) */
+	int peer_gone;
+	int status;
+	struct MHD_Response *resp; /* pending, not yet queued */
+	char *hdr_name[MAX_EXTRA_HEADERS];
+	char *hdr_value[MAX_EXTRA_HEADERS];
+	int nhdr;
+	httpd_read_fn read;
+	void *read_arg;
+	httpd_close_fn close_fn;
+	void *close_arg;
+	struct event *peer_ev;     /* watches the client socket while suspended */
+};
+
+static void httpd_run(struct httpd *h);
+
+static void kick(struct httpd *h)
+{
+	if (h->timer_ev)
+		event_active(h->timer_ev, EV_TIMEOUT, 1);
+}
+
+/* --- pure helpers --- */
+
+int httpd_parse_listen(const char *addr, char *host, size_t hostsz, int *port)
+{
+	const char *colon;
+	size_t hlen;
+	int64_t p;
+
+	if (!addr || !*addr)
+		return -1;
+	if (addr[0] == '[') {
+		const char *rb = strchr(addr, ']');
+		if (!rb || rb[1] != ':')
+			return -1;
+		hlen = (size_t)(rb - addr - 1);
+		addr++;
+		colon = rb + 1;
+	} else {
+		colon = strrchr(addr, ':');
+		if (!colon || memchr(addr, ':', (size_t)(colon - addr)))
+			return -1;
+		hlen = (size_t)(colon - addr);
+	}
+	if (hlen == 0 || hlen >= hostsz)
+		return -1;
+	if (util_parse_i64(colon + 1, 1, 65535, &p) < 0)
+		return -1;
+	memcpy(host, addr, hlen);
+	host[hlen] = '\0';
+	*port = (int)p;
+	return 0;
+}
+
+int httpd_match(const char *pattern, const char *path, char params[][HTTPD_PARAM_MAX])
+{
+	int n = 0;
+	const char *p = pattern, *s = path;
+
+	while (*p && *s) {
+		if (p[0] == '{' && p[1] == '}') {
+			const char *end = strchr(s, '/');
+			size_t len = end ? (size_t)(end - s) : strlen(s);
+			if (len == 0 || len >= HTTPD_PARAM_MAX || n >= HTTPD_MAX_PARAMS)
+				return -1;
+			memcpy(params[n], s, len);
+			params[n][len] = '\0';
+			n++;
+			s += len;
+			p += 2;
+			continue;
+		}
+		if (*p != *s)
+			return -1;
+		p++;
+		s++;
+	}
+	if (*p || *s)
+		return -1;
+	return n;
+}
+
+int httpd_secret_equal(const char *given, const char *secret)
+{
+	size_t gl = strlen(given), sl = strlen(secret);
+	unsigned char diff = (unsigned char)(gl != sl);
+
+	for (size_t i = 0; i < sl; i++) {
+		unsigned char g = i < gl ? (unsigned char)given[i] : 0;
+		diff |= (unsigned char)(g ^ (unsigned char)secret[i]);
+	}
+	return sl > 0 && diff == 0;
+}
+
+/* --- accessors --- */
+
+void *httpd_ctx(const struct httpd_req *r)
+{
+	return r->h->ctx;
+}
+
+const char *httpd_method(const struct httpd_req *r)
+{
+	return r->method;
+}
+
+const char *httpd_path(const struct httpd_req *r)
+{
+	return r->path;
+}
+
+const char *httpd_param(const struct httpd_req *r, int i)
+{
+	return i >= 0 && i < HTTPD_MAX_PARAMS ? r->params[i] : "";
+}
+
+const char *httpd_header(const struct httpd_req *r, const char *name)
+{
+	return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+const char *httpd_query(const struct httpd_req *r, const char *name)
+{
+	return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+const char *httpd_body(const struct httpd_req *r, size_t *len)
+{
+	*len = r->body.len;
+	return r->body.data ? r->body.data : "";
+}
+
+const char *httpd_request_id(const struct httpd_req *r)
+{
+	const char *id = httpd_header(r, "X-Request-Id");
+	return id ? id : "-";
+}
+
+int httpd_client_fd(const struct httpd_req *r)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	return ci ? ci->connect_fd : -1;
+}
+
+/* --- suspension with peer-close detection --- */
+
+static void peer_cb(evutil_socket_t fd, short what, void *arg);
+
+static void suspend_req(struct httpd_req *r)
+{
+	int fd;
+
+	if (r->suspended)
+		return;
+	MHD_suspend_connection(r->conn);
+	r->suspended = 1;
+	fd = httpd_client_fd(r);
+	if (fd >= 0) {
+		if (!r->peer_ev)
+			r->peer_ev = event_new(r->h->base, fd, EV_READ, peer_cb, r);
+		if (r->peer_ev)
+			event_add(r->peer_ev, NULL);
+	}
+}
+
+static void resume_req(struct httpd_req *r)
+{
+	if (!r->suspended)
+		return;
+	if (r->peer_ev)
+		event_del(r->peer_ev);
+	r->suspended = 0;
+	MHD_resume_connection(r->conn);
+	kick(r->h);
+}
+
+/* The client socket became readable while we had nothing to send: either
+ * the client closed it (end the request so the owner cleans up) or it sent
+ * more bytes (pipelining; stop watching until the next suspension). */
+static void peer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct httpd_req *r = arg;
+	char c;
+	ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
+		return;
+	r->peer_gone = 1;
+	if (!r->replied) {
+		/* A deferred request: queue something so MHD notices the close. */
+		r->replied = 1;
+		r->status = 499; /* nginx: client closed the request */
+		r->resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	}
+	resume_req(r);
+}
+
+/* --- answers --- */
+
+int httpd_add_header(struct httpd_req *r, const char *name, const char *value)
+{
+	if (r->nhdr >= MAX_EXTRA_HEADERS)
+		return -1;
+	r->hdr_name[r->nhdr] = strdup(name);
+	r->hdr_value[r->nhdr] = strdup(value);
+	if (!r->hdr_name[r->nhdr] || !r->hdr_value[r->nhdr]) {
+		free(r->hdr_name[r->nhdr]);
+		free(r->hdr_value[r->nhdr]);
+		return -1;
+	}
+	r->nhdr++;
+	return 0;
+}
+
+/* Take resp as the answer of r: it is queued by the access handler (now,
+ * or after the connection is resumed). */
+static void set_answer(struct httpd_req *r, int status, struct MHD_Response *resp)
+{
+	if (r->replied) {
+		if (resp)
+			MHD_destroy_response(resp);
+		return;
+	}
+	if (!resp) {
+		log_error("cannot create a response for %s %s", r->method, r->path);
+		resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+		status = 500;
+		if (!resp)
+			return;
+	}
+	for (int i = 0; i < r->nhdr; i++)
+		MHD_add_response_header(resp, r->hdr_name[i], r->hdr_value[i]);
+	r->replied = 1;
+	r->status = status;
+	r->resp = resp;
+	if (r->suspended)
+		resume_req(r);
+}
+
+void httpd_reply_bytes(struct httpd_req *r, int status, const char *content_type,
+		       const void *data, size_t len)
+{
+	struct MHD_Response *resp;
+
+	resp = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
+	if (resp && content_type)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+	set_answer(r, status, resp);
+}
+
+void httpd_reply_json(struct httpd_req *r, int status, json_t *body)
+{
+	auto_free char *text = body ? jsonv_dump(body) : NULL;
+
+	json_decref(body);
+	if (!text) {
+		static const char oom[] =
+			"{\"error\":{\"code\":\"INTERNAL\",\"message\":\"internal error\",\"details\":{}}}\n";
+		httpd_reply_bytes(r, 500, "application/json", oom, sizeof(oom) - 1);
+		return;
+	}
+	httpd_reply_bytes(r, status, "application/json", text, strlen(text));
+}
+
+void httpd_reply_err(struct httpd_req *r, const struct sbx_err *e)
+{
+	json_t *body;
+
+	if (e->code == SBX_E_INTERNAL || e->code == SBX_E_NONE)
+		log_error("%s %s [%s]: %s", r->method, r->path, httpd_request_id(r), e->msg);
+	body = json_pack("{s:{s:s, s:s, s:{}}}", "error", "code", err_name(e->code), "message",
+			 err_public_message(e), "details");
+	httpd_reply_json(r, err_status(e->code), body);
+}
+
+void httpd_reply_empty(struct httpd_req *r, int status)
+{
+	httpd_reply_bytes(r, status, NULL, "", 0);
+}
+
+void httpd_defer(struct httpd_req *r)
+{
+	r->deferred = 1;
+}
+
+void httpd_on_close(struct httpd_req *r, httpd_close_fn fn, void *arg)
+{
+	r->close_fn = fn;
+	r->close_arg = arg;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct httpd_req *r = cls;
+	ssize_t n;
+
+	if (r->peer_gone || r->h->stopping)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	n = r->read(r->read_arg, buf, max);
+	if (n > 0)
+		return n;
+	if (n < 0)
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	suspend_req(r);
+	return 0;
+}
+
+void httpd_reply_stream(struct httpd_req *r, int status, const char *content_type,
+			httpd_read_fn read, void *arg)
+{
+	struct MHD_Response *resp;
+
+	r->read = read;
+	r->read_arg = arg;
+	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, r, NULL);
+	if (resp && content_type)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+	set_answer(r, status, resp);
+}
+
+void httpd_stream_wake(struct httpd_req *r)
+{
+	if (r->read && r->suspended)
+		resume_req(r);
+}
+
+/* --- MHD callbacks --- */
+
+static void req_free(struct httpd_req *r)
+{
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		r->h->reqs = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	if (r->peer_ev)
+		event_free(r->peer_ev);
+	if (r->resp)
+		MHD_destroy_response(r->resp);
+	for (int i = 0; i < r->nhdr; i++) {
+		free(r->hdr_name[i]);
+		free(r->hdr_value[i]);
+	}
+	buf_release(&r->body);
+	free(r->path);
+	free(r);
+}
+
+static void error_answer(struct httpd_req *r, enum sbx_ecode code, const char *msg)
+{
+	struct sbx_err e;
+
+	err_set(&e, code, "%s", msg);
+	httpd_reply_err(r, &e);
+}
+
+/* Route r: the matching route, or an error answer (404 / 405). */
+static void route_req(struct httpd *h, struct httpd_req *r)
+{
+	int path_matched = 0;
+
+	for (size_t i = 0; i < h->nroutes; i++) {
+		char params[HTTPD_MAX_PARAMS][HTTPD_PARAM_MAX];
+		if (httpd_match(h->routes[i].pattern, r->path, params) < 0)
+			continue;
+		path_matched = 1;
+		if (strcmp(h->routes[i].method, r->method) != 0)
+			continue;
+		r->route = &h->routes[i];
+		memcpy(r->params, params, sizeof(params));
+		return;
+	}
+	if (path_matched)
+		error_answer(r, SBX_E_METHOD_NOT_ALLOWED, "method not allowed");
+	else
+		error_answer(r, SBX_E_ROUTE_NOT_FOUND, "no such route");
+}
+
+static enum MHD_Result queue_answer(struct httpd_req *r)
+{
+	struct MHD_Response *resp = r->resp;
+	enum MHD_Result ret;
+
+	r->resp = NULL;
+	ret = MHD_queue_response(r->conn, (unsigned)r->status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const char *url,
+				 const char *method, const char *version, const char *upload_data,
+				 size_t *upload_data_size, void **con_cls)
+{
+	struct httpd *h = cls;
+	struct httpd_req *r = *con_cls;
+
+	if (!r) {
+		const char *secret, *clen;
+
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			return MHD_NO;
+		r->h = h;
+		r->conn = conn;
+		r->started_ms = util_now_ms();
+		r->path = strdup(url);
+		snprintf(r->method, sizeof(r->method), "%s", method);
+		buf_init(&r->body, HTTPD_MAX_JSON_BODY);
+		r->next = h->reqs;
+		if (h->reqs)
+			h->reqs->prev = r;
+		h->reqs = r;
+		*con_cls = r;
+		if (!r->path)
+			return MHD_NO;
+		secret = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Sbx-Node-Secret");
+		if (!secret || !httpd_secret_equal(secret, h->secret)) {
+			error_answer(r, SBX_E_UNAUTHORIZED, "missing or wrong node secret");
+			return queue_answer(r);
+		}
+		clen = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+		route_req(h, r);
+		if (!r->replied && clen) {
+			int64_t n;
+			if (util_parse_i64(clen, 0, INT64_MAX, &n) == 0 && n > HTTPD_MAX_JSON_BODY)
+				error_answer(r, SBX_E_PAYLOAD_TOO_LARGE, "request body larger than 1 MiB");
+		}
+		if (r->replied)
+			return queue_answer(r);
+		return MHD_YES;
+	}
+	if (*upload_data_size > 0) {
+		if (!r->too_large && buf_add(&r->body, upload_data, *upload_data_size) < 0)
+			r->too_large = 1;
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	if (r->resp)
+		return queue_answer(r);
+	if (r->replied)
+		return MHD_YES;
+	if (!r->dispatched) {
+		r->dispatched = 1;
+		if (r->too_large) {
+			error_answer(r, SBX_E_PAYLOAD_TOO_LARGE, "request body larger than 1 MiB");
+			return queue_answer(r);
+		}
+		r->route->fn(r);
+		if (r->resp)
+			return queue_answer(r);
+		if (!r->deferred) {
+			struct sbx_err e;
+			err_set(&e, SBX_E_INTERNAL, "handler of %s %s gave no answer", r->method, r->path);
+			httpd_reply_err(r, &e);
+			return queue_answer(r);
+		}
+	}
+	suspend_req(r);
+	return MHD_YES;
+}
+
+static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct httpd_req *r = *con_cls;
+	int failed = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK;
+
+	if (!r)
+		return;
+	*con_cls = NULL;
+	log_info("%s %s %d%s %lldms [%s]", r->method, r->path ? r->path : "?", r->status,
+		 failed ? " (aborted)" : "", (long long)(util_now_ms() - r->started_ms),
+		 httpd_request_id(r));
+	if (r->close_fn) {
+		httpd_close_fn fn = r->close_fn;
+		r->close_fn = NULL;
+		fn(r->close_arg, failed);
+	}
+	req_free(r);
+}
+
+__attribute__((format(printf, 2, 0)))
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
+{
+	char line[512];
+	size_t n;
+
+	vsnprintf(line, sizeof(line), fmt, ap);
+	n = strlen(line);
+	while (n > 0 && line[n - 1] == '\n')
+		line[--n] = '\0';
+	log_warn("httpd: %s", line);
+}
+
+/* --- the loop glue --- */
+
+/* Run MHD once and re-arm the timer from MHD_get_timeout. */
+static void httpd_run(struct httpd *h)
+{
+	MHD_UNSIGNED_LONG_LONG to;
+
+	MHD_run(h->mhd);
+	event_del(h->timer_ev);
+	if (MHD_get_timeout(h->mhd, &to) == MHD_YES) {
+		struct timeval tv = { (time_t)(to / 1000), (suseconds_t)((to % 1000) * 1000) };
+		event_add(h->timer_ev, &tv);
+	}
+}
+
+static void mhd_io_cb(evutil_socket_t fd, short what, void *arg)
+{
+	httpd_run(arg);
+}
+
+static int listen_socket(const char *addr, struct sbx_err *e)
+{
+	char host[128];
+	int port, one = 1;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	auto_close int fd = -1;
+
+	memset(&ss, 0, sizeof(ss));
+	if (httpd_parse_listen(addr, host, sizeof(host), &port) < 0)
+		return err_set(e, SBX_E_VALIDATION, "agent.listen '%.200s' is not host:port", addr);
+	if (strchr(host, ':')) {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+		a->sin6_family = AF_INET6;
+		a->sin6_port = htons((uint16_t)port);
+		if (inet_pton(AF_INET6, host, &a->sin6_addr) != 1)
+			return err_set(e, SBX_E_VALIDATION, "agent.listen: bad address '%s'", host);
+		sl = sizeof(*a);
+	} else {
+		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+		a->sin_family = AF_INET;
+		a->sin_port = htons((uint16_t)port);
+		if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
+			return err_set(e, SBX_E_VALIDATION, "agent.listen: bad address '%s' (numeric only)",
+				       host);
+		sl = sizeof(*a);
+	}
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return err_sys(e, errno, "socket");
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&ss, sl) < 0)
+		return err_sys(e, errno, "cannot bind '%s'", addr);
+	if (listen(fd, 1024) < 0)
+		return err_sys(e, errno, "cannot listen on '%s'", addr);
+	return steal_fd(&fd);
+}
+
+struct httpd *httpd_new(struct event_base *base, const char *addr, const char *secret,
+			const struct httpd_route *routes, size_t nroutes, void *ctx,
+			struct sbx_err *e)
+{
+	struct httpd *h;
+	const union MHD_DaemonInfo *info;
+	int lfd;
+
+	if (strlen(secret) == 0 || strlen(secret) >= sizeof(h->secret)) {
+		err_set(e, SBX_E_VALIDATION, "cluster.secret must be set (1-255 bytes)");
+		return NULL;
+	}
+	lfd = listen_socket(addr, e);
+	if (lfd < 0)
+		return NULL;
+	h = calloc(1, sizeof(*h));
+	if (!h) {
+		close(lfd);
+		err_sys(e, ENOMEM, "httpd");
+		return NULL;
+	}
+	h->base = base;
+	h->routes = routes;
+	h->nroutes = nroutes;
+	h->ctx = ctx;
+	memcpy(h->secret, secret, strlen(secret) + 1);
+	h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0,
+				  NULL, NULL, access_cb, h,
+				  MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, h,
+				  MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
+				  MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTPD_CONN_LIMIT,
+				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTPD_CONN_TIMEOUT_S,
+				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+				  MHD_OPTION_NOTIFY_COMPLETED, completed_cb, h,
+				  MHD_OPTION_END);
+	if (!h->mhd) {
+		close(lfd);
+		free(h);
+		err_set(e, SBX_E_INTERNAL, "cannot start the HTTP server on '%s'", addr);
+		return NULL;
+	}
+	info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	h->timer_ev = evtimer_new(base, mhd_io_cb, h);
+	h->epoll_ev = info ? event_new(base, info->epoll_fd, EV_READ | EV_PERSIST, mhd_io_cb, h) : NULL;
+	if (!h->timer_ev || !h->epoll_ev || event_add(h->epoll_ev, NULL) < 0) {
+		err_set(e, SBX_E_INTERNAL, "cannot drive the HTTP server from the event loop");
+		httpd_free(h);
+		return NULL;
+	}
+	kick(h);
+	return h;
+}
+
+void httpd_free(struct httpd *h)
+{
+	if (!h)
+		return;
+	h->stopping = 1;
+	if (h->mhd) {
+		/* MHD refuses to stop with suspended connections: resume them all;
+		 * stream readers then end with an error. */
+		for (struct httpd_req *r = h->reqs; r; r = r->next) {
+			if (!r->replied) {
+				r->replied = 1;
+				r->status = 503;
+				r->resp = MHD_create_response_from_buffer(0, (void *)"",
+									  MHD_RESPMEM_PERSISTENT);
+			}
+			if (r->suspended) {
+				if (r->peer_ev)
+					event_del(r->peer_ev);
+				r->suspended = 0;
+				MHD_resume_connection(r->conn);
+			}
+		}
+		MHD_run(h->mhd);
+		MHD_stop_daemon(h->mhd);
+	}
+	if (h->epoll_ev)
+		event_free(h->epoll_ev);
+	if (h->timer_ev)
+		event_free(h->timer_ev);
+	free(h);
+}

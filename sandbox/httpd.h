@@ -1,0 +1,108 @@
+/*
+ * httpd.h — the agent's HTTP server: libmicrohttpd in external epoll mode,
+ * driven from the agent's libevent loop.
+ *
+ * Routes are data (struct httpd_route); every request must carry the node
+ * secret (X-Sbx-Node-Secret), else 401. A handler runs once the request
+ * body is complete (JSON bodies are bounded by HTTPD_MAX_JSON_BODY) and
+ * answers with one of the httpd_reply_* calls — at once, or later after
+ * httpd_defer() (the connection is suspended meanwhile). Streaming answers
+ * (SSE) pull bytes through a read callback; a stream with nothing to send
+ * is suspended until its producer calls httpd_stream_wake().
+ *
+ * Lifetime: a struct httpd_req is owned by httpd. It stays valid until its
+ * close callback (httpd_on_close) has run; after that, never touch it.
+ */
+#ifndef SBX_HTTPD_H
+#define SBX_HTTPD_H
+
+#include "err.h"
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define HTTPD_MAX_JSON_BODY (1024 * 1024)
+#define HTTPD_MAX_PARAMS 4
+#define HTTPD_PARAM_MAX 128
+/* Idle timeout of a connection (MHD restarts it on every byte; suspended
+ * connections do not time out). Long enough for 1 h streams behind nginx. */
+#define HTTPD_CONN_TIMEOUT_S 3700
+#define HTTPD_CONN_LIMIT 4096
+
+struct httpd;
+struct httpd_req;
+
+typedef void (*httpd_handler_fn)(struct httpd_req *r);
+
+struct httpd_route {
+	const char *method;        /* "GET", "PUT", ... */
+	const char *pattern;       /* "/agent/v1/sandboxes/{}/{}": "{}" is one path segment */
+	httpd_handler_fn fn;
+	unsigned flags;            /* reserved; 0 */
+};
+
+/* Start listening on listen ("host:port", numeric host) with the routes
+ * (borrowed; static storage). ctx is handed to handlers by httpd_ctx().
+ * New heap object (httpd_free) or NULL with e filled. */
+struct httpd *httpd_new(struct event_base *base, const char *addr, const char *secret,
+			const struct httpd_route *routes, size_t nroutes, void *ctx,
+			struct sbx_err *e);
+/* Close every connection (close callbacks run) and free. */
+void httpd_free(struct httpd *h);
+
+/* Parse "host:port" / "[v6]:port" (numeric) into host and port; 0 or -1. */
+int httpd_parse_listen(const char *addr, char *host, size_t hostsz, int *port);
+
+/* Match path against pattern; fills params (HTTPD_MAX_PARAMS segments of
+ * at most HTTPD_PARAM_MAX-1 bytes) and returns their count, or -1. */
+int httpd_match(const char *pattern, const char *path, char params[][HTTPD_PARAM_MAX]);
+
+/* Constant-time (for a given secret length) comparison; 1 when equal. */
+int httpd_secret_equal(const char *given, const char *secret);
+
+/* --- request accessors (borrowed; valid while the request lives) --- */
+void *httpd_ctx(const struct httpd_req *r);
+const char *httpd_method(const struct httpd_req *r);
+const char *httpd_path(const struct httpd_req *r);
+const char *httpd_param(const struct httpd_req *r, int i);
+const char *httpd_header(const struct httpd_req *r, const char *name);
+const char *httpd_query(const struct httpd_req *r, const char *name);
+const char *httpd_body(const struct httpd_req *r, size_t *len);
+const char *httpd_request_id(const struct httpd_req *r);
+
+/* --- answers: exactly one per request --- */
+/* JSON body (stolen reference) with status. */
+void httpd_reply_json(struct httpd_req *r, int status, json_t *body);
+/* The JSON error of e: {"error":{code,message,details:{}}} with err_status(). */
+void httpd_reply_err(struct httpd_req *r, const struct sbx_err *e);
+/* No body (204, ...). */
+void httpd_reply_empty(struct httpd_req *r, int status);
+/* Raw bytes (copied) with a content type. */
+void httpd_reply_bytes(struct httpd_req *r, int status, const char *content_type,
+		       const void *data, size_t len);
+/* Add a header to the answer that is about to be queued (call before the reply). */
+int httpd_add_header(struct httpd_req *r, const char *name, const char *value);
+
+/* The handler answers later: the connection is suspended until a reply. */
+void httpd_defer(struct httpd_req *r);
+
+/* Streaming answer. read fills up to max bytes of buf and returns the
+ * count; 0 = nothing right now (the connection is suspended until
+ * httpd_stream_wake); -1 = the end. */
+typedef ssize_t (*httpd_read_fn)(void *arg, char *buf, size_t max);
+void httpd_reply_stream(struct httpd_req *r, int status, const char *content_type,
+			httpd_read_fn read, void *arg);
+void httpd_stream_wake(struct httpd_req *r);
+
+/* Called once when the request is over (answer sent, or the client went
+ * away: failed = 1). The request is freed right after it returns. */
+typedef void (*httpd_close_fn)(void *arg, int failed);
+void httpd_on_close(struct httpd_req *r, httpd_close_fn fn, void *arg);
+
+/* The client socket (for peer-close detection while suspended); -1 if unknown. */
+int httpd_client_fd(const struct httpd_req *r);
+
+#endif

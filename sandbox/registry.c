@@ -1,0 +1,349 @@
+#include "registry.h"
+#include "log.h"
+#include "redisurl.h"
+#include "util.h"
+
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+#include <hiredis/adapters/libevent.h>
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+
+struct registry {
+	struct event_base *base;
+	const struct sbx_conf *conf;
+	struct redisurl url;
+	char version[64];
+	char hash_key[CONF_STR_MAX + 16];
+	char alive_key[CONF_STR_MAX + 24];
+	char started_at[32];
+	registry_stats_fn stats;
+	void *stats_arg;
+
+	redisAsyncContext *ac;
+	int connected;
+	int64_t connect_started;
+	int64_t last_reply;
+	int pending;               /* commands without a reply yet */
+	int backoff_ms;
+	int down_logged;
+
+	struct event *reconnect_ev;
+	struct event *tick_ev;     /* heartbeat + connect / command watchdog */
+
+	int shutting_down;
+	void (*done)(void *);
+	void *done_arg;
+	struct event *done_ev;
+};
+
+static void schedule_reconnect(struct registry *reg);
+static void start_connect(struct registry *reg);
+
+static void reply_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct registry *reg = ac->data;
+	redisReply *reply = r;
+
+	if (!reg)
+		return;
+	if (reg->pending > 0)
+		reg->pending--;
+	if (!reply)
+		return;
+	reg->last_reply = util_now_ms();
+	if (reply->type == REDIS_REPLY_ERROR)
+		log_warn("registry: redis answered %s: %.200s", privdata ? (const char *)privdata : "",
+			 reply->str);
+}
+
+static void send_cmd(struct registry *reg, const char *what, const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = redisvAsyncCommand(reg->ac, reply_cb, (void *)what, fmt, ap);
+	va_end(ap);
+	if (rc == REDIS_OK)
+		reg->pending++;
+}
+
+/* Write the whole node entry and refresh liveness (on connect and on every
+ * heartbeat: a Redis that lost its data gets the entry back at once). */
+static void write_entry(struct registry *reg)
+{
+	long long sandboxes = 0, load = 0;
+	char now[24];
+
+	if (!reg->ac || !reg->connected)
+		return;
+	if (reg->stats)
+		reg->stats(reg->stats_arg, &sandboxes, &load);
+	snprintf(now, sizeof(now), "%lld", (long long)util_wall_ms());
+	send_cmd(reg, "HSET", "HSET %s name %s address %s capacity %lld load %lld sandboxes %lld "
+		 "version %s startedAt %s lastHeartbeat %s", reg->hash_key, reg->conf->agent.name,
+		 reg->conf->agent.listen, (long long)reg->conf->agent.capacity, load, sandboxes,
+		 reg->version, reg->started_at, now);
+	send_cmd(reg, "SADD", "SADD sbx:nodes %s", reg->conf->agent.name);
+	send_cmd(reg, "SET", "SET %s 1 PX %lld", reg->alive_key,
+		 (long long)reg->conf->cluster.node_ttl_ms);
+}
+
+static void connect_cb(const redisAsyncContext *ac, int status)
+{
+	struct registry *reg = ac->data;
+
+	if (!reg || reg->ac != ac)
+		return;
+	if (status != REDIS_OK) {
+		if (!reg->down_logged)
+			log_warn("registry: cannot connect to redis (%s); retrying", ac->errstr);
+		reg->down_logged = 1;
+		reg->ac = NULL; /* hiredis frees it after this callback */
+		schedule_reconnect(reg);
+		return;
+	}
+	reg->connected = 1;
+	reg->backoff_ms = BACKOFF_MIN_MS;
+	reg->down_logged = 0;
+	reg->last_reply = util_now_ms();
+	reg->pending = 0;
+	log_info("registry: connected to redis, registered as '%s' at %s", reg->conf->agent.name,
+		 reg->conf->agent.listen);
+	write_entry(reg);
+	send_cmd(reg, "XADD", "XADD sbx:events MAXLEN ~ 10000 * type node.up node %s address %s",
+		 reg->conf->agent.name, reg->conf->agent.listen);
+}
+
+static void disconnect_cb(const redisAsyncContext *ac, int status)
+{
+	struct registry *reg = ac->data;
+
+	if (!reg || reg->ac != ac)
+		return;
+	reg->ac = NULL;
+	reg->connected = 0;
+	reg->pending = 0;
+	if (reg->shutting_down) {
+		if (reg->done_ev)
+			event_active(reg->done_ev, EV_TIMEOUT, 1);
+		return;
+	}
+	log_warn("registry: lost the redis connection%s%s; reconnecting",
+		 status != REDIS_OK ? ": " : "", status != REDIS_OK ? ac->errstr : "");
+	schedule_reconnect(reg);
+}
+
+static void drop_connection(struct registry *reg)
+{
+	redisAsyncContext *ac = reg->ac;
+
+	if (!ac)
+		return;
+	reg->ac = NULL;
+	reg->connected = 0;
+	reg->pending = 0;
+	ac->data = NULL;
+	redisAsyncFree(ac);
+}
+
+static void start_connect(struct registry *reg)
+{
+	redisAsyncContext *ac;
+
+	if (reg->url.is_unix)
+		ac = redisAsyncConnectUnix(reg->url.path);
+	else
+		ac = redisAsyncConnect(reg->url.host, reg->url.port);
+	if (!ac || ac->err) {
+		if (!reg->down_logged)
+			log_warn("registry: cannot connect to redis (%s); retrying",
+				 ac ? ac->errstr : "out of memory");
+		reg->down_logged = 1;
+		if (ac)
+			redisAsyncFree(ac);
+		schedule_reconnect(reg);
+		return;
+	}
+	/* hiredis sets no CLOEXEC: sandbox processes must never inherit it. */
+	util_set_cloexec(ac->c.fd);
+	ac->data = reg;
+	if (redisLibeventAttach(ac, reg->base) != REDIS_OK) {
+		ac->data = NULL;
+		redisAsyncFree(ac);
+		schedule_reconnect(reg);
+		return;
+	}
+	redisAsyncSetConnectCallback(ac, connect_cb);
+	redisAsyncSetDisconnectCallback(ac, disconnect_cb);
+	reg->ac = ac;
+	reg->connected = 0;
+	reg->connect_started = util_now_ms();
+}
+
+static void reconnect_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct registry *reg = arg;
+
+	if (!reg->shutting_down && !reg->ac)
+		start_connect(reg);
+}
+
+static void schedule_reconnect(struct registry *reg)
+{
+	struct timeval tv;
+
+	if (reg->shutting_down)
+		return;
+	tv.tv_sec = reg->backoff_ms / 1000;
+	tv.tv_usec = (reg->backoff_ms % 1000) * 1000;
+	evtimer_add(reg->reconnect_ev, &tv);
+	reg->backoff_ms = reg->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : reg->backoff_ms * 2;
+}
+
+/* Heartbeat, plus a watchdog: hiredis 0.14's async API has no timeouts, so
+ * a connect that takes too long or a Redis that stopped answering is
+ * dropped here and reconnected. */
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct registry *reg = arg;
+	int64_t now = util_now_ms();
+
+	if (reg->shutting_down || !reg->ac)
+		return;
+	if (!reg->connected) {
+		if (now - reg->connect_started > reg->conf->redis.connect_timeout_ms +
+							 reg->conf->cluster.heartbeat_ms) {
+			log_warn("registry: connecting to redis timed out; retrying");
+			drop_connection(reg);
+			schedule_reconnect(reg);
+		}
+		return;
+	}
+	if (reg->pending > 0 && now - reg->last_reply > reg->conf->cluster.node_ttl_ms) {
+		log_warn("registry: redis stopped answering; reconnecting");
+		drop_connection(reg);
+		schedule_reconnect(reg);
+		return;
+	}
+	write_entry(reg);
+}
+
+struct registry *registry_new(struct event_base *base, const struct sbx_conf *conf,
+			      const char *version, registry_stats_fn stats, void *arg,
+			      struct sbx_err *e)
+{
+	struct registry *reg;
+	struct timeval tv;
+	int n1, n2;
+
+	reg = calloc(1, sizeof(*reg));
+	if (!reg) {
+		err_sys(e, ENOMEM, "registry");
+		return NULL;
+	}
+	reg->base = base;
+	reg->conf = conf;
+	reg->stats = stats;
+	reg->stats_arg = arg;
+	reg->backoff_ms = BACKOFF_MIN_MS;
+	snprintf(reg->version, sizeof(reg->version), "%s", version);
+	util_iso8601(util_wall_ms(), reg->started_at);
+	n1 = snprintf(reg->hash_key, sizeof(reg->hash_key), "sbx:node:{%s}", conf->agent.name);
+	n2 = snprintf(reg->alive_key, sizeof(reg->alive_key), "sbx:node:{%s}:alive", conf->agent.name);
+	if (n1 < 0 || (size_t)n1 >= sizeof(reg->hash_key) || n2 < 0 ||
+	    (size_t)n2 >= sizeof(reg->alive_key)) {
+		free(reg);
+		err_set(e, SBX_E_VALIDATION, "agent.name is too long");
+		return NULL;
+	}
+	if (redisurl_parse(conf->redis.url, &reg->url, e) < 0) {
+		free(reg);
+		return NULL;
+	}
+	reg->reconnect_ev = evtimer_new(base, reconnect_cb, reg);
+	reg->tick_ev = event_new(base, -1, EV_PERSIST, tick_cb, reg);
+	if (!reg->reconnect_ev || !reg->tick_ev) {
+		registry_free(reg);
+		err_sys(e, ENOMEM, "registry events");
+		return NULL;
+	}
+	tv.tv_sec = conf->cluster.heartbeat_ms / 1000;
+	tv.tv_usec = (conf->cluster.heartbeat_ms % 1000) * 1000;
+	event_add(reg->tick_ev, &tv);
+	start_connect(reg);
+	return reg;
+}
+
+int registry_connected(const struct registry *reg)
+{
+	return reg && reg->connected;
+}
+
+static void done_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct registry *reg = arg;
+	void (*done)(void *) = reg->done;
+
+	reg->done = NULL;
+	if (done)
+		done(reg->done_arg);
+}
+
+static void last_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct registry *reg = ac->data;
+
+	if (reg && reg->done_ev)
+		event_active(reg->done_ev, EV_TIMEOUT, 1);
+}
+
+void registry_shutdown(struct registry *reg, int timeout_ms, void (*done)(void *arg), void *arg)
+{
+	struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
+
+	reg->shutting_down = 1;
+	reg->done = done;
+	reg->done_arg = arg;
+	event_del(reg->reconnect_ev);
+	event_del(reg->tick_ev);
+	reg->done_ev = evtimer_new(reg->base, done_cb, reg);
+	if (!reg->done_ev) {
+		done(arg);
+		return;
+	}
+	if (!reg->ac || !reg->connected) {
+		event_active(reg->done_ev, EV_TIMEOUT, 1);
+		return;
+	}
+	send_cmd(reg, "DEL", "DEL %s", reg->alive_key);
+	send_cmd(reg, "DEL", "DEL %s", reg->hash_key);
+	send_cmd(reg, "SREM", "SREM sbx:nodes %s", reg->conf->agent.name);
+	redisAsyncCommand(reg->ac, last_reply_cb, NULL,
+			  "XADD sbx:events MAXLEN ~ 10000 * type node.down node %s",
+			  reg->conf->agent.name);
+	evtimer_add(reg->done_ev, &tv);
+}
+
+void registry_free(struct registry *reg)
+{
+	if (!reg)
+		return;
+	reg->shutting_down = 1;
+	drop_connection(reg);
+	if (reg->reconnect_ev)
+		event_free(reg->reconnect_ev);
+	if (reg->tick_ev)
+		event_free(reg->tick_ev);
+	if (reg->done_ev)
+		event_free(reg->done_ev);
+	free(reg);
+}

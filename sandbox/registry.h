@@ -1,0 +1,41 @@
+/*
+ * registry.h — the agent's entry in the Redis node registry.
+ *
+ * One asynchronous hiredis connection on the agent's event loop. On every
+ * (re)connect it writes sbx:node:{name} (name, address, capacity, load,
+ * sandboxes, version, startedAt, lastHeartbeat), SADD sbx:nodes and the
+ * liveness key sbx:node:{name}:alive (PX cluster.node_ttl); every
+ * cluster.heartbeat it refreshes the alive key and the changing fields.
+ * When Redis is down it reconnects with back-off; the agent keeps running.
+ */
+#ifndef SBX_REGISTRY_H
+#define SBX_REGISTRY_H
+
+#include "conf.h"
+#include "err.h"
+
+#include <event2/event.h>
+
+struct registry;
+
+/* Current numbers for the heartbeat: running sandboxes and load (permille
+ * of capacity). */
+typedef void (*registry_stats_fn)(void *arg, long long *sandboxes, long long *load);
+
+/* New heap object (registry_free); starts connecting at once. NULL with e
+ * filled when redis.url is invalid. */
+struct registry *registry_new(struct event_base *base, const struct sbx_conf *conf,
+			      const char *version, registry_stats_fn stats, void *arg,
+			      struct sbx_err *e);
+
+/* Deregister (DEL alive key, DEL hash, SREM sbx:nodes), waiting at most
+ * timeout_ms for Redis; then done(arg) runs on the loop. Without a
+ * connection done runs at once (from the loop). */
+void registry_shutdown(struct registry *reg, int timeout_ms, void (*done)(void *arg), void *arg);
+
+/* 1 while the connection is up and registered. */
+int registry_connected(const struct registry *reg);
+
+void registry_free(struct registry *reg);
+
+#endif

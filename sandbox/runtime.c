@@ -1,0 +1,779 @@
+/*
+ * runtime.c — the sandbox runtime (runtime.h): sandboxes as records of the
+ * agent's event loop, their sbx-init connections and process tables.
+ *
+ * Building blocks: cgroup.h (limits), mounts.h (root filesystem plan),
+ * image.h (images), spawn.h (clone + setup + exec of sbx-init),
+ * seccomp_filter.h and caps.h (privileges), initproto.h (talking to init).
+ */
+#include "runtime.h"
+#include "caps.h"
+#include "cgroup.h"
+#include "image.h"
+#include "initproto.h"
+#include "log.h"
+#include "mounts.h"
+#include "seccomp_filter.h"
+#include "spawn.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define RT_KEY_MAX 160
+
+struct rt_proc {
+	struct rt_proc *next;
+	int64_t handle;
+	pid_t pid;
+	int started;
+	rt_started_cb on_started;
+	rt_exited_cb on_exited;
+	void *arg;
+};
+
+struct rt_out {
+	struct rt_out *next;
+	size_t len;
+	int fds[3];
+	int nfds;
+	char data[];
+};
+
+struct rt_sandbox {
+	struct rt_sandbox *next;
+	struct rt *rt;
+	char key[RT_KEY_MAX];
+	pid_t pid;
+	int pidfd, sock, netns_fd, root_fd;
+	struct event *ev_sock, *ev_write, *ev_pid;
+	struct rt_proc *procs;
+	struct rt_out *outq, **outq_tail;
+	int64_t next_handle;
+	int dead;          /* init is gone */
+	int destroyed;     /* rt_destroy ran: free when dispatch ends */
+	int dispatching;
+};
+
+struct rt {
+	struct event_base *base;
+	struct sbx_conf conf;
+	struct cg *cg;
+	struct sec_filter sec;
+	uint64_t caps_keep;
+	int caps_last;
+	int userns;
+	uid_t owner;
+	int init_fd;
+	char default_image[PATH_MAX];
+	char mnt_base[PATH_MAX];
+	struct rt_sandbox *list;
+	unsigned count;
+	rt_sandbox_died_cb died_cb;
+	void *died_arg;
+	char *buf;         /* INITPROTO_MAX bytes for encoding and receiving */
+};
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static int valid_key(const char *k)
+{
+	size_t n = strlen(k);
+
+	if (n < 1 || n >= RT_KEY_MAX || strcmp(k, ".") == 0 || strcmp(k, "..") == 0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = k[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+static int valid_hostname(const char *h)
+{
+	size_t n = strlen(h);
+
+	if (n < 1 || n > 63)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = h[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '-' || c == '.'))
+			return 0;
+	}
+	return 1;
+}
+
+static int mkdir_p(const char *path, unsigned mode)
+{
+	char tmp[PATH_MAX];
+	size_t n = strlen(path);
+
+	if (n == 0 || n >= sizeof(tmp)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(tmp, path, n + 1);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
+/* Can this host create user namespaces? Probed once in a throwaway child. */
+static int probe_userns(void)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid < 0)
+		return 0;
+	if (pid == 0)
+		_exit(unshare(CLONE_NEWUSER) == 0 ? 0 : 1);
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return 0;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static void close_fds(int *fds, int n)
+{
+	for (int i = 0; i < n; i++) {
+		int dup = 0;
+
+		for (int j = 0; j < i; j++)
+			if (fds[j] == fds[i])
+				dup = 1;
+		if (!dup && fds[i] >= 0)
+			close(fds[i]);
+	}
+}
+
+/* ---- process table ---------------------------------------------------- */
+
+static struct rt_proc *proc_find(struct rt_sandbox *sb, int64_t handle, struct rt_proc ***link)
+{
+	struct rt_proc **pp;
+
+	for (pp = &sb->procs; *pp; pp = &(*pp)->next) {
+		if ((*pp)->handle == handle) {
+			if (link)
+				*link = pp;
+			return *pp;
+		}
+	}
+	return NULL;
+}
+
+/* Unlink p, fire its on_exited (if still attached), free it. */
+static void proc_finish(struct rt_sandbox *sb, struct rt_proc **link, const struct rt_exit *ex)
+{
+	struct rt_proc *p = *link;
+
+	*link = p->next;
+	if (p->on_exited)
+		p->on_exited(p->arg, ex);
+	free(p);
+}
+
+static void procs_fail_all(struct rt_sandbox *sb)
+{
+	struct rt_exit ex = { .exit_code = 128 + SIGKILL, .signal = SIGKILL, .sandbox_gone = 1 };
+
+	while (sb->procs)
+		proc_finish(sb, &sb->procs, &ex);
+}
+
+/* ---- the init connection ---------------------------------------------- */
+
+static void outq_clear(struct rt_sandbox *sb)
+{
+	while (sb->outq) {
+		struct rt_out *o = sb->outq;
+
+		sb->outq = o->next;
+		close_fds(o->fds, o->nfds);
+		free(o);
+	}
+	sb->outq_tail = &sb->outq;
+}
+
+static void sandbox_died(struct rt_sandbox *sb);
+
+static void on_writable(evutil_socket_t fd, short what, void *arg)
+{
+	struct rt_sandbox *sb = arg;
+
+	(void)fd;
+	(void)what;
+	while (sb->outq) {
+		struct rt_out *o = sb->outq;
+
+		if (initproto_send(sb->sock, o->data, o->len, o->fds, o->nfds, MSG_DONTWAIT) < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return;   /* stays armed */
+			log_warn("sandbox '%s': cannot talk to init: %s", sb->key, strerror(errno));
+			outq_clear(sb);
+			break;
+		}
+		sb->outq = o->next;
+		close_fds(o->fds, o->nfds);
+		free(o);
+	}
+	sb->outq_tail = &sb->outq;
+	event_del(sb->ev_write);
+}
+
+/* Send (or queue) one message to init; the fds are taken in every case. */
+static int init_send(struct rt_sandbox *sb, const void *msg, size_t len, int *fds, int nfds)
+{
+	struct rt_out *o;
+
+	if (!sb->outq && initproto_send(sb->sock, msg, len, fds, nfds, MSG_DONTWAIT) == 0) {
+		close_fds(fds, nfds);
+		return 0;
+	}
+	if (sb->outq == NULL && errno != EAGAIN && errno != EWOULDBLOCK) {
+		int err = errno;
+
+		close_fds(fds, nfds);
+		errno = err;
+		return -1;
+	}
+	o = malloc(sizeof(*o) + len);
+	if (!o) {
+		close_fds(fds, nfds);
+		errno = ENOMEM;
+		return -1;
+	}
+	o->next = NULL;
+	o->len = len;
+	o->nfds = nfds;
+	memcpy(o->fds, fds, (size_t)nfds * sizeof(int));
+	memcpy(o->data, msg, len);
+	*sb->outq_tail = o;
+	sb->outq_tail = &o->next;
+	event_add(sb->ev_write, NULL);
+	return 0;
+}
+
+static void handle_msg(struct rt_sandbox *sb, const struct initproto_msg *m)
+{
+	struct rt_proc **link, *p = proc_find(sb, m->handle, &link);
+	struct rt_exit ex = { 0 };
+
+	if (!p)
+		return;
+	switch (m->type) {
+	case INITPROTO_STARTED:
+		p->pid = m->pid;
+		p->started = 1;
+		if (p->on_started)
+			p->on_started(p->arg, m->pid);
+		break;
+	case INITPROTO_FAILED:
+		ex.start_errno = m->value;
+		ex.exit_code = (m->value == ENOENT) ? 127 : 126;
+		proc_finish(sb, link, &ex);
+		break;
+	case INITPROTO_EXITED:
+		if (WIFSIGNALED(m->value)) {
+			ex.signal = WTERMSIG(m->value);
+			ex.exit_code = 128 + ex.signal;
+		} else {
+			ex.exit_code = WEXITSTATUS(m->value);
+		}
+		proc_finish(sb, link, &ex);
+		break;
+	default:
+		break;
+	}
+}
+
+static void sandbox_free(struct rt_sandbox *sb);
+
+/* Read every pending message; on end of stream the sandbox died. */
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+	struct rt_sandbox *sb = arg;
+	char *buf = sb->rt->buf;
+
+	(void)fd;
+	(void)what;
+	sb->dispatching++;
+	for (int i = 0; i < 64 && !sb->destroyed && !sb->dead; i++) {
+		struct initproto_msg m;
+		int fds[3], nfds = 0;
+		ssize_t n = initproto_recv(sb->sock, buf, INITPROTO_MAX, fds, &nfds, MSG_DONTWAIT);
+
+		close_fds(fds, nfds);   /* init never sends fds */
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		if (n < 0 && errno == EMSGSIZE)
+			continue;
+		if (n <= 0) {
+			sandbox_died(sb);
+			break;
+		}
+		if (initproto_decode(buf, (size_t)n, &m) < 0) {
+			log_warn("sandbox '%s': bad message from init", sb->key);
+			continue;
+		}
+		handle_msg(sb, &m);
+		free(m.argv);
+	}
+	sb->dispatching--;
+	if (sb->destroyed && !sb->dispatching)
+		sandbox_free(sb);
+}
+
+static void on_init_exit(evutil_socket_t fd, short what, void *arg)
+{
+	struct rt_sandbox *sb = arg;
+
+	(void)fd;
+	(void)what;
+	sb->dispatching++;
+	/* deliver the exits init reported before it went */
+	if (!sb->dead && !sb->destroyed)
+		on_readable(sb->sock, EV_READ, sb);
+	if (!sb->dead && !sb->destroyed)
+		sandbox_died(sb);
+	sb->dispatching--;
+	if (sb->destroyed && !sb->dispatching)
+		sandbox_free(sb);
+}
+
+/* init is gone on its own: stop, fail every process, tell the agent. */
+static void sandbox_died(struct rt_sandbox *sb)
+{
+	struct rt *rt = sb->rt;
+
+	if (sb->dead)
+		return;
+	sb->dead = 1;
+	log_warn("sandbox '%s': init exited", sb->key);
+	event_del(sb->ev_sock);
+	event_del(sb->ev_write);
+	event_del(sb->ev_pid);
+	outq_clear(sb);
+	syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
+	spawn_reap(sb->pidfd, 0);
+	sb->dispatching++;
+	procs_fail_all(sb);
+	if (rt->died_cb && !sb->destroyed)
+		rt->died_cb(rt->died_arg, sb);
+	sb->dispatching--;
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+struct rt *rt_new(struct event_base *base, const struct sbx_conf *conf, struct sbx_err *e)
+{
+	auto_free struct rt *rt = calloc(1, sizeof(*rt));
+	char path[PATH_MAX];
+	struct stat st;
+
+	if (!rt) {
+		err_sys(e, ENOMEM, "cannot allocate the runtime");
+		return NULL;
+	}
+	rt->base = base;
+	rt->conf = *conf;
+	rt->init_fd = -1;
+	rt->caps_keep = caps_keep_mask();
+	rt->caps_last = caps_last_cap();
+	if (strcmp(conf->agent.userns, "off") == 0) {
+		rt->userns = 0;
+	} else {
+		rt->userns = probe_userns();
+		if (!rt->userns && strcmp(conf->agent.userns, "on") == 0) {
+			err_set(e, SBX_E_INTERNAL, "agent.userns is 'on' but this host cannot create user namespaces");
+			return NULL;
+		}
+	}
+	if (conf->agent.uid_base < 1000 || conf->agent.uid_base > (int64_t)UINT32_MAX - 65536) {
+		err_set(e, SBX_E_INTERNAL, "bad agent.uid_base");
+		return NULL;
+	}
+	rt->owner = rt->userns ? (uid_t)conf->agent.uid_base : 0;
+
+	rt->init_fd = open(conf->agent.init_path, O_PATH | O_CLOEXEC);
+	if (rt->init_fd < 0 || fstat(rt->init_fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		err_sys(e, rt->init_fd < 0 ? errno : ENOEXEC, "cannot open sbx-init '%s'",
+			conf->agent.init_path);
+		goto fail;
+	}
+	if (snprintf(path, sizeof(path), "%s/rt", conf->agent.state_dir) >= (int)sizeof(path) ||
+	    snprintf(rt->mnt_base, sizeof(rt->mnt_base), "%s/rt/root", conf->agent.state_dir) >=
+		    (int)sizeof(rt->mnt_base)) {
+		err_set(e, SBX_E_INTERNAL, "agent.state_dir too long");
+		goto fail;
+	}
+	if (mkdir_p(conf->agent.state_dir, 0755) < 0 || mkdir_p(path, 0700) < 0 ||
+	    mkdir_p(rt->mnt_base, 0700) < 0) {
+		err_sys(e, errno, "cannot create '%s'", rt->mnt_base);
+		goto fail;
+	}
+	if (image_prepare_default(conf->agent.images_dir, rt->owner, conf->agent.dns, rt->default_image,
+				  sizeof(rt->default_image), e) < 0)
+		goto fail;
+	if (sec_build(&rt->sec, e) < 0)
+		goto fail;
+	rt->buf = malloc(INITPROTO_MAX);
+	if (!rt->buf) {
+		err_sys(e, ENOMEM, "cannot allocate the runtime");
+		goto fail;
+	}
+	rt->cg = cg_new(conf->agent.cgroup_parent, conf->agent.name, e);
+	if (!rt->cg)
+		goto fail;
+	log_info("runtime: userns %s, cgroups %s, default image '%s'", rt->userns ? "on" : "off",
+		 rt->cg->ops->name, rt->default_image);
+	return steal_ptr(&rt);
+fail:
+	if (rt->init_fd >= 0)
+		close(rt->init_fd);
+	sec_release(&rt->sec);
+	free(rt->buf);
+	return NULL;
+}
+
+void rt_set_died_cb(struct rt *rt, rt_sandbox_died_cb cb, void *arg)
+{
+	rt->died_cb = cb;
+	rt->died_arg = arg;
+}
+
+static int attach_cgroup(void *arg, pid_t pid, struct sbx_err *e)
+{
+	struct rt_sandbox *sb = arg;
+
+	return sb->rt->cg->ops->attach(sb->rt->cg, sb->key, pid, e);
+}
+
+static int64_t pick(int64_t v, int64_t dflt)
+{
+	return v > 0 ? v : dflt;
+}
+
+struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct sbx_err *e)
+{
+	const char *image = (spec->image && spec->image[0]) ? spec->image : "default";
+	struct cg_limits lim;
+	struct mnt_params mp;
+	struct mnt_plan plan;
+	struct spawn_plan sp;
+	char lower[PATH_MAX], merged[PATH_MAX], path[64];
+	int64_t disk;
+	int sv[2] = { -1, -1 };
+	int64_t t0 = util_now_ms();
+	struct rt_sandbox *sb;
+
+	if (!spec->key || !valid_key(spec->key))
+		return err_set(e, SBX_E_VALIDATION, "invalid sandbox key"), NULL;
+	if (!spec->hostname || !valid_hostname(spec->hostname))
+		return err_set(e, SBX_E_VALIDATION, "invalid hostname"), NULL;
+	if (spec->network == RT_NET_EGRESS)
+		return err_set(e, SBX_E_VALIDATION, "network 'egress' is not available on this node"), NULL;
+	if (spec->network != RT_NET_NONE)
+		return err_set(e, SBX_E_VALIDATION, "unknown network mode"), NULL;
+	if (rt_find(rt, spec->key))
+		return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists", spec->key), NULL;
+	if (rt->count >= (unsigned)rt->conf.agent.capacity)
+		return err_set(e, SBX_E_NO_CAPACITY, "node is full (%u sandboxes)", rt->count), NULL;
+	lim.memory_mib = pick(spec->limits.memory_mib, rt->conf.sandbox.memory_mib);
+	lim.cpus_milli = pick(spec->limits.cpus_milli, rt->conf.sandbox.cpus_milli);
+	lim.pids = pick(spec->limits.pids, rt->conf.sandbox.pids);
+	disk = pick(spec->limits.disk_mib, rt->conf.sandbox.disk_mib);
+	if (lim.memory_mib < 16 || lim.memory_mib > 1048576 || lim.cpus_milli < 10 ||
+	    lim.cpus_milli > 256000 || lim.pids < 8 || lim.pids > 1000000 || disk < 1 || disk > 1048576)
+		return err_set(e, SBX_E_VALIDATION, "resource limits out of range"), NULL;
+	if (strcmp(image, "default") == 0) {
+		if (snprintf(lower, sizeof(lower), "%s", rt->default_image) >= (int)sizeof(lower))
+			return err_set(e, SBX_E_INTERNAL, "image path too long"), NULL;
+	} else if (image_resolve(rt->conf.agent.images_dir, image, lower, sizeof(lower), e) < 0) {
+		return NULL;
+	}
+	if (strchr(lower, ',') || strchr(lower, ':') || strchr(rt->mnt_base, ',') ||
+	    strchr(rt->mnt_base, ':'))
+		return err_set(e, SBX_E_INTERNAL, "image or state path contains ',' or ':'"), NULL;
+
+	sb = calloc(1, sizeof(*sb));
+	if (!sb)
+		return err_sys(e, ENOMEM, "cannot allocate a sandbox"), NULL;
+	sb->rt = rt;
+	sb->pidfd = sb->sock = sb->netns_fd = sb->root_fd = -1;
+	sb->outq_tail = &sb->outq;
+	sb->next_handle = 1;
+	memcpy(sb->key, spec->key, strlen(spec->key) + 1);
+
+	memset(&mp, 0, sizeof(mp));
+	mp.base = rt->mnt_base;
+	mp.lower = lower;
+	mp.bind_usr = strcmp(image, "default") == 0;
+	mp.disk_mib = disk;
+	mp.owner = rt->owner;
+	mp.hostname = spec->hostname;
+	mp.userns = rt->userns;
+	if (mnt_plan_build(&plan, &mp, e) < 0) {
+		free(sb);
+		return NULL;
+	}
+	if (snprintf(merged, sizeof(merged), "%s/merged", rt->mnt_base) >= (int)sizeof(merged)) {
+		err_set(e, SBX_E_INTERNAL, "state path too long");
+		mnt_plan_release(&plan);
+		free(sb);
+		return NULL;
+	}
+	if (rt->cg->ops->create(rt->cg, sb->key, &lim, e) < 0)
+		goto fail;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+		err_sys(e, errno, "socketpair");
+		goto fail;
+	}
+	memset(&sp, 0, sizeof(sp));
+	sp.mounts = &plan;
+	sp.root = merged;
+	sp.hostname = spec->hostname;
+	sp.userns = rt->userns;
+	sp.uid_base = (uid_t)rt->conf.agent.uid_base;
+	sp.seccomp = &rt->sec.prog;
+	sp.caps_keep = rt->caps_keep;
+	sp.caps_last = rt->caps_last;
+	sp.init_exe_fd = rt->init_fd;
+	sp.init_sock = sv[1];
+	sb->pid = spawn_sandbox(&sp, attach_cgroup, sb, &sb->pidfd, e);
+	close(sv[1]);
+	sv[1] = -1;
+	if (sb->pid < 0)
+		goto fail;
+	sb->sock = steal_fd(&sv[0]);
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)sb->pid);
+	sb->netns_fd = open(path, O_RDONLY | O_CLOEXEC);
+	snprintf(path, sizeof(path), "/proc/%d/root", (int)sb->pid);
+	sb->root_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (sb->netns_fd < 0 || sb->root_fd < 0) {
+		err_sys(e, errno, "cannot open the sandbox's namespaces");
+		goto fail;
+	}
+	if (util_set_nonblock(sb->sock) < 0) {
+		err_sys(e, errno, "cannot set up the init socket");
+		goto fail;
+	}
+	sb->ev_sock = event_new(rt->base, sb->sock, EV_READ | EV_PERSIST, on_readable, sb);
+	sb->ev_write = event_new(rt->base, sb->sock, EV_WRITE | EV_PERSIST, on_writable, sb);
+	sb->ev_pid = event_new(rt->base, sb->pidfd, EV_READ, on_init_exit, sb);
+	if (!sb->ev_sock || !sb->ev_write || !sb->ev_pid || event_add(sb->ev_sock, NULL) < 0 ||
+	    event_add(sb->ev_pid, NULL) < 0) {
+		err_sys(e, ENOMEM, "cannot watch the sandbox");
+		goto fail;
+	}
+	mnt_plan_release(&plan);
+	sb->next = rt->list;
+	rt->list = sb;
+	rt->count++;
+	log_debug("sandbox '%s' created in %lld ms (init pid %d)", sb->key,
+		  (long long)(util_now_ms() - t0), (int)sb->pid);
+	return sb;
+fail:
+	err_prefix(e, "cannot create sandbox '%s'", spec->key);
+	mnt_plan_release(&plan);
+	if (sv[0] >= 0)
+		close(sv[0]);
+	if (sb->pidfd >= 0) {
+		syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
+		spawn_reap(sb->pidfd, 1);
+	}
+	(void)rt->cg->ops->destroy(rt->cg, sb->key);
+	if (sb->ev_sock)
+		event_free(sb->ev_sock);
+	if (sb->ev_write)
+		event_free(sb->ev_write);
+	if (sb->ev_pid)
+		event_free(sb->ev_pid);
+	for (int *fd = &sb->pidfd; fd <= &sb->root_fd; fd++)
+		if (*fd >= 0)
+			close(*fd);
+	free(sb);
+	return NULL;
+}
+
+static void sandbox_free(struct rt_sandbox *sb)
+{
+	for (int *fd = &sb->pidfd; fd <= &sb->root_fd; fd++)
+		if (*fd >= 0)
+			close(*fd);
+	free(sb);
+}
+
+void rt_destroy(struct rt *rt, struct rt_sandbox *sb)
+{
+	struct rt_sandbox **pp;
+
+	if (!sb || sb->destroyed)
+		return;
+	for (pp = &rt->list; *pp; pp = &(*pp)->next) {
+		if (*pp == sb) {
+			*pp = sb->next;
+			rt->count--;
+			break;
+		}
+	}
+	sb->destroyed = 1;
+	event_free(sb->ev_sock);
+	event_free(sb->ev_write);
+	event_free(sb->ev_pid);
+	sb->ev_sock = sb->ev_write = sb->ev_pid = NULL;
+	outq_clear(sb);
+	/* killing PID 1 of the namespace kills everything in it */
+	syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
+	spawn_reap(sb->pidfd, 1);
+	if (rt->cg->ops->destroy(rt->cg, sb->key) < 0)
+		log_warn("sandbox '%s': cgroup not fully removed: %s", sb->key, strerror(errno));
+	sb->dead = 1;
+	sb->dispatching++;
+	procs_fail_all(sb);
+	sb->dispatching--;
+	if (!sb->dispatching)
+		sandbox_free(sb);
+}
+
+void rt_free(struct rt *rt)
+{
+	if (!rt)
+		return;
+	while (rt->list)
+		rt_destroy(rt, rt->list);
+	cg_free(rt->cg);
+	sec_release(&rt->sec);
+	if (rt->init_fd >= 0)
+		close(rt->init_fd);
+	free(rt->buf);
+	free(rt);
+}
+
+/* ---- accessors ---------------------------------------------------------- */
+
+struct rt_sandbox *rt_find(struct rt *rt, const char *key)
+{
+	for (struct rt_sandbox *sb = rt->list; sb; sb = sb->next)
+		if (strcmp(sb->key, key) == 0)
+			return sb;
+	return NULL;
+}
+
+const char *rt_key(const struct rt_sandbox *sb) { return sb->key; }
+pid_t rt_init_pid(const struct rt_sandbox *sb) { return sb->pid; }
+int rt_netns_fd(const struct rt_sandbox *sb) { return sb->netns_fd; }
+int rt_root_fd(const struct rt_sandbox *sb) { return sb->root_fd; }
+unsigned rt_count(const struct rt *rt) { return rt->count; }
+uid_t rt_host_uid(const struct rt_sandbox *sb) { return sb->rt->owner; }
+int rt_alive(const struct rt_sandbox *sb) { return !sb->dead && !sb->destroyed; }
+
+int64_t rt_memory_bytes(const struct rt_sandbox *sb)
+{
+	return sb->rt->cg->ops->memory_bytes(sb->rt->cg, sb->key);
+}
+
+int64_t rt_oom_kills(const struct rt_sandbox *sb)
+{
+	return sb->rt->cg->ops->oom_kills(sb->rt->cg, sb->key);
+}
+
+/* ---- processes ------------------------------------------------------------ */
+
+int64_t rt_spawn(struct rt_sandbox *sb, const struct rt_proc_spec *ps, rt_started_cb on_started,
+		 rt_exited_cb on_exited, void *arg, struct sbx_err *e)
+{
+	int fds[3] = { ps->stdin_fd, ps->stdout_fd, ps->stderr_fd };
+	struct rt_proc *p;
+	ssize_t len;
+	int64_t handle;
+
+	if (sb->dead || sb->destroyed) {
+		close_fds(fds, 3);
+		return err_set(e, SBX_E_CONFLICT, "sandbox '%s' is not running", sb->key);
+	}
+	if (fds[0] < 0 || fds[1] < 0 || fds[2] < 0) {
+		close_fds(fds, 3);
+		return err_set(e, SBX_E_INTERNAL, "spawn needs three fds");
+	}
+	if (!ps->argv || !ps->argv[0] || !ps->argv[0][0]) {
+		close_fds(fds, 3);
+		return err_set(e, SBX_E_VALIDATION, "empty command");
+	}
+	if (!ps->cwd || ps->cwd[0] != '/') {
+		close_fds(fds, 3);
+		return err_set(e, SBX_E_VALIDATION, "cwd must be an absolute path");
+	}
+	handle = sb->next_handle++;
+	len = initproto_encode_spawn(sb->rt->buf, INITPROTO_MAX, handle, ps->cwd, ps->argv, ps->env);
+	if (len < 0) {
+		close_fds(fds, 3);
+		return err_set(e, SBX_E_VALIDATION, "command and environment are too large");
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		close_fds(fds, 3);
+		return err_sys(e, ENOMEM, "cannot allocate a process");
+	}
+	if (init_send(sb, sb->rt->buf, (size_t)len, fds, 3) < 0) {
+		int err = errno;
+
+		free(p);
+		return err_sys(e, err, "cannot talk to the sandbox's init");
+	}
+	p->handle = handle;
+	p->on_started = on_started;
+	p->on_exited = on_exited;
+	p->arg = arg;
+	p->next = sb->procs;
+	sb->procs = p;
+	return handle;
+}
+
+int rt_signal(struct rt_sandbox *sb, int64_t handle, int sig, int tree)
+{
+	char msg[64];
+	ssize_t len;
+
+	if (sb->dead || sb->destroyed || sig < 1 || sig > 64 || !proc_find(sb, handle, NULL))
+		return -1;
+	len = initproto_encode(msg, sizeof(msg), INITPROTO_SIGNAL, handle, sig, tree ? 1 : 0);
+	if (len < 0 || init_send(sb, msg, (size_t)len, NULL, 0) < 0)
+		return -1;
+	return 0;
+}
+
+void rt_detach(struct rt_sandbox *sb, int64_t handle)
+{
+	struct rt_proc *p = proc_find(sb, handle, NULL);
+
+	if (p) {
+		p->on_started = NULL;
+		p->on_exited = NULL;
+		p->arg = NULL;
+	}
+}

@@ -1,0 +1,257 @@
+/*
+ * spawn.c — see spawn.h. The child side (child_main) makes syscalls only:
+ * no allocation, no stdio, no locks; every string it uses was prepared by
+ * the parent before clone().
+ */
+#include "spawn.h"
+#include "caps.h"
+#include "initproto.h"
+#include "netns.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/sched.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+#define SPAWN_TIMEOUT_MS 10000
+
+struct child_report {
+	int err;
+	char step[120];
+};
+
+static void child_fail(int sync, const char *step, int err)
+{
+	struct child_report r;
+	size_t i;
+
+	memset(&r, 0, sizeof(r));
+	r.err = err;
+	for (i = 0; step[i] && i < sizeof(r.step) - 1; i++)
+		r.step[i] = step[i];
+	(void)!write(sync, &r, sizeof(r));
+	_exit(1);
+}
+
+static __attribute__((noreturn)) void child_main(const struct spawn_plan *sp, int sync)
+{
+	static char *const init_argv[] = { (char *)"sbx-init", NULL };
+	static char *const init_env[] = {
+		(char *)"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", NULL
+	};
+	const struct mnt_op *failed = NULL;
+	char go;
+	int exe, sock, devnull;
+
+	/* wait until the parent has put us into our cgroup */
+	if (read(sync, &go, 1) != 1)
+		_exit(1);
+	/* after joining the cgroup, so that /proc/self/cgroup shows "/" */
+	if (unshare(CLONE_NEWCGROUP) < 0)
+		child_fail(sync, "unshare cgroup namespace", errno);
+	if (sethostname(sp->hostname, strlen(sp->hostname)) < 0)
+		child_fail(sync, "sethostname", errno);
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		child_fail(sync, "make / private", errno);
+	if (mnt_plan_run(sp->mounts, &failed) < 0)
+		child_fail(sync, failed->what, errno);
+	if (netns_lo_up() < 0)
+		child_fail(sync, "bring lo up", errno);
+	/* /proc is already mounted: a user namespace could not mount it after this */
+	if (chdir(sp->root) < 0)
+		child_fail(sync, "chdir to the new root", errno);
+	if (syscall(SYS_pivot_root, ".", ".") < 0)
+		child_fail(sync, "pivot_root", errno);
+	if (umount2(".", MNT_DETACH) < 0)
+		child_fail(sync, "detach the old root", errno);
+	if (chdir("/") < 0)
+		child_fail(sync, "chdir /", errno);
+
+	/* fds: init's socket on INITPROTO_FD, /dev/null on 0-2, nothing else at exec */
+	exe = fcntl(sp->init_exe_fd, F_DUPFD_CLOEXEC, 10);
+	sock = fcntl(sp->init_sock, F_DUPFD_CLOEXEC, 10);
+	sync = fcntl(sync, F_DUPFD_CLOEXEC, 10);
+	if (exe < 0 || sock < 0 || sync < 0)
+		_exit(1);
+	if (dup2(sock, INITPROTO_FD) < 0)
+		child_fail(sync, "dup2 init socket", errno);
+	devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (devnull < 0)
+		child_fail(sync, "open /dev/null", errno);
+	if (dup2(devnull, 0) < 0 || dup2(devnull, 1) < 0 || dup2(devnull, 2) < 0)
+		child_fail(sync, "dup2 /dev/null", errno);
+	if (syscall(SYS_close_range, INITPROTO_FD + 1, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+		child_fail(sync, "close_range", errno);
+
+	if (sp->userns) {
+		/* last namespace: every other one stays owned by the host's user
+		 * namespace, so root in here cannot reconfigure them */
+		if (unshare(CLONE_NEWUSER) < 0)
+			child_fail(sync, "unshare user namespace", errno);
+		if (write(sync, "U", 1) != 1 || read(sync, &go, 1) != 1 || go != 'M')
+			_exit(1);
+		/* only after the parent wrote the maps */
+		if (setresgid(0, 0, 0) < 0)
+			child_fail(sync, "setresgid", errno);
+		if (setgroups(0, NULL) < 0)
+			child_fail(sync, "setgroups", errno);
+		if (setresuid(0, 0, 0) < 0)
+			child_fail(sync, "setresuid", errno);
+	} else if (setgroups(0, NULL) < 0) {
+		child_fail(sync, "setgroups", errno);
+	}
+	/* after the credential change, which would reset it */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		child_fail(sync, "PR_SET_PDEATHSIG", errno);
+	if (caps_apply(sp->caps_keep, sp->caps_last) < 0)
+		child_fail(sync, "drop capabilities", errno);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		child_fail(sync, "PR_SET_NO_NEW_PRIVS", errno);
+	/* seccomp last: the filter also applies to everything above otherwise */
+	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, sp->seccomp, 0, 0) < 0)
+		child_fail(sync, "load seccomp filter", errno);
+	syscall(SYS_execveat, exe, "", init_argv, init_env, AT_EMPTY_PATH);
+	child_fail(sync, "exec sbx-init", errno);
+	_exit(1);
+}
+
+/* Wait until fd is readable; 0, or -1 with errno ETIMEDOUT. */
+static int wait_readable(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	int64_t deadline = util_now_ms() + ms;
+
+	for (;;) {
+		int64_t left = deadline - util_now_ms();
+		int r;
+
+		if (left <= 0) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		r = poll(&p, 1, (int)left);
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return -1;
+	}
+}
+
+static int write_map(pid_t pid, const char *file, uid_t base, struct sbx_err *e)
+{
+	char path[64], map[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+	if (snprintf(map, sizeof(map), "0 %u 65536\n", (unsigned)base) >= (int)sizeof(map))
+		return err_set(e, SBX_E_INTERNAL, "bad uid_base");
+	{
+		auto_close int fd = open(path, O_WRONLY | O_CLOEXEC);
+
+		if (fd < 0 || write(fd, map, strlen(map)) != (ssize_t)strlen(map))
+			return err_sys(e, errno, "cannot write %s", file);
+	}
+	return 0;
+}
+
+void spawn_reap(int pidfd, int wait)
+{
+	siginfo_t si;
+
+	if (pidfd < 0)
+		return;
+	memset(&si, 0, sizeof(si));
+	while (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | (wait ? 0 : WNOHANG)) < 0 &&
+	       errno == EINTR)
+		;
+}
+
+/* The parent's half of the handshake; 0 when the child exec'd sbx-init. */
+static int parent_side(const struct spawn_plan *sp, pid_t pid, int sync, spawn_attach_fn attach,
+		       void *arg, struct sbx_err *e)
+{
+	struct child_report r;
+	ssize_t n;
+
+	if (attach(arg, pid, e) < 0)
+		return -1;
+	if (write(sync, "G", 1) != 1)
+		return err_sys(e, errno, "cannot start the sandbox");
+	for (;;) {
+		if (wait_readable(sync, SPAWN_TIMEOUT_MS) < 0)
+			return err_sys(e, errno, "sandbox setup did not finish");
+		memset(&r, 0, sizeof(r));
+		n = read(sync, &r, sizeof(r));
+		if (n == 0)
+			return 0;   /* CLOEXEC socket closed by the exec: init runs */
+		if (n == 1 && sp->userns && ((char *)&r)[0] == 'U') {
+			if (write_map(pid, "uid_map", sp->uid_base, e) < 0 ||
+			    write_map(pid, "gid_map", sp->uid_base, e) < 0)
+				return -1;
+			if (write(sync, "M", 1) != 1)
+				return err_sys(e, errno, "cannot resume the sandbox");
+			continue;
+		}
+		if (n == (ssize_t)sizeof(r)) {
+			r.step[sizeof(r.step) - 1] = '\0';
+			return err_sys(e, r.err, "%s", r.step);
+		}
+		return err_sys(e, n < 0 ? errno : EPROTO, "sandbox setup failed");
+	}
+}
+
+pid_t spawn_sandbox(const struct spawn_plan *sp, spawn_attach_fn attach, void *arg, int *pidfd,
+		    struct sbx_err *e)
+{
+	int sv[2], fd = -1;
+	unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+			      CLONE_NEWUTS | CLONE_PIDFD | SIGCHLD;
+	long pid;
+
+	*pidfd = -1;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		return err_sys(e, errno, "socketpair");
+	/* fork-like clone: the child runs on a copy of this stack */
+	pid = syscall(SYS_clone, flags, NULL, &fd, NULL, NULL);
+	if (pid < 0) {
+		int err = errno;
+
+		close(sv[0]);
+		close(sv[1]);
+		return err_sys(e, err, "clone");
+	}
+	if (pid == 0) {
+		close(sv[0]);
+		child_main(sp, sv[1]);
+	}
+	close(sv[1]);
+	if (parent_side(sp, (pid_t)pid, sv[0], attach, arg, e) < 0) {
+		syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
+		spawn_reap(fd, 1);
+		close(fd);
+		close(sv[0]);
+		return -1;
+	}
+	close(sv[0]);
+	*pidfd = fd;
+	return (pid_t)pid;
+}

@@ -1,0 +1,46 @@
+/*
+ * spawn.h — starting a sandbox: clone() into new namespaces, run the
+ * planned mounts, pivot_root, drop privileges and exec sbx-init as PID 1.
+ *
+ * Two-phase: the caller plans and allocates everything (struct spawn_plan);
+ * after clone the child only makes syscalls. It waits for the parent to
+ * place it in its cgroup, reports a failing step over a CLOEXEC socket
+ * ("mount /proc: Operation not permitted") and closes every fd but init's
+ * socket (fd INITPROTO_FD) and /dev/null on 0-2 before the exec.
+ */
+#ifndef SBX_SPAWN_H
+#define SBX_SPAWN_H
+
+#include "err.h"
+#include "mounts.h"
+
+#include <linux/filter.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct spawn_plan {
+	const struct mnt_plan *mounts;
+	const char *root;              /* directory to pivot into */
+	const char *hostname;
+	int userns;                    /* enter a user namespace last: 0 -> uid_base */
+	uid_t uid_base;
+	const struct sock_fprog *seccomp;
+	uint64_t caps_keep;
+	int caps_last;
+	int init_exe_fd;               /* O_PATH fd of the sbx-init binary */
+	int init_sock;                 /* the sandbox's end of the init socket */
+};
+
+/* Called in the parent with the child's host pid before the child starts
+ * building: put it into its cgroup. 0 or -1 with e filled. */
+typedef int (*spawn_attach_fn)(void *arg, pid_t pid, struct sbx_err *e);
+
+/* Start the sandbox. Returns the host pid of its init and a pidfd in
+ * *pidfd (O_CLOEXEC), or -1 with e filled (the child is killed and reaped). */
+pid_t spawn_sandbox(const struct spawn_plan *sp, spawn_attach_fn attach, void *arg, int *pidfd,
+		    struct sbx_err *e);
+
+/* Reap a child through its pidfd (blocking when wait is set). */
+void spawn_reap(int pidfd, int wait);
+
+#endif

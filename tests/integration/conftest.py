@@ -1,0 +1,327 @@
+"""The integration harness: one real sbx stack per test session.
+
+`deploy/stack up --dir <tmp> --port <free> --agents 2` runs once (binaries
+from $SBX_BUILD, default build/), every test talks to it over HTTP through
+nginx, and `deploy/stack down` runs at the end, also when tests fail.
+
+Fixtures:
+  stack      the Stack below (dir, url, keys, redis port, helpers)
+  api        stack.api:  api(method, path, key=<dev key>|None, json=, data=, headers=)
+  redis_cli  stack.redis_cli: redis_cli(*args) -> stdout text (stripped)
+  new_key    stack.new_key:   new_key(tenant, admin=False) -> "sbx_..."
+
+Set SBX_KEEP=1 to keep the stack directory (logs) after the session.
+"""
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+import requests
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STACK = os.path.join(ROOT, "deploy", "stack")
+DEFAULT_KEY = object()
+
+
+def become_subreaper():
+    """Adopt the stack's processes when `deploy/stack` exits, so that their
+    exits are reaped here (some machines' PID 1 never reaps orphans)."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def reap_orphans():
+    """waitpid() every exited child of ours. Called between subprocess runs
+    only, so every zombie child is an adopted stack process, never a Popen's."""
+    me = os.getpid()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if rest[0] == "Z" and int(rest[1]) == me:
+            try:
+                os.waitpid(int(d), os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def free_port():
+    """A free loopback port below the ephemeral range."""
+    import random
+    for _ in range(500):
+        p = random.randint(20000, 32000)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", p))
+            s.listen(1)
+        except OSError:
+            continue
+        finally:
+            s.close()
+        return p
+    raise RuntimeError("no free port")
+
+
+def read_env(path):
+    env = {}
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if "=" in line and not line.startswith("#"):
+                k, v = line.split("=", 1)
+                env[k] = v
+    return env
+
+
+class Stack:
+    """A running stack: its directory, URLs, keys and helpers."""
+
+    def __init__(self, directory, build):
+        self.dir = directory
+        self.build = build
+        self.env = read_env(os.path.join(directory, "env"))
+        self.url = self.env["SBX_URL"]
+        self.static_url = self.env["SBX_STATIC_URL"]
+        self.key = self.env["SBX_API_KEY"]
+        self.admin_key = self.env["SBX_ADMIN_KEY"]
+        self.redis_port = int(self.env["SBX_REDIS_PORT"])
+        self.secret = self.env["SBX_NODE_SECRET"]
+        self.agents = int(self.env["SBX_AGENTS"])
+        self.http = requests.Session()
+
+    # -- HTTP -----------------------------------------------------------
+
+    def api(self, method, path, key=DEFAULT_KEY, json=None, data=None, headers=None,
+            timeout=10, **kw):
+        """One request through nginx. key: the dev key by default, None for none."""
+        h = dict(headers or {})
+        if key is DEFAULT_KEY:
+            key = self.key
+        if key is not None:
+            h["Authorization"] = "Bearer " + key
+        return self.http.request(method, self.url + path, json=json, data=data, headers=h,
+                                 timeout=timeout, **kw)
+
+    # -- Redis ----------------------------------------------------------
+
+    def redis_cli(self, *args, check=True):
+        """Run redis-cli against the stack's Redis; stdout, stripped."""
+        r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(self.redis_port),
+                            "--no-auth-warning"] + [str(a) for a in args],
+                           capture_output=True, text=True, timeout=10)
+        if check and r.returncode != 0:
+            raise AssertionError("redis-cli %s failed: %s" % (args, r.stderr))
+        return r.stdout.strip()
+
+    # -- the stack script -------------------------------------------------
+
+    def run(self, *args, check=True, timeout=60):
+        """deploy/stack ARGS --dir DIR; the CompletedProcess."""
+        r = subprocess.run([STACK] + list(args) + ["--dir", self.dir], capture_output=True,
+                           text=True, timeout=timeout, env=dict(os.environ, SBX_BUILD=self.build))
+        reap_orphans()
+        if check and r.returncode != 0:
+            raise AssertionError("deploy/stack %s failed (%d):\n%s%s" %
+                                 (" ".join(args), r.returncode, r.stdout, r.stderr))
+        return r
+
+    def new_key(self, tenant, admin=False):
+        """A new API key for tenant (through `deploy/stack key`)."""
+        args = ["key", "--tenant", tenant] + (["--admin"] if admin else [])
+        key = self.run(*args).stdout.strip()
+        assert key.startswith("sbx_") and len(key) == 44, "unexpected key text %r" % key
+        return key
+
+    def pid(self, name):
+        with open(os.path.join(self.dir, "pids", name + ".pid")) as f:
+            return int(f.read().strip())
+
+    def log(self, name, lines=30):
+        try:
+            with open(os.path.join(self.dir, "logs", name + ".log"), errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    # -- waiting ----------------------------------------------------------
+
+    def wait(self, what, cond, timeout=10.0, interval=0.1):
+        """Poll cond() until it is truthy; its value, or fail saying what."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while True:
+            try:
+                last = cond()
+                if last:
+                    return last
+            except (requests.RequestException, AssertionError) as ex:
+                last = ex
+            reap_orphans()
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out after %.1fs waiting for %s (last: %r)" %
+                                     (timeout, what, last))
+            time.sleep(interval)
+
+    def healthy(self):
+        """Healthz 200 and every agent's alive key present (the state after `up`)."""
+        r = self.api("GET", "/healthz", key=None, timeout=2)
+        if r.status_code != 200:
+            return False
+        for i in range(1, self.agents + 1):
+            if self.redis_cli("EXISTS", "sbx:node:{agent-%d}:alive" % i, check=False) != "1":
+                return False
+        return True
+
+    def wait_healthy(self, timeout=15.0):
+        return self.wait("the whole stack to be healthy again", self.healthy, timeout)
+
+
+def stack_up(agents=2):
+    build = os.environ.get("SBX_BUILD", "build")
+    if not os.path.isabs(build):
+        build = os.path.join(ROOT, build)
+    become_subreaper()
+    directory = tempfile.mkdtemp(prefix="sbx-it-", dir="/tmp")
+    port = free_port()
+    r = subprocess.run([STACK, "up", "--dir", directory, "--port", str(port),
+                        "--agents", str(agents)], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, SBX_BUILD=build))
+    if r.returncode != 0:
+        subprocess.run([STACK, "down", "--dir", directory], capture_output=True, timeout=60)
+        raise RuntimeError("deploy/stack up failed (%d); logs in %s\n%s%s" %
+                           (r.returncode, directory, r.stdout, r.stderr))
+    return Stack(directory, build)
+
+
+SANITIZER_ERRORS = ("ERROR: AddressSanitizer", "runtime error:")
+SANITIZER_WARNINGS = ("ERROR: LeakSanitizer",)
+
+
+def sanitizer_findings(directory):
+    """(errors, warnings): sanitizer report lines found in the stack's logs."""
+    errors, warnings = [], []
+    logs = os.path.join(directory, "logs")
+    for name in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
+        with open(os.path.join(logs, name), errors="replace") as f:
+            for line in f:
+                if any(m in line for m in SANITIZER_ERRORS):
+                    errors.append("%s: %s" % (name, line.rstrip()))
+                elif any(m in line for m in SANITIZER_WARNINGS):
+                    warnings.append("%s: %s" % (name, line.rstrip()))
+    return errors, warnings
+
+
+def processes_mentioning(text):
+    """'pid cmdline' of every live process whose command line contains text."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open("/proc/%s/stat" % d) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in cmd and state != "Z":
+            found.append("%s %s" % (d, cmd.strip()))
+    return found
+
+
+def stack_down(st, keep=False):
+    r = subprocess.run([STACK, "down", "--dir", st.dir], capture_output=True, text=True,
+                       timeout=120)
+    reap_orphans()
+    if r.returncode != 0:
+        print("deploy/stack down failed:", r.stdout, r.stderr)
+    if not keep:
+        stack_down_cleanup(st)
+
+
+def stack_down_cleanup(st):
+    """Remove the stack directory (unless SBX_KEEP is set)."""
+    if os.environ.get("SBX_KEEP"):
+        print("stack directory kept:", st.dir)
+        return
+    # --one-file-system: never descend into a mount a sandbox left behind.
+    r = subprocess.run(["rm", "-rf", "--one-file-system", st.dir], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        print("could not remove %s entirely (a mount left behind?): %s" % (st.dir, r.stderr))
+
+
+@pytest.fixture(scope="session")
+def stack():
+    try:
+        st = stack_up(agents=2)
+    except RuntimeError as ex:
+        pytest.exit(str(ex), returncode=1)
+    try:
+        yield st
+    finally:
+        stack_down(st, keep=True)
+    left = processes_mentioning(st.dir)
+    if left:
+        pytest.fail("deploy/stack down left processes behind:\n%s" % "\n".join(left),
+                    pytrace=False)
+    errors, warnings = sanitizer_findings(st.dir)
+    for w in warnings:
+        print("sanitizer warning:", w)
+    if errors:
+        pytest.fail("sanitizer reports in the stack's logs (kept in %s):\n%s" %
+                    (st.dir, "\n".join(errors[:40])), pytrace=False)
+    stack_down_cleanup(st)
+
+
+@pytest.fixture
+def api(stack):
+    return stack.api
+
+
+@pytest.fixture
+def redis_cli(stack):
+    return stack.redis_cli
+
+
+@pytest.fixture
+def new_key(stack):
+    return stack.new_key
+
+
+def error_of(r):
+    """The {code, message, details} of a JSON error answer, asserting its shape."""
+    ctype = r.headers.get("Content-Type", "")
+    assert ctype.startswith("application/json"), \
+        "%s %s: expected a JSON error, got Content-Type %r body %r" % (
+            r.request.method, r.request.path_url, ctype, r.text[:300])
+    body = r.json()
+    assert isinstance(body, dict) and set(body) == {"error"}, \
+        "error body must be exactly {error:{...}}: %r" % body
+    err = body["error"]
+    assert isinstance(err.get("code"), str) and err["code"].isupper(), "bad error code in %r" % body
+    assert isinstance(err.get("message"), str) and err["message"], "empty error message in %r" % body
+    assert isinstance(err.get("details", {}), dict), "details must be an object: %r" % body
+    return err
+
+
+def assert_error(r, status, code):
+    """Assert r is the JSON error `code` with HTTP `status`."""
+    assert r.status_code == status, "%s %s: expected %d %s, got %d: %r" % (
+        r.request.method, r.request.path_url, status, code, r.status_code, r.text[:300])
+    err = error_of(r)
+    assert err["code"] == code, "%s %s: expected code %s, got %r" % (
+        r.request.method, r.request.path_url, code, err)
+    return err

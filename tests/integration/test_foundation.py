@@ -1,0 +1,374 @@
+"""Foundation: health, auth, routing errors, request ids, the node registry,
+and the faults the stack must survive (agent, worker, Redis).
+
+Every test leaves the stack as it found it (healthy, all agents up), so the
+order of tests does not matter.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import ROOT, assert_error, error_of
+
+SANDBOX_ID_OK = "a" * 63
+BAD_IDS = ["{", "}", "ABC", "a" * 64, "a..b", "-a", "a-", "a_b", "a.b"]
+
+
+def worker_pids(master):
+    """Children of the sbx-api master (its FastCGI workers), live only."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(rest[1]) == master and rest[0] != "Z":
+            pids.append(int(d))
+    return pids
+
+
+def wall_ms(v):
+    """A timestamp of the API (ms since the epoch, or ISO-8601 UTC) in ms."""
+    if isinstance(v, int):
+        return v
+    import datetime
+    assert isinstance(v, str) and v.endswith("Z"), "timestamp %r is neither ms nor ISO UTC" % v
+    t = datetime.datetime.fromisoformat(v[:-1]).replace(tzinfo=datetime.timezone.utc)
+    return int(t.timestamp() * 1000)
+
+
+def nodes_by_name(stack):
+    r = stack.api("GET", "/v1/nodes", key=stack.admin_key)
+    assert r.status_code == 200, "GET /v1/nodes (admin): %d %r" % (r.status_code, r.text[:300])
+    body = r.json()
+    assert isinstance(body.get("nodes"), list), "expected {nodes:[...]}, got %r" % body
+    return {n["name"]: n for n in body["nodes"]}
+
+
+# ---- health and the shipped configuration ------------------------------------
+
+def test_healthz(api):
+    r = api("GET", "/healthz", key=None)
+    assert r.status_code == 200, "healthz: %d %r" % (r.status_code, r.text)
+
+
+def test_shipped_config_matches_the_table(stack):
+    """conf/sbx.conf parses, and lists exactly the keys both binaries know."""
+    def keys(binary):
+        r = subprocess.run([os.path.join(stack.build, binary), "-c",
+                            os.path.join(ROOT, "conf", "sbx.conf"), "--print-config"],
+                           capture_output=True, text=True, timeout=10)
+        assert r.returncode == 0, "%s --print-config on conf/sbx.conf failed: %s" % (
+            binary, r.stderr)
+        out, section = set(), None
+        for line in r.stdout.splitlines():
+            m = re.match(r"^\[(\w+)\]$", line)
+            if m:
+                section = m.group(1)
+            elif "=" in line:
+                out.add("%s.%s" % (section, line.split("=", 1)[0].strip()))
+        return out
+
+    shipped, section = set(), None
+    with open(os.path.join(ROOT, "conf", "sbx.conf")) as f:
+        for line in f:
+            m = re.match(r"^\[(\w+)\]", line)
+            if m:
+                section = m.group(1)
+            m = re.match(r"^([a-z_]+)\s*=", line)
+            if m:
+                shipped.add("%s.%s" % (section, m.group(1)))
+    for binary in ("sbx-api", "sbx-agent"):
+        known = keys(binary)
+        assert known == shipped, "%s knows %s, conf/sbx.conf lists %s" % (
+            binary, sorted(known - shipped), sorted(shipped - known))
+
+
+# ---- authentication -----------------------------------------------------------
+
+@pytest.mark.parametrize("auth", [None, "Bearer sbx_" + "0" * 40, "Bearer nonsense",
+                                  "Basic Zm9vOmJhcg==", "Bearer "])
+def test_unauthorized(api, auth):
+    headers = {"Authorization": auth} if auth is not None else {}
+    r = api("GET", "/v1/nodes", key=None, headers=headers)
+    assert_error(r, 401, "UNAUTHORIZED")
+
+
+def test_unauthorized_on_the_data_path(api):
+    r = api("POST", "/v1/sandboxes/%s/exec" % SANDBOX_ID_OK, key=None, json={"command": "true"})
+    assert_error(r, 401, "UNAUTHORIZED")
+    r = api("POST", "/v1/sandboxes/%s/exec" % SANDBOX_ID_OK, key="sbx_" + "f" * 40,
+            json={"command": "true"})
+    assert_error(r, 401, "UNAUTHORIZED")
+
+
+def test_new_tenant_key_authenticates(stack, new_key):
+    key = new_key("it-tenant")
+    r = stack.api("GET", "/healthz", key=key)
+    assert r.status_code == 200
+    # Not an admin: the node list is refused, but as 403, not 401.
+    assert_error(stack.api("GET", "/v1/nodes", key=key), 403, "FORBIDDEN")
+
+
+def test_keys_are_stored_hashed(stack, redis_cli):
+    import hashlib
+    digest = hashlib.sha256(stack.key.encode()).hexdigest()
+    assert redis_cli("HGET", "sbx:apikey:" + digest, "tenant") == "dev", \
+        "sbx:apikey:<sha256 of the key> must hold tenant dev"
+    assert redis_cli("HGET", "sbx:apikey:" + digest, "admin") == "0"
+    admin = hashlib.sha256(stack.admin_key.encode()).hexdigest()
+    assert redis_cli("HGET", "sbx:apikey:" + admin, "admin") == "1"
+    assert stack.key not in redis_cli("KEYS", "sbx:apikey:*"), "the raw key must not be stored"
+
+
+# ---- routing errors ------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["/v1/nope", "/v1/sandboxes/x/nope/deeper", "/nope", "/",
+                                  "/agent/v1/sandboxes"])
+def test_unknown_route_is_404(api, path):
+    assert_error(api("GET", path), 404, "NOT_FOUND")
+
+
+@pytest.mark.parametrize("path", ["/_sbx_route", "/_sbx_error"])
+def test_internal_locations_are_not_public(api, path):
+    """The routing subrequests exist only inside nginx."""
+    r = api("GET", path, headers={"X-Sbx-Status": "200", "X-Sbx-Code": "OK"})
+    assert_error(r, 404, "NOT_FOUND")
+
+
+def test_method_not_allowed(stack):
+    r = stack.api("DELETE", "/v1/nodes", key=stack.admin_key)
+    assert_error(r, 405, "METHOD_NOT_ALLOWED")
+    allow = r.headers.get("Allow", "")
+    assert "GET" in allow, "405 must carry an Allow header listing GET, got %r" % allow
+
+
+def test_oversized_body_is_413(api):
+    body = b"{" + b" " * (2 << 20) + b"}"
+    r = api("PUT", "/v1/sandboxes/big", data=body, headers={"Content-Type": "application/json"})
+    assert_error(r, 413, "PAYLOAD_TOO_LARGE")
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_bad_sandbox_id_on_the_data_path(api, bad):
+    r = api("POST", "/v1/sandboxes/%s/exec" % bad, json={"command": "true"})
+    assert_error(r, 400, "VALIDATION_FAILED")
+
+
+def test_dot_dot_id_never_reaches_a_sandbox(api):
+    # nginx normalizes /v1/sandboxes/../exec to /v1/exec: a 4xx, never a 2xx or 5xx.
+    r = api("POST", "/v1/sandboxes/../exec", json={"command": "true"})
+    assert r.status_code in (400, 404), "got %d %r" % (r.status_code, r.text[:200])
+    error_of(r)
+
+
+def test_well_formed_unknown_sandbox_is_404(api):
+    r = api("POST", "/v1/sandboxes/%s/exec" % SANDBOX_ID_OK, json={"command": "true"})
+    assert_error(r, 404, "SANDBOX_NOT_FOUND")
+
+
+def test_client_cannot_forge_the_routing_headers(api):
+    """X-Sbx-* headers from a client change nothing on the data path."""
+    forged = {"X-Sbx-Agent": "127.0.0.1:1", "X-Sbx-Tenant": "other", "X-Sbx-Epoch": "999",
+              "X-Sbx-Status": "200", "X-Sbx-Code": "OK", "X-Sbx-Internal": "1"}
+    r = api("POST", "/v1/sandboxes/%s/exec" % SANDBOX_ID_OK, json={"command": "true"},
+            headers=forged)
+    assert_error(r, 404, "SANDBOX_NOT_FOUND")
+    r = api("POST", "/v1/sandboxes/%s/exec" % SANDBOX_ID_OK, key=None, headers=forged)
+    assert_error(r, 401, "UNAUTHORIZED")
+
+
+def lifecycle_or_skip(api, r):
+    if r.status_code in (404, 405) and error_of(r)["code"] in ("NOT_FOUND", "METHOD_NOT_ALLOWED"):
+        pytest.skip("PUT /v1/sandboxes/{id} is not built yet")
+
+
+@pytest.mark.parametrize("body", [b"{", b"[1,2", b"{\"labels\":", b"\xff\xfe", b"nul\x00l"])
+def test_malformed_json_is_400(api, body):
+    r = api("PUT", "/v1/sandboxes/it-malformed", data=body,
+            headers={"Content-Type": "application/json"})
+    lifecycle_or_skip(api, r)
+    assert_error(r, 400, "VALIDATION_FAILED")
+
+
+def test_unknown_field_is_400(api):
+    r = api("PUT", "/v1/sandboxes/it-unknown-field", json={"bogus": 1})
+    lifecycle_or_skip(api, r)
+    assert_error(r, 400, "VALIDATION_FAILED")
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_bad_sandbox_id_on_the_control_path(api, bad):
+    r = api("PUT", "/v1/sandboxes/%s" % bad, json={})
+    lifecycle_or_skip(api, r)
+    assert_error(r, 400, "VALIDATION_FAILED")
+
+
+# ---- request ids ----------------------------------------------------------------
+
+@pytest.mark.parametrize("method,path,auth", [
+    ("GET", "/healthz", False), ("GET", "/v1/nodes", False), ("GET", "/nope", True),
+    ("GET", "/v1/nope", True), ("DELETE", "/v1/nodes", True),
+    ("POST", "/v1/sandboxes/ABC/exec", True), ("POST", "/v1/sandboxes/%s/exec" % SANDBOX_ID_OK, True),
+])
+def test_request_id_on_every_answer(stack, method, path, auth):
+    key = stack.admin_key if auth else None
+    r = stack.api(method, path, key=key)
+    rid = r.headers.get("X-Request-Id", "")
+    assert re.match(r"^[A-Za-z0-9._-]{1,128}$", rid), \
+        "%s %s (%d) has no usable X-Request-Id: %r" % (method, path, r.status_code, rid)
+    sent = "it-%d.abc_X" % time.monotonic_ns()
+    r = stack.api(method, path, key=key, headers={"X-Request-Id": sent})
+    assert r.headers.get("X-Request-Id") == sent, "%s %s: sent %r, got %r" % (
+        method, path, sent, r.headers.get("X-Request-Id"))
+    assert r.headers.get("X-Request-Id", "").count(",") == 0, "X-Request-Id added twice"
+
+
+def test_request_id_on_413(api):
+    r = api("PUT", "/v1/sandboxes/big", data=b" " * (2 << 20), headers={"X-Request-Id": "big-1"})
+    assert r.status_code == 413
+    assert r.headers.get("X-Request-Id") == "big-1"
+
+
+@pytest.mark.parametrize("bad", ["has space", "a/b", "x" * 129, "\u00e9t\u00e9".encode("utf-8")])
+def test_unsafe_request_id_is_replaced(api, bad):
+    r = api("GET", "/healthz", key=None, headers={"X-Request-Id": bad})
+    rid = r.headers.get("X-Request-Id", "")
+    assert rid and rid != bad and re.match(r"^[A-Za-z0-9._-]{1,128}$", rid), \
+        "an unsafe X-Request-Id must be replaced by nginx's own, got %r" % rid
+
+
+# ---- the node registry ------------------------------------------------------------
+
+def test_nodes_registered(stack, redis_cli):
+    nodes = stack.wait("both agents up in /v1/nodes", lambda: (
+        lambda n: n if all(n.get("agent-%d" % i, {}).get("state") == "up"
+                           for i in (1, 2)) else None)(nodes_by_name(stack)))
+    for i in (1, 2):
+        name = "agent-%d" % i
+        n = nodes[name]
+        assert n["address"] == stack.env["SBX_AGENT_%d" % i], "%s: address %r" % (name, n)
+        for field in ("capacity", "load", "sandboxes", "lastHeartbeat"):
+            assert field in n, "%s lacks %s: %r" % (name, field, n)
+        assert abs(wall_ms(n["lastHeartbeat"]) - time.time() * 1000) < 10000, \
+            "stale lastHeartbeat %r" % n
+    members = set(redis_cli("SMEMBERS", "sbx:nodes").split())
+    assert {"agent-1", "agent-2"} <= members, "sbx:nodes = %r" % members
+    for i in (1, 2):
+        h = redis_cli("HGET", "sbx:node:{agent-%d}" % i, "address")
+        assert h == stack.env["SBX_AGENT_%d" % i], "sbx:node:{agent-%d}.address = %r" % (i, h)
+        pttl = int(redis_cli("PTTL", "sbx:node:{agent-%d}:alive" % i))
+        assert 0 < pttl <= 3000, "alive key must carry PX = node_ttl (3s), PTTL %d" % pttl
+
+
+def test_nodes_needs_admin(api):
+    assert_error(api("GET", "/v1/nodes"), 403, "FORBIDDEN")
+
+
+def test_agent_refuses_requests_without_the_node_secret(stack):
+    import requests
+    addr = stack.env["SBX_AGENT_1"]
+    for headers in ({}, {"X-Sbx-Node-Secret": "wrong"},
+                    {"X-Sbx-Node-Secret": stack.secret + "x"}):
+        r = requests.get("http://%s/agent/v1/sandboxes" % addr, headers=headers, timeout=5)
+        assert_error(r, 401, "UNAUTHORIZED")
+    r = requests.get("http://%s/agent/v1/sandboxes" % addr,
+                     headers={"X-Sbx-Node-Secret": stack.secret}, timeout=5)
+    assert r.status_code == 200, "with the secret: %d %r" % (r.status_code, r.text[:200])
+    assert isinstance(r.json().get("sandboxes"), list)
+
+
+# ---- faults -------------------------------------------------------------------------
+
+def test_killed_agent_goes_down_after_ttl(stack):
+    name = "agent-2"
+    pid = stack.pid(name)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        stack.wait("%s to show as down in /v1/nodes" % name,
+                   lambda: nodes_by_name(stack).get(name, {}).get("state") == "down",
+                   timeout=10)
+        took = time.monotonic() - t0
+        assert took > 1.0, "%s went down after %.1fs: before the TTL (3s)?" % (name, took)
+        assert stack.redis_cli("EXISTS", "sbx:node:{%s}:alive" % name) == "0"
+        # The other node is not affected.
+        assert nodes_by_name(stack)["agent-1"]["state"] == "up"
+    finally:
+        stack.run("restart-agent", "2")
+        stack.wait_healthy()
+    assert nodes_by_name(stack)[name]["state"] == "up"
+
+
+def test_clean_agent_stop_deregisters(stack, redis_cli):
+    name = "agent-2"
+    try:
+        stack.run("stop", name)
+        assert redis_cli("EXISTS", "sbx:node:{%s}:alive" % name) == "0"
+        assert redis_cli("SISMEMBER", "sbx:nodes", name) == "0", \
+            "a clean shutdown must SREM the node from sbx:nodes"
+        assert redis_cli("EXISTS", "sbx:node:{%s}" % name) == "0"
+    finally:
+        stack.run("start", name)
+        stack.wait_healthy()
+
+
+def test_killed_api_worker_is_survived(stack, api):
+    master = stack.pid("api")
+    workers = stack.wait("sbx-api workers", lambda: worker_pids(master), timeout=5)
+    n = len(workers)
+    os.kill(workers[0], signal.SIGKILL)
+    for i in range(20):
+        r = api("GET", "/healthz", key=None)
+        assert r.status_code == 200, "request %d after killing a worker: %d %r" % (
+            i, r.status_code, r.text[:200])
+        r = stack.api("GET", "/v1/nodes", key=stack.admin_key)
+        assert r.status_code == 200, "request %d after killing a worker: %d %r" % (
+            i, r.status_code, r.text[:200])
+    stack.wait("the master to replace the killed worker (%d workers)" % n,
+               lambda: len(worker_pids(master)) == n and workers[0] not in worker_pids(master),
+               timeout=5)
+
+
+def test_redis_down_is_503_fast_and_recovers(stack, api):
+    try:
+        stack.run("stop", "redis")
+        for path, key in (("/healthz", None), ("/v1/nodes", stack.admin_key),
+                          ("/v1/sandboxes/%s/exec" % SANDBOX_ID_OK, stack.key)):
+            t0 = time.monotonic()
+            method = "POST" if path.endswith("/exec") else "GET"
+            r = stack.api(method, path, key=key)
+            took = time.monotonic() - t0
+            assert_error(r, 503, "REDIS_UNAVAILABLE")
+            assert took < 2.0, "%s took %.2fs with Redis down (must fail fast)" % (path, took)
+    finally:
+        stack.run("start", "redis")
+    stack.wait("healthz 200 after Redis is back",
+               lambda: api("GET", "/healthz", key=None, timeout=2).status_code == 200)
+    stack.wait_healthy()
+    r = stack.api("GET", "/v1/nodes", key=stack.admin_key)
+    assert r.status_code == 200, "after Redis came back: %d %r" % (r.status_code, r.text[:200])
+
+
+def test_api_pool_down_is_503_json(stack, api):
+    """With sbx-api gone, nginx itself answers 503 JSON with Retry-After,
+    on the control path and on the data path (whose routing subrequest fails)."""
+    try:
+        stack.run("stop", "api")
+        for method, path in (("GET", "/healthz"), ("GET", "/v1/nodes"),
+                             ("POST", "/v1/sandboxes/%s/exec" % SANDBOX_ID_OK)):
+            r = api(method, path)
+            assert_error(r, 503, "NODE_UNAVAILABLE")
+            assert r.headers.get("Retry-After") == "1", "%s: no Retry-After" % path
+            assert r.headers.get("X-Request-Id"), "%s: no X-Request-Id" % path
+    finally:
+        stack.run("start", "api")
+    stack.wait_healthy()

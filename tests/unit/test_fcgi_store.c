@@ -1,0 +1,44 @@
+/* redis.url parsing of sbx-api's store. */
+#include "unit.h"
+#include "store.h"
+
+TEST(fcgi_store_parse_url_ok)
+{
+	struct store_addr a;
+	struct sbx_err e;
+
+	CHECK_INT(store_parse_url("redis://127.0.0.1:6379", &a, &e), 0);
+	CHECK_INT(a.is_unix, 0);
+	CHECK_STR(a.host, "127.0.0.1");
+	CHECK_INT(a.port, 6379);
+	CHECK_INT(store_parse_url("redis://localhost", &a, &e), 0);
+	CHECK_STR(a.host, "localhost");
+	CHECK_INT(a.port, 6379);
+	CHECK_INT(store_parse_url("redis://[::1]:7000", &a, &e), 0);
+	CHECK_STR(a.host, "::1");
+	CHECK_INT(a.port, 7000);
+	CHECK_INT(store_parse_url("unix:/tmp/redis.sock", &a, &e), 0);
+	CHECK_INT(a.is_unix, 1);
+	CHECK_STR(a.path, "/tmp/redis.sock");
+}
+
+TEST(fcgi_store_parse_url_bad)
+{
+	struct store_addr a;
+	struct sbx_err e;
+	static const char *bad[] = {
+		"", "http://x:1", "redis://", "redis://:6379", "redis://h:0", "redis://h:65536",
+		"redis://h:-1", "redis://h:12ab", "redis://h:", "redis://u:p@h:1", "redis://h:1/0",
+		"redis://h h:1", "redis://[::1", "redis://[::1]x", "unix:", "unix:relative/path",
+		"redis://h:1?x=y",
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int rc = store_parse_url(bad[i], &a, &e);
+		if (rc != -1)
+			fprintf(stderr, "  accepted bad url '%s'\n", bad[i]);
+		CHECK_INT(rc, -1);
+		CHECK_INT(e.code, SBX_E_VALIDATION);
+	}
+	CHECK_INT(store_parse_url(NULL, &a, &e), -1);
+}
