@@ -54,7 +54,7 @@ static const struct conf_entry entries[] = {
 	{ "sandbox", "memory_mib", T_INT, OFF(sandbox.memory_mib), "512", 16, 1048576, NULL },
 	{ "sandbox", "cpus_milli", T_INT, OFF(sandbox.cpus_milli), "1000", 10, 256000, NULL },
 	{ "sandbox", "pids", T_INT, OFF(sandbox.pids), "256", 8, 1000000, NULL },
-	{ "sandbox", "disk_mib", T_INT, OFF(sandbox.disk_mib), "1024", 1, 1048576, NULL },
+	{ "sandbox", "disk_mib", T_INT, OFF(sandbox.disk_mib), "256", 1, 1048576, NULL },
 	{ "sandbox", "sleep_after", T_DURATION, OFF(sandbox.sleep_after_ms), "10m", 1000, 2592000000LL, NULL },
 };
 
@@ -151,6 +151,17 @@ static int section_known(const char *section)
 	for (size_t i = 0; i < ARRAY_SIZE(entries); i++)
 		if (strcmp(entries[i].section, section) == 0)
 			return 1;
+	return 0;
+}
+
+int conf_bounds(const char *section, const char *key, int64_t *min, int64_t *max)
+{
+	const struct conf_entry *en = lookup(section, key);
+
+	if (!en || (en->type != T_INT && en->type != T_DURATION))
+		return -1;
+	*min = en->min;
+	*max = en->max;
 	return 0;
 }
 

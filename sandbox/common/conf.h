@@ -75,6 +75,11 @@ int conf_override(struct sbx_conf *c, const char *assignment, struct sbx_err *e)
 /* Parse a duration "250", "250ms", "30s", "10m", "1h" into ms; -1 if bad. */
 int conf_parse_duration(const char *s, int64_t *ms);
 
+/* The bounds of a numeric key (T_INT / duration in ms) of the table, so that
+ * API input is held to the same limits as the config. 0, or -1 when the key
+ * is unknown or not numeric. */
+int conf_bounds(const char *section, const char *key, int64_t *min, int64_t *max);
+
 /* Print every key with its current value, as the file format (sbx-* --print-config). */
 void conf_print(const struct sbx_conf *c, FILE *out);
 
