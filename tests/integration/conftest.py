@@ -188,15 +188,19 @@ class Stack:
         return self.wait("the whole stack to be healthy again", self.healthy, timeout)
 
 
-def stack_up(agents=2):
+def stack_up(agents=2, overrides=()):
+    """A new stack in a new temp dir; overrides: ["section.key=value", ...]
+    written into its sbx.conf (deploy/stack up -o)."""
     build = os.environ.get("SBX_BUILD", "build")
     if not os.path.isabs(build):
         build = os.path.join(ROOT, build)
     become_subreaper()
     directory = tempfile.mkdtemp(prefix="sbx-it-", dir="/tmp")
     port = free_port()
-    r = subprocess.run([STACK, "up", "--dir", directory, "--port", str(port),
-                        "--agents", str(agents)], capture_output=True, text=True, timeout=120,
+    args = [STACK, "up", "--dir", directory, "--port", str(port), "--agents", str(agents)]
+    for o in overrides:
+        args += ["-o", o]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, SBX_BUILD=build))
     if r.returncode != 0:
         subprocess.run([STACK, "down", "--dir", directory], capture_output=True, timeout=60)

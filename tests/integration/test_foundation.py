@@ -372,3 +372,31 @@ def test_api_pool_down_is_503_json(stack, api):
     finally:
         stack.run("start", "api")
     stack.wait_healthy()
+
+
+@pytest.mark.parametrize("where", ["uri", "header"])
+def test_oversized_request_line_or_header_is_json_400(stack, where):
+    big = "a" * 20000
+    if where == "uri":
+        r = stack.api("GET", "/v1/" + big)
+    else:
+        r = stack.api("GET", "/healthz", headers={"X-Big": big})
+    assert_error(r, 400, "VALIDATION_FAILED")
+    assert r.headers.get("X-Request-Id"), "no X-Request-Id on the 400"
+
+
+def test_unparsable_request_is_json_400(stack):
+    import socket
+    from urllib.parse import urlsplit
+    u = urlsplit(stack.url)
+    with socket.create_connection((u.hostname, u.port), timeout=5) as s:
+        s.sendall(b"GARBAGE\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), "got %r" % data[:200]
+    assert b'"code":"VALIDATION_FAILED"' in body, "got %r" % body
