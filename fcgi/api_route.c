@@ -10,6 +10,7 @@
 #include "api.h"
 #include "auth.h"
 #include "ids.h"
+#include "lifecycle.h"
 #include "log.h"
 #include "store.h"
 #include "util.h"
@@ -17,12 +18,6 @@
 #include <string.h>
 
 #define ROUTE_PREFIX "/v1/sandboxes/"
-
-struct route_owner {
-	char address[CONF_STR_MAX];   /* host:port of the owning agent */
-	int64_t epoch;
-	int64_t generation;
-};
 
 /* 1 when the raw path (before '?') has a '.' / '..' segment (also when
  * percent-encoded) or an empty one before its end: nginx matched the
@@ -94,68 +89,20 @@ static int address_ok(const char *a)
 	return 1;
 }
 
-/*
- * Decide which agent serves sandbox tenant/id right now. Today: the node of
- * the record, if that node is alive. (Waking a sleeping sandbox and
- * re-placing one whose node died belong here.) 0 with o filled, or -1 with
- * e: SANDBOX_NOT_FOUND, NODE_UNAVAILABLE, REDIS_UNAVAILABLE, INTERNAL.
- */
-static int route_owner_decide(const char *tenant, const char *id, struct route_owner *o,
-			      struct sbx_err *e)
-{
-	auto_reply redisReply *rec = NULL;
-	redisReply *node[2] = { NULL, NULL };
-	const char *state, *name, *epoch, *gen, *addr;
-	int alive;
-
-	rec = store_command(e, "HGETALL sbx:sb:{%s/%s}", tenant, id);
-	if (!rec)
-		return -1;
-	state = store_hash_get(rec, "state");
-	if (!state || strcmp(state, "destroyed") == 0)
-		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
-	name = store_hash_get(rec, "node");
-	if (!name || !*name)
-		return err_set(e, SBX_E_NODE_UNAVAILABLE, "sandbox '%s' is not placed on a node", id);
-	if (!ids_valid_node(name))
-		return err_set(e, SBX_E_INTERNAL, "sandbox record %s/%s names an invalid node", tenant, id);
-	epoch = store_hash_get(rec, "epoch");
-	gen = store_hash_get(rec, "generation");
-	if (!epoch || util_parse_i64(epoch, 0, INT64_MAX, &o->epoch) < 0 ||
-	    !gen || util_parse_i64(gen, 0, INT64_MAX, &o->generation) < 0)
-		return err_set(e, SBX_E_INTERNAL, "sandbox record %s/%s has a bad epoch or generation",
-			       tenant, id);
-
-	if (store_append(e, "EXISTS sbx:node:{%s}:alive", name) < 0 ||
-	    store_append(e, "HGET sbx:node:{%s} address", name) < 0 ||
-	    store_collect(node, 2, 0, e) < 0)
-		return -1;
-	alive = node[0]->type == REDIS_REPLY_INTEGER && node[0]->integer > 0;
-	addr = node[1]->type == REDIS_REPLY_STRING ? node[1]->str : NULL;
-	if (!alive || !addr) {
-		store_free_replies(node, 2);
-		return err_set(e, SBX_E_NODE_UNAVAILABLE, "the node of sandbox '%s' is unavailable", id);
-	}
-	if (!address_ok(addr)) {
-		store_free_replies(node, 2);
-		return err_set(e, SBX_E_INTERNAL, "node %s has a bad address", name);
-	}
-	snprintf(o->address, sizeof(o->address), "%s", addr);
-	store_free_replies(node, 2);
-	return 0;
-}
-
 int api_route_decide(struct http_req *r, struct sbx_err *e)
 {
 	char id[ROUTER_CAP_MAX], num[32];
-	struct route_owner o;
+	struct lc_owner o;
 
 	if (auth_request(r, e) < 0)
 		return -1;
 	if (original_id(http_param(r, "SBX_ORIGINAL_URI"), id, sizeof(id), e) < 0)
 		return -1;
-	if (route_owner_decide(r->tenant, id, &o, e) < 0)
+	/* Wakes a sleeping sandbox and re-places one whose node is gone. */
+	if (lifecycle_ensure_running(r->tenant, id, &o, e) < 0)
 		return -1;
+	if (!address_ok(o.address))
+		return err_set(e, SBX_E_INTERNAL, "node %s has a bad address", o.node);
 	if (http_add_header(r, "X-Sbx-Agent", o.address) < 0 ||
 	    http_add_header(r, "X-Sbx-Tenant", r->tenant) < 0)
 		return err_set(e, SBX_E_INTERNAL, "cannot add the route headers");

@@ -190,6 +190,12 @@ int main(int argc, char **argv)
 		rt_free(agent.rt);
 		return 1;
 	}
+	agent.reg = reg;
+	agent.lc = agent_lc_new(&agent, reg, &e);
+	if (!agent.lc) {
+		log_error("%s", e.msg);
+		return 1;
+	}
 	sigterm = evsignal_new(base, SIGTERM, signal_cb, reg);
 	sigint = evsignal_new(base, SIGINT, signal_cb, reg);
 	if (!sigterm || !sigint || evsignal_add(sigterm, NULL) < 0 || evsignal_add(sigint, NULL) < 0) {
@@ -204,7 +210,10 @@ int main(int argc, char **argv)
 	httpd_free(httpd);
 	agent_sb_destroy_all(&agent);
 	rt_free(agent.rt);
+	agent_lc_free(agent.lc);
+	agent.lc = NULL;
 	registry_free(reg);
+	agent.reg = NULL;
 	while (agent.fences) {
 		struct agent_fence *f = agent.fences;
 		agent.fences = f->next;

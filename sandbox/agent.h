@@ -18,6 +18,9 @@
 #include <jansson.h>
 #include <stdint.h>
 
+struct registry;
+struct agent_lc;
+
 #define AGENT_VERSION "0.1.0"
 #define AGENT_KEY_MAX 128
 
@@ -39,6 +42,20 @@ struct agent_sb {
 	int64_t last_active_at;
 	struct rt_sandbox *rt;       /* NULL when stopped */
 	int dead;                    /* init died; rt_destroy pending */
+	/* Lifecycle (agent_lifecycle.c). */
+	int64_t sleep_after_ms;      /* stop after this long without activity */
+	int keep_alive;              /* never stop for inactivity */
+	int streams;                 /* live streams of the current container */
+	int64_t run;                 /* grows at every container start on this agent */
+};
+
+/* A live stream (a streaming answer or a request in progress) keeps its
+ * sandbox awake. Embed one in the request's state; end is idempotent and
+ * safe after the sandbox was stopped, replaced or removed. */
+struct agent_stream {
+	char key[AGENT_KEY_MAX];
+	int64_t run;
+	int active;
 };
 
 struct agent_fence {
@@ -53,6 +70,8 @@ struct agent {
 	struct rt *rt;
 	struct agent_sb *sandboxes;
 	struct agent_fence *fences;
+	struct registry *reg;        /* Redis (registry.h) */
+	struct agent_lc *lc;         /* sleep timer, fencing sweep (agent_lifecycle.c) */
 	int shutting_down;
 };
 
@@ -96,8 +115,45 @@ void agent_env_free(char **env);
  * values strings without NUL (or null when allow_null). 0 or -1 (400). */
 int agent_env_check(const json_t *env, int allow_null, struct sbx_err *e);
 
+/* Stop the container of sb (the entry stays, as stopped) / remove the entry. */
+void agent_sb_stop(struct agent *a, struct agent_sb *sb);
+void agent_sb_remove(struct agent *a, struct agent_sb *sb);
+
+/* --- lifecycle (agent_lifecycle.c) --- */
+/* Live streams: begin when a streaming answer (or any long request) starts
+ * on sb, end when it is over (also records activity). Background processes
+ * are not streams: they never keep a sandbox awake. */
+void agent_sb_stream_begin(struct agent_sb *sb, struct agent_stream *st);
+void agent_sb_stream_end(struct agent *a, struct agent_stream *st);
+
+/* Start the sleep timer and the fencing sweep; hooks the registry's
+ * connect callback. NULL with e filled. */
+struct agent_lc *agent_lc_new(struct agent *a, struct registry *reg, struct sbx_err *e);
+void agent_lc_free(struct agent_lc *lc);
+
+/* What the fencing sweep does with a local sandbox, given its record
+ * (rec_node / rec_state NULL and rec_epoch -1 when the record is gone). */
+enum agent_lc_action {
+	AGENT_LC_KEEP,          /* nothing to do */
+	AGENT_LC_RAISE_FENCE,   /* a start meant for us is in progress: keep, fence at rec_epoch */
+	AGENT_LC_DESTROY,       /* not ours any more: destroy and forget the local copy */
+	AGENT_LC_DESTROY_CAS,   /* ours at a newer epoch but running elsewhere in time: destroy,
+				 * and set the record (at rec_epoch) to sleeping */
+	AGENT_LC_STOP,          /* the record says sleeping at our epoch: stop the container */
+	AGENT_LC_REPORT,        /* the record says running but we are stopped: report it */
+};
+enum agent_lc_action agent_lc_decide(const char *me, int64_t epoch, int running,
+				     const char *rec_node, int64_t rec_epoch,
+				     const char *rec_state);
+
+/* The container of sb stopped by itself (init died) or for inactivity:
+ * compare-and-set the record to sleeping with an event of type why
+ * ("crashed", "slept"). */
+void agent_lc_report_stopped(struct agent *a, const struct agent_sb *sb, const char *why);
+
 /* Handlers. */
 void agent_h_sandbox_put(struct httpd_req *r);
+void agent_h_sandbox_patch(struct httpd_req *r);
 void agent_h_sandbox_get(struct httpd_req *r);
 void agent_h_sandbox_list(struct httpd_req *r);
 void agent_h_sandbox_stop(struct httpd_req *r);

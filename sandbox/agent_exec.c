@@ -1,7 +1,9 @@
 /*
  * agent_exec.c — POST /v1/sandboxes/{id}/exec: run one command in a
  * sandbox and answer with JSON when it ends, or as an event stream while it
- * runs (Accept: text/event-stream).
+ * runs (Accept: text/event-stream). The answer machinery (struct
+ * agent_exec, see agent_exec.h) also serves commands in sessions and the
+ * log streams of background processes, whose output is pushed in by them.
  *
  * Output flows pipe -> agent -> client. In stream mode the agent reads a
  * pipe only while the pending stream buffer is below EXEC_SSE_SOFT_MAX, so
@@ -9,12 +11,14 @@
  * mode each stream is kept up to agent.max_exec_output_bytes and drained
  * (and dropped) beyond it.
  *
- * Lifetime: a struct exec lives until both the request is over and the
- * process has exited (its on_exited callback ran).
+ * Lifetime: a struct agent_exec lives until both the request is over and
+ * the process has exited (its on_exited callback ran, or the source called
+ * agent_exec_exited / agent_exec_fail).
  */
-#include "agent.h"
+#include "agent_exec.h"
 #include "agent_sse.h"
 #include "buf.h"
+#include "ids.h"
 #include "jsonv.h"
 #include "log.h"
 #include "util.h"
@@ -33,14 +37,12 @@
 #define EXEC_DRAIN_GRACE_MS 250            /* after exit, wait this long for EOF */
 #define EXEC_FINAL_DRAIN_MAX (1024 * 1024) /* then take at most this much more */
 #define EXEC_MAX_ARGV 4096
-#define EXEC_MAX_PATH 4096
-
-struct exec;
+#define EXEC_MAX_PATH AGENT_EXEC_MAX_PATH
 
 struct exec_stream {
-	struct exec *x;
+	struct agent_exec *x;
 	const char *name;          /* "stdout" / "stderr" */
-	int fd;                    /* our read end, -1 at EOF */
+	int fd;                    /* our read end, -1 at EOF (always -1 when pushed) */
 	struct event *ev;
 	struct buf cap;            /* JSON mode: kept bytes */
 	int truncated;
@@ -48,7 +50,7 @@ struct exec_stream {
 	size_t ncarry;
 };
 
-struct exec {
+struct agent_exec {
 	struct agent *a;
 	struct httpd_req *r;       /* NULL once the request is over */
 	struct rt_sandbox *rsb;    /* NULL once the process has exited */
@@ -72,9 +74,15 @@ struct exec {
 	int paused;                /* pipe reading paused for backpressure */
 	int64_t oom_before;
 	struct event *timeout_ev, *keepalive_ev, *grace_ev;
+	struct agent_stream live;  /* keeps the sandbox awake while the request lasts */
+	const struct agent_exec_src *src; /* pushed output (sessions, logs), or NULL */
+	void *src_arg;
+	int failed;                /* answer with err (and err_details) instead */
+	struct sbx_err err;
+	json_t *err_details;
 };
 
-static void exec_check_done(struct exec *x);
+static void exec_check_done(struct agent_exec *x);
 
 static void stream_close(struct exec_stream *s)
 {
@@ -88,7 +96,7 @@ static void stream_close(struct exec_stream *s)
 	}
 }
 
-static void stdin_close(struct exec *x)
+static void stdin_close(struct agent_exec *x)
 {
 	if (x->in_ev) {
 		event_free(x->in_ev);
@@ -110,7 +118,7 @@ static void free_event(struct event **ev)
 	}
 }
 
-static void exec_free(struct exec *x)
+static void exec_free(struct agent_exec *x)
 {
 	for (int i = 0; i < 2; i++) {
 		stream_close(&x->out[i]);
@@ -121,21 +129,23 @@ static void exec_free(struct exec *x)
 	free_event(&x->keepalive_ev);
 	free_event(&x->grace_ev);
 	buf_release(&x->sse);
+	json_decref(x->err_details);
+	agent_sb_stream_end(x->a, &x->live);
 	free(x);
 }
 
-static size_t sse_pending(const struct exec *x)
+static size_t sse_pending(const struct agent_exec *x)
 {
 	return x->sse.len - x->sse_off;
 }
 
-static void sse_wake(struct exec *x)
+static void sse_wake(struct agent_exec *x)
 {
 	if (x->r && x->stream_mode)
 		httpd_stream_wake(x->r);
 }
 
-static void sse_emit(struct exec *x, const char *name, json_t *obj)
+static void sse_emit(struct agent_exec *x, const char *name, json_t *obj)
 {
 	char *text = obj ? jsonv_dump(obj) : NULL;
 
@@ -150,7 +160,7 @@ static void sse_emit(struct exec *x, const char *name, json_t *obj)
  * trailing incomplete UTF-8 sequence for the next read (flush: send all). */
 static void sse_output(struct exec_stream *s, const char *data, size_t n, int flush)
 {
-	struct exec *x = s->x;
+	struct agent_exec *x = s->x;
 	char tmp[EXEC_READ_CHUNK + sizeof(s->carry)];
 	const char *p = data;
 	size_t len = n, send;
@@ -190,26 +200,45 @@ static void json_output(struct exec_stream *s, const char *data, size_t n)
 		buf_add(&s->cap, data, n);
 }
 
-static void pause_reading(struct exec *x)
+static void pause_reading(struct agent_exec *x)
 {
 	x->paused = 1;
+	if (x->src) {
+		if (x->src->pause)
+			x->src->pause(x->src_arg, 1);
+		return;
+	}
 	for (int i = 0; i < 2; i++)
 		if (x->out[i].ev)
 			event_del(x->out[i].ev);
 }
 
-static void resume_reading(struct exec *x)
+static void resume_reading(struct agent_exec *x)
 {
 	x->paused = 0;
+	if (x->src) {
+		if (x->src->pause)
+			x->src->pause(x->src_arg, 0);
+		return;
+	}
 	for (int i = 0; i < 2; i++)
 		if (x->out[i].ev)
 			event_add(x->out[i].ev, NULL);
 }
 
+/* Hand n bytes of stream s to the answer. */
+static void stream_take(struct exec_stream *s, const char *data, size_t n)
+{
+	if (s->x->stream_mode)
+		sse_output(s, data, n, 0);
+	else
+		json_output(s, data, n);
+}
+
 /* Read once from s: 1 got data, 0 nothing now, -1 EOF (stream closed). */
 static int stream_read_once(struct exec_stream *s)
 {
-	struct exec *x = s->x;
+	struct agent_exec *x = s->x;
 	char chunk[EXEC_READ_CHUNK];
 	ssize_t n = read(s->fd, chunk, sizeof(chunk));
 
@@ -221,17 +250,14 @@ static int stream_read_once(struct exec_stream *s)
 		stream_close(s);
 		return -1;
 	}
-	if (x->stream_mode)
-		sse_output(s, chunk, (size_t)n, 0);
-	else
-		json_output(s, chunk, (size_t)n);
+	stream_take(s, chunk, (size_t)n);
 	return 1;
 }
 
 static void stream_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct exec_stream *s = arg;
-	struct exec *x = s->x;
+	struct agent_exec *x = s->x;
 
 	/* JSON mode drains a few chunks per wakeup; stream mode one chunk at a
 	 * time and only while the client keeps up. */
@@ -251,7 +277,7 @@ static void stream_cb(evutil_socket_t fd, short what, void *arg)
 /* Called by httpd when the client can take more bytes. */
 static ssize_t sse_read(void *arg, char *buf, size_t max)
 {
-	struct exec *x = arg;
+	struct agent_exec *x = arg;
 	size_t n = sse_pending(x);
 
 	if (n == 0)
@@ -273,7 +299,7 @@ static ssize_t sse_read(void *arg, char *buf, size_t max)
 	return (ssize_t)n;
 }
 
-static int64_t exit_code(const struct exec *x)
+static int64_t exit_code(const struct agent_exec *x)
 {
 	if (x->timed_out)
 		return 124;
@@ -282,7 +308,7 @@ static int64_t exit_code(const struct exec *x)
 	return x->ex.exit_code;
 }
 
-static void start_error_text(const struct exec *x, char *out, size_t n)
+static void start_error_text(const struct agent_exec *x, char *out, size_t n)
 {
 	snprintf(out, n, "sbx: cannot run '%s' in '%s': %s\n", x->argv0, x->cwd,
 		 strerror(x->ex.start_errno));
@@ -303,8 +329,30 @@ static json_t *json_stream_text(struct exec_stream *s)
 	return v;
 }
 
+/* Answer with the error of e (+ details): JSON error or the SSE error event. */
+static void finish_error(struct agent_exec *x, const struct sbx_err *e, const json_t *details)
+{
+	if (x->stream_mode) {
+		json_t *ev = json_pack("{s:s,s:s}", "code", err_name(e->code), "message",
+				       err_public_message(e));
+		if (ev && details)
+			json_object_update(ev, (json_t *)details);
+		sse_emit(x, "error", ev);
+		x->sse_end = 1;
+		sse_wake(x);
+		return;
+	}
+	if (!details) {
+		httpd_reply_err(x->r, e);
+		return;
+	}
+	httpd_reply_json(x->r, err_status(e->code),
+			 json_pack("{s:{s:s,s:s,s:O}}", "error", "code", err_name(e->code), "message",
+				   err_public_message(e), "details", (json_t *)details));
+}
+
 /* The process has exited and its output is read: produce the answer. */
-static void exec_finish(struct exec *x)
+static void exec_finish(struct agent_exec *x)
 {
 	int64_t dur = util_now_ms() - x->t0;
 	struct agent_sb *sb;
@@ -319,19 +367,16 @@ static void exec_finish(struct exec *x)
 		sb->last_active_at = util_wall_ms();
 	if (!x->r)
 		return;
+	if (x->failed) {
+		finish_error(x, &x->err, x->err_details);
+		return;
+	}
 	if (x->ex.sandbox_gone) {
 		if (x->a->shutting_down)
 			err_set(&e, SBX_E_NODE_UNAVAILABLE, "the node is shutting down");
 		else
 			err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "the sandbox stopped while the command ran");
-		if (x->stream_mode) {
-			sse_emit(x, "error", json_pack("{s:s,s:s}", "code", err_name(e.code), "message",
-						       e.msg));
-			x->sse_end = 1;
-			sse_wake(x);
-		} else {
-			httpd_reply_err(x->r, &e);
-		}
+		finish_error(x, &e, NULL);
 		return;
 	}
 	if (x->ex.start_errno) {
@@ -342,6 +387,9 @@ static void exec_finish(struct exec *x)
 			json_output(&x->out[1], msg, strlen(msg));
 	}
 	if (x->stream_mode) {
+		for (int i = 0; i < 2; i++)
+			if (x->out[i].ncarry)
+				sse_output(&x->out[i], "", 0, 1);
 		sse_emit(x, "exit", json_pack("{s:I,s:I,s:b,s:b}", "exitCode", (json_int_t)exit_code(x),
 					      "durationMs", (json_int_t)dur, "timedOut", x->timed_out,
 					      "oomKilled", x->oom_killed));
@@ -360,7 +408,7 @@ static void exec_finish(struct exec *x)
 
 static void grace_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct exec *x = arg;
+	struct agent_exec *x = arg;
 	size_t taken = 0;
 
 	/* Something (a background child) still holds the pipes: take what is
@@ -380,7 +428,7 @@ static void grace_cb(evutil_socket_t fd, short what, void *arg)
 	exec_check_done(x);
 }
 
-static void exec_check_done(struct exec *x)
+static void exec_check_done(struct agent_exec *x)
 {
 	if (x->finished || x->spawning || !x->exited)
 		return;
@@ -398,7 +446,7 @@ static void exec_check_done(struct exec *x)
 
 /* Start reading output (stream mode: after the start event, so that it
  * comes first). */
-static void start_reading(struct exec *x)
+static void start_reading(struct agent_exec *x)
 {
 	if (x->spawning || x->paused || !x->r)
 		return;
@@ -407,10 +455,8 @@ static void start_reading(struct exec *x)
 			event_add(x->out[i].ev, NULL);
 }
 
-static void on_started(void *arg, pid_t pid)
+void agent_exec_started(struct agent_exec *x, pid_t pid)
 {
-	struct exec *x = arg;
-
 	x->started = 1;
 	if (x->stream_mode && x->r) {
 		sse_emit(x, "start", json_pack("{s:i}", "pid", (int)pid));
@@ -418,13 +464,16 @@ static void on_started(void *arg, pid_t pid)
 	}
 }
 
-static void on_exited(void *arg, const struct rt_exit *ex)
+static void on_started(void *arg, pid_t pid)
 {
-	struct exec *x = arg;
+	agent_exec_started(arg, pid);
+}
 
+void agent_exec_exited(struct agent_exec *x, const struct rt_exit *ex)
+{
 	x->exited = 1;
 	x->ex = *ex;
-	if (!ex->sandbox_gone && x->rsb)
+	if (!ex->sandbox_gone && x->rsb && !x->src)
 		x->oom_killed = rt_oom_kills(x->rsb) > x->oom_before;
 	x->rsb = NULL;
 	x->handle = 0;
@@ -439,19 +488,74 @@ static void on_exited(void *arg, const struct rt_exit *ex)
 	exec_check_done(x);
 }
 
+void agent_exec_fail(struct agent_exec *x, const struct sbx_err *e, json_t *details)
+{
+	struct rt_exit ex = { .exit_code = 1 };
+
+	x->failed = 1;
+	x->err = *e;
+	json_decref(x->err_details);
+	x->err_details = details;
+	agent_exec_exited(x, &ex);
+}
+
+static void on_exited(void *arg, const struct rt_exit *ex)
+{
+	agent_exec_exited(arg, ex);
+}
+
+void agent_exec_output(struct agent_exec *x, int which, const char *data, size_t n)
+{
+	if (x->exited || !x->r || which < 0 || which > 1 || n == 0)
+		return;
+	/* Pushed chunks may be larger than one pipe read: frame them in pieces. */
+	while (n > 0) {
+		size_t k = n > EXEC_READ_CHUNK ? EXEC_READ_CHUNK : n;
+		stream_take(&x->out[which], data, k);
+		data += k;
+		n -= k;
+	}
+	if (x->stream_mode && !x->paused && sse_pending(x) >= EXEC_SSE_SOFT_MAX)
+		pause_reading(x);
+}
+
+int agent_exec_stream_mode(const struct agent_exec *x)
+{
+	return x->stream_mode;
+}
+
 static void timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct exec *x = arg;
+	struct agent_exec *x = arg;
 
-	if (x->exited || !x->rsb || x->handle <= 0)
+	if (x->exited)
+		return;
+	if (x->src) {
+		x->timed_out = 1;
+		x->src->cancel(x->src_arg, 1);
+		return;
+	}
+	if (!x->rsb || x->handle <= 0)
 		return;
 	x->timed_out = 1;
 	rt_signal(x->rsb, x->handle, SIGKILL, 1);
 }
 
+void agent_exec_arm_timeout(struct agent_exec *x, int64_t ms)
+{
+	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
+
+	if (ms <= 0 || x->exited)
+		return;
+	free_event(&x->timeout_ev);
+	x->timeout_ev = evtimer_new(x->a->base, timeout_cb, x);
+	if (x->timeout_ev)
+		evtimer_add(x->timeout_ev, &tv);
+}
+
 static void keepalive_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct exec *x = arg;
+	struct agent_exec *x = arg;
 
 	if (buf_adds(&x->sse, ": keep-alive\n\n") == 0)
 		sse_wake(x);
@@ -459,7 +563,7 @@ static void keepalive_cb(evutil_socket_t fd, short what, void *arg)
 
 static void stdin_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct exec *x = arg;
+	struct agent_exec *x = arg;
 
 	while (x->in_off < x->in_len) {
 		ssize_t n = write(x->in_fd, x->in_data + x->in_off, x->in_len - x->in_off);
@@ -477,21 +581,88 @@ static void stdin_cb(evutil_socket_t fd, short what, void *arg)
 /* The request is over (answered, or the client went away). */
 static void on_close(void *arg, int failed)
 {
-	struct exec *x = arg;
+	struct agent_exec *x = arg;
 
 	x->r = NULL;
-	if (!x->exited && x->rsb && x->handle > 0) {
-		if (failed)
-			log_info("exec '%s': client went away, killing the command", x->key);
-		rt_signal(x->rsb, x->handle, SIGKILL, 1);
-	}
+	agent_sb_stream_end(x->a, &x->live);
 	for (int i = 0; i < 2; i++)
 		stream_close(&x->out[i]);
 	stdin_close(x);
 	free_event(&x->keepalive_ev);
 	free_event(&x->grace_ev);
-	if (x->exited)
+	if (x->exited) {
 		exec_free(x);
+		return;
+	}
+	if (failed)
+		log_info("exec '%s': client went away, stopping the command", x->key);
+	if (x->src) {
+		/* The source ends x (agent_exec_exited), maybe right here. */
+		x->src->cancel(x->src_arg, 0);
+		return;
+	}
+	if (x->rsb && x->handle > 0)
+		rt_signal(x->rsb, x->handle, SIGKILL, 1);
+}
+
+static int accepts_sse(struct httpd_req *r)
+{
+	const char *acc = httpd_header(r, "Accept");
+	return acc && strstr(acc, "text/event-stream") != NULL;
+}
+
+struct agent_exec *agent_exec_new(struct agent *a, struct httpd_req *r, struct agent_sb *sb,
+				  const char *argv0, const char *cwd,
+				  const struct agent_exec_src *src, void *src_arg)
+{
+	struct agent_exec *x = calloc(1, sizeof(*x));
+
+	if (!x)
+		return NULL;
+	x->a = a;
+	x->r = r;
+	x->rsb = src ? NULL : sb->rt;
+	x->src = src;
+	x->src_arg = src_arg;
+	x->in_fd = -1;
+	x->out[0].fd = x->out[1].fd = -1;
+	x->stream_mode = accepts_sse(r);
+	x->t0 = util_now_ms();
+	snprintf(x->key, sizeof(x->key), "%s", sb->key);
+	snprintf(x->argv0, sizeof(x->argv0), "%s", argv0);
+	snprintf(x->cwd, sizeof(x->cwd), "%s", cwd);
+	buf_init(&x->sse, EXEC_SSE_HARD_MAX);
+	for (int i = 0; i < 2; i++) {
+		x->out[i].x = x;
+		x->out[i].name = i ? "stderr" : "stdout";
+		buf_init(&x->out[i].cap, (size_t)a->conf->agent.max_exec_output_bytes);
+	}
+	agent_sb_stream_begin(sb, &x->live);
+	return x;
+}
+
+void agent_exec_abandon(struct agent_exec *x)
+{
+	if (x)
+		exec_free(x);
+}
+
+void agent_exec_begin(struct agent_exec *x)
+{
+	struct httpd_req *r = x->r;
+
+	httpd_on_close(r, on_close, x);
+	if (x->stream_mode) {
+		struct timeval ka = { EXEC_KEEPALIVE_MS / 1000, 0 };
+		x->keepalive_ev = event_new(x->a->base, -1, EV_PERSIST, keepalive_cb, x);
+		if (x->keepalive_ev)
+			event_add(x->keepalive_ev, &ka);
+		httpd_add_header(r, "Cache-Control", "no-store");
+		httpd_add_header(r, "X-Accel-Buffering", "no");
+		httpd_reply_stream(r, 200, "text/event-stream", sse_read, x);
+	} else {
+		httpd_defer(r);
+	}
 }
 
 static const struct jsonv_field exec_fields[] = {
@@ -510,24 +681,17 @@ static int string_has_nul(const json_t *v)
 	return strlen(json_string_value(v)) != json_string_length(v);
 }
 
-struct exec_plan {
-	char **argv;           /* heap, NULL-terminated; strings borrowed from the body */
-	char cwd[EXEC_MAX_PATH + 16];
-	int64_t timeout_ms;
-	const json_t *env;
-	const json_t *stdin_v;
-};
+void agent_cmd_release(struct agent_cmd *c)
+{
+	free(c->argv);
+	c->argv = NULL;
+}
 
-/* Validate an exec body into p. 0 or -1 (400). */
-static int parse_exec(json_t *body, struct exec_plan *p, struct sbx_err *e)
+int agent_cmd_parse(json_t *body, struct agent_cmd *c, struct sbx_err *e)
 {
 	json_t *cmd, *argv, *cwd, *v;
 	size_t i;
 
-	if (jsonv_check(body, exec_fields, "the body", e) < 0)
-		return -1;
-	if (json_object_get(body, "session"))
-		return err_set(e, SBX_E_VALIDATION, "'session' is not supported yet");
 	cmd = json_object_get(body, "command");
 	argv = json_object_get(body, "argv");
 	if (!!cmd == !!argv)
@@ -535,42 +699,69 @@ static int parse_exec(json_t *body, struct exec_plan *p, struct sbx_err *e)
 	if (cmd) {
 		if (json_string_length(cmd) == 0 || string_has_nul(cmd))
 			return err_set(e, SBX_E_VALIDATION, "'command' must be a non-empty string without NUL");
-		p->argv = calloc(4, sizeof(char *));
-		if (!p->argv)
+		c->argv = calloc(4, sizeof(char *));
+		if (!c->argv)
 			return err_sys(e, ENOMEM, "argv");
-		p->argv[0] = (char *)"/bin/sh";
-		p->argv[1] = (char *)"-c";
-		p->argv[2] = (char *)json_string_value(cmd);
+		c->argv[0] = (char *)"/bin/sh";
+		c->argv[1] = (char *)"-c";
+		c->argv[2] = (char *)json_string_value(cmd);
+		c->command = json_string_value(cmd);
 	} else {
 		size_t n = json_array_size(argv);
 		if (n == 0 || n > EXEC_MAX_ARGV)
 			return err_set(e, SBX_E_VALIDATION, "'argv' must have 1 to %d strings", EXEC_MAX_ARGV);
-		p->argv = calloc(n + 1, sizeof(char *));
-		if (!p->argv)
+		c->argv = calloc(n + 1, sizeof(char *));
+		if (!c->argv)
 			return err_sys(e, ENOMEM, "argv");
 		json_array_foreach(argv, i, v) {
 			if (!json_is_string(v) || string_has_nul(v))
 				return err_set(e, SBX_E_VALIDATION, "'argv' must hold strings without NUL");
-			p->argv[i] = (char *)json_string_value(v);
+			c->argv[i] = (char *)json_string_value(v);
 		}
-		if (!*p->argv[0])
+		if (!*c->argv[0])
 			return err_set(e, SBX_E_VALIDATION, "'argv[0]' must not be empty");
 	}
-	memcpy(p->cwd, "/workspace", sizeof("/workspace"));
+	memcpy(c->cwd, "/workspace", sizeof("/workspace"));
 	if ((cwd = json_object_get(body, "cwd"))) {
-		const char *c = json_string_value(cwd);
+		const char *s = json_string_value(cwd);
 		int n;
 		if (json_string_length(cwd) == 0 || json_string_length(cwd) > EXEC_MAX_PATH ||
 		    string_has_nul(cwd))
 			return err_set(e, SBX_E_VALIDATION, "'cwd' must be a path of 1 to %d bytes",
 				       EXEC_MAX_PATH);
-		n = c[0] == '/' ? snprintf(p->cwd, sizeof(p->cwd), "%s", c)
-				: snprintf(p->cwd, sizeof(p->cwd), "/workspace/%s", c);
-		if (n < 0 || (size_t)n >= sizeof(p->cwd))
+		n = s[0] == '/' ? snprintf(c->cwd, sizeof(c->cwd), "%s", s)
+				: snprintf(c->cwd, sizeof(c->cwd), "/workspace/%s", s);
+		if (n < 0 || (size_t)n >= sizeof(c->cwd))
 			return err_set(e, SBX_E_VALIDATION, "'cwd' is too long");
+		c->cwd_given = 1;
 	}
-	p->env = json_object_get(body, "env");
-	if (p->env && agent_env_check(p->env, 1, e) < 0)
+	c->env = json_object_get(body, "env");
+	if (c->env && agent_env_check(c->env, 1, e) < 0)
+		return -1;
+	return 0;
+}
+
+struct exec_plan {
+	struct agent_cmd cmd;
+	int64_t timeout_ms;
+	const json_t *stdin_v;
+	const char *session;
+};
+
+/* Validate an exec body into p. 0 or -1 (400). */
+static int parse_exec(json_t *body, struct exec_plan *p, struct sbx_err *e)
+{
+	json_t *v;
+
+	if (jsonv_check(body, exec_fields, "the body", e) < 0)
+		return -1;
+	if ((v = json_object_get(body, "session"))) {
+		p->session = json_string_value(v);
+		if (!ids_valid_name(p->session))
+			return err_set(e, SBX_E_VALIDATION,
+				       "'session' must be 1-64 of [A-Za-z0-9_.-]");
+	}
+	if (agent_cmd_parse(body, &p->cmd, e) < 0)
 		return -1;
 	p->timeout_ms = 0;
 	if (jsonv_int(body, "timeoutMs", 1, 86400000, &p->timeout_ms, e) < 0)
@@ -579,26 +770,46 @@ static int parse_exec(json_t *body, struct exec_plan *p, struct sbx_err *e)
 	return 0;
 }
 
-static int accepts_sse(struct httpd_req *r)
+static void close_fds3(int fds[3])
 {
-	const char *acc = httpd_header(r, "Accept");
-	return acc && strstr(acc, "text/event-stream") != NULL;
-}
-
-static int nonblock_cloexec_pipe(int fds[2], struct sbx_err *e)
-{
-	if (pipe2(fds, O_CLOEXEC) < 0)
-		return err_sys(e, errno, "pipe");
-	return 0;
-}
-
-static void close_pair(int fds[2])
-{
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 3; i++)
 		if (fds[i] >= 0) {
 			close(fds[i]);
 			fds[i] = -1;
 		}
+}
+
+int64_t agent_spawn_piped(struct rt_sandbox *rsb, const struct rt_proc_spec *ps, int io[3],
+			  rt_started_cb started, rt_exited_cb exited, void *arg, struct sbx_err *e)
+{
+	int child[3] = { -1, -1, -1 };
+	struct rt_proc_spec spec = *ps;
+	int64_t handle;
+
+	io[0] = io[1] = io[2] = -1;
+	for (int i = 0; i < 3; i++) {
+		int p[2];
+		if (pipe2(p, O_CLOEXEC) < 0) {
+			err_sys(e, errno, "pipe");
+			close_fds3(child);
+			close_fds3(io);
+			return -1;
+		}
+		/* stdin: the child reads p[0], we write p[1]; outputs the other way. */
+		child[i] = i == 0 ? p[0] : p[1];
+		io[i] = i == 0 ? p[1] : p[0];
+		util_set_nonblock(io[i]);
+	}
+	spec.stdin_fd = child[0];
+	spec.stdout_fd = child[1];
+	spec.stderr_fd = child[2];
+	/* rt_spawn takes the child's ends in every case. */
+	handle = rt_spawn(rsb, &spec, started, exited, arg, e);
+	if (handle < 0) {
+		close_fds3(io);
+		return -1;
+	}
+	return handle;
 }
 
 void agent_h_exec(struct httpd_req *r)
@@ -607,10 +818,10 @@ void agent_h_exec(struct httpd_req *r)
 	struct sbx_err e = { 0 };
 	struct exec_plan plan = { 0 };
 	struct agent_sb *sb;
-	struct exec *x = NULL;
+	struct agent_exec *x = NULL;
 	struct rt_proc_spec ps;
 	char **env = NULL;
-	int pin[2] = { -1, -1 }, pout[2] = { -1, -1 }, perr[2] = { -1, -1 };
+	int io[3] = { -1, -1, -1 };
 	json_t *body = NULL;
 	const char *data;
 	size_t len;
@@ -622,26 +833,19 @@ void agent_h_exec(struct httpd_req *r)
 	body = jsonv_parse(data, len, &e);
 	if (!body || parse_exec(body, &plan, &e) < 0)
 		goto fail;
-	env = agent_env_merge(sb->base_env, plan.env);
-	x = calloc(1, sizeof(*x));
+	if (plan.session) {
+		agent_sess_exec(r, sb, plan.session, &plan.cmd, plan.timeout_ms,
+				plan.stdin_v ? json_string_value(plan.stdin_v) : NULL,
+				plan.stdin_v ? json_string_length(plan.stdin_v) : 0);
+		agent_cmd_release(&plan.cmd);
+		json_decref(body);
+		return;
+	}
+	env = agent_env_merge(sb->base_env, plan.cmd.env);
+	x = agent_exec_new(a, r, sb, plan.cmd.argv[0], plan.cmd.cwd, NULL, NULL);
 	if (!env || !x) {
 		err_sys(&e, ENOMEM, "exec");
 		goto fail;
-	}
-	x->a = a;
-	x->r = r;
-	x->rsb = sb->rt;
-	x->in_fd = -1;
-	x->out[0].fd = x->out[1].fd = -1;
-	x->stream_mode = accepts_sse(r);
-	snprintf(x->key, sizeof(x->key), "%s", sb->key);
-	snprintf(x->argv0, sizeof(x->argv0), "%s", plan.argv[0]);
-	snprintf(x->cwd, sizeof(x->cwd), "%s", plan.cwd);
-	buf_init(&x->sse, EXEC_SSE_HARD_MAX);
-	for (int i = 0; i < 2; i++) {
-		x->out[i].x = x;
-		x->out[i].name = i ? "stderr" : "stdout";
-		buf_init(&x->out[i].cap, (size_t)a->conf->agent.max_exec_output_bytes);
 	}
 	if (plan.stdin_v && json_string_length(plan.stdin_v) > 0) {
 		x->in_len = json_string_length(plan.stdin_v);
@@ -652,49 +856,37 @@ void agent_h_exec(struct httpd_req *r)
 		}
 		memcpy(x->in_data, json_string_value(plan.stdin_v), x->in_len);
 	}
-	if (nonblock_cloexec_pipe(pin, &e) < 0 || nonblock_cloexec_pipe(pout, &e) < 0 ||
-	    nonblock_cloexec_pipe(perr, &e) < 0)
-		goto fail;
-	util_set_nonblock(pin[1]);
-	util_set_nonblock(pout[0]);
-	util_set_nonblock(perr[0]);
-	x->out[0].fd = steal_fd(&pout[0]);
-	x->out[1].fd = steal_fd(&perr[0]);
-	x->in_fd = steal_fd(&pin[1]);
-	for (int i = 0; i < 2; i++) {
-		x->out[i].ev = event_new(a->base, x->out[i].fd, EV_READ | EV_PERSIST, stream_cb,
-					 &x->out[i]);
-		if (!x->out[i].ev) {
-			err_sys(&e, ENOMEM, "exec events");
-			goto fail;
-		}
-	}
-	if (x->in_data) {
-		x->in_ev = event_new(a->base, x->in_fd, EV_WRITE | EV_PERSIST, stdin_cb, x);
-		if (!x->in_ev) {
-			err_sys(&e, ENOMEM, "exec events");
-			goto fail;
-		}
-	}
-	ps = (struct rt_proc_spec){ .argv = plan.argv, .env = env, .cwd = plan.cwd,
-				    .stdin_fd = pin[0], .stdout_fd = pout[1], .stderr_fd = perr[1] };
+	ps = (struct rt_proc_spec){ .argv = plan.cmd.argv, .env = env, .cwd = plan.cmd.cwd };
 	x->oom_before = rt_oom_kills(sb->rt);
 	x->t0 = util_now_ms();
 	x->spawning = 1;
-	x->handle = rt_spawn(sb->rt, &ps, on_started, on_exited, x, &e);
+	x->handle = agent_spawn_piped(sb->rt, &ps, io, on_started, on_exited, x, &e);
 	x->spawning = 0;
-	/* rt_spawn takes the child's ends in every case (it sends them to init
-	 * and closes them, or closes them on failure). */
-	pin[0] = pout[1] = perr[1] = -1;
 	agent_env_free(env);
 	env = NULL;
-	free(plan.argv);
-	plan.argv = NULL;
+	agent_cmd_release(&plan.cmd);
 	json_decref(body);
 	body = NULL;
 	if (x->handle < 0) {
 		err_prefix(&e, "cannot run the command");
 		goto fail;
+	}
+	x->in_fd = steal_fd(&io[0]);
+	x->out[0].fd = steal_fd(&io[1]);
+	x->out[1].fd = steal_fd(&io[2]);
+	for (int i = 0; i < 2; i++)
+		x->out[i].ev = event_new(a->base, x->out[i].fd, EV_READ | EV_PERSIST, stream_cb,
+					 &x->out[i]);
+	if (x->in_data)
+		x->in_ev = event_new(a->base, x->in_fd, EV_WRITE | EV_PERSIST, stdin_cb, x);
+	if (!x->out[0].ev || !x->out[1].ev || (x->in_data && !x->in_ev)) {
+		/* The process runs already: kill it; on_exited frees x. */
+		log_error("exec '%s': cannot allocate events", x->key);
+		rt_signal(sb->rt, x->handle, SIGKILL, 1);
+		x->r = NULL;
+		err_sys(&e, ENOMEM, "exec events");
+		httpd_reply_err(r, &e);
+		return;
 	}
 	if (!x->stream_mode || x->started || x->exited)
 		start_reading(x);
@@ -702,33 +894,14 @@ void agent_h_exec(struct httpd_req *r)
 		event_add(x->in_ev, NULL);
 	else
 		stdin_close(x); /* empty stdin: the process reads EOF at once */
-	if (plan.timeout_ms > 0 && !x->exited) {
-		struct timeval tv = { (time_t)(plan.timeout_ms / 1000),
-				      (suseconds_t)((plan.timeout_ms % 1000) * 1000) };
-		x->timeout_ev = evtimer_new(a->base, timeout_cb, x);
-		if (x->timeout_ev)
-			evtimer_add(x->timeout_ev, &tv);
-	}
-	httpd_on_close(r, on_close, x);
-	if (x->stream_mode) {
-		struct timeval ka = { EXEC_KEEPALIVE_MS / 1000, 0 };
-		x->keepalive_ev = event_new(a->base, -1, EV_PERSIST, keepalive_cb, x);
-		if (x->keepalive_ev)
-			event_add(x->keepalive_ev, &ka);
-		httpd_add_header(r, "Cache-Control", "no-store");
-		httpd_add_header(r, "X-Accel-Buffering", "no");
-		httpd_reply_stream(r, 200, "text/event-stream", sse_read, x);
-	} else {
-		httpd_defer(r);
-	}
+	agent_exec_arm_timeout(x, plan.timeout_ms);
+	agent_exec_begin(x);
 	exec_check_done(x);
 	return;
 fail:
-	close_pair(pin);
-	close_pair(pout);
-	close_pair(perr);
+	close_fds3(io);
 	agent_env_free(env);
-	free(plan.argv);
+	agent_cmd_release(&plan.cmd);
 	json_decref(body);
 	if (x)
 		exec_free(x);

@@ -162,7 +162,7 @@ json_t *agent_sb_json(const struct agent_sb *sb)
 	util_iso8601(sb->started_at, started);
 	util_iso8601(sb->last_active_at, active);
 	return json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:s, s:{s:I, s:f, s:I, s:I}, s:O, s:s, s:s, "
-			 "s:s, s:I, s:I}",
+			 "s:s, s:I, s:I, s:I, s:b, s:i}",
 			 "id", sb->id, "tenant", sb->tenant, "state", running ? "running" : "stopped",
 			 "generation", (json_int_t)sb->generation, "epoch", (json_int_t)sb->epoch,
 			 "image", sb->image, "network", network_name(sb->network), "resources",
@@ -171,7 +171,9 @@ json_t *agent_sb_json(const struct agent_sb *sb)
 			 "diskMiB", (json_int_t)sb->limits.disk_mib, "labels", sb->labels, "createdAt",
 			 created, "startedAt", started, "lastActiveAt", active, "memoryBytes",
 			 (json_int_t)(running ? rt_memory_bytes(sb->rt) : 0), "oomKills",
-			 (json_int_t)(running ? rt_oom_kills(sb->rt) : 0));
+			 (json_int_t)(running ? rt_oom_kills(sb->rt) : 0), "sleepAfter",
+			 (json_int_t)sb->sleep_after_ms, "keepAlive", sb->keep_alive, "liveStreams",
+			 sb->streams);
 }
 
 static void sb_free(struct agent_sb *sb)
@@ -182,7 +184,7 @@ static void sb_free(struct agent_sb *sb)
 	free(sb);
 }
 
-static void sb_stop(struct agent *a, struct agent_sb *sb)
+void agent_sb_stop(struct agent *a, struct agent_sb *sb)
 {
 	if (sb->rt) {
 		struct rt_sandbox *rsb = sb->rt;
@@ -190,13 +192,14 @@ static void sb_stop(struct agent *a, struct agent_sb *sb)
 		rt_destroy(a->rt, rsb);
 	}
 	sb->dead = 0;
+	sb->streams = 0; /* they belonged to the container that is gone */
 }
 
-static void sb_remove(struct agent *a, struct agent_sb *sb)
+void agent_sb_remove(struct agent *a, struct agent_sb *sb)
 {
 	struct agent_sb **pp = &a->sandboxes;
 
-	sb_stop(a, sb);
+	agent_sb_stop(a, sb);
 	while (*pp && *pp != sb)
 		pp = &(*pp)->next;
 	if (*pp)
@@ -207,7 +210,7 @@ static void sb_remove(struct agent *a, struct agent_sb *sb)
 void agent_sb_destroy_all(struct agent *a)
 {
 	while (a->sandboxes)
-		sb_remove(a, a->sandboxes);
+		agent_sb_remove(a, a->sandboxes);
 }
 
 struct died_ctx {
@@ -220,8 +223,10 @@ static void died_later(evutil_socket_t fd, short what, void *arg)
 	struct died_ctx *d = arg;
 	struct agent_sb *sb = agent_sb_find(d->a, d->key);
 
-	if (sb && sb->dead)
-		sb_stop(d->a, sb);
+	if (sb && sb->dead) {
+		agent_sb_stop(d->a, sb);
+		agent_lc_report_stopped(d->a, sb, "crashed");
+	}
 	free(d);
 }
 
@@ -282,6 +287,14 @@ static const struct jsonv_field put_fields[] = {
 	{ "resources", JV_OBJECT, 0 },
 	{ "env", JV_OBJECT, 0 },
 	{ "labels", JV_OBJECT, 0 },
+	{ "sleepAfter", JV_INTEGER | JV_STRING, 0 },
+	{ "keepAlive", JV_BOOL, 0 },
+	{ NULL, 0, 0 },
+};
+
+static const struct jsonv_field patch_fields[] = {
+	{ "sleepAfter", JV_INTEGER | JV_STRING, 0 },
+	{ "keepAlive", JV_BOOL, 0 },
 	{ NULL, 0, 0 },
 };
 
@@ -299,7 +312,33 @@ struct put_req {
 	enum rt_network network;
 	struct rt_limits limits;
 	json_t *env, *labels;  /* borrowed from the body */
+	int64_t sleep_after_ms; /* -1: not given */
+	int keep_alive;         /* -1: not given */
 };
+
+/* sleepAfter (ms, or a duration string like "30s") and keepAlive of a
+ * create or patch body into p (-1 = absent). 0 or -1 (400). */
+static int parse_sleep(json_t *body, struct put_req *p, struct sbx_err *e)
+{
+	json_t *v = json_object_get(body, "sleepAfter");
+	int64_t min = 1000, max = 2592000000LL;
+
+	conf_bounds("sandbox", "sleep_after", &min, &max);
+	p->sleep_after_ms = -1;
+	p->keep_alive = -1;
+	if (json_is_string(v)) {
+		if (conf_parse_duration(json_string_value(v), &p->sleep_after_ms) < 0)
+			return err_set(e, SBX_E_VALIDATION, "'sleepAfter' must be a duration like \"30s\"");
+		if (p->sleep_after_ms < min || p->sleep_after_ms > max)
+			return err_set(e, SBX_E_VALIDATION, "'sleepAfter' must be between %lld and %lld ms",
+				       (long long)min, (long long)max);
+	} else if (v && jsonv_int(body, "sleepAfter", min, max, &p->sleep_after_ms, e) < 0) {
+		return -1;
+	}
+	if ((v = json_object_get(body, "keepAlive")))
+		p->keep_alive = json_is_true(v);
+	return 0;
+}
 
 /* Validate a create body into p (borrowing from body). 0 or -1 (400). */
 static int parse_put(const struct sbx_conf *conf, json_t *body, struct put_req *p,
@@ -308,7 +347,7 @@ static int parse_put(const struct sbx_conf *conf, json_t *body, struct put_req *
 	json_t *res, *v;
 	const char *k;
 
-	if (jsonv_check(body, put_fields, "the body", e) < 0)
+	if (jsonv_check(body, put_fields, "the body", e) < 0 || parse_sleep(body, p, e) < 0)
 		return -1;
 	if (jsonv_int(body, "generation", 0, INT64_MAX, &p->generation, e) < 0 ||
 	    jsonv_int(body, "epoch", 0, INT64_MAX, &p->epoch, e) < 0)
@@ -408,6 +447,10 @@ void agent_h_sandbox_put(struct httpd_req *r)
 	}
 	if (sb && sb->rt && !sb->dead && p.generation == sb->generation) {
 		sb->epoch = p.epoch;
+		if (p.sleep_after_ms >= 0)
+			sb->sleep_after_ms = p.sleep_after_ms;
+		if (p.keep_alive >= 0)
+			sb->keep_alive = p.keep_alive;
 		json_decref(body);
 		httpd_reply_json(r, 200, agent_sb_json(sb));
 		return;
@@ -430,8 +473,13 @@ void agent_h_sandbox_put(struct httpd_req *r)
 		snprintf(sb->tenant, sizeof(sb->tenant), "%s", httpd_param(r, 0));
 		snprintf(sb->id, sizeof(sb->id), "%s", httpd_param(r, 1));
 		sb->created_at = util_wall_ms();
+		sb->sleep_after_ms = a->conf->sandbox.sleep_after_ms;
 	}
-	sb_stop(a, sb);
+	if (p.sleep_after_ms >= 0)
+		sb->sleep_after_ms = p.sleep_after_ms;
+	if (p.keep_alive >= 0)
+		sb->keep_alive = p.keep_alive;
+	agent_sb_stop(a, sb);
 	json_decref(sb->labels);
 	json_decref(sb->env);
 	agent_env_free(sb->base_env);
@@ -456,6 +504,7 @@ void agent_h_sandbox_put(struct httpd_req *r)
 		goto fail_entry;
 	}
 	sb->started_at = sb->last_active_at = util_wall_ms();
+	sb->run++;
 	if (fresh) {
 		fresh->next = a->sandboxes;
 		a->sandboxes = fresh;
@@ -531,9 +580,48 @@ void agent_h_sandbox_stop(struct httpd_req *r)
 		httpd_reply_err(r, &e);
 		return;
 	}
-	sb_stop(a, sb);
+	agent_sb_stop(a, sb);
 	log_info("sandbox '%s' stopped", key);
 	httpd_reply_json(r, 200, agent_sb_json(sb));
+}
+
+void agent_h_sandbox_patch(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	char key[AGENT_KEY_MAX];
+	struct put_req p = { 0 };
+	struct agent_sb *sb;
+	const char *data;
+	json_t *body;
+	size_t len;
+
+	if (fenced_key(r, key, sizeof(key), &e) < 0)
+		goto fail;
+	data = httpd_body(r, &len);
+	body = jsonv_parse(data, len, &e);
+	if (!body)
+		goto fail;
+	if (jsonv_check(body, patch_fields, "the body", &e) < 0 || parse_sleep(body, &p, &e) < 0) {
+		json_decref(body);
+		goto fail;
+	}
+	json_decref(body);
+	sb = agent_sb_find(a, key);
+	if (!sb) {
+		err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "sandbox not found on this node");
+		goto fail;
+	}
+	if (p.sleep_after_ms >= 0)
+		sb->sleep_after_ms = p.sleep_after_ms;
+	if (p.keep_alive >= 0)
+		sb->keep_alive = p.keep_alive;
+	log_info("sandbox '%s': sleepAfter %lld ms, keepAlive %d", key, (long long)sb->sleep_after_ms,
+		 sb->keep_alive);
+	httpd_reply_json(r, 200, agent_sb_json(sb));
+	return;
+fail:
+	httpd_reply_err(r, &e);
 }
 
 void agent_h_sandbox_delete(struct httpd_req *r)
@@ -549,7 +637,7 @@ void agent_h_sandbox_delete(struct httpd_req *r)
 	}
 	sb = agent_sb_find(a, key);
 	if (sb) {
-		sb_remove(a, sb);
+		agent_sb_remove(a, sb);
 		log_info("sandbox '%s' destroyed", key);
 	}
 	httpd_reply_empty(r, 204);

@@ -36,6 +36,8 @@ struct httpd_req {
 	const struct httpd_route *route;
 	char method[16];
 	char *path;
+	char *raw;                 /* the request target as sent (not decoded) */
+	char *tail;                /* raw rest matched by a trailing "{*}", or NULL */
 	char params[HTTPD_MAX_PARAMS][HTTPD_PARAM_MAX];
 	struct buf body;
 	int64_t started_ms;
@@ -45,6 +47,7 @@ struct httpd_req {
 	int deferred;
 	int replied;               /* an answer exists (queued or pending) */
 	int peer_gone;
+	int headers_done;          /* the first access callback ran */
 	int status;
 	struct MHD_Response *resp; /* pending, not yet queued */
 	char *hdr_name[MAX_EXTRA_HEADERS];
@@ -54,6 +57,9 @@ struct httpd_req {
 	void *read_arg;
 	httpd_close_fn close_fn;
 	void *close_arg;
+	httpd_body_fn sink;        /* streamed request body (HTTPD_ROUTE_STREAM_BODY) */
+	void *sink_arg;
+	int sink_done;             /* the sink refused more, or saw the end */
 	struct event *peer_ev;     /* watches the client socket while suspended */
 };
 
@@ -98,12 +104,21 @@ int httpd_parse_listen(const char *addr, char *host, size_t hostsz, int *port)
 	return 0;
 }
 
-int httpd_match(const char *pattern, const char *path, char params[][HTTPD_PARAM_MAX])
+int httpd_match_tail(const char *pattern, const char *path, char params[][HTTPD_PARAM_MAX],
+		     size_t *tail_off)
 {
 	int n = 0;
 	const char *p = pattern, *s = path;
 
-	while (*p && *s) {
+	while (*p) {
+		if (strcmp(p, "{*}") == 0) {
+			if (!tail_off)
+				return -1;
+			*tail_off = (size_t)(s - path);
+			return n;
+		}
+		if (!*s)
+			break;
 		if (p[0] == '{' && p[1] == '}') {
 			const char *end = strchr(s, '/');
 			size_t len = end ? (size_t)(end - s) : strlen(s);
@@ -124,6 +139,11 @@ int httpd_match(const char *pattern, const char *path, char params[][HTTPD_PARAM
 	if (*p || *s)
 		return -1;
 	return n;
+}
+
+int httpd_match(const char *pattern, const char *path, char params[][HTTPD_PARAM_MAX])
+{
+	return httpd_match_tail(pattern, path, params, NULL);
 }
 
 int httpd_secret_equal(const char *given, const char *secret)
@@ -162,12 +182,17 @@ const char *httpd_param(const struct httpd_req *r, int i)
 
 const char *httpd_header(const struct httpd_req *r, const char *name)
 {
-	return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+	return r->conn ? MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name) : NULL;
 }
 
 const char *httpd_query(const struct httpd_req *r, const char *name)
 {
-	return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+	return r->conn ? MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name) : NULL;
+}
+
+const char *httpd_tail(const struct httpd_req *r)
+{
+	return r->tail ? r->tail : "";
 }
 
 const char *httpd_body(const struct httpd_req *r, size_t *len)
@@ -365,6 +390,26 @@ void httpd_reply_stream(struct httpd_req *r, int status, const char *content_typ
 	set_answer(r, status, resp);
 }
 
+void httpd_reply_fd(struct httpd_req *r, int status, const char *content_type, int fd,
+		    uint64_t offset, uint64_t len)
+{
+	struct MHD_Response *resp;
+
+	/* MHD owns fd from here on (also when creating the response fails). */
+	resp = MHD_create_response_from_fd_at_offset64(len, fd, offset);
+	if (!resp)
+		close(fd);
+	else if (content_type)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+	set_answer(r, status, resp);
+}
+
+void httpd_body_sink(struct httpd_req *r, httpd_body_fn fn, void *arg)
+{
+	r->sink = fn;
+	r->sink_arg = arg;
+}
+
 void httpd_stream_wake(struct httpd_req *r)
 {
 	if (r->read && r->suspended)
@@ -391,6 +436,8 @@ static void req_free(struct httpd_req *r)
 	}
 	buf_release(&r->body);
 	free(r->path);
+	free(r->raw);
+	free(r->tail);
 	free(r);
 }
 
@@ -409,11 +456,32 @@ static void route_req(struct httpd *h, struct httpd_req *r)
 
 	for (size_t i = 0; i < h->nroutes; i++) {
 		char params[HTTPD_MAX_PARAMS][HTTPD_PARAM_MAX];
-		if (httpd_match(h->routes[i].pattern, r->path, params) < 0)
-			continue;
-		path_matched = 1;
-		if (strcmp(h->routes[i].method, r->method) != 0)
-			continue;
+		const char *pat = h->routes[i].pattern;
+		size_t plen = strlen(pat), toff = 0;
+		int tail = plen >= 3 && strcmp(pat + plen - 3, "{*}") == 0;
+
+		/* A route with a tail matches the raw target (up to '?'): the
+		 * handler decodes the tail itself, so that %00 or %2F reach it
+		 * as written instead of being cut or merged by the decoder. */
+		if (tail) {
+			auto_free char *raw = r->raw ? strndup(r->raw, strcspn(r->raw, "?")) : NULL;
+
+			if (!raw || httpd_match_tail(pat, raw, params, &toff) < 0)
+				continue;
+			path_matched = 1;
+			if (strcmp(h->routes[i].method, r->method) != 0)
+				continue;
+			free(r->tail);
+			r->tail = strdup(raw + toff);
+			if (!r->tail)
+				continue;
+		} else {
+			if (httpd_match(pat, r->path, params) < 0)
+				continue;
+			path_matched = 1;
+			if (strcmp(h->routes[i].method, r->method) != 0)
+				continue;
+		}
 		r->route = &h->routes[i];
 		memcpy(r->params, params, sizeof(params));
 		return;
@@ -435,6 +503,30 @@ static enum MHD_Result queue_answer(struct httpd_req *r)
 	return ret;
 }
 
+/* A new request object, linked into h->reqs; raw is the target as sent. */
+static struct httpd_req *req_new(struct httpd *h, const char *raw)
+{
+	struct httpd_req *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->h = h;
+	r->started_ms = util_now_ms();
+	r->raw = strdup(raw ? raw : "");
+	buf_init(&r->body, HTTPD_MAX_JSON_BODY);
+	r->next = h->reqs;
+	if (h->reqs)
+		h->reqs->prev = r;
+	h->reqs = r;
+	return r;
+}
+
+/* MHD hands us the request target before it decodes it: keep it. */
+static void *uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+	return req_new(cls, uri);
+}
+
 static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const char *url,
 				 const char *method, const char *version, const char *upload_data,
 				 size_t *upload_data_size, void **con_cls)
@@ -443,23 +535,19 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 	struct httpd_req *r = *con_cls;
 
 	if (!r) {
-		const char *secret, *clen;
-
-		r = calloc(1, sizeof(*r));
+		r = req_new(h, url);
 		if (!r)
 			return MHD_NO;
-		r->h = h;
+		*con_cls = r;
+	}
+	if (!r->headers_done) {
+		const char *secret, *clen;
+
+		r->headers_done = 1;
 		r->conn = conn;
-		r->started_ms = util_now_ms();
 		r->path = strdup(url);
 		snprintf(r->method, sizeof(r->method), "%s", method);
-		buf_init(&r->body, HTTPD_MAX_JSON_BODY);
-		r->next = h->reqs;
-		if (h->reqs)
-			h->reqs->prev = r;
-		h->reqs = r;
-		*con_cls = r;
-		if (!r->path)
+		if (!r->path || !r->raw)
 			return MHD_NO;
 		secret = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Sbx-Node-Secret");
 		if (!secret || !httpd_secret_equal(secret, h->secret)) {
@@ -468,6 +556,22 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 		}
 		clen = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
 		route_req(h, r);
+		if (!r->replied && r->route && (r->route->flags & HTTPD_ROUTE_STREAM_BODY)) {
+			/* Streamed body: the handler runs now and takes the body
+			 * through its sink as it arrives. */
+			r->dispatched = 1;
+			r->route->fn(r);
+			if (r->resp)
+				return queue_answer(r);
+			if (!r->sink && !r->deferred) {
+				struct sbx_err e;
+				err_set(&e, SBX_E_INTERNAL, "handler of %s %s gave no answer",
+					r->method, r->path);
+				httpd_reply_err(r, &e);
+				return queue_answer(r);
+			}
+			return MHD_YES;
+		}
 		if (!r->replied && clen) {
 			int64_t n;
 			if (util_parse_i64(clen, 0, INT64_MAX, &n) == 0 && n > HTTPD_MAX_JSON_BODY)
@@ -478,10 +582,30 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 		return MHD_YES;
 	}
 	if (*upload_data_size > 0) {
-		if (!r->too_large && buf_add(&r->body, upload_data, *upload_data_size) < 0)
+		if (r->sink) {
+			/* After a refusal (or an answer) the rest is read and dropped:
+			 * MHD can only queue the answer once the body is in. */
+			if (!r->sink_done && !r->replied &&
+			    r->sink(r->sink_arg, upload_data, *upload_data_size) < 0)
+				r->sink_done = 1;
+		} else if (!r->too_large && buf_add(&r->body, upload_data, *upload_data_size) < 0) {
 			r->too_large = 1;
+		}
 		*upload_data_size = 0;
 		return MHD_YES;
+	}
+	if (r->sink && !r->sink_done) {
+		r->sink_done = 1;
+		if (!r->replied)
+			r->sink(r->sink_arg, NULL, 0);
+		if (r->resp)
+			return queue_answer(r);
+		if (!r->replied && !r->deferred) {
+			struct sbx_err e;
+			err_set(&e, SBX_E_INTERNAL, "handler of %s %s gave no answer", r->method, r->path);
+			httpd_reply_err(r, &e);
+			return queue_answer(r);
+		}
 	}
 	if (r->resp)
 		return queue_answer(r);
@@ -632,6 +756,7 @@ struct httpd *httpd_new(struct event_base *base, const char *addr, const char *s
 				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTPD_CONN_TIMEOUT_S,
 				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
 				  MHD_OPTION_NOTIFY_COMPLETED, completed_cb, h,
+				  MHD_OPTION_URI_LOG_CALLBACK, uri_cb, h,
 				  MHD_OPTION_END);
 	if (!h->mhd) {
 		close(lfd);
@@ -676,6 +801,8 @@ void httpd_free(struct httpd *h)
 		MHD_run(h->mhd);
 		MHD_stop_daemon(h->mhd);
 	}
+	while (h->reqs)   /* requests MHD never reported complete */
+		req_free(h->reqs);
 	if (h->epoll_ev)
 		event_free(h->epoll_ev);
 	if (h->timer_ev)

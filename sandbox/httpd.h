@@ -39,10 +39,27 @@ typedef void (*httpd_handler_fn)(struct httpd_req *r);
 
 struct httpd_route {
 	const char *method;        /* "GET", "PUT", ... */
-	const char *pattern;       /* "/agent/v1/sandboxes/{}/{}": "{}" is one path segment */
+	/* "/agent/v1/sandboxes/{}/{}": "{}" is one path segment. A pattern may
+	 * end in "{*}": the rest of the path (maybe empty, slashes included),
+	 * matched against the raw target as sent and kept undecoded for the
+	 * handler (httpd_tail); such a route's "{}" params are raw too. */
+	const char *pattern;
 	httpd_handler_fn fn;
-	unsigned flags;            /* reserved; 0 */
+	unsigned flags;            /* HTTPD_ROUTE_* */
 };
+
+/* The handler runs as soon as the headers are in (the body is not
+ * buffered and not bounded) and either answers at once or registers a
+ * body sink with httpd_body_sink(). */
+#define HTTPD_ROUTE_STREAM_BODY 0x1u
+
+/* A streamed request body, chunk by chunk as it arrives; called once more
+ * with (NULL, 0) at its end, where the handler must answer (or defer).
+ * Return -1 to refuse the rest (it is read and dropped; the handler has
+ * answered or answers at the end). A body cut short never reaches the end
+ * call: the request's close callback runs with failed = 1 instead. */
+typedef int (*httpd_body_fn)(void *arg, const char *data, size_t len);
+void httpd_body_sink(struct httpd_req *r, httpd_body_fn fn, void *arg);
 
 /* Start listening on listen ("host:port", numeric host) with the routes
  * (borrowed; static storage). ctx is handed to handlers by httpd_ctx().
@@ -59,6 +76,10 @@ int httpd_parse_listen(const char *addr, char *host, size_t hostsz, int *port);
 /* Match path against pattern; fills params (HTTPD_MAX_PARAMS segments of
  * at most HTTPD_PARAM_MAX-1 bytes) and returns their count, or -1. */
 int httpd_match(const char *pattern, const char *path, char params[][HTTPD_PARAM_MAX]);
+/* The same, also for a pattern ending in "{*}": *tail_off is then the
+ * offset in path where the tail starts. */
+int httpd_match_tail(const char *pattern, const char *path, char params[][HTTPD_PARAM_MAX],
+		     size_t *tail_off);
 
 /* Constant-time (for a given secret length) comparison; 1 when equal. */
 int httpd_secret_equal(const char *given, const char *secret);
@@ -71,6 +92,8 @@ const char *httpd_param(const struct httpd_req *r, int i);
 const char *httpd_header(const struct httpd_req *r, const char *name);
 const char *httpd_query(const struct httpd_req *r, const char *name);
 const char *httpd_body(const struct httpd_req *r, size_t *len);
+/* The raw (still percent-encoded) tail of a "{*}" route; "" otherwise. */
+const char *httpd_tail(const struct httpd_req *r);
 const char *httpd_request_id(const struct httpd_req *r);
 
 /* --- answers: exactly one per request --- */
@@ -96,6 +119,12 @@ typedef ssize_t (*httpd_read_fn)(void *arg, char *buf, size_t max);
 void httpd_reply_stream(struct httpd_req *r, int status, const char *content_type,
 			httpd_read_fn read, void *arg);
 void httpd_stream_wake(struct httpd_req *r);
+
+/* len bytes of the regular file fd from offset, with Content-Length; MHD
+ * sends them as the socket takes them (sendfile where it can). fd is
+ * stolen (closed when the answer is done, or at once on failure). */
+void httpd_reply_fd(struct httpd_req *r, int status, const char *content_type, int fd,
+		    uint64_t offset, uint64_t len);
 
 /* Called once when the request is over (answer sent, or the client went
  * away: failed = 1). The request is freed right after it returns. */

@@ -38,6 +38,10 @@ struct registry {
 	struct event *reconnect_ev;
 	struct event *tick_ev;     /* heartbeat + connect / command watchdog */
 
+	registry_connect_fn on_connect;
+	void *on_connect_arg;
+	int ever_connected;
+
 	int shutting_down;
 	void (*done)(void *);
 	void *done_arg;
@@ -100,6 +104,7 @@ static void write_entry(struct registry *reg)
 static void connect_cb(const redisAsyncContext *ac, int status)
 {
 	struct registry *reg = ac->data;
+	int first;
 
 	if (!reg || reg->ac != ac)
 		return;
@@ -121,6 +126,10 @@ static void connect_cb(const redisAsyncContext *ac, int status)
 	write_entry(reg);
 	send_cmd(reg, "XADD", "XADD sbx:events MAXLEN ~ 10000 * type node.up node %s address %s",
 		 reg->conf->agent.name, reg->conf->agent.listen);
+	first = !reg->ever_connected;
+	reg->ever_connected = 1;
+	if (reg->on_connect)
+		reg->on_connect(reg->on_connect_arg, first);
 }
 
 static void disconnect_cb(const redisAsyncContext *ac, int status)
@@ -286,6 +295,59 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 int registry_connected(const struct registry *reg)
 {
 	return reg && reg->connected;
+}
+
+void registry_on_connect(struct registry *reg, registry_connect_fn fn, void *arg)
+{
+	reg->on_connect = fn;
+	reg->on_connect_arg = arg;
+}
+
+struct user_cmd {
+	registry_reply_fn fn;
+	void *arg;
+};
+
+/* hiredis runs this exactly once per queued command: with the reply, or
+ * with NULL when the context is freed or the connection drops. */
+static void user_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct registry *reg = ac->data;
+	struct user_cmd *uc = privdata;
+	redisReply *reply = r;
+
+	if (reg && reply) {
+		if (reg->pending > 0)
+			reg->pending--;
+		reg->last_reply = util_now_ms();
+	}
+	if (uc->fn)
+		uc->fn(uc->arg, reply);
+	free(uc);
+}
+
+int registry_command(struct registry *reg, registry_reply_fn fn, void *arg, const char *fmt, ...)
+{
+	struct user_cmd *uc;
+	va_list ap;
+	int rc;
+
+	if (!reg || !reg->ac || !reg->connected || reg->shutting_down)
+		return -1;
+	uc = malloc(sizeof(*uc));
+	if (!uc)
+		return -1;
+	uc->fn = fn;
+	uc->arg = arg;
+	va_start(ap, fmt);
+	rc = redisvAsyncCommand(reg->ac, user_reply_cb, uc, fmt, ap);
+	va_end(ap);
+	if (rc != REDIS_OK) {
+		free(uc);
+		return -1;
+	}
+	reg->pending++;
+	return 0;
 }
 
 static void done_cb(evutil_socket_t fd, short what, void *arg)

@@ -36,6 +36,23 @@ void registry_shutdown(struct registry *reg, int timeout_ms, void (*done)(void *
 /* 1 while the connection is up and registered. */
 int registry_connected(const struct registry *reg);
 
+/* Called on the loop after every (re)connect, once the node entry is
+ * written; first is 1 for the first connection of this process. */
+typedef void (*registry_connect_fn)(void *arg, int first);
+void registry_on_connect(struct registry *reg, registry_connect_fn fn, void *arg);
+
+/* The answer to registry_command: reply is NULL when the connection went
+ * away before Redis answered (then only release what arg holds). The
+ * reply belongs to hiredis: do not keep it past the call. */
+struct redisReply;
+typedef void (*registry_reply_fn)(void *arg, struct redisReply *reply);
+
+/* Send one command (hiredis format; printf-checked, so %s and %lld only, no %b) on the registry's
+ * connection. 0: queued, fn runs exactly once later (fn may be NULL);
+ * -1: not connected, fn never runs. */
+int registry_command(struct registry *reg, registry_reply_fn fn, void *arg, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
 void registry_free(struct registry *reg);
 
 #endif

@@ -9,6 +9,7 @@
 #include "runtime.h"
 #include "caps.h"
 #include "cgroup.h"
+#include "egress.h"
 #include "image.h"
 #include "initproto.h"
 #include "log.h"
@@ -63,6 +64,7 @@ struct rt_sandbox {
 	int dead;          /* init is gone */
 	int destroyed;     /* rt_destroy ran: free when dispatch ends */
 	int dispatching;
+	struct egress_link net;  /* network "egress" only */
 };
 
 struct rt {
@@ -82,6 +84,7 @@ struct rt {
 	rt_sandbox_died_cb died_cb;
 	void *died_arg;
 	char *buf;         /* INITPROTO_MAX bytes for encoding and receiving */
+	struct egress *egress;   /* NULL: network "egress" is not available */
 };
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -449,6 +452,13 @@ struct rt *rt_new(struct event_base *base, const struct sbx_conf *conf, struct s
 	rt->cg = cg_new(conf->agent.cgroup_parent, conf->agent.name, e);
 	if (!rt->cg)
 		goto fail;
+	if (conf->agent.egress_subnet[0]) {
+		struct sbx_err ee = { 0 };
+
+		rt->egress = egress_new(conf, &ee);
+		if (!rt->egress)
+			log_warn("network 'egress' is not available: %s", ee.msg);
+	}
 	log_info("runtime: userns %s, cgroups %s, default image '%s'", rt->userns ? "on" : "off",
 		 rt->cg->ops->name, rt->default_image);
 	return steal_ptr(&rt);
@@ -495,9 +505,9 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 		return err_set(e, SBX_E_VALIDATION, "invalid sandbox key"), NULL;
 	if (!spec->hostname || !valid_hostname(spec->hostname))
 		return err_set(e, SBX_E_VALIDATION, "invalid hostname"), NULL;
-	if (spec->network == RT_NET_EGRESS)
+	if (spec->network == RT_NET_EGRESS && !rt->egress)
 		return err_set(e, SBX_E_VALIDATION, "network 'egress' is not available on this node"), NULL;
-	if (spec->network != RT_NET_NONE)
+	if (spec->network != RT_NET_NONE && spec->network != RT_NET_EGRESS)
 		return err_set(e, SBX_E_VALIDATION, "unknown network mode"), NULL;
 	if (rt_find(rt, spec->key))
 		return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists", spec->key), NULL;
@@ -527,6 +537,7 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 	sb->pidfd = sb->sock = sb->netns_fd = sb->root_fd = -1;
 	sb->outq_tail = &sb->outq;
 	sb->next_handle = 1;
+	sb->net.lock_fd = -1;
 	memcpy(sb->key, spec->key, strlen(spec->key) + 1);
 
 	memset(&mp, 0, sizeof(mp));
@@ -578,6 +589,8 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 		err_sys(e, errno, "cannot open the sandbox's namespaces");
 		goto fail;
 	}
+	if (spec->network == RT_NET_EGRESS && egress_attach(rt->egress, sb->netns_fd, &sb->net, e) < 0)
+		goto fail;
 	if (util_set_nonblock(sb->sock) < 0) {
 		err_sys(e, errno, "cannot set up the init socket");
 		goto fail;
@@ -606,6 +619,8 @@ fail:
 		syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
 		spawn_reap(sb->pidfd, 1);
 	}
+	if (rt->egress)
+		egress_release(rt->egress, &sb->net);
 	(void)rt->cg->ops->destroy(rt->cg, sb->key);
 	if (sb->ev_sock)
 		event_free(sb->ev_sock);
@@ -650,6 +665,8 @@ void rt_destroy(struct rt *rt, struct rt_sandbox *sb)
 	/* killing PID 1 of the namespace kills everything in it */
 	syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
 	spawn_reap(sb->pidfd, 1);
+	if (rt->egress)
+		egress_release(rt->egress, &sb->net);
 	if (rt->cg->ops->destroy(rt->cg, sb->key) < 0)
 		log_warn("sandbox '%s': cgroup not fully removed: %s", sb->key, strerror(errno));
 	sb->dead = 1;
@@ -666,6 +683,7 @@ void rt_free(struct rt *rt)
 		return;
 	while (rt->list)
 		rt_destroy(rt, rt->list);
+	egress_free(rt->egress);
 	cg_free(rt->cg);
 	sec_release(&rt->sec);
 	if (rt->init_fd >= 0)

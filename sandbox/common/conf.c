@@ -50,6 +50,8 @@ static const struct conf_entry entries[] = {
 	{ "agent", "cgroup_parent", T_STR, OFF(agent.cgroup_parent), "sbx", 0, 0, NULL },
 	{ "agent", "dns", T_STR, OFF(agent.dns), "1.1.1.1", 0, 0, NULL },
 	{ "agent", "max_exec_output_bytes", T_INT, OFF(agent.max_exec_output_bytes), "1048576", 1024, 67108864, NULL },
+	{ "agent", "egress_subnet", T_STR, OFF(agent.egress_subnet), "10.88.0.0/16", 0, 0, NULL },
+	{ "agent", "egress_interface", T_STR, OFF(agent.egress_interface), "", 0, 0, NULL },
 
 	{ "sandbox", "memory_mib", T_INT, OFF(sandbox.memory_mib), "512", 16, 1048576, NULL },
 	{ "sandbox", "cpus_milli", T_INT, OFF(sandbox.cpus_milli), "1000", 10, 256000, NULL },

@@ -50,6 +50,8 @@ struct sbx_conf {
 		char cgroup_parent[CONF_STR_MAX];
 		char dns[CONF_STR_MAX];         /* nameserver written into /etc/resolv.conf */
 		int64_t max_exec_output_bytes;  /* JSON exec answers cap each stream here */
+		char egress_subnet[CONF_STR_MAX];    /* IPv4 CIDR of egress sandboxes; "" = no egress */
+		char egress_interface[CONF_STR_MAX]; /* egress only out of this link; "" = any */
 	} agent;
 	struct {
 		int64_t memory_mib;

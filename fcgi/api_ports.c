@@ -1,0 +1,402 @@
+/*
+ * Ports and preview URLs (control) and the preview-host decision:
+ *
+ *   POST   /v1/sandboxes/{id}/ports/{port}  {token?} -> {port, url, token}
+ *   GET    /v1/sandboxes/{id}/ports          -> {ports:[{port, url, token}]}
+ *   DELETE /v1/sandboxes/{id}/ports/{port}  -> 204 (idempotent)
+ *   /_sbx_preview (INTERNAL, auth_request)  -> 200 + X-Sbx-Forward, or a
+ *                                              refusal (404 INVALID_TOKEN,
+ *                                              410 STALE_PREVIEW_URL)
+ *
+ * A token is durable: it is kept per (sandbox, port) across restarts and
+ * reused when the port is exposed again; the activation (generation and
+ * forwarder address) is renewed on every expose. Records: preview.h.
+ */
+#include "api.h"
+#include "ids.h"
+#include "jsonv.h"
+#include "lifecycle.h"
+#include "log.h"
+#include "preview.h"
+#include "store.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define EXPOSE_ATTEMPTS 3
+
+static const struct jsonv_field expose_fields[] = {
+	{ "token", JV_STRING, 0 },
+	{ NULL, 0, 0 },
+};
+
+/* Set KEYS[1] to ARGV[1] unless it holds something else: 1 ours, 0 taken. */
+static const char lua_claim_token[] =
+	"local v = redis.call('GET', KEYS[1])\n"
+	"if not v then redis.call('SET', KEYS[1], ARGV[1]) return 1 end\n"
+	"if v == ARGV[1] then return 1 end\n"
+	"return 0\n";
+
+/* HDEL field ARGV[1] of KEYS[1] when it still holds ARGV[2]. */
+static const char lua_hcad[] =
+	"if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then\n"
+	"  return redis.call('HDEL', KEYS[1], ARGV[1])\n"
+	"end\n"
+	"return 0\n";
+
+static json_t *reply_json(const redisReply *r)
+{
+	if (!r || r->type != REDIS_REPLY_STRING)
+		return NULL;
+	return json_loadb(r->str, r->len, 0, NULL);
+}
+
+/* The URL of an exposed port. */
+static int port_url(const struct http_req *r, int port, const char *id, const char *token,
+		    char *out, size_t n, struct sbx_err *e)
+{
+	char label[PREVIEW_LABEL_MAX];
+	int w = snprintf(label, sizeof(label), "%d-%s-%s", port, id, token);
+
+	if (w < 0 || (size_t)w >= sizeof(label))
+		return err_set(e, SBX_E_INTERNAL, "preview label too long");
+	return preview_url(r->conf, label, out, n, e);
+}
+
+/* The expose body: the token asked for into token ("" when none). */
+static int expose_body(struct http_req *r, char token[PREVIEW_TOKEN_MAX + 1], struct sbx_err *e)
+{
+	json_t *body = http_read_json(r, e);
+	const char *t;
+	int rc = 0;
+
+	token[0] = '\0';
+	if (!body)
+		return -1;
+	if (jsonv_check(body, expose_fields, "the body", e) < 0) {
+		rc = -1;
+	} else if ((t = json_string_value(json_object_get(body, "token")))) {
+		if (!ids_valid_token(t))
+			rc = err_set(e, SBX_E_VALIDATION, "'token' must be 1-16 of [a-z0-9_]");
+		else
+			snprintf(token, PREVIEW_TOKEN_MAX + 1, "%s", t);
+	}
+	json_decref(body);
+	return rc;
+}
+
+/* One try of an expose. 0 done (answered), 1 try again, -1 with e. */
+static int expose_once(struct http_req *r, const char *id, int port, const char *asked,
+		       struct sbx_err *e)
+{
+	char token[PREVIEW_TOKEN_MAX + 1], key[128], oldkey[128] = "", addr[PREVIEW_ADDR_MAX];
+	char url[512], now[32], pstr[8];
+	const char *created, *old_token;
+	struct lc_owner o;
+	struct preview_sb s;
+	redisReply *rep[3] = { NULL, NULL, NULL }, *cl;
+	json_t *old = NULL, *rec, *out;
+	int old_live_inc, exists, rc;
+	const char *keys[1], *args[2];
+	auto_free char *text = NULL;
+	long long nports;
+
+	if (lifecycle_ensure_running(r->tenant, id, &o, e) < 0)
+		return -1;
+	snprintf(pstr, sizeof(pstr), "%d", port);
+	if (preview_sb_append(r->tenant, id, e) < 0 ||
+	    store_append(e, "HGET sbx:sb:{%s/%s}:ports %d", r->tenant, id, port) < 0 ||
+	    store_append(e, "HLEN sbx:sb:{%s/%s}:ports", r->tenant, id) < 0 ||
+	    store_collect(rep, 3, 0, e) < 0)
+		return -1;
+	rc = preview_sb_from_reply(rep[0], &s);
+	old = reply_json(rep[1]);
+	exists = rep[1]->type == REDIS_REPLY_STRING;
+	nports = rep[2]->type == REDIS_REPLY_INTEGER ? rep[2]->integer : 0;
+	store_free_replies(rep, 3);
+	if (rc != 0) {
+		json_decref(old);
+		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
+	}
+	if (s.generation != o.generation) {
+		json_decref(old);
+		return 1;
+	}
+	if (!exists && nports >= PREVIEW_MAX_PORTS) {
+		json_decref(old);
+		return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exposes %d ports", id,
+			       PREVIEW_MAX_PORTS);
+	}
+	old_token = json_string_value(json_object_get(old, "token"));
+	{
+		const char *inc = json_string_value(json_object_get(old, "incarnation"));
+		old_live_inc = old_token && ids_valid_token(old_token) && inc &&
+			       strcmp(inc, s.incarnation) == 0;
+	}
+	if (asked[0])
+		snprintf(token, sizeof(token), "%s", asked);
+	else if (old_live_inc)
+		snprintf(token, sizeof(token), "%s", old_token);
+	else if (preview_random_id(token, PREVIEW_TOKEN_MAX, e) < 0) {
+		json_decref(old);
+		return -1;
+	}
+	if (old_token && ids_valid_token(old_token) && strcmp(old_token, token) != 0)
+		preview_index_key(port, id, old_token, oldkey, sizeof(oldkey));
+	created = old_live_inc ? json_string_value(json_object_get(old, "createdAt")) : NULL;
+	util_iso8601(util_wall_ms(), now);
+
+	/* The host name is ours, or another tenant's sandbox of the same id holds it. */
+	if (preview_index_key(port, id, token, key, sizeof(key)) < 0) {
+		json_decref(old);
+		return err_set(e, SBX_E_INTERNAL, "preview key too long");
+	}
+	keys[0] = key;
+	args[0] = r->tenant;
+	cl = preview_eval(lua_claim_token, 1, keys, 1, args, e);
+	if (!cl) {
+		json_decref(old);
+		return -1;
+	}
+	rc = cl->type == REDIS_REPLY_INTEGER && cl->integer == 1;
+	freeReplyObject(cl);
+	if (!rc) {
+		json_decref(old);
+		return err_set(e, SBX_E_CONFLICT, "token '%s' is taken for this port and id", token);
+	}
+
+	if (preview_forward_open(r->tenant, id, &o, port, addr, e) < 0) {
+		json_decref(old);
+		return e->code == SBX_E_CONFLICT ? 1 : -1;
+	}
+	rec = json_pack("{s:s, s:I, s:s, s:s, s:s, s:s}", "token", token, "generation",
+			(json_int_t)o.generation, "incarnation", s.incarnation, "forward", addr,
+			"createdAt", created ? created : now, "activatedAt", now);
+	json_decref(old);
+	text = rec ? jsonv_dump(rec) : NULL;
+	json_decref(rec);
+	if (!text)
+		return err_set(e, SBX_E_INTERNAL, "out of memory");
+	cl = store_command(e, "HSET sbx:sb:{%s/%s}:ports %d %s", r->tenant, id, port, text);
+	if (!cl)
+		return -1;
+	freeReplyObject(cl);
+	if (oldkey[0])
+		preview_cad(oldkey, r->tenant);
+	if (port_url(r, port, id, token, url, sizeof(url), e) < 0)
+		return -1;
+	log_info("preview %s/%s port %d exposed (generation %lld, forward %s)", r->tenant, id, port,
+		 (long long)o.generation, addr);
+	out = json_pack("{s:i, s:s, s:s}", "port", port, "url", url, "token", token);
+	if (!out)
+		return err_set(e, SBX_E_INTERNAL, "out of memory");
+	http_respond_json(r, 200, out);
+	json_decref(out);
+	return 0;
+}
+
+int api_ports_expose(struct http_req *r, struct sbx_err *e)
+{
+	const char *id = router_cap(&r->match, "id");
+	char token[PREVIEW_TOKEN_MAX + 1];
+	int port;
+
+	if (preview_parse_port(router_cap(&r->match, "port"), &port, e) < 0 ||
+	    expose_body(r, token, e) < 0)
+		return -1;
+	for (int i = 0; i < EXPOSE_ATTEMPTS; i++) {
+		int rc = expose_once(r, id, port, token, e);
+		if (rc <= 0)
+			return rc;
+		err_clear(e);
+	}
+	return err_set(e, SBX_E_CONFLICT, "sandbox '%s' keeps changing; try again", id);
+}
+
+struct port_item {
+	int port;
+	json_t *item;
+};
+
+static int item_cmp(const void *a, const void *b)
+{
+	return ((const struct port_item *)a)->port - ((const struct port_item *)b)->port;
+}
+
+int api_ports_list(struct http_req *r, struct sbx_err *e)
+{
+	const char *id = router_cap(&r->match, "id");
+	redisReply *rep[2] = { NULL, NULL };
+	struct port_item items[2 * PREVIEW_MAX_PORTS];
+	struct preview_sb s;
+	size_t n = 0;
+	json_t *arr, *out;
+	int rc;
+
+	if (preview_sb_append(r->tenant, id, e) < 0 ||
+	    store_append(e, "HGETALL sbx:sb:{%s/%s}:ports", r->tenant, id) < 0 ||
+	    store_collect(rep, 2, 0, e) < 0)
+		return -1;
+	rc = preview_sb_from_reply(rep[0], &s);
+	if (rc != 0) {
+		store_free_replies(rep, 2);
+		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
+	}
+	for (size_t i = 0; rep[1]->type == REDIS_REPLY_ARRAY && i + 1 < rep[1]->elements &&
+			   n < ARRAY_SIZE(items);
+	     i += 2) {
+		json_t *v = reply_json(rep[1]->element[i + 1]);
+		const char *tok = json_string_value(json_object_get(v, "token"));
+		char url[512];
+		int port;
+
+		if (v && tok && preview_record_live(v, &s) &&
+		    preview_parse_port(rep[1]->element[i]->str, &port, e) == 0 &&
+		    port_url(r, port, id, tok, url, sizeof(url), e) == 0) {
+			items[n].port = port;
+			items[n].item = json_pack("{s:i, s:s, s:s}", "port", port, "url", url, "token", tok);
+			if (items[n].item)
+				n++;
+		}
+		err_clear(e);
+		json_decref(v);
+	}
+	store_free_replies(rep, 2);
+	qsort(items, n, sizeof(items[0]), item_cmp);
+	arr = json_array();
+	for (size_t i = 0; i < n; i++) {
+		if (arr)
+			json_array_append(arr, items[i].item);
+		json_decref(items[i].item);
+	}
+	out = arr ? json_pack("{s:o}", "ports", arr) : NULL;
+	if (!out)
+		return err_set(e, SBX_E_INTERNAL, "out of memory");
+	http_respond_json(r, 200, out);
+	json_decref(out);
+	return 0;
+}
+
+int api_ports_delete(struct http_req *r, struct sbx_err *e)
+{
+	const char *id = router_cap(&r->match, "id");
+	redisReply *rep[2] = { NULL, NULL };
+	struct preview_sb s;
+	char key[128], pstr[8], *val = NULL;
+	const char *keys[1], *args[2];
+	json_t *v;
+	int port, rc;
+
+	if (preview_parse_port(router_cap(&r->match, "port"), &port, e) < 0)
+		return -1;
+	if (preview_sb_append(r->tenant, id, e) < 0 ||
+	    store_append(e, "HGET sbx:sb:{%s/%s}:ports %d", r->tenant, id, port) < 0 ||
+	    store_collect(rep, 2, 0, e) < 0)
+		return -1;
+	rc = preview_sb_from_reply(rep[0], &s);
+	if (rc != 0) {
+		store_free_replies(rep, 2);
+		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
+	}
+	if (rep[1]->type == REDIS_REPLY_STRING)
+		val = strdup(rep[1]->str);
+	store_free_replies(rep, 2);
+	if (val) {
+		redisReply *d;
+		const char *tok;
+
+		v = json_loads(val, 0, NULL);
+		tok = json_string_value(json_object_get(v, "token"));
+		snprintf(pstr, sizeof(pstr), "%d", port);
+		snprintf(key, sizeof(key), "sbx:sb:{%s/%s}:ports", r->tenant, id);
+		keys[0] = key;
+		args[0] = pstr;
+		args[1] = val;
+		d = preview_eval(lua_hcad, 1, keys, 2, args, e);
+		if (d)
+			freeReplyObject(d);
+		if (tok && ids_valid_token(tok) && preview_index_key(port, id, tok, key, sizeof(key)) == 0)
+			preview_cad(key, r->tenant);
+		json_decref(v);
+		free(val);
+		if (!d)
+			return -1;
+		preview_forward_release(r->tenant, id, port);
+		log_info("preview %s/%s port %d revoked", r->tenant, id, port);
+	}
+	http_respond_json(r, 204, NULL);
+	return 0;
+}
+
+/* The preview host's decision. 0 with forward filled, or -1 with e. */
+static int preview_decide(const char *label, char forward[PREVIEW_ADDR_MAX], struct sbx_err *e)
+{
+	char id[64], token[PREVIEW_TOKEN_MAX + 1], key[128], tenant[64];
+	redisReply *rep[2] = { NULL, NULL }, *t;
+	struct preview_sb s;
+	json_t *v;
+	const char *tok, *fwd;
+	int port, rc;
+
+	if (preview_parse_label(label, &port, id, token) < 0 ||
+	    preview_index_key(port, id, token, key, sizeof(key)) < 0)
+		return err_set(e, SBX_E_INVALID_TOKEN, "unknown preview URL");
+	t = store_command(e, "GET %s", key);
+	if (!t)
+		return -1;
+	rc = t->type == REDIS_REPLY_STRING && t->len < sizeof(tenant);
+	if (rc)
+		snprintf(tenant, sizeof(tenant), "%s", t->str);
+	freeReplyObject(t);
+	if (!rc || !ids_valid_tenant(tenant))
+		return err_set(e, SBX_E_INVALID_TOKEN, "unknown preview URL");
+	if (store_append(e, "HGET sbx:sb:{%s/%s}:ports %d", tenant, id, port) < 0 ||
+	    preview_sb_append(tenant, id, e) < 0 || store_collect(rep, 2, 0, e) < 0)
+		return -1;
+	v = reply_json(rep[0]);
+	rc = preview_sb_from_reply(rep[1], &s);
+	store_free_replies(rep, 2);
+	tok = json_string_value(json_object_get(v, "token"));
+	fwd = json_string_value(json_object_get(v, "forward"));
+	/* Revoked, replaced, or the sandbox (of that incarnation) is gone. */
+	if (!tok || !preview_const_equal(token, tok) || rc != 0 ||
+	    !json_is_string(json_object_get(v, "incarnation")) ||
+	    strcmp(json_string_value(json_object_get(v, "incarnation")), s.incarnation) != 0) {
+		json_decref(v);
+		return err_set(e, SBX_E_INVALID_TOKEN, "unknown preview URL");
+	}
+	if (!preview_record_live(v, &s) || strcmp(s.state, "running") != 0) {
+		json_decref(v);
+		return err_set(e, SBX_E_STALE_PREVIEW_URL,
+			       "port %d is not exposed in the sandbox's current run; expose it again",
+			       port);
+	}
+	if (!fwd || !preview_address_ok(fwd)) {
+		json_decref(v);
+		return err_set(e, SBX_E_INTERNAL, "preview record %s/%s port %d has a bad forward",
+			       tenant, id, port);
+	}
+	snprintf(forward, PREVIEW_ADDR_MAX, "%s", fwd);
+	json_decref(v);
+	return 0;
+}
+
+int api_ports_preview(struct http_req *r, struct sbx_err *e)
+{
+	char label[PREVIEW_LABEL_MAX], tid[PREVIEW_TUNNEL_ID_LEN + 1], forward[PREVIEW_ADDR_MAX];
+	const char *host = http_param(r, "SBX_PREVIEW_HOST");
+
+	if (preview_host_label(host, r->conf->api.preview_domain, label, sizeof(label)) < 0)
+		return err_set(e, SBX_E_INVALID_TOKEN, "unknown preview URL");
+	if (preview_tunnel_label(label, tid)) {
+		if (api_tunnels_route(tid, forward, e) < 0)
+			return -1;
+	} else if (preview_decide(label, forward, e) < 0) {
+		return -1;
+	}
+	if (http_add_header(r, "X-Sbx-Forward", forward) < 0)
+		return err_set(e, SBX_E_INTERNAL, "cannot add the forward header");
+	http_respond_json(r, 200, NULL);
+	return 0;
+}

@@ -1,0 +1,1083 @@
+#include "lifecycle.h"
+#include "agentc.h"
+#include "ids.h"
+#include "jsonv.h"
+#include "log.h"
+#include "placement.h"
+#include "scripts.h"
+#include "store.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Rounds of re-reading a record that another worker changed meanwhile. */
+#define LC_ATTEMPTS 6
+
+/* jansson's own cleanup helper (json_auto_t) under our naming. */
+#define auto_json __attribute__((cleanup(json_decrefp)))
+
+/* ---- body validation --------------------------------------------------- */
+
+static const struct jsonv_field spec_fields[] = {
+	{ "labels", JV_OBJECT, 0 },
+	{ "sleepAfter", JV_INTEGER | JV_STRING, 0 },
+	{ "keepAlive", JV_BOOL, 0 },
+	{ "env", JV_OBJECT, 0 },
+	{ "image", JV_STRING, 0 },
+	{ "resources", JV_OBJECT, 0 },
+	{ "network", JV_STRING, 0 },
+	{ NULL, 0, 0 },
+};
+
+static const struct jsonv_field resource_fields[] = {
+	{ "memoryMiB", JV_INTEGER, 0 },
+	{ "cpus", JV_NUMBER, 0 },
+	{ "pids", JV_INTEGER, 0 },
+	{ "diskMiB", JV_INTEGER, 0 },
+	{ NULL, 0, 0 },
+};
+
+static int image_valid(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > 63 || !((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= '0' && s[0] <= '9')))
+		return 0;
+	for (size_t i = 1; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '.' ||
+		      s[i] == '_' || s[i] == '-'))
+			return 0;
+	return 1;
+}
+
+static int env_key_valid(const char *k)
+{
+	size_t n = strlen(k);
+
+	if (n == 0 || n > LC_ENV_KEY_MAX || (k[0] >= '0' && k[0] <= '9'))
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((k[i] >= 'a' && k[i] <= 'z') || (k[i] >= 'A' && k[i] <= 'Z') ||
+		      (k[i] >= '0' && k[i] <= '9') || k[i] == '_'))
+			return 0;
+	return 1;
+}
+
+/* A numeric bound of the config table (the same limits as sbx.conf). */
+static void bounds(const char *key, int64_t *min, int64_t *max)
+{
+	if (conf_bounds("sandbox", key, min, max) < 0) {
+		*min = 1;
+		*max = INT64_MAX;
+	}
+}
+
+json_t *lifecycle_resources_json(int64_t memory_mib, int64_t cpus_milli, int64_t pids,
+				 int64_t disk_mib)
+{
+	json_t *cpus = cpus_milli % 1000 == 0 ? json_integer(cpus_milli / 1000)
+					      : json_real((double)cpus_milli / 1000.0);
+
+	return json_pack("{s:I,s:o,s:I,s:I}", "memoryMiB", (json_int_t)memory_mib, "cpus", cpus,
+			 "pids", (json_int_t)pids, "diskMiB", (json_int_t)disk_mib);
+}
+
+static int parse_resources(const json_t *res, const struct sbx_conf *c, struct lc_spec *s,
+			   struct sbx_err *e)
+{
+	int64_t mem = c->sandbox.memory_mib, cpus = c->sandbox.cpus_milli, pids = c->sandbox.pids;
+	int64_t disk = c->sandbox.disk_mib, lo, hi;
+	json_t *v;
+
+	if (jsonv_check(res, resource_fields, "'resources'", e) < 0)
+		return -1;
+	bounds("memory_mib", &lo, &hi);
+	if (jsonv_int(res, "memoryMiB", lo, hi, &mem, e) < 0)
+		return -1;
+	bounds("pids", &lo, &hi);
+	if (jsonv_int(res, "pids", lo, hi, &pids, e) < 0)
+		return -1;
+	bounds("disk_mib", &lo, &hi);
+	if (jsonv_int(res, "diskMiB", lo, hi, &disk, e) < 0)
+		return -1;
+	bounds("cpus_milli", &lo, &hi);
+	if ((v = json_object_get(res, "cpus"))) {
+		double d = json_number_value(v);
+		if (!(d > 0) || !isfinite(d) || d * 1000.0 + 0.5 < (double)lo ||
+		    d * 1000.0 + 0.5 >= (double)hi + 1)
+			return err_set(e, SBX_E_VALIDATION,
+				       "field 'cpus' in 'resources' must be between %g and %g",
+				       (double)lo / 1000.0, (double)hi / 1000.0);
+		cpus = (int64_t)(d * 1000.0 + 0.5);
+	}
+	s->resources = lifecycle_resources_json(mem, cpus, pids, disk);
+	if (!s->resources)
+		return err_set(e, SBX_E_INTERNAL, "out of memory");
+	s->has |= LC_HAS_RESOURCES;
+	return 0;
+}
+
+static int parse_sleep_after(const json_t *v, struct lc_spec *s, struct sbx_err *e)
+{
+	int64_t ms;
+
+	if (json_is_integer(v))
+		ms = json_integer_value(v);
+	else if (conf_parse_duration(json_string_value(v), &ms) < 0)
+		return err_set(e, SBX_E_VALIDATION,
+			       "'sleepAfter' must be milliseconds or a duration like \"30s\", \"10m\", \"1h\"");
+	if (ms < LC_SLEEP_MIN_MS || ms > LC_SLEEP_MAX_MS)
+		return err_set(e, SBX_E_VALIDATION, "'sleepAfter' must be between 1s and 30 days");
+	s->sleep_after_ms = ms;
+	s->has |= LC_HAS_SLEEP_AFTER;
+	return 0;
+}
+
+int lifecycle_parse_spec(const json_t *body, const struct sbx_conf *c, struct lc_spec *s,
+			 struct sbx_err *e)
+{
+	const char *k;
+	json_t *v;
+
+	memset(s, 0, sizeof(*s));
+	if (jsonv_check(body, spec_fields, "the body", e) < 0)
+		goto fail;
+	if ((v = json_object_get(body, "labels"))) {
+		if (jsonv_string_map(v, "labels", LC_LABELS_MAX, 63, 255, 0, e) < 0)
+			goto fail;
+		json_object_foreach(v, k, v) {
+			if (!ids_valid_label_key(k)) {
+				err_set(e, SBX_E_VALIDATION,
+					"label key '%.64s' must be 1-63 printable ASCII without '{', '}', ':', ',' or space",
+					k);
+				goto fail;
+			}
+			if (!ids_valid_label_value(json_string_value(v))) {
+				err_set(e, SBX_E_VALIDATION,
+					"label '%.64s' must have a value of 0-255 printable ASCII without '{', '}' or ','",
+					k);
+				goto fail;
+			}
+		}
+		s->labels = json_deep_copy(json_object_get(body, "labels"));
+		s->has |= LC_HAS_LABELS;
+	}
+	if ((v = json_object_get(body, "env"))) {
+		if (jsonv_string_map(v, "env", LC_ENV_MAX, LC_ENV_KEY_MAX, LC_ENV_VALUE_MAX, 0, e) < 0)
+			goto fail;
+		json_object_foreach(v, k, v) {
+			if (!env_key_valid(k)) {
+				err_set(e, SBX_E_VALIDATION,
+					"env name '%.64s' must match [A-Za-z_][A-Za-z0-9_]* (at most %d bytes)",
+					k, LC_ENV_KEY_MAX);
+				goto fail;
+			}
+			if (strlen(json_string_value(v)) != json_string_length(v)) {
+				err_set(e, SBX_E_VALIDATION, "env '%.64s' must not contain NUL", k);
+				goto fail;
+			}
+		}
+		s->env = json_deep_copy(json_object_get(body, "env"));
+		s->has |= LC_HAS_ENV;
+	}
+	if ((v = json_object_get(body, "image"))) {
+		if (!image_valid(json_string_value(v))) {
+			err_set(e, SBX_E_VALIDATION, "'image' must match [a-z0-9][a-z0-9._-]{0,62}");
+			goto fail;
+		}
+		snprintf(s->image, sizeof(s->image), "%s", json_string_value(v));
+		s->has |= LC_HAS_IMAGE;
+	}
+	if ((v = json_object_get(body, "network"))) {
+		const char *n = json_string_value(v);
+		if (strcmp(n, "none") != 0 && strcmp(n, "egress") != 0) {
+			err_set(e, SBX_E_VALIDATION, "'network' must be \"none\" or \"egress\"");
+			goto fail;
+		}
+		snprintf(s->network, sizeof(s->network), "%s", n);
+		s->has |= LC_HAS_NETWORK;
+	}
+	if ((v = json_object_get(body, "resources")) && parse_resources(v, c, s, e) < 0)
+		goto fail;
+	if ((v = json_object_get(body, "sleepAfter")) && parse_sleep_after(v, s, e) < 0)
+		goto fail;
+	if ((v = json_object_get(body, "keepAlive"))) {
+		s->keep_alive = json_is_true(v);
+		s->has |= LC_HAS_KEEP_ALIVE;
+	}
+	if (((s->has & LC_HAS_LABELS) && !s->labels) || ((s->has & LC_HAS_ENV) && !s->env)) {
+		err_set(e, SBX_E_INTERNAL, "out of memory");
+		goto fail;
+	}
+	return 0;
+fail:
+	lifecycle_spec_release(s);
+	return -1;
+}
+
+void lifecycle_spec_release(struct lc_spec *s)
+{
+	json_decref(s->labels);
+	json_decref(s->env);
+	json_decref(s->resources);
+	s->labels = s->env = s->resources = NULL;
+	s->has = 0;
+}
+
+/* ---- pure record logic --------------------------------------------------- */
+
+json_t *lifecycle_pending_merge(const json_t *applied, const json_t *pending,
+				const struct lc_spec *s)
+{
+	json_t *out = json_is_object(pending) ? json_deep_copy(pending) : json_object();
+	struct {
+		unsigned bit;
+		const char *name;
+		json_t *val;
+	} f[] = {
+		{ LC_HAS_LABELS, "labels", s->labels ? json_incref(s->labels) : NULL },
+		{ LC_HAS_RESOURCES, "resources", s->resources ? json_incref(s->resources) : NULL },
+		{ LC_HAS_ENV, "env", s->env ? json_incref(s->env) : NULL },
+		{ LC_HAS_IMAGE, "image", (s->has & LC_HAS_IMAGE) ? json_string(s->image) : NULL },
+		{ LC_HAS_NETWORK, "network", (s->has & LC_HAS_NETWORK) ? json_string(s->network) : NULL },
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(f); i++) {
+		if (out && (s->has & f[i].bit) && f[i].val) {
+			if (json_equal(f[i].val, json_object_get(applied, f[i].name)))
+				json_object_del(out, f[i].name);
+			else
+				json_object_set(out, f[i].name, f[i].val);
+		}
+		json_decref(f[i].val);
+	}
+	return out;
+}
+
+static const char *fstr(const json_t *rec, const char *name)
+{
+	return json_string_value(json_object_get(rec, name));
+}
+
+static int64_t fint(const json_t *rec, const char *name, int64_t def)
+{
+	const char *v = fstr(rec, name);
+	int64_t n;
+
+	return v && util_parse_i64(v, INT64_MIN, INT64_MAX, &n) == 0 ? n : def;
+}
+
+/* A JSON field of the record parsed (an empty object when absent or bad). */
+static json_t *fjson(const json_t *rec, const char *name)
+{
+	const char *v = fstr(rec, name);
+	json_t *j = v && *v ? json_loads(v, JSON_REJECT_DUPLICATES, NULL) : NULL;
+
+	if (j && !json_is_object(j)) {
+		json_decref(j);
+		j = NULL;
+	}
+	return j ? j : json_object();
+}
+
+static json_t *str_or_null(const char *v)
+{
+	return v && *v && ids_valid_utf8(v, strlen(v)) ? json_string(v) : json_null();
+}
+
+json_t *lifecycle_record_json(const json_t *f)
+{
+	json_t *o = json_object(), *pending = fjson(f, "pending"), *penv;
+	const char *keep = fstr(f, "keepAlive");
+
+	if (!o || !pending) {
+		json_decref(o);
+		json_decref(pending);
+		return NULL;
+	}
+	/* env may hold secrets: only the names of pending variables are shown. */
+	if ((penv = json_object_get(pending, "env"))) {
+		json_t *names = json_array();
+		const char *k;
+		json_t *v;
+		json_object_foreach(penv, k, v)
+			json_array_append_new(names, json_string(k));
+		json_object_set_new(pending, "env", names ? names : json_null());
+	}
+	json_object_set_new(o, "id", str_or_null(fstr(f, "id")));
+	json_object_set_new(o, "state", str_or_null(fstr(f, "state")));
+	json_object_set_new(o, "node", str_or_null(fstr(f, "node")));
+	json_object_set_new(o, "generation", json_integer(fint(f, "generation", 0)));
+	json_object_set_new(o, "epoch", json_integer(fint(f, "epoch", 0)));
+	json_object_set_new(o, "labels", fjson(f, "labels"));
+	json_object_set_new(o, "pending", pending);
+	json_object_set_new(o, "sleepAfter", json_integer(fint(f, "sleepAfter", 0)));
+	json_object_set_new(o, "keepAlive", json_boolean(keep && strcmp(keep, "1") == 0));
+	json_object_set_new(o, "resources", fjson(f, "resources"));
+	json_object_set_new(o, "network", str_or_null(fstr(f, "network")));
+	json_object_set_new(o, "image", str_or_null(fstr(f, "image")));
+	json_object_set_new(o, "createdAt", str_or_null(fstr(f, "createdAt")));
+	json_object_set_new(o, "startedAt", str_or_null(fstr(f, "startedAt")));
+	json_object_set_new(o, "lastActiveAt", str_or_null(fstr(f, "lastActiveAt")));
+	return o;
+}
+
+/* ---- Redis helpers --------------------------------------------------------- */
+
+static void record_key(char *out, size_t n, const char *tenant, const char *id)
+{
+	snprintf(out, n, "sbx:sb:{%s/%s}", tenant, id);
+}
+
+json_t *lifecycle_hash_json(const redisReply *r)
+{
+	json_t *o;
+
+	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+		return NULL;
+	o = json_object();
+	if (!o)
+		return NULL;
+	for (size_t i = 0; i + 1 < r->elements; i += 2) {
+		const redisReply *k = r->element[i], *v = r->element[i + 1];
+		if (k->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
+		    strlen(v->str) == v->len && ids_valid_utf8(v->str, v->len))
+			json_object_set_new(o, k->str, json_stringn_nocheck(v->str, v->len));
+	}
+	if (!fstr(o, "state") || !fstr(o, "epoch")) {
+		json_decref(o);   /* a partial hash is no sandbox */
+		return NULL;
+	}
+	return o;
+}
+
+int lifecycle_load(const char *tenant, const char *id, json_t **rec, struct sbx_err *e)
+{
+	auto_reply redisReply *r = store_command(e, "HGETALL sbx:sb:{%s/%s}", tenant, id);
+
+	*rec = NULL;
+	if (!r)
+		return -1;
+	if (r->type != REDIS_REPLY_ARRAY)
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: HGETALL gave no array");
+	*rec = lifecycle_hash_json(r);
+	return 0;
+}
+
+static void now_iso(char out[32])
+{
+	util_iso8601(util_wall_ms(), out);
+}
+
+/* Append the event XADD (collected by the caller's batch). */
+static int append_event(const char *type, const char *tenant, const char *id, const char *node,
+			const char *generation, const char *epoch, struct sbx_err *e)
+{
+	return store_append(e,
+			    "XADD sbx:events MAXLEN ~ 10000 * type %s tenant %s id %s node %s generation %s epoch %s",
+			    type, tenant, id, node ? node : "", generation ? generation : "",
+			    epoch ? epoch : "");
+}
+
+/* Run a batch of n appended commands; failures are logged, not returned
+ * (indexes and events follow the record, which is already written). */
+static void flush_batch(size_t n, const char *what)
+{
+	redisReply *reps[64];
+	struct sbx_err e = { 0 };
+
+	if (n == 0)
+		return;
+	if (n > ARRAY_SIZE(reps) || store_collect(reps, n, STORE_RAW_ERRORS, &e) < 0) {
+		log_warn("%s: %s", what, e.msg);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (reps[i]->type == REDIS_REPLY_ERROR)
+			log_warn("%s: %.200s", what, reps[i]->str);
+	store_free_replies(reps, n);
+}
+
+/* Append ZADD/ZREM of the label index for every label of labels (a JSON
+ * text); returns the number of commands appended or -1. */
+static int append_label_index(const char *verb, const char *tenant, const char *id,
+			      const char *labels_text, size_t room, struct sbx_err *e)
+{
+	auto_json json_t *l = labels_text ? json_loads(labels_text, 0, NULL) : NULL;
+	const char *k;
+	json_t *v;
+	int n = 0;
+
+	if (!json_is_object(l))
+		return 0;
+	json_object_foreach(l, k, v) {
+		const char *val = json_string_value(v);
+		if (!val || (size_t)n >= room)
+			continue;
+		if (strcmp(verb, "ZADD") == 0) {
+			if (store_append(e, "ZADD sbx:tenant:{%s}:label:%s=%s 0 %s", tenant, k, val, id) < 0)
+				return -1;
+		} else if (store_append(e, "ZREM sbx:tenant:{%s}:label:%s=%s %s", tenant, k, val, id) < 0) {
+			return -1;
+		}
+		n++;
+	}
+	return n;
+}
+
+/* ---- the agent --------------------------------------------------------------- */
+
+static int agent_path(char *out, size_t n, const char *tenant, const char *id, const char *tail)
+{
+	int w = snprintf(out, n, "/agent/v1/sandboxes/%s/%s%s", tenant, id, tail);
+	return w < 0 || (size_t)w >= n ? -1 : 0;
+}
+
+/* The error an agent answered, as ours: its code when it is one we know
+ * with the status it belongs to, else NODE_UNAVAILABLE. */
+static int agent_error(const char *address, const struct agentc_reply *rep, struct sbx_err *e)
+{
+	json_t *err = json_object_get(rep->body, "error");
+	const char *code = json_string_value(json_object_get(err, "code"));
+	const char *msg = json_string_value(json_object_get(err, "message"));
+	enum sbx_ecode c = code ? err_from_name(code) : SBX_E_NONE;
+
+	if (c != SBX_E_NONE && c != SBX_E_INTERNAL && err_status(c) == rep->status &&
+	    (c == SBX_E_NO_CAPACITY || c == SBX_E_NODE_UNAVAILABLE || c == SBX_E_NO_SPACE))
+		return err_set(e, c, "node %s: %.150s", address, msg ? msg : "refused");
+	log_warn("agent %s answered %ld %s: %.200s", address, rep->status, code ? code : "-",
+		 msg ? msg : "");
+	return err_set(e, SBX_E_NODE_UNAVAILABLE, "the node of the sandbox refused to start it");
+}
+
+static int agent_code_is(const struct agentc_reply *rep, const char *code)
+{
+	const char *c = json_string_value(json_object_get(json_object_get(rep->body, "error"), "code"));
+	return c && strcmp(c, code) == 0;
+}
+
+/* The agent's create/start body from the record. New reference. */
+static json_t *start_body(const json_t *rec)
+{
+	const char *keep = fstr(rec, "keepAlive");
+
+	return json_pack("{s:I,s:I,s:s,s:s,s:o,s:o,s:o,s:I,s:b}",
+			 "generation", (json_int_t)fint(rec, "generation", 1),
+			 "epoch", (json_int_t)fint(rec, "epoch", 0),
+			 "image", fstr(rec, "image") ? fstr(rec, "image") : "default",
+			 "network", fstr(rec, "network") ? fstr(rec, "network") : "none",
+			 "resources", fjson(rec, "resources"),
+			 "env", fjson(rec, "env"),
+			 "labels", fjson(rec, "labels"),
+			 "sleepAfter", (json_int_t)fint(rec, "sleepAfter", 600000),
+			 "keepAlive", keep && strcmp(keep, "1") == 0);
+}
+
+/* Tell the agent at address to run the record's generation. 0 running,
+ * 1 the agent knows a newer epoch (re-read), -1 with e. */
+static int agent_start(const char *tenant, const char *id, const json_t *rec,
+		       const char *address, struct sbx_err *e)
+{
+	char path[256];
+	int64_t epoch = fint(rec, "epoch", 0);
+	auto_json json_t *body = start_body(rec);
+
+	if (!body)
+		return err_set(e, SBX_E_INTERNAL, "out of memory");
+	if (agent_path(path, sizeof(path), tenant, id, "") < 0)
+		return err_set(e, SBX_E_INTERNAL, "agent path too long");
+	for (int round = 0; round < 2; round++) {
+		struct agentc_reply rep = { 0 };
+
+		if (agentc_call("PUT", address, path, body, epoch, &rep, e) < 0)
+			return -1;
+		if (rep.status == 200 || rep.status == 201) {
+			agentc_reply_release(&rep);
+			return 0;
+		}
+		if (rep.status == 409 && agent_code_is(&rep, "STALE_EPOCH")) {
+			agentc_reply_release(&rep);
+			return 1;
+		}
+		if (rep.status == 409 && round == 0) {
+			/* A leftover of a newer generation (Redis lost the record):
+			 * the record is the truth, so clear the leftover and start. */
+			struct agentc_reply del = { 0 };
+			agentc_reply_release(&rep);
+			if (agentc_call("DELETE", address, path, NULL, epoch, &del, e) < 0)
+				return -1;
+			agentc_reply_release(&del);
+			continue;
+		}
+		agent_error(address, &rep, e);
+		agentc_reply_release(&rep);
+		return -1;
+	}
+	return err_set(e, SBX_E_NODE_UNAVAILABLE, "the node of the sandbox refused to start it");
+}
+
+/* Best-effort DELETE on an agent (errors logged). 1 when it answered
+ * STALE_EPOCH, else 0. */
+static int agent_delete(const char *tenant, const char *id, const char *address, int64_t epoch)
+{
+	struct agentc_reply rep = { 0 };
+	struct sbx_err e = { 0 };
+	char path[256];
+	int stale = 0;
+
+	if (agent_path(path, sizeof(path), tenant, id, "") < 0)
+		return 0;
+	if (agentc_call("DELETE", address, path, NULL, epoch, &rep, &e) < 0) {
+		log_info("delete of %s/%s on %s: %s", tenant, id, address, e.msg);
+		return 0;
+	}
+	stale = rep.status == 409 && agent_code_is(&rep, "STALE_EPOCH");
+	if (rep.status != 204 && rep.status != 200 && rep.status != 404)
+		log_info("delete of %s/%s on %s answered %ld", tenant, id, address, rep.status);
+	agentc_reply_release(&rep);
+	return stale;
+}
+
+/* ---- scripts ------------------------------------------------------------------ */
+
+/* set_state CAS: 1 done, 0 the epoch moved on, -1 with e (gone: SANDBOX_NOT_FOUND). */
+static int set_state(const char *tenant, const char *id, const char *epoch, const char *state,
+		     int started, struct sbx_err *e)
+{
+	char key[160], now[32];
+	const char *args[6] = { epoch, state, "lastActiveAt", now, "startedAt", now };
+	auto_reply redisReply *r = NULL;
+
+	record_key(key, sizeof(key), tenant, id);
+	now_iso(now);
+	r = scripts_run(SCRIPT_SET_STATE, 1, (const char *[]){ key }, started ? 6 : 4, args, e);
+	if (!r)
+		return -1;
+	if (r->type != REDIS_REPLY_INTEGER)
+		return err_set(e, SBX_E_INTERNAL, "set_state: unexpected reply");
+	if (r->integer < 0)
+		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
+	return (int)r->integer;
+}
+
+/* start.lua: a new container of the record on node. 1 done (epoch and
+ * generation of the new one in ep/gen), 0 the record moved on, -1 with e. */
+static int start_new(const char *tenant, const char *id, const json_t *rec, const char *node,
+		     const char *event, struct sbx_err *e)
+{
+	char key[160], now[32];
+	const char *old_node = fstr(rec, "node");
+	auto_reply redisReply *r = NULL;
+	size_t n = 0;
+	int k;
+
+	record_key(key, sizeof(key), tenant, id);
+	now_iso(now);
+	r = scripts_run(SCRIPT_START, 1, (const char *[]){ key }, 4,
+			(const char *[]){ fstr(rec, "epoch"), node, "1", now }, e);
+	if (!r)
+		return -1;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1)
+		return err_set(e, SBX_E_INTERNAL, "start: unexpected reply");
+	if (r->element[0]->type == REDIS_REPLY_INTEGER) {
+		if (r->element[0]->integer == -1)
+			return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
+		return 0;
+	}
+	if (r->elements != 4)
+		return err_set(e, SBX_E_INTERNAL, "start: unexpected reply");
+	/* Indexes follow the record: node sets, label sets, the event. */
+	if (old_node && *old_node && strcmp(old_node, node) != 0 && ids_valid_node(old_node)) {
+		if (store_append(e, "SREM sbx:node:{%s}:sandboxes %s/%s", old_node, tenant, id) < 0)
+			return 1;
+		n++;
+	}
+	if (store_append(e, "SADD sbx:node:{%s}:sandboxes %s/%s", node, tenant, id) < 0)
+		return 1;
+	n++;
+	if (strcmp(r->element[2]->str, r->element[3]->str) != 0) {
+		if ((k = append_label_index("ZREM", tenant, id, r->element[2]->str, 60 - n, e)) < 0)
+			return 1;
+		n += (size_t)k;
+		if ((k = append_label_index("ZADD", tenant, id, r->element[3]->str, 62 - n, e)) < 0)
+			return 1;
+		n += (size_t)k;
+	}
+	if (append_event(event, tenant, id, node, r->element[1]->str, r->element[0]->str, e) < 0)
+		return 1;
+	flush_batch(n + 1, "indexes after a start");
+	return 1;
+}
+
+static int is_state(const json_t *rec, const char *s)
+{
+	const char *v = fstr(rec, "state");
+	return v && strcmp(v, s) == 0;
+}
+
+/* The node named by the record (alive 0 when it names none). */
+static int record_node(const json_t *rec, struct placement_node *pn, struct sbx_err *e)
+{
+	const char *node = fstr(rec, "node");
+
+	memset(pn, 0, sizeof(*pn));
+	if (!node || !ids_valid_node(node))
+		return 0;
+	return placement_fetch_node(node, pn, e);
+}
+
+/* ---- operations ------------------------------------------------------------------ */
+
+/* The fast path of every data call: a running sandbox on a live node, read
+ * with the few fields it needs (never env, which may be large). 1 with o
+ * filled, 0 when the slow path must decide, -1 with e. */
+static int running_owner(const char *tenant, const char *id, struct lc_owner *o,
+			 struct sbx_err *e)
+{
+	auto_reply redisReply *r = store_command(e, "HMGET sbx:sb:{%s/%s} state node epoch generation",
+						  tenant, id);
+	struct placement_node pn;
+
+	if (!r)
+		return -1;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 4)
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: HMGET gave no array");
+	for (size_t i = 0; i < 4; i++)
+		if (r->element[i]->type != REDIS_REPLY_STRING)
+			return 0;
+	if (strcmp(r->element[0]->str, "running") != 0 || !ids_valid_node(r->element[1]->str) ||
+	    util_parse_i64(r->element[2]->str, 0, INT64_MAX, &o->epoch) < 0 ||
+	    util_parse_i64(r->element[3]->str, 0, INT64_MAX, &o->generation) < 0)
+		return 0;
+	if (placement_fetch_node(r->element[1]->str, &pn, e) < 0)
+		return -1;
+	if (!pn.alive || !pn.address[0])
+		return 0;
+	snprintf(o->node, sizeof(o->node), "%s", pn.name);
+	snprintf(o->address, sizeof(o->address), "%s", pn.address);
+	return 1;
+}
+
+int lifecycle_ensure_running(const char *tenant, const char *id, struct lc_owner *o,
+			     struct sbx_err *e)
+{
+	int fast = running_owner(tenant, id, o, e);
+
+	if (fast != 0)
+		return fast < 0 ? -1 : 0;
+	for (int attempt = 0; attempt < LC_ATTEMPTS; attempt++) {
+		auto_json json_t *rec = NULL;
+		struct placement_node pn, target;
+		int rc;
+
+		if (lifecycle_load(tenant, id, &rec, e) < 0)
+			return -1;
+		if (!rec)
+			return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
+		if (record_node(rec, &pn, e) < 0)
+			return -1;
+		if (pn.alive && pn.address[0] && (is_state(rec, "running") || is_state(rec, "starting"))) {
+			if (is_state(rec, "starting")) {
+				rc = agent_start(tenant, id, rec, pn.address, e);
+				if (rc < 0)
+					return -1;
+				if (rc > 0)
+					continue;
+				rc = set_state(tenant, id, fstr(rec, "epoch"), "running", 1, e);
+				if (rc < 0) {
+					if (e->code == SBX_E_SANDBOX_NOT_FOUND)
+						agent_delete(tenant, id, pn.address, fint(rec, "epoch", 0));
+					return -1;
+				}
+				if (rc == 0)
+					continue;
+			}
+			snprintf(o->node, sizeof(o->node), "%s", pn.name);
+			snprintf(o->address, sizeof(o->address), "%s", pn.address);
+			o->epoch = fint(rec, "epoch", 0);
+			o->generation = fint(rec, "generation", 0);
+			return 0;
+		}
+		/* Asleep, or its node is gone: a new container, where there is room. */
+		if (pn.alive && placement_has_room(&pn))
+			target = pn;
+		else if (placement_pick(&target, e) < 0)
+			return -1;
+		rc = start_new(tenant, id, rec, target.name,
+			       pn.alive || !pn.name[0] || strcmp(pn.name, target.name) == 0 ? "started"
+											   : "replaced",
+			       e);
+		if (rc < 0)
+			return -1;
+	}
+	return err_set(e, SBX_E_NODE_UNAVAILABLE, "sandbox '%s' keeps changing; try again", id);
+}
+
+/* Settings at once, container fields to pending; CAS on pending+generation.
+ * 0 done, -1 with e. */
+static int update_record(const char *tenant, const char *id, const struct lc_spec *s,
+			 struct sbx_err *e)
+{
+	char key[160], sleep_ms[32] = "";
+	const char *keep = "";
+
+	if (!(s->has & (LC_HAS_CONTAINER | LC_HAS_SLEEP_AFTER | LC_HAS_KEEP_ALIVE)))
+		return 0;
+	record_key(key, sizeof(key), tenant, id);
+	if (s->has & LC_HAS_SLEEP_AFTER)
+		snprintf(sleep_ms, sizeof(sleep_ms), "%lld", (long long)s->sleep_after_ms);
+	if (s->has & LC_HAS_KEEP_ALIVE)
+		keep = s->keep_alive ? "1" : "0";
+	for (int attempt = 0; attempt < LC_ATTEMPTS; attempt++) {
+		auto_json json_t *rec = NULL, *applied = NULL, *pending = NULL, *merged = NULL;
+		auto_free char *text = NULL;
+		auto_reply redisReply *r = NULL;
+		const char *old_pending;
+		struct placement_node pn;
+
+		if (lifecycle_load(tenant, id, &rec, e) < 0)
+			return -1;
+		if (!rec)
+			return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
+		old_pending = fstr(rec, "pending") ? fstr(rec, "pending") : "{}";
+		applied = json_pack("{s:o,s:o,s:o,s:s,s:s}", "labels", fjson(rec, "labels"),
+				    "resources", fjson(rec, "resources"), "env", fjson(rec, "env"),
+				    "image", fstr(rec, "image") ? fstr(rec, "image") : "",
+				    "network", fstr(rec, "network") ? fstr(rec, "network") : "");
+		pending = fjson(rec, "pending");
+		merged = applied && pending ? lifecycle_pending_merge(applied, pending, s) : NULL;
+		text = merged ? json_dumps(merged, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+		if (!text)
+			return err_set(e, SBX_E_INTERNAL, "out of memory");
+		r = scripts_run(SCRIPT_UPDATE, 1, (const char *[]){ key }, 5,
+				(const char *[]){ old_pending, fstr(rec, "generation") ? fstr(rec, "generation") : "",
+						  text, sleep_ms, keep }, e);
+		if (!r)
+			return -1;
+		if (r->type != REDIS_REPLY_INTEGER)
+			return err_set(e, SBX_E_INTERNAL, "update: unexpected reply");
+		if (r->integer < 0)
+			return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
+		if (r->integer == 0)
+			continue;
+		/* Settings apply at once: tell a running container's agent. */
+		if ((s->has & (LC_HAS_SLEEP_AFTER | LC_HAS_KEEP_ALIVE)) && is_state(rec, "running") &&
+		    record_node(rec, &pn, e) == 0 && pn.alive && pn.address[0]) {
+			auto_json json_t *body = json_object();
+			struct agentc_reply rep = { 0 };
+			struct sbx_err ae = { 0 };
+			char path[256];
+			if (body && agent_path(path, sizeof(path), tenant, id, "") == 0) {
+				if (s->has & LC_HAS_SLEEP_AFTER)
+					json_object_set_new(body, "sleepAfter", json_integer(s->sleep_after_ms));
+				if (s->has & LC_HAS_KEEP_ALIVE)
+					json_object_set_new(body, "keepAlive", json_boolean(s->keep_alive));
+				if (agentc_call("PATCH", pn.address, path, body, fint(rec, "epoch", 0),
+						&rep, &ae) < 0)
+					log_info("PATCH of %s/%s on %s: %s", tenant, id, pn.address, ae.msg);
+				else if (rep.status >= 300)
+					log_debug("PATCH of %s/%s on %s answered %ld", tenant, id,
+						  pn.address, rep.status);
+				agentc_reply_release(&rep);
+			}
+		}
+		return 0;
+	}
+	return err_set(e, SBX_E_CONFLICT, "sandbox '%s' keeps changing; try again", id);
+}
+
+int lifecycle_update(const char *tenant, const char *id, const struct lc_spec *s,
+		     struct sbx_err *e)
+{
+	auto_json json_t *rec = NULL;
+
+	if (lifecycle_load(tenant, id, &rec, e) < 0)
+		return -1;
+	if (!rec)
+		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
+	return update_record(tenant, id, s, e);
+}
+
+/* Remove a sandbox whose record says epoch (CAS), with its index entries.
+ * 1 removed, 0 the record moved on, -1 with e (gone is 1). */
+static int destroy_record(const char *tenant, const char *id, const char *epoch,
+			  struct sbx_err *e)
+{
+	char key[160];
+	auto_reply redisReply *r = NULL;
+	size_t n = 0;
+	int k;
+
+	record_key(key, sizeof(key), tenant, id);
+	r = scripts_run(SCRIPT_DESTROY, 1, (const char *[]){ key }, 1, (const char *[]){ epoch }, e);
+	if (!r)
+		return -1;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+	    r->element[0]->type != REDIS_REPLY_INTEGER)
+		return err_set(e, SBX_E_INTERNAL, "destroy: unexpected reply");
+	if (r->element[0]->integer == 0)
+		return 0;
+	if (store_append(e, "ZREM sbx:tenant:{%s}:sandboxes %s", tenant, id) < 0)
+		return 1;
+	n++;
+	if (r->element[0]->integer == 1 && r->elements == 4) {
+		const char *node = r->element[2]->str;
+		if (node && ids_valid_node(node)) {
+			if (store_append(e, "SREM sbx:node:{%s}:sandboxes %s/%s", node, tenant, id) < 0)
+				return 1;
+			n++;
+		}
+		if ((k = append_label_index("ZREM", tenant, id, r->element[1]->str, 60, e)) < 0)
+			return 1;
+		n += (size_t)k;
+		if (append_event("destroyed", tenant, id, node, r->element[3]->str, epoch, e) < 0)
+			return 1;
+		n++;
+	}
+	flush_batch(n, "indexes after a destroy");
+	return 1;
+}
+
+int lifecycle_destroy(const char *tenant, const char *id, struct sbx_err *e)
+{
+	for (int attempt = 0; attempt < LC_ATTEMPTS; attempt++) {
+		auto_json json_t *rec = NULL;
+		struct placement_node pn;
+		int rc;
+
+		if (lifecycle_load(tenant, id, &rec, e) < 0)
+			return -1;
+		if (!rec) {
+			/* Nothing (left) to destroy; a quota member of a failed create goes too. */
+			auto_reply redisReply *z = store_command(e, "ZREM sbx:tenant:{%s}:sandboxes %s",
+								  tenant, id);
+			return z ? 0 : -1;
+		}
+		if (record_node(rec, &pn, e) < 0)
+			return -1;
+		if (pn.alive && pn.address[0] &&
+		    agent_delete(tenant, id, pn.address, fint(rec, "epoch", 0)) > 0)
+			continue;
+		rc = destroy_record(tenant, id, fstr(rec, "epoch"), e);
+		if (rc < 0)
+			return -1;
+		if (rc > 0)
+			return 0;
+	}
+	return err_set(e, SBX_E_CONFLICT, "sandbox '%s' keeps changing; try again", id);
+}
+
+int lifecycle_restart(const char *tenant, const char *id, struct sbx_err *e)
+{
+	struct lc_owner o;
+
+	for (int attempt = 0; attempt < LC_ATTEMPTS; attempt++) {
+		auto_json json_t *rec = NULL;
+		struct placement_node pn, target;
+		int rc;
+
+		if (lifecycle_load(tenant, id, &rec, e) < 0)
+			return -1;
+		if (!rec)
+			return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
+		if (record_node(rec, &pn, e) < 0)
+			return -1;
+		/* Its own node if alive (a running one already holds its slot). */
+		if (pn.alive && pn.address[0] &&
+		    (is_state(rec, "running") || is_state(rec, "starting") || placement_has_room(&pn)))
+			target = pn;
+		else if (placement_pick(&target, e) < 0)
+			return -1;
+		rc = start_new(tenant, id, rec, target.name, "restarted", e);
+		if (rc < 0)
+			return -1;
+		if (rc > 0)
+			return lifecycle_ensure_running(tenant, id, &o, e);
+	}
+	return err_set(e, SBX_E_CONFLICT, "sandbox '%s' keeps changing; try again", id);
+}
+
+int lifecycle_sleep(const char *tenant, const char *id, struct sbx_err *e)
+{
+	for (int attempt = 0; attempt < LC_ATTEMPTS; attempt++) {
+		auto_json json_t *rec = NULL;
+		struct placement_node pn;
+		int rc;
+
+		if (lifecycle_load(tenant, id, &rec, e) < 0)
+			return -1;
+		if (!rec)
+			return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
+		if (is_state(rec, "sleeping"))
+			return 0;
+		if (record_node(rec, &pn, e) < 0)
+			return -1;
+		if (pn.alive && pn.address[0]) {
+			struct agentc_reply rep = { 0 };
+			char path[256];
+			int stale;
+
+			if (agent_path(path, sizeof(path), tenant, id, "/stop") < 0)
+				return err_set(e, SBX_E_INTERNAL, "agent path too long");
+			if (agentc_call("POST", pn.address, path, NULL, fint(rec, "epoch", 0), &rep, e) < 0)
+				return -1;
+			stale = rep.status == 409 && agent_code_is(&rep, "STALE_EPOCH");
+			if (!stale && rep.status != 200 && rep.status != 204 && rep.status != 404) {
+				agent_error(pn.address, &rep, e);
+				agentc_reply_release(&rep);
+				return -1;
+			}
+			agentc_reply_release(&rep);
+			if (stale)
+				continue;
+		}
+		rc = set_state(tenant, id, fstr(rec, "epoch"), "sleeping", 0, e);
+		if (rc < 0)
+			return -1;
+		if (rc > 0) {
+			if (append_event("slept", tenant, id, fstr(rec, "node"), fstr(rec, "generation"),
+					 fstr(rec, "epoch"), e) == 0)
+				flush_batch(1, "event");
+			return 0;
+		}
+	}
+	return err_set(e, SBX_E_CONFLICT, "sandbox '%s' keeps changing; try again", id);
+}
+
+/* Reserve a quota slot for id. 1 reserved now, 0 it already had one, -1 with e. */
+static int quota_reserve(const struct sbx_conf *c, const char *tenant, const char *id,
+			 struct sbx_err *e)
+{
+	char key[128], quota[32];
+	auto_reply redisReply *r = NULL;
+
+	snprintf(key, sizeof(key), "sbx:tenant:{%s}:sandboxes", tenant);
+	snprintf(quota, sizeof(quota), "%lld", (long long)c->api.quota_sandboxes);
+	r = scripts_run(SCRIPT_QUOTA_RESERVE, 1, (const char *[]){ key }, 2,
+			(const char *[]){ id, quota }, e);
+	if (!r)
+		return -1;
+	if (r->type != REDIS_REPLY_INTEGER)
+		return err_set(e, SBX_E_INTERNAL, "quota: unexpected reply");
+	if (r->integer < 0)
+		return err_set(e, SBX_E_QUOTA_EXCEEDED, "tenant '%s' has %lld sandboxes, its quota",
+			       tenant, (long long)c->api.quota_sandboxes);
+	return (int)r->integer;
+}
+
+static void quota_release(const char *tenant, const char *id)
+{
+	struct sbx_err e = { 0 };
+	auto_reply redisReply *r = store_command(&e, "ZREM sbx:tenant:{%s}:sandboxes %s", tenant, id);
+
+	if (!r)
+		log_warn("cannot release the quota slot of %s/%s: %s", tenant, id, e.msg);
+}
+
+/* The create script for a new sandbox on node. 1 created, 0 it existed, -1. */
+static int create_record(const struct sbx_conf *c, const char *tenant, const char *id,
+			 const struct lc_spec *s, const char *node, char epoch[32],
+			 struct sbx_err *e)
+{
+	char key[160], now[32], sleep_ms[32];
+	auto_free char *labels = NULL, *resources = NULL, *env = NULL;
+	auto_json json_t *defres = NULL;
+	auto_reply redisReply *r = NULL;
+	size_t n = 0;
+	int k;
+
+	defres = lifecycle_resources_json(c->sandbox.memory_mib, c->sandbox.cpus_milli,
+					  c->sandbox.pids, c->sandbox.disk_mib);
+	labels = s->labels ? json_dumps(s->labels, JSON_COMPACT | JSON_SORT_KEYS) : strdup("{}");
+	env = s->env ? json_dumps(s->env, JSON_COMPACT | JSON_SORT_KEYS) : strdup("{}");
+	resources = json_dumps(s->resources ? s->resources : defres, JSON_COMPACT | JSON_SORT_KEYS);
+	if (!labels || !env || !resources)
+		return err_set(e, SBX_E_INTERNAL, "out of memory");
+	record_key(key, sizeof(key), tenant, id);
+	now_iso(now);
+	snprintf(sleep_ms, sizeof(sleep_ms), "%lld",
+		 (long long)((s->has & LC_HAS_SLEEP_AFTER) ? s->sleep_after_ms : c->sandbox.sleep_after_ms));
+	r = scripts_run(SCRIPT_CREATE, 1, (const char *[]){ key }, 11,
+			(const char *[]){ tenant, id, node, sleep_ms,
+					  (s->has & LC_HAS_KEEP_ALIVE) && s->keep_alive ? "1" : "0",
+					  labels, resources,
+					  (s->has & LC_HAS_NETWORK) ? s->network : "none",
+					  (s->has & LC_HAS_IMAGE) ? s->image : "default", env, now },
+			e);
+	if (!r)
+		return -1;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+	    r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_STRING)
+		return err_set(e, SBX_E_INTERNAL, "create: unexpected reply");
+	if (r->element[0]->integer == 0)
+		return 0;
+	snprintf(epoch, 32, "%s", r->element[1]->str);
+	if (store_append(e, "SADD sbx:node:{%s}:sandboxes %s/%s", node, tenant, id) < 0)
+		return 1;
+	n++;
+	if ((k = append_label_index("ZADD", tenant, id, labels, 60, e)) < 0)
+		return 1;
+	n += (size_t)k;
+	if (append_event("created", tenant, id, node, "1", epoch, e) < 0)
+		return 1;
+	flush_batch(n + 1, "indexes after a create");
+	return 1;
+}
+
+int lifecycle_put(const struct sbx_conf *c, const char *tenant, const char *id,
+		  const struct lc_spec *s, int *created, struct sbx_err *e)
+{
+	struct lc_owner o;
+
+	*created = 0;
+	for (int attempt = 0; attempt < 3; attempt++) {
+		auto_json json_t *rec = NULL;
+		struct placement_node target;
+		char epoch[32];
+		int reserved, rc;
+
+		if (lifecycle_load(tenant, id, &rec, e) < 0)
+			return -1;
+		if (rec) {
+			if (update_record(tenant, id, s, e) < 0 ||
+			    lifecycle_ensure_running(tenant, id, &o, e) < 0) {
+				if (e->code == SBX_E_SANDBOX_NOT_FOUND)
+					continue;   /* destroyed meanwhile: create it again */
+				return -1;
+			}
+			return 0;
+		}
+		reserved = quota_reserve(c, tenant, id, e);
+		if (reserved < 0)
+			return -1;
+		if (placement_pick(&target, e) < 0) {
+			if (reserved)
+				quota_release(tenant, id);
+			return -1;
+		}
+		rc = create_record(c, tenant, id, s, target.name, epoch, e);
+		if (rc < 0) {
+			if (reserved)
+				quota_release(tenant, id);
+			return -1;
+		}
+		if (rc == 0)
+			continue;   /* another call created it first: take the existing path */
+		if (lifecycle_ensure_running(tenant, id, &o, e) < 0) {
+			/* Leave nothing half-created behind. */
+			struct sbx_err de = { 0 };
+			log_warn("first start of %s/%s failed (%s); removing it", tenant, id, e->msg);
+			int64_t ep = 0;
+			(void)util_parse_i64(epoch, 0, INT64_MAX, &ep);
+			agent_delete(tenant, id, target.address, ep);
+			if (destroy_record(tenant, id, epoch, &de) < 0)
+				log_warn("cannot remove %s/%s: %s", tenant, id, de.msg);
+			return -1;
+		}
+		*created = 1;
+		return 0;
+	}
+	return err_set(e, SBX_E_CONFLICT, "sandbox '%s' keeps changing; try again", id);
+}

@@ -1,0 +1,159 @@
+#include "scripts.h"
+#include "log.h"
+#include "store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define SCRIPT_MAX_ARGV 48
+
+static const char *const sources[SCRIPT__COUNT] = {
+	[SCRIPT_CREATE] =
+		"if redis.call('EXISTS', KEYS[1]) == 1 then\n"
+		"  local c = redis.call('HMGET', KEYS[1], 'epoch', 'generation')\n"
+		"  return {0, c[1] or '0', c[2] or '0'}\n"
+		"end\n"
+		"local t = redis.call('TIME')\n"
+		"local epoch = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))\n"
+		"redis.call('HSET', KEYS[1], 'id', ARGV[2], 'tenant', ARGV[1], 'state', 'starting',\n"
+		"  'node', ARGV[3], 'epoch', epoch, 'generation', '1', 'sleepAfter', ARGV[4],\n"
+		"  'keepAlive', ARGV[5], 'labels', ARGV[6], 'resources', ARGV[7], 'network', ARGV[8],\n"
+		"  'image', ARGV[9], 'env', ARGV[10], 'pending', '{}', 'createdAt', ARGV[11],\n"
+		"  'startedAt', '', 'lastActiveAt', ARGV[11])\n"
+		"return {1, epoch, '1'}\n",
+	[SCRIPT_START] =
+		"local cur = redis.call('HMGET', KEYS[1], 'epoch', 'generation', 'pending', 'labels')\n"
+		"if not cur[1] then return {-1} end\n"
+		"if cur[1] ~= ARGV[1] then return {-2} end\n"
+		"local t = redis.call('TIME')\n"
+		"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+		"local epoch = math.max(tonumber(cur[1]) + 1, now)\n"
+		"local gen = tonumber(cur[2]) + 1\n"
+		"local old = cur[4] or '{}'\n"
+		"if ARGV[3] == '1' and cur[3] and cur[3] ~= '{}' and cur[3] ~= '' then\n"
+		"  local p = cjson.decode(cur[3])\n"
+		"  for _, f in ipairs({'labels', 'resources', 'env'}) do\n"
+		"    if p[f] ~= nil then redis.call('HSET', KEYS[1], f, cjson.encode(p[f])) end\n"
+		"  end\n"
+		"  for _, f in ipairs({'image', 'network'}) do\n"
+		"    if p[f] ~= nil then redis.call('HSET', KEYS[1], f, p[f]) end\n"
+		"  end\n"
+		"  redis.call('HSET', KEYS[1], 'pending', '{}')\n"
+		"end\n"
+		"local e = string.format('%d', epoch)\n"
+		"local g = string.format('%d', gen)\n"
+		"redis.call('HSET', KEYS[1], 'state', 'starting', 'node', ARGV[2], 'epoch', e,\n"
+		"  'generation', g, 'lastActiveAt', ARGV[4])\n"
+		"return {e, g, old, redis.call('HGET', KEYS[1], 'labels') or '{}'}\n",
+	[SCRIPT_SET_STATE] =
+		"local ep = redis.call('HGET', KEYS[1], 'epoch')\n"
+		"if not ep then return -1 end\n"
+		"if ep ~= ARGV[1] then return 0 end\n"
+		"redis.call('HSET', KEYS[1], 'state', ARGV[2], unpack(ARGV, 3))\n"
+		"return 1\n",
+	[SCRIPT_UPDATE] =
+		"local cur = redis.call('HMGET', KEYS[1], 'pending', 'generation')\n"
+		"if not cur[2] then return -1 end\n"
+		"if (cur[1] or '{}') ~= ARGV[1] or cur[2] ~= ARGV[2] then return 0 end\n"
+		"redis.call('HSET', KEYS[1], 'pending', ARGV[3])\n"
+		"if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'sleepAfter', ARGV[4]) end\n"
+		"if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'keepAlive', ARGV[5]) end\n"
+		"return 1\n",
+	[SCRIPT_DESTROY] =
+		"local cur = redis.call('HMGET', KEYS[1], 'epoch', 'labels', 'node', 'generation')\n"
+		"if not cur[1] then return {-1} end\n"
+		"if cur[1] ~= ARGV[1] then return {0} end\n"
+		"redis.call('DEL', KEYS[1])\n"
+		"return {1, cur[2] or '{}', cur[3] or '', cur[4] or ''}\n",
+	[SCRIPT_QUOTA_RESERVE] =
+		"if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end\n"
+		"if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return -1 end\n"
+		"redis.call('ZADD', KEYS[1], 0, ARGV[1])\n"
+		"return 1\n",
+};
+
+static const char *const names[SCRIPT__COUNT] = {
+	[SCRIPT_CREATE] = "create", [SCRIPT_START] = "start", [SCRIPT_SET_STATE] = "set_state",
+	[SCRIPT_UPDATE] = "update", [SCRIPT_DESTROY] = "destroy",
+	[SCRIPT_QUOTA_RESERVE] = "quota_reserve",
+};
+
+/* Digests of the loaded scripts of this process ("" = not loaded). */
+static char shas[SCRIPT__COUNT][41];
+
+const char *scripts_source(enum script_id id)
+{
+	return id < SCRIPT__COUNT ? sources[id] : NULL;
+}
+
+static int load(enum script_id id, struct sbx_err *e)
+{
+	redisReply *r = store_command(e, "SCRIPT LOAD %s", sources[id]);
+
+	if (!r)
+		return -1;
+	if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+		freeReplyObject(r);
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: SCRIPT LOAD of '%s' gave no digest",
+			       names[id]);
+	}
+	memcpy(shas[id], r->str, 41);
+	freeReplyObject(r);
+	return 0;
+}
+
+/* EVALSHA (or EVAL) with the raw error reply handed back. */
+static redisReply *call(const char *cmd, const char *body, int nkeys, const char **keys,
+			int nargs, const char **args, struct sbx_err *e)
+{
+	const char *argv[SCRIPT_MAX_ARGV];
+	size_t lens[SCRIPT_MAX_ARGV];
+	char nk[16];
+	redisReply *r = NULL;
+	int argc = 0;
+
+	snprintf(nk, sizeof(nk), "%d", nkeys);
+	argv[argc++] = cmd;
+	argv[argc++] = body;
+	argv[argc++] = nk;
+	for (int i = 0; i < nkeys; i++)
+		argv[argc++] = keys[i];
+	for (int i = 0; i < nargs; i++)
+		argv[argc++] = args[i];
+	for (int i = 0; i < argc; i++)
+		lens[i] = strlen(argv[i]);
+	if (store_append_argv(e, argc, argv, lens) < 0 ||
+	    store_collect(&r, 1, STORE_RAW_ERRORS, e) < 0)
+		return NULL;
+	return r;
+}
+
+redisReply *scripts_run(enum script_id id, int nkeys, const char **keys, int nargs,
+			const char **args, struct sbx_err *e)
+{
+	redisReply *r;
+
+	if (id >= SCRIPT__COUNT || nkeys < 0 || nargs < 0 || 3 + nkeys + nargs > SCRIPT_MAX_ARGV) {
+		err_set(e, SBX_E_INTERNAL, "bad script call");
+		return NULL;
+	}
+	if (!shas[id][0] && load(id, e) < 0)
+		return NULL;
+	r = call("EVALSHA", shas[id], nkeys, keys, nargs, args, e);
+	if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+		freeReplyObject(r);
+		shas[id][0] = '\0';
+		r = call("EVAL", sources[id], nkeys, keys, nargs, args, e);
+	}
+	if (r && r->type == REDIS_REPLY_ERROR) {
+		/* A bug in a script is ours; anything else (OOM, READONLY, BUSY,
+		 * LOADING) is Redis being unable to serve. */
+		int ours = strstr(r->str, "script") != NULL;
+		log_error("lua script '%s' failed: %.200s", names[id], r->str);
+		freeReplyObject(r);
+		err_set(e, ours ? SBX_E_INTERNAL : SBX_E_REDIS_UNAVAILABLE, "lua script '%s' failed",
+			names[id]);
+		return NULL;
+	}
+	return r;
+}

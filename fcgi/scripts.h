@@ -1,0 +1,48 @@
+/*
+ * scripts.h — the Lua scripts of the sandbox lifecycle (every multi-step
+ * change of a record is one of these, never a read-modify-write from C).
+ *
+ * Each script touches the keys of one hash tag only, so it runs unchanged on
+ * Redis Cluster. A script is loaded with SCRIPT LOAD the first time a process
+ * needs it and called with EVALSHA; a NOSCRIPT answer (Redis restarted, or
+ * another server) falls back to EVAL and forgets the digest, so the next
+ * call loads it again.
+ */
+#ifndef SBX_SCRIPTS_H
+#define SBX_SCRIPTS_H
+
+#include "err.h"
+
+#include <hiredis/hiredis.h>
+
+enum script_id {
+	/* KEYS record; ARGV tenant id node sleepAfter keepAlive labels resources
+	 * network image env nowIso -> {1|0, epoch, generation} (0: it existed) */
+	SCRIPT_CREATE,
+	/* KEYS record; ARGV expectedEpoch node applyPending(0|1) nowIso ->
+	 * {epoch, generation, oldLabels, newLabels}, {-1} gone, {-2} moved on */
+	SCRIPT_START,
+	/* KEYS record; ARGV expectedEpoch state [field value]... -> 1, 0 moved on, -1 gone */
+	SCRIPT_SET_STATE,
+	/* KEYS record; ARGV expectedPending expectedGeneration pending sleepAfter
+	 * keepAlive (empty: unchanged) -> 1, 0 changed meanwhile, -1 gone */
+	SCRIPT_UPDATE,
+	/* KEYS record; ARGV expectedEpoch -> {1, labels, node, generation}, {0} moved
+	 * on, {-1} gone */
+	SCRIPT_DESTROY,
+	/* KEYS tenant's sandboxes zset; ARGV id quota -> 1 reserved, 0 already a
+	 * member, -1 quota used up */
+	SCRIPT_QUOTA_RESERVE,
+	SCRIPT__COUNT
+};
+
+/* The source of a script (for tests and operators). */
+const char *scripts_source(enum script_id id);
+
+/* Run script id with nkeys keys and nargs arguments. New reply
+ * (freeReplyObject) or NULL with e: REDIS_UNAVAILABLE, or INTERNAL when the
+ * script itself failed (its error is logged). */
+redisReply *scripts_run(enum script_id id, int nkeys, const char **keys, int nargs,
+			const char **args, struct sbx_err *e);
+
+#endif

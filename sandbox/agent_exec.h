@@ -1,0 +1,109 @@
+/*
+ * agent_exec.h — the one way the agent runs commands and answers for them,
+ * shared by exec (agent_exec.c), sessions (agent_sessions.c) and
+ * background processes (agent_processes.c).
+ *
+ *  - agent_spawn_piped(): spawn a process with three fresh pipes.
+ *  - struct agent_exec: the answer to one command — JSON when it ends, or an
+ *    event stream while it runs (start, stdout/stderr, exit | error), with
+ *    keep-alives, a timeout and client-disconnect handling. Its output
+ *    comes either from the pipes of a process it spawned itself (plain
+ *    exec) or is pushed in by a source (a session's shell, a process's
+ *    log) through agent_exec_output() / agent_exec_exited().
+ *
+ * Lifetime of a pushed agent_exec: the source holds it from
+ * agent_exec_new() until it calls agent_exec_exited() or agent_exec_fail()
+ * — exactly once; the object may be freed inside that call. When the
+ * client goes away or the timeout fires first, the exec asks its source to
+ * stop through src->cancel (the source then ends it as above, maybe from
+ * inside cancel).
+ */
+#ifndef SBX_AGENT_EXEC_H
+#define SBX_AGENT_EXEC_H
+
+#include "agent.h"
+
+#define AGENT_EXEC_MAX_PATH 4096
+
+struct agent_exec;
+
+/* A parsed command: "command" (run by /bin/sh -c) or "argv", "cwd", "env". */
+struct agent_cmd {
+	char **argv;           /* heap, NULL-terminated; strings borrowed from the body */
+	const char *command;   /* the "command" string, or NULL (argv given) */
+	char cwd[AGENT_EXEC_MAX_PATH + 16]; /* absolute; /workspace by default */
+	int cwd_given;
+	const json_t *env;     /* borrowed; values string or null (unset) */
+};
+
+/* Parse command/argv/cwd/env of body into c (fields not checked here: the
+ * caller runs jsonv_check with its own table first). 0 or -1 (400);
+ * agent_cmd_release() in both cases. */
+int agent_cmd_parse(json_t *body, struct agent_cmd *c, struct sbx_err *e);
+void agent_cmd_release(struct agent_cmd *c);
+
+/* Spawn ps (its fds are ignored) in rsb with three new pipes; io receives
+ * our ends: io[0] writes the process's stdin, io[1]/io[2] read its stdout
+ * and stderr — all O_CLOEXEC and O_NONBLOCK (the caller closes them).
+ * Returns the rt handle (> 0) or -1 with e filled (io all -1). */
+int64_t agent_spawn_piped(struct rt_sandbox *rsb, const struct rt_proc_spec *ps, int io[3],
+			  rt_started_cb on_started, rt_exited_cb on_exited, void *arg,
+			  struct sbx_err *e);
+
+/* A pushed source of output. */
+struct agent_exec_src {
+	/* Stop (on = 1) or resume (0) pushing: the client is slow. May be NULL. */
+	void (*pause)(void *arg, int on);
+	/* The client went away (timed_out = 0) or the timeout fired (1): stop
+	 * the command, then end the exec (agent_exec_exited). */
+	void (*cancel)(void *arg, int timed_out);
+};
+
+/* A new answer for request r about sandbox sb (argv0 and cwd are used in
+ * messages). src NULL: the exec runs its own process (agent_exec.c only).
+ * NULL on allocation failure. */
+struct agent_exec *agent_exec_new(struct agent *a, struct httpd_req *r, struct agent_sb *sb,
+				  const char *argv0, const char *cwd,
+				  const struct agent_exec_src *src, void *src_arg);
+/* Free an exec that was never started with agent_exec_begin(). */
+void agent_exec_abandon(struct agent_exec *x);
+
+/* Take over the request: the stream answer starts now (200, headers) or
+ * the JSON answer is deferred; close/keep-alive handling installed. */
+void agent_exec_begin(struct agent_exec *x);
+
+/* Arm the timeout (ms > 0) from now. */
+void agent_exec_arm_timeout(struct agent_exec *x, int64_t ms);
+
+int agent_exec_stream_mode(const struct agent_exec *x);
+
+/* Push events: the process started, output of stream 0 (stdout) / 1
+ * (stderr), the end. agent_exec_exited may free x. */
+void agent_exec_started(struct agent_exec *x, pid_t pid);
+void agent_exec_output(struct agent_exec *x, int which, const char *data, size_t n);
+void agent_exec_exited(struct agent_exec *x, const struct rt_exit *ex);
+/* End with an error answer instead (JSON error, or the SSE error event);
+ * details: stolen JSON object or NULL. May free x. */
+void agent_exec_fail(struct agent_exec *x, const struct sbx_err *e, json_t *details);
+
+/* --- sessions (agent_sessions.c) --- */
+/* Run the exec body (already validated by exec; c, timeout and stdin from
+ * it) in session sid of sb. Answers r in every case. */
+void agent_sess_exec(struct httpd_req *r, struct agent_sb *sb, const char *sid,
+		     const struct agent_cmd *c, int64_t timeout_ms, const char *stdin_data,
+		     size_t stdin_len);
+void agent_h_session_create(struct httpd_req *r);
+void agent_h_session_list(struct httpd_req *r);
+void agent_h_session_delete(struct httpd_req *r);
+
+/* --- background processes (agent_processes.c) --- */
+void agent_h_proc_start(struct httpd_req *r);
+void agent_h_proc_list(struct httpd_req *r);
+void agent_h_proc_get(struct httpd_req *r);
+void agent_h_proc_logs(struct httpd_req *r);
+void agent_h_proc_stdin(struct httpd_req *r);
+void agent_h_proc_kill(struct httpd_req *r);
+void agent_h_proc_kill_all(struct httpd_req *r);
+void agent_h_proc_wait(struct httpd_req *r);
+
+#endif

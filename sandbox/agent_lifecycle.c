@@ -1,0 +1,435 @@
+/*
+ * agent_lifecycle.c — the agent's half of the sandbox lifecycle:
+ *
+ *  - live streams: a request whose answer is still in progress (an SSE
+ *    exec, a JSON exec that has not finished, a download or upload) keeps
+ *    its sandbox awake. Background processes do not: a sandbox whose only
+ *    activity is a background process sleeps after sleepAfter.
+ *  - sleep: once a second, a running sandbox with no live stream, not
+ *    keepAlive, idle for sleepAfter, is stopped (the entry stays, stopped)
+ *    and its record is set to sleeping by a compare-and-set in Redis (only
+ *    if the record still names this node and our epoch), with a "slept"
+ *    event. A sandbox whose init died is reported the same way ("crashed").
+ *  - fencing sweep: on every (re)connect to Redis and every node_ttl/2,
+ *    each local sandbox's record is read; a copy whose record is gone,
+ *    names another node, or has a higher epoch (unless it is a start meant
+ *    for us, state "starting") is destroyed and forgotten ("fenced"), and
+ *    the fence table is raised to the record's epoch.
+ *  - restart: on every connect, the sandboxes the node index lists for us
+ *    that we do not run, but whose records say running/starting on us, are
+ *    set to sleeping ("lost"): the next data call wakes them.
+ *
+ * The API never hears from us directly: it reads Redis.
+ */
+#include "agent.h"
+#include "ids.h"
+#include "log.h"
+#include "registry.h"
+#include "util.h"
+
+#include <hiredis/hiredis.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LC_TICK_MS 1000
+#define LC_SWEEP_MIN_MS 1000
+#define LC_RECORD_KEY_MAX (AGENT_KEY_MAX + 16)
+
+struct agent_lc {
+	struct agent *a;
+	struct registry *reg;
+	struct event *tick_ev;
+	struct event *sweep_ev;
+};
+
+/* Set the record to sleeping when it still names this node (ARGV[1]) with
+ * epoch ARGV[2] and is running or starting; add an event of type ARGV[3].
+ * ARGV: node epoch type tenant id generation lastActiveAt(ISO).
+ * 1 done, 0 the record moved on, -1 no record. */
+static const char lua_sleep[] =
+	"local r = redis.call('HMGET', KEYS[1], 'node', 'epoch', 'state', 'lastActiveAt')\n"
+	"if not r[2] then return -1 end\n"
+	"if r[1] ~= ARGV[1] or r[2] ~= ARGV[2] then return 0 end\n"
+	"if r[3] ~= 'running' and r[3] ~= 'starting' then return 0 end\n"
+	"redis.call('HSET', KEYS[1], 'state', 'sleeping')\n"
+	"if ARGV[7] ~= '' and (r[4] or '') < ARGV[7] then\n"
+	"  redis.call('HSET', KEYS[1], 'lastActiveAt', ARGV[7])\n"
+	"end\n"
+	"redis.call('XADD', 'sbx:events', 'MAXLEN', '~', '10000', '*', 'type', ARGV[3],\n"
+	"  'tenant', ARGV[4], 'id', ARGV[5], 'node', ARGV[1], 'generation', ARGV[6],\n"
+	"  'epoch', ARGV[2])\n"
+	"return 1\n";
+
+/* After an agent restart: the record names this node (ARGV[1]) and says
+ * running/starting, but nothing runs here: set it sleeping, event "lost".
+ * ARGV: node tenant id. 1 done, 0 not ours / not running, -1 no record. */
+static const char lua_lost[] =
+	"local r = redis.call('HMGET', KEYS[1], 'node', 'epoch', 'state', 'generation')\n"
+	"if not r[2] then return -1 end\n"
+	"if r[1] ~= ARGV[1] then return 0 end\n"
+	"if r[3] ~= 'running' and r[3] ~= 'starting' then return 0 end\n"
+	"redis.call('HSET', KEYS[1], 'state', 'sleeping')\n"
+	"redis.call('XADD', 'sbx:events', 'MAXLEN', '~', '10000', '*', 'type', 'lost',\n"
+	"  'tenant', ARGV[2], 'id', ARGV[3], 'node', ARGV[1], 'generation', r[4] or '0',\n"
+	"  'epoch', r[2])\n"
+	"return 1\n";
+
+static int record_key(char *out, size_t n, const char *tenant, const char *id)
+{
+	int k = snprintf(out, n, "sbx:sb:{%s/%s}", tenant, id);
+	return k < 0 || (size_t)k >= n ? -1 : 0;
+}
+
+/* --- live streams --- */
+
+void agent_sb_stream_begin(struct agent_sb *sb, struct agent_stream *st)
+{
+	if (!sb || !st || st->active)
+		return;
+	snprintf(st->key, sizeof(st->key), "%s", sb->key);
+	st->run = sb->run;
+	st->active = 1;
+	sb->streams++;
+	sb->last_active_at = util_wall_ms();
+}
+
+void agent_sb_stream_end(struct agent *a, struct agent_stream *st)
+{
+	struct agent_sb *sb;
+
+	if (!st || !st->active)
+		return;
+	st->active = 0;
+	sb = agent_sb_find(a, st->key);
+	/* A stream of an earlier container was dropped when it stopped. */
+	if (!sb || sb->run != st->run || !sb->rt)
+		return;
+	if (sb->streams > 0)
+		sb->streams--;
+	sb->last_active_at = util_wall_ms();
+}
+
+/* --- Redis writes --- */
+
+struct lc_note {
+	char key[AGENT_KEY_MAX];
+	char what[16];
+};
+
+static struct lc_note *note_new(const char *key, const char *what)
+{
+	struct lc_note *n = calloc(1, sizeof(*n));
+
+	if (n) {
+		snprintf(n->key, sizeof(n->key), "%s", key);
+		snprintf(n->what, sizeof(n->what), "%s", what);
+	}
+	return n;
+}
+
+/* Log the outcome of a compare-and-set script. */
+static void note_reply(void *arg, struct redisReply *reply)
+{
+	struct lc_note *n = arg;
+
+	if (reply && reply->type == REDIS_REPLY_ERROR)
+		log_warn("sandbox '%s': redis refused the %s update: %.200s", n->key, n->what,
+			 reply->str);
+	else if (reply && reply->type == REDIS_REPLY_INTEGER)
+		log_info("sandbox '%s': record %s (%s)", n->key,
+			 reply->integer == 1 ? "set to sleeping" :
+			 reply->integer == 0 ? "left alone: it moved on" : "is gone", n->what);
+	free(n);
+}
+
+/* CAS the record of (tenant, id) at epoch to sleeping, event type why. */
+static void cas_sleeping(struct agent *a, const char *key, const char *tenant, const char *id,
+			 int64_t epoch, int64_t generation, int64_t last_active, const char *why)
+{
+	char rkey[LC_RECORD_KEY_MAX], active[32] = "";
+	struct lc_note *n;
+
+	if (!a->reg || record_key(rkey, sizeof(rkey), tenant, id) < 0)
+		return;
+	if (last_active > 0)
+		util_iso8601(last_active, active);
+	n = note_new(key, why);
+	if (!n)
+		return;
+	if (registry_command(a->reg, note_reply, n, "EVAL %s 1 %s %s %lld %s %s %s %lld %s",
+			     lua_sleep, rkey, a->conf->agent.name, (long long)epoch, why, tenant, id,
+			     (long long)generation, active) < 0) {
+		log_warn("sandbox '%s': no redis connection; its record is fixed at the next sweep",
+			 key);
+		free(n);
+	}
+}
+
+void agent_lc_report_stopped(struct agent *a, const struct agent_sb *sb, const char *why)
+{
+	cas_sleeping(a, sb->key, sb->tenant, sb->id, sb->epoch, sb->generation, sb->last_active_at,
+		     why);
+}
+
+static void add_event(struct agent *a, const char *type, const char *tenant, const char *id,
+		      int64_t generation, int64_t epoch)
+{
+	if (a->reg)
+		registry_command(a->reg, NULL, NULL,
+				 "XADD sbx:events MAXLEN ~ 10000 * type %s tenant %s id %s node %s "
+				 "generation %lld epoch %lld",
+				 type, tenant, id, a->conf->agent.name, (long long)generation,
+				 (long long)epoch);
+}
+
+/* --- sleep timer --- */
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent_lc *lc = arg;
+	struct agent *a = lc->a;
+	int64_t now = util_wall_ms();
+
+	if (a->shutting_down)
+		return;
+	for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next) {
+		if (!sb->rt || sb->dead || sb->keep_alive || sb->streams > 0 || sb->sleep_after_ms <= 0)
+			continue;
+		if (now - sb->last_active_at < sb->sleep_after_ms)
+			continue;
+		log_info("sandbox '%s' idle for %lld ms: sleeping (generation %lld)", sb->key,
+			 (long long)(now - sb->last_active_at), (long long)sb->generation);
+		agent_sb_stop(a, sb);
+		agent_lc_report_stopped(a, sb, "slept");
+	}
+}
+
+/* --- fencing sweep --- */
+
+struct sweep_ctx {
+	struct agent *a;
+	char key[AGENT_KEY_MAX];
+	int64_t epoch, run;
+};
+
+static const char *elem_str(const redisReply *r, size_t i)
+{
+	if (i >= r->elements || !r->element[i] || r->element[i]->type != REDIS_REPLY_STRING)
+		return NULL;
+	return r->element[i]->str;
+}
+
+/* Destroy the local copy of sb: it is not ours any more. */
+static void fence_out(struct agent *a, struct agent_sb *sb, int64_t rec_epoch, const char *why)
+{
+	struct sbx_err e = { 0 };
+
+	log_warn("sandbox '%s' (epoch %lld, generation %lld): %s; destroying the local copy",
+		 sb->key, (long long)sb->epoch, (long long)sb->generation, why);
+	if (sb->rt)
+		add_event(a, "fenced", sb->tenant, sb->id, sb->generation, sb->epoch);
+	if (rec_epoch > sb->epoch)
+		agent_fence(a, sb->key, rec_epoch, &e);
+	agent_sb_remove(a, sb);
+}
+
+enum agent_lc_action agent_lc_decide(const char *me, int64_t epoch, int running,
+				     const char *rec_node, int64_t rec_epoch,
+				     const char *rec_state)
+{
+	const char *state = rec_state ? rec_state : "";
+
+	if (rec_epoch < 0)
+		return AGENT_LC_DESTROY;                 /* the record is gone */
+	if (!rec_node || strcmp(rec_node, me) != 0)
+		return AGENT_LC_DESTROY;                 /* moved to another node */
+	if (rec_epoch > epoch) {
+		if (strcmp(state, "starting") == 0)
+			return AGENT_LC_RAISE_FENCE;     /* the API is about to PUT it here */
+		return strcmp(state, "running") == 0 ? AGENT_LC_DESTROY_CAS : AGENT_LC_DESTROY;
+	}
+	if (rec_epoch < epoch)
+		return AGENT_LC_KEEP;                    /* older than what we were told: ignore */
+	if (strcmp(state, "sleeping") == 0 && running)
+		return AGENT_LC_STOP;
+	if (strcmp(state, "running") == 0 && !running)
+		return AGENT_LC_REPORT;
+	return AGENT_LC_KEEP;
+}
+
+static void sweep_reply(void *arg, struct redisReply *reply)
+{
+	struct sweep_ctx *c = arg;
+	struct agent *a = c->a;
+	struct agent_sb *sb;
+	const char *node, *epoch_s;
+	int64_t rec_epoch = -1;
+	struct sbx_err e = { 0 };
+
+	if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 || a->shutting_down)
+		goto out;
+	sb = agent_sb_find(a, c->key);
+	/* Changed while we asked (a PUT, a stop): the next sweep looks again. */
+	if (!sb || sb->epoch != c->epoch || sb->run != c->run)
+		goto out;
+	node = elem_str(reply, 0);
+	epoch_s = elem_str(reply, 1);
+	if (epoch_s && util_parse_i64(epoch_s, 0, INT64_MAX, &rec_epoch) < 0)
+		goto out;
+	switch (agent_lc_decide(a->conf->agent.name, sb->epoch, sb->rt && !sb->dead, node, rec_epoch,
+				elem_str(reply, 2))) {
+	case AGENT_LC_KEEP:
+		break;
+	case AGENT_LC_RAISE_FENCE:
+		agent_fence(a, sb->key, rec_epoch, &e);
+		break;
+	case AGENT_LC_DESTROY:
+		fence_out(a, sb, rec_epoch, rec_epoch < 0 ? "its record is gone" :
+			  "its record names another node or a newer epoch");
+		break;
+	case AGENT_LC_DESTROY_CAS:
+		cas_sleeping(a, sb->key, sb->tenant, sb->id, rec_epoch, sb->generation, 0, "fenced");
+		fence_out(a, sb, rec_epoch, "its record has a newer epoch");
+		break;
+	case AGENT_LC_STOP:
+		log_info("sandbox '%s': its record says sleeping; stopping the container", sb->key);
+		agent_sb_stop(a, sb);
+		break;
+	case AGENT_LC_REPORT:
+		/* Our report of the stop never reached Redis. */
+		agent_lc_report_stopped(a, sb, "slept");
+		break;
+	}
+out:
+	free(c);
+}
+
+static void sweep(struct agent_lc *lc)
+{
+	struct agent *a = lc->a;
+	char rkey[LC_RECORD_KEY_MAX];
+
+	if (a->shutting_down || !registry_connected(lc->reg))
+		return;
+	for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next) {
+		struct sweep_ctx *c;
+
+		if (record_key(rkey, sizeof(rkey), sb->tenant, sb->id) < 0)
+			continue;
+		c = calloc(1, sizeof(*c));
+		if (!c)
+			return;
+		c->a = a;
+		snprintf(c->key, sizeof(c->key), "%s", sb->key);
+		c->epoch = sb->epoch;
+		c->run = sb->run;
+		if (registry_command(lc->reg, sweep_reply, c, "HMGET %s node epoch state", rkey) < 0) {
+			free(c);
+			return;
+		}
+	}
+}
+
+static void sweep_cb(evutil_socket_t fd, short what, void *arg)
+{
+	sweep(arg);
+}
+
+/* --- after a (re)connect: what the node index says we ran --- */
+
+static void members_reply(void *arg, struct redisReply *reply)
+{
+	struct agent *a = arg;
+	char key[AGENT_KEY_MAX], rkey[LC_RECORD_KEY_MAX], tenant[64];
+
+	if (!reply || reply->type != REDIS_REPLY_ARRAY || a->shutting_down)
+		return;
+	for (size_t i = 0; i < reply->elements; i++) {
+		const char *m = elem_str(reply, i), *slash, *id;
+		struct agent_sb *sb;
+		struct lc_note *n;
+		size_t tl;
+
+		if (!m || !(slash = strchr(m, '/')))
+			continue;
+		tl = (size_t)(slash - m);
+		id = slash + 1;
+		if (tl == 0 || tl >= sizeof(tenant))
+			continue;
+		memcpy(tenant, m, tl);
+		tenant[tl] = '\0';
+		if (!ids_valid_tenant(tenant) || !ids_valid_sandbox(id) ||
+		    agent_key(key, sizeof(key), tenant, id) < 0 ||
+		    record_key(rkey, sizeof(rkey), tenant, id) < 0)
+			continue;
+		sb = agent_sb_find(a, key);
+		if (sb && sb->rt && !sb->dead)
+			continue;
+		if (!(n = note_new(key, "lost")))
+			return;
+		if (registry_command(a->reg, note_reply, n, "EVAL %s 1 %s %s %s %s", lua_lost, rkey,
+				     a->conf->agent.name, tenant, id) < 0) {
+			free(n);
+			return;
+		}
+	}
+}
+
+static void connected(void *arg, int first)
+{
+	struct agent_lc *lc = arg;
+	struct agent *a = lc->a;
+
+	if (first)
+		log_info("lifecycle: marking what an earlier run of '%s' left as lost",
+			 a->conf->agent.name);
+	registry_command(lc->reg, members_reply, a, "SMEMBERS sbx:node:{%s}:sandboxes",
+			 a->conf->agent.name);
+	sweep(lc);
+}
+
+/* --- setup --- */
+
+struct agent_lc *agent_lc_new(struct agent *a, struct registry *reg, struct sbx_err *e)
+{
+	struct agent_lc *lc = calloc(1, sizeof(*lc));
+	int64_t sweep_ms = a->conf->cluster.node_ttl_ms / 2;
+	struct timeval tick = { LC_TICK_MS / 1000, (LC_TICK_MS % 1000) * 1000 }, sw;
+
+	if (!lc) {
+		err_sys(e, ENOMEM, "lifecycle");
+		return NULL;
+	}
+	if (sweep_ms < LC_SWEEP_MIN_MS)
+		sweep_ms = LC_SWEEP_MIN_MS;
+	sw.tv_sec = (time_t)(sweep_ms / 1000);
+	sw.tv_usec = (suseconds_t)((sweep_ms % 1000) * 1000);
+	lc->a = a;
+	lc->reg = reg;
+	lc->tick_ev = event_new(a->base, -1, EV_PERSIST, tick_cb, lc);
+	lc->sweep_ev = event_new(a->base, -1, EV_PERSIST, sweep_cb, lc);
+	if (!lc->tick_ev || !lc->sweep_ev || event_add(lc->tick_ev, &tick) < 0 ||
+	    event_add(lc->sweep_ev, &sw) < 0) {
+		agent_lc_free(lc);
+		err_sys(e, ENOMEM, "lifecycle timers");
+		return NULL;
+	}
+	registry_on_connect(reg, connected, lc);
+	return lc;
+}
+
+void agent_lc_free(struct agent_lc *lc)
+{
+	if (!lc)
+		return;
+	if (lc->reg)
+		registry_on_connect(lc->reg, NULL, NULL);
+	if (lc->tick_ev)
+		event_free(lc->tick_ev);
+	if (lc->sweep_ev)
+		event_free(lc->sweep_ev);
+	free(lc);
+}

@@ -1,0 +1,1213 @@
+/*
+ * agent_processes.c — background processes of a sandbox.
+ *
+ *   POST   …/processes {command|argv, cwd?, env?, id?}  -> 201 record
+ *   GET    …/processes                                  -> {processes:[record…]}
+ *   GET    …/processes/{p}                              -> record
+ *   GET    …/processes/{p}/logs                         -> {stdout, stderr, truncated} | SSE
+ *   POST   …/processes/{p}/stdin[?eof=1]                -> {written}
+ *   DELETE …/processes/{p}?signal=TERM&graceMs=5000     -> the final record
+ *   DELETE …/processes[?signal=KILL&graceMs=]           -> {killed: n}
+ *   GET    …/processes/{p}/wait?log=|port=|(none)&timeoutMs=
+ *
+ * {p} is the process's id, or its pid inside the sandbox (the running one,
+ * else the newest). Record: {id, pid, command, status (running|completed|
+ * failed|killed), exitCode, startedAt, endedAt} (exitCode/endedAt null
+ * while running).
+ *
+ * The agent always reads a process's stdout and stderr into a bounded log
+ * per stream (PROC_LOG_MAX, the oldest bytes dropped), so a background
+ * process never blocks on its output. Its stdin pipe stays open for
+ * POST …/stdin. Records live until the container stops; at most
+ * PROC_MAX_FINISHED finished ones are kept (the oldest dropped).
+ */
+#include "agent_exec.h"
+#include "agent_sse.h"
+#include "buf.h"
+#include "ids.h"
+#include "jsonv.h"
+#include "log.h"
+#include "util.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PROC_LOG_MAX (1024 * 1024)
+#define PROC_MAX_FINISHED 256
+#define PROC_MAX_RUNNING 256
+#define PROC_STDIN_MAX (4 * 1024 * 1024)
+#define PROC_READ_CHUNK (16 * 1024)
+#define PROC_DRAIN_MAX (1024 * 1024)
+#define PROC_WAIT_DEFAULT_MS 300000
+#define PROC_WAIT_MAX_MS 3600000
+#define PROC_GRACE_DEFAULT_MS 5000
+#define PROC_GRACE_MAX_MS 60000
+#define PROC_PORT_POLL_MS 100
+#define PROC_NEEDLE_MAX 1024
+#define PROC_ID_MAX 65
+#define PROC_COMMAND_MAX 4096
+
+enum proc_state { P_STARTING, P_RUNNING, P_EXITED };
+enum wait_kind { W_LOG, W_PORT, W_EXIT, W_KILL };
+
+/* A bounded log: when full, the oldest quarter (at least) is dropped. */
+struct plog {
+	char *data;
+	size_t len, cap;
+	uint64_t dropped;
+};
+
+struct proc;
+
+struct proc_follow {
+	struct proc_follow *next;
+	struct proc *p;
+	struct agent_exec *x;
+};
+
+struct proc_wait {
+	struct proc_wait *next;
+	struct proc *p;
+	struct httpd_req *r;
+	enum wait_kind kind;
+	char needle[PROC_NEEDLE_MAX + 1];
+	size_t nlen;
+	int port;
+	struct event *timer, *poll;
+};
+
+struct proc_box;
+
+struct proc {
+	struct proc *next;
+	struct proc_box *box;
+	char id[PROC_ID_MAX];
+	char *command;
+	pid_t pid;
+	int64_t handle;
+	enum proc_state state;
+	struct rt_exit ex;
+	int64_t started_at, ended_at;
+	struct plog log[2];
+	int out_fd[2];
+	struct event *out_ev[2];
+	int in_fd;
+	struct event *in_ev;
+	struct buf inq;
+	size_t inq_off;
+	int in_eof;               /* close stdin once inq is written */
+	struct event *kill_ev;    /* SIGKILL after the grace */
+	struct httpd_req *start_req;
+	struct proc_follow *follows;
+	struct proc_wait *waits;
+};
+
+struct proc_box {
+	struct proc_box *next;
+	struct agent *a;
+	char key[AGENT_KEY_MAX];
+	int64_t run;
+	struct proc *list;        /* newest first */
+};
+
+static struct proc_box *boxes;
+
+/* --- logs ---------------------------------------------------------------------- */
+
+static void plog_add(struct plog *l, const char *data, size_t n)
+{
+	if (n >= PROC_LOG_MAX) {
+		l->dropped += l->len + (n - PROC_LOG_MAX);
+		data += n - PROC_LOG_MAX;
+		n = PROC_LOG_MAX;
+		l->len = 0;
+	}
+	if (l->len + n > PROC_LOG_MAX) {
+		size_t drop = l->len + n - PROC_LOG_MAX;
+		if (drop < PROC_LOG_MAX / 4)
+			drop = PROC_LOG_MAX / 4;
+		if (drop > l->len)
+			drop = l->len;
+		memmove(l->data, l->data + drop, l->len - drop);
+		l->len -= drop;
+		l->dropped += drop;
+	}
+	if (l->len + n > l->cap) {
+		size_t cap = l->cap ? l->cap : 4096;
+		char *d;
+		while (cap < l->len + n)
+			cap *= 2;
+		if (cap > PROC_LOG_MAX)
+			cap = PROC_LOG_MAX;
+		d = realloc(l->data, cap);
+		if (!d) {
+			l->dropped += n;
+			return;
+		}
+		l->data = d;
+		l->cap = cap;
+	}
+	memcpy(l->data + l->len, data, n);
+	l->len += n;
+}
+
+/* The line of l around the match at off (without its newline); new ref. */
+static json_t *plog_line(const struct plog *l, size_t off, size_t mlen)
+{
+	size_t a = off, b = off + mlen;
+
+	while (a > 0 && l->data[a - 1] != '\n')
+		a--;
+	while (b < l->len && l->data[b] != '\n')
+		b++;
+	if (b - a > 64 * 1024) {
+		a = off;
+		b = off + mlen;
+	}
+	{
+		struct buf fixed;
+		json_t *v;
+		buf_init(&fixed, (b - a) * 3 + 16);
+		if (agent_utf8_fix(l->data + a, b - a, &fixed) < 0) {
+			buf_release(&fixed);
+			return NULL;
+		}
+		v = json_stringn_nocheck(fixed.data ? fixed.data : "", fixed.len);
+		buf_release(&fixed);
+		return v;
+	}
+}
+
+/* Search needle in l from byte from on; offset or -1. */
+static ssize_t plog_find(const struct plog *l, size_t from, const char *needle, size_t nlen)
+{
+	const char *m;
+
+	if (!l->data || from >= l->len)
+		return -1;
+	m = memmem(l->data + from, l->len - from, needle, nlen);
+	return m ? (ssize_t)(m - l->data) : -1;
+}
+
+static json_t *plog_text(const struct plog *l)
+{
+	struct buf fixed;
+	json_t *v;
+
+	buf_init(&fixed, l->len * 3 + 16);
+	if (agent_utf8_fix(l->data ? l->data : "", l->len, &fixed) < 0) {
+		buf_release(&fixed);
+		return NULL;
+	}
+	v = json_stringn_nocheck(fixed.data ? fixed.data : "", fixed.len);
+	buf_release(&fixed);
+	return v;
+}
+
+/* --- records --------------------------------------------------------------- */
+
+static const char *proc_status(const struct proc *p)
+{
+	if (p->state != P_EXITED)
+		return "running";
+	if (p->ex.start_errno)
+		return "failed";
+	if (p->ex.signal || p->ex.sandbox_gone)
+		return "killed";
+	return p->ex.exit_code == 0 ? "completed" : "failed";
+}
+
+static json_t *proc_json(const struct proc *p)
+{
+	char started[32], ended[32];
+	int done = p->state == P_EXITED;
+
+	util_iso8601(p->started_at, started);
+	util_iso8601(p->ended_at, ended);
+	return json_pack("{s:s,s:o,s:s,s:s,s:o,s:s,s:o}", "id", p->id, "pid",
+			 p->pid > 0 ? json_integer(p->pid) : json_null(), "command", p->command,
+			 "status", proc_status(p), "exitCode",
+			 done ? json_integer(p->ex.exit_code) : json_null(), "startedAt", started,
+			 "endedAt", done ? json_string(ended) : json_null());
+}
+
+static void free_ev(struct event **ev)
+{
+	if (*ev) {
+		event_free(*ev);
+		*ev = NULL;
+	}
+}
+
+static void proc_close_io(struct proc *p)
+{
+	for (int i = 0; i < 2; i++) {
+		free_ev(&p->out_ev[i]);
+		if (p->out_fd[i] >= 0) {
+			close(p->out_fd[i]);
+			p->out_fd[i] = -1;
+		}
+	}
+	free_ev(&p->in_ev);
+	if (p->in_fd >= 0) {
+		close(p->in_fd);
+		p->in_fd = -1;
+	}
+	buf_release(&p->inq);
+	p->inq_off = 0;
+}
+
+static void proc_free(struct proc *p)
+{
+	proc_close_io(p);
+	free_ev(&p->kill_ev);
+	for (int i = 0; i < 2; i++)
+		free(p->log[i].data);
+	free(p->command);
+	free(p);
+}
+
+static void box_free(struct proc_box *b)
+{
+	struct proc_box **pp;
+
+	for (pp = &boxes; *pp; pp = &(*pp)->next)
+		if (*pp == b) {
+			*pp = b->next;
+			break;
+		}
+	while (b->list) {
+		struct proc *p = b->list;
+		b->list = p->next;
+		proc_free(p);
+	}
+	free(b);
+}
+
+/* Drop the records of containers that are gone (every process of a gone
+ * container has been reported exited, so nothing refers to them). */
+static void box_sweep(struct agent *a)
+{
+	struct proc_box *b = boxes, *next;
+
+	for (; b; b = next) {
+		struct agent_sb *sb = agent_sb_find(a, b->key);
+		int busy = 0;
+
+		next = b->next;
+		if (sb && sb->rt && sb->run == b->run)
+			continue;
+		for (struct proc *p = b->list; p; p = p->next)
+			busy |= p->state != P_EXITED || p->follows || p->waits || p->start_req;
+		if (!busy)
+			box_free(b);
+	}
+}
+
+static struct proc_box *box_get(struct agent *a, struct agent_sb *sb, int create)
+{
+	struct proc_box *b;
+
+	box_sweep(a);
+	for (b = boxes; b; b = b->next)
+		if (strcmp(b->key, sb->key) == 0 && b->run == sb->run)
+			return b;
+	if (!create)
+		return NULL;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	b->a = a;
+	snprintf(b->key, sizeof(b->key), "%s", sb->key);
+	b->run = sb->run;
+	b->next = boxes;
+	boxes = b;
+	return b;
+}
+
+static struct rt_sandbox *box_rsb(struct proc_box *b)
+{
+	struct agent_sb *sb = agent_sb_find(b->a, b->key);
+
+	if (!sb || !sb->rt || sb->dead || sb->run != b->run)
+		return NULL;
+	return sb->rt;
+}
+
+/* Keep at most PROC_MAX_FINISHED finished records (drop the oldest). */
+static void box_trim(struct proc_box *b)
+{
+	int finished = 0;
+	struct proc **pp, **oldest = NULL;
+
+	for (struct proc *p = b->list; p; p = p->next)
+		finished += p->state == P_EXITED;
+	while (finished > PROC_MAX_FINISHED) {
+		for (pp = &b->list; *pp; pp = &(*pp)->next)
+			if ((*pp)->state == P_EXITED && !(*pp)->follows && !(*pp)->waits &&
+			    !(*pp)->start_req)
+				oldest = pp;
+		if (!oldest)
+			return;
+		{
+			struct proc *p = *oldest;
+			*oldest = p->next;
+			proc_free(p);
+		}
+		oldest = NULL;
+		finished--;
+	}
+}
+
+static int all_digits(const char *s)
+{
+	if (!*s)
+		return 0;
+	for (; *s; s++)
+		if (*s < '0' || *s > '9')
+			return 0;
+	return 1;
+}
+
+/* By id, else by pid (the running one, else the newest). */
+static struct proc *proc_lookup(struct proc_box *b, const char *ref)
+{
+	struct proc *byp = NULL;
+	int64_t pid = -1;
+
+	if (!b)
+		return NULL;
+	for (struct proc *p = b->list; p; p = p->next)
+		if (strcmp(p->id, ref) == 0)
+			return p;
+	if (!all_digits(ref) || util_parse_i64(ref, 1, INT32_MAX, &pid) < 0)
+		return NULL;
+	for (struct proc *p = b->list; p; p = p->next) {
+		if (p->pid != (pid_t)pid)
+			continue;
+		if (p->state != P_EXITED)
+			return p;
+		if (!byp)
+			byp = p;
+	}
+	return byp;
+}
+
+/* --- waiters ----------------------------------------------------------------- */
+
+static void wait_free(struct proc_wait *w)
+{
+	free_ev(&w->timer);
+	free_ev(&w->poll);
+	free(w);
+}
+
+static void wait_unlink(struct proc_wait *w)
+{
+	struct proc_wait **pp;
+
+	for (pp = &w->p->waits; *pp; pp = &(*pp)->next)
+		if (*pp == w) {
+			*pp = w->next;
+			break;
+		}
+}
+
+/* Answer a waiter (body stolen, or the error e) and free it. */
+static void wait_answer(struct proc_wait *w, int status, json_t *body, const struct sbx_err *e)
+{
+	struct httpd_req *r = w->r;
+
+	wait_unlink(w);
+	httpd_on_close(r, NULL, NULL);
+	if (e)
+		httpd_reply_err(r, e);
+	else
+		httpd_reply_json(r, status, body);
+	wait_free(w);
+}
+
+static void wait_closed(void *arg, int failed)
+{
+	struct proc_wait *w = arg;
+
+	wait_unlink(w);
+	wait_free(w);
+}
+
+/* 1 when something in the sandbox of init_pid listens on TCP port. */
+static int port_listening(pid_t init_pid, int port)
+{
+	static const char *const files[] = { "tcp", "tcp6" };
+
+	for (size_t f = 0; f < ARRAY_SIZE(files); f++) {
+		char path[64], line[512];
+		auto_fclose FILE *fp = NULL;
+
+		if (snprintf(path, sizeof(path), "/proc/%d/net/%s", (int)init_pid, files[f]) >=
+		    (int)sizeof(path))
+			continue;
+		fp = fopen(path, "re");
+		if (!fp)
+			continue;
+		while (fgets(line, sizeof(line), fp)) {
+			char local[128], st[8];
+			unsigned sl;
+			const char *colon;
+			unsigned long lport;
+			char *end;
+
+			if (sscanf(line, " %u: %127s %*s %7s", &sl, local, st) != 3)
+				continue;
+			if (strcmp(st, "0A") != 0)
+				continue;
+			colon = strrchr(local, ':');
+			if (!colon)
+				continue;
+			errno = 0;
+			lport = strtoul(colon + 1, &end, 16);
+			if (errno == 0 && *end == '\0' && lport == (unsigned long)port)
+				return 1;
+		}
+	}
+	return 0;
+}
+
+static void wait_poll_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct proc_wait *w = arg;
+	struct rt_sandbox *rsb = box_rsb(w->p->box);
+
+	if (rsb && port_listening(rt_init_pid(rsb), w->port)) {
+		wait_answer(w, 200, json_pack("{s:i}", "port", w->port), NULL);
+		return;
+	}
+	{
+		struct timeval tv = { 0, PROC_PORT_POLL_MS * 1000 };
+		evtimer_add(w->poll, &tv);
+	}
+}
+
+static void wait_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct proc_wait *w = arg;
+	struct sbx_err e = { 0 };
+
+	if (w->kind == W_KILL) {
+		wait_answer(w, 200, proc_json(w->p), NULL);
+		return;
+	}
+	err_set(&e, SBX_E_PROCESS_READY_TIMEOUT, "process '%s' was not ready in time", w->p->id);
+	wait_answer(w, 0, NULL, &e);
+}
+
+/* New output of stream i at [from, len) of its log: answer log waiters. */
+static void waits_check_log(struct proc *p, int i, size_t from)
+{
+	struct proc_wait *w, *next;
+
+	for (w = p->waits; w; w = next) {
+		size_t start;
+		ssize_t off;
+
+		next = w->next;
+		if (w->kind != W_LOG)
+			continue;
+		start = from > w->nlen ? from - w->nlen + 1 : 0;
+		off = plog_find(&p->log[i], start, w->needle, w->nlen);
+		if (off >= 0)
+			wait_answer(w, 200,
+				    json_pack("{s:o*}", "line",
+					      plog_line(&p->log[i], (size_t)off, w->nlen)),
+				    NULL);
+	}
+}
+
+/* The process ended: answer every waiter. */
+static void waits_exit(struct proc *p)
+{
+	struct sbx_err e = { 0 };
+
+	err_set(&e, SBX_E_PROCESS_EXITED_BEFORE_READY, "process '%s' exited with code %d", p->id,
+		p->ex.exit_code);
+	while (p->waits) {
+		struct proc_wait *w = p->waits;
+		switch (w->kind) {
+		case W_EXIT:
+			wait_answer(w, 200, json_pack("{s:i}", "exitCode", p->ex.exit_code), NULL);
+			break;
+		case W_KILL:
+			wait_answer(w, 200, proc_json(p), NULL);
+			break;
+		default:
+			wait_answer(w, 0, NULL, &e);
+			break;
+		}
+	}
+}
+
+/* --- followers (SSE logs) ------------------------------------------------------ */
+
+static void follow_cancel(void *arg, int timed_out)
+{
+	struct proc_follow *f = arg;
+	struct proc_follow **pp;
+	struct rt_exit ex = { 0 };
+
+	for (pp = &f->p->follows; *pp; pp = &(*pp)->next)
+		if (*pp == f) {
+			*pp = f->next;
+			break;
+		}
+	agent_exec_exited(f->x, &ex);
+	free(f);
+}
+
+static const struct agent_exec_src follow_src = { NULL, follow_cancel };
+
+/* --- the process's pipes ------------------------------------------------------ */
+
+static void proc_take(struct proc *p, int i, const char *data, size_t n)
+{
+	size_t before;
+
+	plog_add(&p->log[i], data, n);
+	before = p->log[i].len >= n ? p->log[i].len - n : 0;
+	for (struct proc_follow *f = p->follows; f; f = f->next)
+		agent_exec_output(f->x, i, data, n);
+	waits_check_log(p, i, before);
+}
+
+/* Read once from output i: 1 data, 0 nothing now, -1 EOF. */
+static int proc_read_once(struct proc *p, int i)
+{
+	char chunk[PROC_READ_CHUNK];
+	ssize_t n = read(p->out_fd[i], chunk, sizeof(chunk));
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (n <= 0) {
+		free_ev(&p->out_ev[i]);
+		close(p->out_fd[i]);
+		p->out_fd[i] = -1;
+		return -1;
+	}
+	proc_take(p, i, chunk, (size_t)n);
+	return 1;
+}
+
+static void proc_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct proc *p = arg;
+	int i = p->out_fd[1] == fd;
+
+	for (int k = 0; k < 8 && p->out_fd[i] >= 0; k++)
+		if (proc_read_once(p, i) <= 0)
+			break;
+}
+
+static void proc_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct proc *p = arg;
+
+	while (p->inq_off < p->inq.len) {
+		ssize_t n = write(p->in_fd, p->inq.data + p->inq_off, p->inq.len - p->inq_off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		if (n <= 0) {
+			/* EPIPE: it closed its stdin; later writes get 409. */
+			p->in_eof = 1;
+			break;
+		}
+		p->inq_off += (size_t)n;
+	}
+	buf_reset(&p->inq);
+	p->inq_off = 0;
+	event_del(p->in_ev);
+	if (p->in_eof) {
+		free_ev(&p->in_ev);
+		close(p->in_fd);
+		p->in_fd = -1;
+	}
+}
+
+static void reply_started(struct proc *p)
+{
+	struct httpd_req *r = p->start_req;
+
+	if (!r)
+		return;
+	p->start_req = NULL;
+	httpd_on_close(r, NULL, NULL);
+	httpd_reply_json(r, 201, proc_json(p));
+}
+
+static void start_closed(void *arg, int failed)
+{
+	struct proc *p = arg;
+
+	p->start_req = NULL;
+}
+
+static void proc_started(void *arg, pid_t pid)
+{
+	struct proc *p = arg;
+
+	p->pid = pid;
+	p->state = P_RUNNING;
+	reply_started(p);
+}
+
+static void proc_exited(void *arg, const struct rt_exit *ex)
+{
+	struct proc *p = arg;
+	size_t taken = 0;
+
+	p->handle = 0;
+	p->ex = *ex;
+	p->ended_at = util_wall_ms();
+	/* What it wrote before it ended is in the pipes now; a child that
+	 * still holds them is not waited for. */
+	for (int i = 0; i < 2; i++)
+		while (p->out_fd[i] >= 0 && taken < PROC_DRAIN_MAX && proc_read_once(p, i) > 0)
+			taken += PROC_READ_CHUNK;
+	if (ex->start_errno) {
+		char msg[256];
+		int n = snprintf(msg, sizeof(msg), "sbx: cannot run '%.64s': %s\n", p->command,
+				 strerror(ex->start_errno));
+		if (n > 0 && (size_t)n < sizeof(msg))
+			proc_take(p, 1, msg, (size_t)n);
+	}
+	p->state = P_EXITED;
+	proc_close_io(p);
+	free_ev(&p->kill_ev);
+	reply_started(p);
+	while (p->follows) {
+		struct proc_follow *f = p->follows;
+		struct rt_exit fx = *ex;
+		fx.start_errno = 0; /* its message is in the log already */
+		p->follows = f->next;
+		agent_exec_exited(f->x, &fx);
+		free(f);
+	}
+	waits_exit(p);
+	if (p->box)
+		box_trim(p->box);
+}
+
+static void kill_grace_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct proc *p = arg;
+	struct rt_sandbox *rsb = box_rsb(p->box);
+
+	if (rsb && p->handle > 0 && p->state != P_EXITED)
+		rt_signal(rsb, p->handle, SIGKILL, 1);
+}
+
+/* Signal the process group of p; SIGKILL survivors after grace_ms. 0 or -1. */
+static int proc_signal(struct proc *p, int sig, int64_t grace_ms)
+{
+	struct rt_sandbox *rsb = box_rsb(p->box);
+
+	if (!rsb || p->handle <= 0 || p->state == P_EXITED)
+		return -1;
+	if (rt_signal(rsb, p->handle, sig, 1) < 0)
+		return -1;
+	if (sig == SIGKILL)
+		return 0;
+	if (grace_ms <= 0) {
+		rt_signal(rsb, p->handle, SIGKILL, 1);
+		return 0;
+	}
+	free_ev(&p->kill_ev);
+	p->kill_ev = evtimer_new(p->box->a->base, kill_grace_cb, p);
+	if (p->kill_ev) {
+		struct timeval tv = { (time_t)(grace_ms / 1000),
+				      (suseconds_t)((grace_ms % 1000) * 1000) };
+		evtimer_add(p->kill_ev, &tv);
+	}
+	return 0;
+}
+
+/* --- handlers ------------------------------------------------------------------ */
+
+/* The sandbox and the process named by the path (params 0 and 1). */
+static struct proc *path_proc(struct httpd_req *r, struct agent_sb **sbp, struct sbx_err *e)
+{
+	struct agent *a = httpd_ctx(r);
+	struct agent_sb *sb = agent_data_sandbox(r, e);
+	const char *ref = httpd_param(r, 1);
+	struct proc *p;
+
+	if (!sb)
+		return NULL;
+	if (!ids_valid_name(ref)) {
+		err_set(e, SBX_E_VALIDATION, "invalid process id");
+		return NULL;
+	}
+	p = proc_lookup(box_get(a, sb, 0), ref);
+	if (!p) {
+		err_set(e, SBX_E_PROCESS_NOT_FOUND, "process '%s' not found", ref);
+		return NULL;
+	}
+	if (sbp)
+		*sbp = sb;
+	return p;
+}
+
+static const struct jsonv_field start_fields[] = {
+	{ "command", JV_STRING, 0 },
+	{ "argv", JV_ARRAY, 0 },
+	{ "cwd", JV_STRING, 0 },
+	{ "env", JV_OBJECT, 0 },
+	{ "id", JV_STRING, 0 },
+	{ NULL, 0, 0 },
+};
+
+/* The display text of a command: the command string, or argv joined. */
+static char *command_text(const struct agent_cmd *c)
+{
+	struct buf b;
+
+	buf_init(&b, PROC_COMMAND_MAX);
+	if (c->command) {
+		buf_add(&b, c->command, strnlen(c->command, PROC_COMMAND_MAX - 1));
+	} else {
+		for (size_t i = 0; c->argv[i]; i++)
+			if ((i && buf_add(&b, " ", 1) < 0) || buf_adds(&b, c->argv[i]) < 0)
+				break;
+	}
+	return buf_steal(&b, NULL);
+}
+
+void agent_h_proc_start(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	struct agent_cmd c = { 0 };
+	struct agent_sb *sb;
+	struct proc_box *b;
+	struct proc *p = NULL, *old;
+	struct rt_proc_spec ps;
+	json_t *body = NULL, *v;
+	char **env = NULL;
+	char id[PROC_ID_MAX];
+	int io[3], running = 0;
+	const char *data;
+	size_t len;
+
+	sb = agent_data_sandbox(r, &e);
+	if (!sb)
+		goto fail;
+	data = httpd_body(r, &len);
+	body = jsonv_parse(data, len, &e);
+	if (!body || jsonv_check(body, start_fields, "the body", &e) < 0 ||
+	    agent_cmd_parse(body, &c, &e) < 0)
+		goto fail;
+	if ((v = json_object_get(body, "id"))) {
+		if (!ids_valid_name(json_string_value(v))) {
+			err_set(&e, SBX_E_VALIDATION, "'id' must be 1-64 of [A-Za-z0-9_.-]");
+			goto fail;
+		}
+		snprintf(id, sizeof(id), "%s", json_string_value(v));
+	} else {
+		unsigned char rnd[6];
+		char hex[13];
+		if (util_random(rnd, sizeof(rnd)) < 0) {
+			err_sys(&e, errno, "process id");
+			goto fail;
+		}
+		util_hex(rnd, sizeof(rnd), hex);
+		snprintf(id, sizeof(id), "proc-%s", hex);
+	}
+	b = box_get(a, sb, 1);
+	if (!b) {
+		err_sys(&e, ENOMEM, "process");
+		goto fail;
+	}
+	for (old = b->list; old; old = old->next) {
+		running += old->state != P_EXITED;
+		if (strcmp(old->id, id) == 0 && old->state != P_EXITED) {
+			err_set(&e, SBX_E_CONFLICT, "process '%s' is running", id);
+			goto fail;
+		}
+	}
+	if (running >= PROC_MAX_RUNNING) {
+		err_set(&e, SBX_E_QUOTA_EXCEEDED, "a sandbox runs at most %d background processes",
+			PROC_MAX_RUNNING);
+		goto fail;
+	}
+	/* A finished record with the same id is replaced. */
+	for (struct proc **pp = &b->list; *pp; pp = &(*pp)->next)
+		if (strcmp((*pp)->id, id) == 0 && !(*pp)->follows && !(*pp)->waits) {
+			old = *pp;
+			*pp = old->next;
+			proc_free(old);
+			break;
+		}
+	p = calloc(1, sizeof(*p));
+	env = agent_env_merge(sb->base_env, c.env);
+	if (!p || !env || !(p->command = command_text(&c))) {
+		err_sys(&e, ENOMEM, "process");
+		goto fail;
+	}
+	snprintf(p->id, sizeof(p->id), "%s", id);
+	p->out_fd[0] = p->out_fd[1] = p->in_fd = -1;
+	buf_init(&p->inq, PROC_STDIN_MAX);
+	p->started_at = util_wall_ms();
+	p->box = b;
+	ps = (struct rt_proc_spec){ .argv = c.argv, .env = env, .cwd = c.cwd };
+	p->handle = agent_spawn_piped(sb->rt, &ps, io, proc_started, proc_exited, p, &e);
+	agent_env_free(env);
+	env = NULL;
+	if (p->handle < 0) {
+		err_prefix(&e, "cannot start the process");
+		goto fail;
+	}
+	p->in_fd = io[0];
+	p->out_fd[0] = io[1];
+	p->out_fd[1] = io[2];
+	p->in_ev = event_new(a->base, p->in_fd, EV_WRITE | EV_PERSIST, proc_write_cb, p);
+	for (int i = 0; i < 2; i++) {
+		p->out_ev[i] = event_new(a->base, p->out_fd[i], EV_READ | EV_PERSIST, proc_read_cb, p);
+		if (p->out_ev[i])
+			event_add(p->out_ev[i], NULL);
+	}
+	p->next = b->list;
+	b->list = p;
+	if (!p->in_ev || !p->out_ev[0] || !p->out_ev[1]) {
+		/* It runs already: kill it; the record shows it killed. */
+		rt_signal(sb->rt, p->handle, SIGKILL, 1);
+		err_sys(&e, ENOMEM, "process events");
+		p = NULL;
+		goto fail;
+	}
+	p->start_req = r;
+	httpd_on_close(r, start_closed, p);
+	httpd_defer(r);
+	agent_cmd_release(&c);
+	json_decref(body);
+	log_info("process '%s' of '%s' started: %.80s", p->id, sb->key, p->command);
+	return;
+fail:
+	if (p)
+		proc_free(p);
+	agent_env_free(env);
+	agent_cmd_release(&c);
+	json_decref(body);
+	httpd_reply_err(r, &e);
+}
+
+void agent_h_proc_list(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	struct agent_sb *sb = agent_data_sandbox(r, &e);
+	struct proc_box *b;
+	json_t *arr;
+
+	if (!sb) {
+		httpd_reply_err(r, &e);
+		return;
+	}
+	b = box_get(a, sb, 0);
+	arr = json_array();
+	/* Oldest first: the order they were started in. */
+	if (b && arr) {
+		size_t n = 0;
+		for (struct proc *p = b->list; p; p = p->next)
+			n++;
+		for (size_t k = n; k > 0; k--) {
+			struct proc *p = b->list;
+			for (size_t j = 1; j < k; j++)
+				p = p->next;
+			json_array_append_new(arr, proc_json(p));
+		}
+	}
+	httpd_reply_json(r, 200, arr ? json_pack("{s:o}", "processes", arr) : NULL);
+}
+
+void agent_h_proc_get(struct httpd_req *r)
+{
+	struct sbx_err e = { 0 };
+	struct proc *p = path_proc(r, NULL, &e);
+
+	if (!p) {
+		httpd_reply_err(r, &e);
+		return;
+	}
+	httpd_reply_json(r, 200, proc_json(p));
+}
+
+static int accepts_sse(struct httpd_req *r)
+{
+	const char *acc = httpd_header(r, "Accept");
+	return acc && strstr(acc, "text/event-stream") != NULL;
+}
+
+void agent_h_proc_logs(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	struct agent_sb *sb = NULL;
+	struct proc *p = path_proc(r, &sb, &e);
+	struct proc_follow *f;
+
+	if (!p) {
+		httpd_reply_err(r, &e);
+		return;
+	}
+	if (!accepts_sse(r)) {
+		httpd_reply_json(r, 200,
+				 json_pack("{s:o*,s:o*,s:b}", "stdout", plog_text(&p->log[0]), "stderr",
+					   plog_text(&p->log[1]), "truncated",
+					   p->log[0].dropped || p->log[1].dropped));
+		return;
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f || !(f->x = agent_exec_new(a, r, sb, p->command, "/", &follow_src, f))) {
+		free(f);
+		err_sys(&e, ENOMEM, "log stream");
+		httpd_reply_err(r, &e);
+		return;
+	}
+	f->p = p;
+	agent_exec_begin(f->x);
+	agent_exec_started(f->x, p->pid);
+	for (int i = 0; i < 2; i++)
+		if (p->log[i].len)
+			agent_exec_output(f->x, i, p->log[i].data, p->log[i].len);
+	if (p->state == P_EXITED) {
+		struct rt_exit ex = p->ex;
+		ex.start_errno = 0; /* its message is in the log already */
+		agent_exec_exited(f->x, &ex);
+		free(f);
+		return;
+	}
+	f->next = p->follows;
+	p->follows = f;
+}
+
+static int truthy(const char *v)
+{
+	return v && (strcmp(v, "1") == 0 || strcmp(v, "true") == 0);
+}
+
+void agent_h_proc_stdin(struct httpd_req *r)
+{
+	struct sbx_err e = { 0 };
+	struct proc *p = path_proc(r, NULL, &e);
+	const char *data, *eof = httpd_query(r, "eof");
+	size_t len;
+
+	if (!p)
+		goto fail;
+	if (eof && !truthy(eof) && strcmp(eof, "0") != 0 && strcmp(eof, "false") != 0) {
+		err_set(&e, SBX_E_VALIDATION, "'eof' must be true or false");
+		goto fail;
+	}
+	if (p->state == P_EXITED || p->in_fd < 0 || p->in_eof) {
+		err_set(&e, SBX_E_CONFLICT, "process '%s' %s", p->id,
+			p->state == P_EXITED ? "has exited" : "has its stdin closed");
+		goto fail;
+	}
+	data = httpd_body(r, &len);
+	if (len && buf_add(&p->inq, data, len) < 0) {
+		err_set(&e, SBX_E_QUOTA_EXCEEDED, "process '%s' has too much stdin pending", p->id);
+		goto fail;
+	}
+	if (truthy(eof))
+		p->in_eof = 1;
+	if (p->in_ev)
+		event_add(p->in_ev, NULL);
+	httpd_reply_json(r, 200, json_pack("{s:I}", "written", (json_int_t)len));
+	return;
+fail:
+	httpd_reply_err(r, &e);
+}
+
+static const struct {
+	const char *name;
+	int sig;
+} signals[] = {
+	{ "TERM", SIGTERM }, { "KILL", SIGKILL }, { "INT", SIGINT },   { "HUP", SIGHUP },
+	{ "QUIT", SIGQUIT }, { "USR1", SIGUSR1 }, { "USR2", SIGUSR2 },
+};
+
+/* signal and graceMs from the query. 0 or -1 (400). */
+static int kill_args(struct httpd_req *r, int def_sig, int *sig, int64_t *grace,
+		     struct sbx_err *e)
+{
+	const char *s = httpd_query(r, "signal"), *g = httpd_query(r, "graceMs");
+
+	*sig = def_sig;
+	*grace = PROC_GRACE_DEFAULT_MS;
+	if (s) {
+		const char *name = strncmp(s, "SIG", 3) == 0 ? s + 3 : s;
+		*sig = 0;
+		for (size_t i = 0; i < ARRAY_SIZE(signals); i++)
+			if (strcmp(name, signals[i].name) == 0)
+				*sig = signals[i].sig;
+		if (!*sig)
+			return err_set(e, SBX_E_VALIDATION,
+				       "'signal' must be one of TERM KILL INT HUP QUIT USR1 USR2");
+	}
+	if (g && util_parse_i64(g, 0, PROC_GRACE_MAX_MS, grace) < 0)
+		return err_set(e, SBX_E_VALIDATION, "'graceMs' must be 0 to %d", PROC_GRACE_MAX_MS);
+	return 0;
+}
+
+static struct proc_wait *wait_new(struct agent *a, struct proc *p, struct httpd_req *r,
+				  enum wait_kind kind, int64_t timeout_ms)
+{
+	struct proc_wait *w = calloc(1, sizeof(*w));
+	struct timeval tv = { (time_t)(timeout_ms / 1000), (suseconds_t)((timeout_ms % 1000) * 1000) };
+
+	if (!w)
+		return NULL;
+	w->p = p;
+	w->r = r;
+	w->kind = kind;
+	w->timer = evtimer_new(a->base, wait_timeout_cb, w);
+	if (!w->timer) {
+		free(w);
+		return NULL;
+	}
+	evtimer_add(w->timer, &tv);
+	w->next = p->waits;
+	p->waits = w;
+	httpd_on_close(r, wait_closed, w);
+	httpd_defer(r);
+	return w;
+}
+
+void agent_h_proc_kill(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	struct proc *p = path_proc(r, NULL, &e);
+	int sig;
+	int64_t grace;
+
+	if (!p || kill_args(r, SIGTERM, &sig, &grace, &e) < 0)
+		goto fail;
+	if (p->state == P_EXITED) {
+		httpd_reply_json(r, 200, proc_json(p));
+		return;
+	}
+	if (proc_signal(p, sig, grace) < 0) {
+		err_set(&e, SBX_E_CONFLICT, "process '%s' cannot be signalled now", p->id);
+		goto fail;
+	}
+	/* Answer with the final record once it has exited (the grace plus a
+	 * margin at most: then with the record as it is). */
+	if (!wait_new(a, p, r, W_KILL, (sig == SIGKILL ? 0 : grace) + 5000)) {
+		err_sys(&e, ENOMEM, "kill");
+		goto fail;
+	}
+	return;
+fail:
+	httpd_reply_err(r, &e);
+}
+
+void agent_h_proc_kill_all(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	struct agent_sb *sb = agent_data_sandbox(r, &e);
+	struct proc_box *b;
+	int sig, n = 0;
+	int64_t grace;
+
+	if (!sb || kill_args(r, SIGKILL, &sig, &grace, &e) < 0) {
+		httpd_reply_err(r, &e);
+		return;
+	}
+	b = box_get(a, sb, 0);
+	for (struct proc *p = b ? b->list : NULL; p; p = p->next)
+		if (p->state != P_EXITED && proc_signal(p, sig, grace) == 0)
+			n++;
+	httpd_reply_json(r, 200, json_pack("{s:i}", "killed", n));
+}
+
+void agent_h_proc_wait(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	struct proc *p = path_proc(r, NULL, &e);
+	const char *log_q = httpd_query(r, "log"), *port_q = httpd_query(r, "port"),
+		   *tmo_q = httpd_query(r, "timeoutMs");
+	int64_t timeout = PROC_WAIT_DEFAULT_MS, port = 0;
+	struct rt_sandbox *rsb;
+	struct proc_wait *w;
+	size_t nlen = 0;
+
+	if (!p)
+		goto fail;
+	if (tmo_q && util_parse_i64(tmo_q, 1, PROC_WAIT_MAX_MS, &timeout) < 0) {
+		err_set(&e, SBX_E_VALIDATION, "'timeoutMs' must be 1 to %d", PROC_WAIT_MAX_MS);
+		goto fail;
+	}
+	if (log_q && port_q) {
+		err_set(&e, SBX_E_VALIDATION, "give 'log' or 'port', not both");
+		goto fail;
+	}
+	if (log_q) {
+		nlen = strlen(log_q);
+		if (nlen == 0 || nlen > PROC_NEEDLE_MAX) {
+			err_set(&e, SBX_E_VALIDATION, "'log' must be 1 to %d bytes", PROC_NEEDLE_MAX);
+			goto fail;
+		}
+		for (int i = 0; i < 2; i++) {
+			ssize_t off = plog_find(&p->log[i], 0, log_q, nlen);
+			if (off >= 0) {
+				httpd_reply_json(r, 200,
+						 json_pack("{s:o*}", "line",
+							   plog_line(&p->log[i], (size_t)off, nlen)));
+				return;
+			}
+		}
+	}
+	if (port_q && util_parse_i64(port_q, 1, 65535, &port) < 0) {
+		err_set(&e, SBX_E_VALIDATION, "'port' must be 1 to 65535");
+		goto fail;
+	}
+	if (port_q && (rsb = box_rsb(p->box)) && port_listening(rt_init_pid(rsb), (int)port)) {
+		httpd_reply_json(r, 200, json_pack("{s:i}", "port", (int)port));
+		return;
+	}
+	if (p->state == P_EXITED) {
+		if (!log_q && !port_q) {
+			httpd_reply_json(r, 200, json_pack("{s:i}", "exitCode", p->ex.exit_code));
+			return;
+		}
+		err_set(&e, SBX_E_PROCESS_EXITED_BEFORE_READY, "process '%s' exited with code %d",
+			p->id, p->ex.exit_code);
+		goto fail;
+	}
+	w = wait_new(a, p, r, log_q ? W_LOG : port_q ? W_PORT : W_EXIT, timeout);
+	if (!w) {
+		err_sys(&e, ENOMEM, "wait");
+		goto fail;
+	}
+	if (log_q) {
+		memcpy(w->needle, log_q, nlen + 1);
+		w->nlen = nlen;
+	}
+	if (port_q) {
+		struct timeval tv = { 0, PROC_PORT_POLL_MS * 1000 };
+		w->port = (int)port;
+		w->poll = evtimer_new(a->base, wait_poll_cb, w);
+		if (w->poll)
+			evtimer_add(w->poll, &tv);
+	}
+	return;
+fail:
+	httpd_reply_err(r, &e);
+}

@@ -1,0 +1,978 @@
+/*
+ * agent_sessions.c — sessions: persistent shells in a sandbox.
+ *
+ *   POST   /v1/sandboxes/{id}/sessions        {id?, env?, cwd?} -> 201 {id}
+ *   GET    /v1/sandboxes/{id}/sessions        -> {sessions:[{id, cwd, createdAt}]}
+ *   DELETE /v1/sandboxes/{id}/sessions/{sid}  -> 204
+ *   POST   /v1/sandboxes/{id}/exec {session: sid, ...} (agent_exec.c calls in)
+ *
+ * A session is one long-lived shell (/bin/bash when the image has it, else
+ * /bin/sh) whose stdin is a pipe from the agent. Commands of a session run
+ * one at a time, in arrival order. Each is written to the shell as
+ *
+ *     { command eval '<command>'
+ *     } < /dev/null                (or a temp file holding the exec's stdin)
+ *     __sbx_rc=$?
+ *     command printf '\001%s%s %d\n' '<half1>' '<half2>' "$__sbx_rc"   (and >&2)
+ *
+ * `command eval` keeps the shell alive on a syntax error and keeps cd,
+ * export and functions in the shell. The marker is 128 random bits split in
+ * two halves, so it never appears literally in the script (set -v/-x show
+ * the script); the agent strips "\001<marker> <status>\n" from both streams
+ * (output without a trailing newline stays exact) and the command is over
+ * when both markers arrived. A command with its
+ * own cwd or env runs in a subshell "( cd …; export …; command eval … )",
+ * so they do not leak into the session.
+ *
+ * The shell ending during a command (`exit 3`) answers 410
+ * SESSION_TERMINATED {exitCode}; a timeout or a client that goes away kills
+ * the shell's process group (the running command with it). In every case
+ * the next command of the session starts a fresh shell with the session's
+ * original env and cwd (earlier cd/export state is lost).
+ *
+ * Sessions live until deleted or until the sandbox's container stops.
+ */
+#include "agent_exec.h"
+#include "buf.h"
+#include "ids.h"
+#include "jsonv.h"
+#include "log.h"
+#include "util.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SESS_MAX_PER_SANDBOX 64
+#define SESS_MAX_QUEUE 64
+#define SESS_READ_CHUNK (16 * 1024)
+#define SESS_DRAIN_MAX (1024 * 1024)
+#define SESS_SCRIPT_MAX (16 * 1024 * 1024)
+#define SESS_MARK_LEN 32        /* hex chars */
+#define SESS_ID_MAX 65
+
+static const char shell_boot[] =
+	"if [ -x /bin/bash ]; then exec /bin/bash --noprofile --norc; fi; exec /bin/sh";
+
+struct sess;
+
+struct sess_cmd {
+	struct sess_cmd *next;
+	struct sess *s;
+	struct agent_exec *x;
+	struct buf body;        /* the script up to the marker lines */
+	int64_t timeout_ms;
+};
+
+/* Marker scanner of one output stream. */
+struct sess_scan {
+	char hold[SESS_MARK_LEN + 48];
+	size_t nhold;
+	int done;
+	int rc;
+};
+
+struct sess_box;
+
+struct sess {
+	struct sess *next;
+	struct sess_box *box;
+	char id[SESS_ID_MAX];
+	char cwd[AGENT_EXEC_MAX_PATH + 16];
+	json_t *env;              /* owned overlay of the sandbox env, or NULL */
+	int64_t created_at;
+	int64_t handle;           /* > 0 while the shell runs */
+	pid_t pid;                /* in the sandbox, 0 until started */
+	int in_fd, out_fd[2];
+	struct event *in_ev, *out_ev[2];
+	struct buf inq;
+	size_t inq_off;
+	int paused;
+	int killing;              /* we killed the shell (timeout, cancel, delete) */
+	int removed;              /* deleted: freed once the shell is gone */
+	char mark[SESS_MARK_LEN + 1];
+	struct sess_scan scan[2];
+	struct sess_cmd *cur;
+	struct sess_cmd *queue, **qtail;
+	int nqueue;
+};
+
+/* The sessions of one container run of a sandbox. */
+struct sess_box {
+	struct sess_box *next;
+	struct agent *a;
+	char key[AGENT_KEY_MAX];
+	int64_t run;
+	struct sess *list;
+	int count;
+};
+
+static struct sess_box *boxes;
+
+static void sess_next(struct sess *s);
+static void sess_cancel(void *arg, int timed_out);
+static void sess_pause(void *arg, int on);
+
+static const struct agent_exec_src sess_src = { sess_pause, sess_cancel };
+
+/* --- boxes ------------------------------------------------------------------ */
+
+static void cmd_free(struct sess_cmd *c)
+{
+	buf_release(&c->body);
+	free(c);
+}
+
+static void shell_close(struct sess *s)
+{
+	for (int i = 0; i < 2; i++) {
+		if (s->out_ev[i]) {
+			event_free(s->out_ev[i]);
+			s->out_ev[i] = NULL;
+		}
+		if (s->out_fd[i] >= 0) {
+			close(s->out_fd[i]);
+			s->out_fd[i] = -1;
+		}
+	}
+	if (s->in_ev) {
+		event_free(s->in_ev);
+		s->in_ev = NULL;
+	}
+	if (s->in_fd >= 0) {
+		close(s->in_fd);
+		s->in_fd = -1;
+	}
+	buf_reset(&s->inq);
+	s->inq_off = 0;
+	s->paused = 0;
+}
+
+static void sess_free(struct sess *s)
+{
+	shell_close(s);
+	buf_release(&s->inq);
+	json_decref(s->env);
+	free(s);
+}
+
+static void box_unlink_sess(struct sess *s)
+{
+	struct sess **pp;
+
+	if (!s->box)
+		return;
+	for (pp = &s->box->list; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			s->box->count--;
+			break;
+		}
+	s->box = NULL;
+}
+
+static void box_free(struct sess_box *b)
+{
+	struct sess_box **pp;
+
+	for (pp = &boxes; *pp; pp = &(*pp)->next)
+		if (*pp == b) {
+			*pp = b->next;
+			break;
+		}
+	while (b->list) {
+		struct sess *s = b->list;
+		box_unlink_sess(s);
+		/* The container is gone, so every shell has exited already. */
+		if (s->handle > 0)
+			log_warn("session '%s' of '%s' still has a shell", s->id, b->key);
+		else
+			sess_free(s);
+	}
+	free(b);
+}
+
+/* Drop the boxes of containers that are gone (stopped, replaced, removed). */
+static void box_sweep(struct agent *a)
+{
+	struct sess_box *b = boxes, *next;
+
+	for (; b; b = next) {
+		struct agent_sb *sb = agent_sb_find(a, b->key);
+		next = b->next;
+		if (!sb || !sb->rt || sb->run != b->run) {
+			int busy = 0;
+			for (struct sess *s = b->list; s; s = s->next)
+				busy |= s->handle > 0;
+			if (!busy)
+				box_free(b);
+		}
+	}
+}
+
+static struct sess_box *box_get(struct agent *a, struct agent_sb *sb, int create)
+{
+	struct sess_box *b;
+
+	box_sweep(a);
+	for (b = boxes; b; b = b->next)
+		if (strcmp(b->key, sb->key) == 0 && b->run == sb->run)
+			return b;
+	if (!create)
+		return NULL;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	b->a = a;
+	snprintf(b->key, sizeof(b->key), "%s", sb->key);
+	b->run = sb->run;
+	b->next = boxes;
+	boxes = b;
+	return b;
+}
+
+/* The live container of b, or NULL. */
+static struct rt_sandbox *box_rsb(struct sess_box *b)
+{
+	struct agent_sb *sb = agent_sb_find(b->a, b->key);
+
+	if (!sb || !sb->rt || sb->dead || sb->run != b->run)
+		return NULL;
+	return sb->rt;
+}
+
+static struct sess *sess_find(struct sess_box *b, const char *id)
+{
+	for (struct sess *s = b ? b->list : NULL; s; s = s->next)
+		if (strcmp(s->id, id) == 0)
+			return s;
+	return NULL;
+}
+
+/* --- the shell's output ------------------------------------------------------ */
+
+static void cmd_output(struct sess *s, int i, const char *data, size_t n)
+{
+	if (n && s->cur)
+		agent_exec_output(s->cur->x, i, data, n);
+}
+
+/* Feed shell output of stream i through the marker scanner: bytes before
+ * the marker go to the current command, the marker line is eaten, anything
+ * after it (or with no command running) is background output and dropped. */
+static void scan_feed(struct sess *s, int i, const char *data, size_t n)
+{
+	struct sess_scan *sc = &s->scan[i];
+	char tmp[SESS_READ_CHUNK + sizeof(sc->hold)];
+	char pat[SESS_MARK_LEN + 4];
+	size_t len, plen, k;
+	const char *p;
+
+	if (!s->cur || sc->done)
+		return;
+	plen = (size_t)snprintf(pat, sizeof(pat), "\001%s ", s->mark);
+	while (n > 0) {
+		size_t take = n > SESS_READ_CHUNK ? SESS_READ_CHUNK : n;
+
+		memcpy(tmp, sc->hold, sc->nhold);
+		memcpy(tmp + sc->nhold, data, take);
+		len = sc->nhold + take;
+		sc->nhold = 0;
+		data += take;
+		n -= take;
+		p = memmem(tmp, len, pat, plen);
+		if (p) {
+			const char *digits = p + plen, *end = tmp + len;
+			const char *nl = memchr(digits, '\n', (size_t)(end - digits));
+
+			cmd_output(s, i, tmp, (size_t)(p - tmp));
+			if (!nl) {
+				if ((size_t)(end - p) <= sizeof(sc->hold)) {
+					sc->nhold = (size_t)(end - p);
+					memcpy(sc->hold, p, sc->nhold);
+					continue;
+				}
+				nl = end; /* cannot happen with our printf: take what is there */
+			}
+			{
+				char num[16];
+				size_t dn = (size_t)(nl - digits);
+				int64_t rc = 1;
+				if (dn < sizeof(num)) {
+					memcpy(num, digits, dn);
+					num[dn] = '\0';
+					if (util_parse_i64(num, 0, 255, &rc) < 0)
+						rc = 1;
+				}
+				sc->rc = (int)rc;
+			}
+			sc->done = 1;
+			return;
+		}
+		/* Hold back a tail that may be the start of the marker. */
+		k = len < plen - 1 ? len : plen - 1;
+		while (k > 0 && memcmp(tmp + len - k, pat, k) != 0)
+			k--;
+		cmd_output(s, i, tmp, len - k);
+		memcpy(sc->hold, tmp + len - k, k);
+		sc->nhold = k;
+	}
+}
+
+static void shell_resume(struct sess *s)
+{
+	if (!s->paused)
+		return;
+	s->paused = 0;
+	for (int i = 0; i < 2; i++)
+		if (s->out_ev[i])
+			event_add(s->out_ev[i], NULL);
+}
+
+/* When both markers arrived, end the current command; 1 if it ended. */
+static int cmd_complete(struct sess *s)
+{
+	struct sess_cmd *c = s->cur;
+	struct rt_exit ex = { 0 };
+
+	if (!c || !s->scan[0].done || !s->scan[1].done)
+		return 0;
+	s->cur = NULL;
+	ex.exit_code = s->scan[0].rc;
+	shell_resume(s);
+	agent_exec_exited(c->x, &ex);
+	cmd_free(c);
+	return 1;
+}
+
+static void cmd_check_done(struct sess *s)
+{
+	if (cmd_complete(s))
+		sess_next(s);
+}
+
+/* Read once from output i: 1 data, 0 nothing now, -1 EOF/error. */
+static int shell_read_once(struct sess *s, int i)
+{
+	char chunk[SESS_READ_CHUNK];
+	ssize_t n = read(s->out_fd[i], chunk, sizeof(chunk));
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (n <= 0) {
+		if (s->out_ev[i]) {
+			event_free(s->out_ev[i]);
+			s->out_ev[i] = NULL;
+		}
+		close(s->out_fd[i]);
+		s->out_fd[i] = -1;
+		return -1;
+	}
+	scan_feed(s, i, chunk, (size_t)n);
+	return 1;
+}
+
+static void shell_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct sess *s = arg;
+	int i = s->out_fd[1] == fd;
+
+	if (shell_read_once(s, i) > 0)
+		cmd_check_done(s);
+}
+
+static void shell_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct sess *s = arg;
+
+	while (s->inq_off < s->inq.len) {
+		ssize_t n = write(s->in_fd, s->inq.data + s->inq_off, s->inq.len - s->inq_off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		if (n <= 0) {
+			/* The shell is gone; its exit ends the command. */
+			buf_reset(&s->inq);
+			s->inq_off = 0;
+			event_del(s->in_ev);
+			return;
+		}
+		s->inq_off += (size_t)n;
+	}
+	buf_reset(&s->inq);
+	s->inq_off = 0;
+	event_del(s->in_ev);
+}
+
+static void sess_pause(void *arg, int on)
+{
+	struct sess_cmd *c = arg;
+	struct sess *s = c->s;
+
+	if (s->cur != c)
+		return;
+	if (on && !s->paused) {
+		s->paused = 1;
+		for (int i = 0; i < 2; i++)
+			if (s->out_ev[i])
+				event_del(s->out_ev[i]);
+	} else if (!on) {
+		shell_resume(s);
+	}
+}
+
+/* --- the shell's life ---------------------------------------------------------- */
+
+static void end_cmd_error(struct sess_cmd *c, enum sbx_ecode code, const char *msg, json_t *details)
+{
+	struct sbx_err e = { 0 };
+
+	err_set(&e, code, "%s", msg);
+	agent_exec_fail(c->x, &e, details);
+	cmd_free(c);
+}
+
+static void fail_queue(struct sess *s, const struct rt_exit *gone, enum sbx_ecode code,
+		       const char *msg)
+{
+	while (s->queue) {
+		struct sess_cmd *c = s->queue;
+		s->queue = c->next;
+		s->nqueue--;
+		if (gone) {
+			agent_exec_exited(c->x, gone);
+			cmd_free(c);
+		} else {
+			end_cmd_error(c, code, msg, NULL);
+		}
+	}
+	s->qtail = &s->queue;
+}
+
+static void shell_started(void *arg, pid_t pid)
+{
+	struct sess *s = arg;
+
+	s->pid = pid;
+	if (s->cur)
+		agent_exec_started(s->cur->x, pid);
+}
+
+static void shell_exited(void *arg, const struct rt_exit *ex)
+{
+	struct sess *s = arg;
+	struct sess_cmd *c;
+	size_t taken = 0;
+	int killed = s->killing;
+
+	s->handle = 0;
+	s->pid = 0;
+	s->killing = 0;
+	/* Whatever the shell wrote before it ended is in the pipes now. */
+	for (int i = 0; i < 2; i++)
+		while (s->out_fd[i] >= 0 && taken < SESS_DRAIN_MAX && shell_read_once(s, i) > 0)
+			taken += SESS_READ_CHUNK;
+	shell_close(s);
+	cmd_complete(s); /* it may have finished just before the shell ended */
+	if ((c = s->cur)) {
+		s->cur = NULL;
+		if (ex->sandbox_gone || killed || ex->start_errno) {
+			agent_exec_exited(c->x, ex);
+			cmd_free(c);
+		} else if (s->removed) {
+			end_cmd_error(c, SBX_E_SESSION_TERMINATED, "the session was deleted", NULL);
+		} else {
+			char msg[96];
+			snprintf(msg, sizeof(msg), "the session's shell exited with code %d",
+				 ex->exit_code);
+			end_cmd_error(c, SBX_E_SESSION_TERMINATED, msg,
+				      json_pack("{s:i}", "exitCode", ex->exit_code));
+		}
+	}
+	if (ex->sandbox_gone)
+		fail_queue(s, ex, 0, NULL);
+	if (s->removed) {
+		fail_queue(s, NULL, SBX_E_SESSION_TERMINATED, "the session was deleted");
+		sess_free(s);
+		return;
+	}
+	sess_next(s);
+}
+
+/* Start the session's shell. 0 or -1 with e filled. */
+static int shell_spawn(struct sess *s, struct sbx_err *e)
+{
+	struct rt_sandbox *rsb = box_rsb(s->box);
+	struct agent_sb *sb = agent_sb_find(s->box->a, s->box->key);
+	char *argv[] = { (char *)"/bin/sh", (char *)"-c", (char *)shell_boot, NULL };
+	struct rt_proc_spec ps;
+	struct event_base *base = s->box->a->base;
+	char **env;
+	int io[3];
+
+	if (!rsb || !sb)
+		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "the sandbox is not running");
+	env = agent_env_merge(sb->base_env, s->env);
+	if (!env)
+		return err_sys(e, ENOMEM, "session env");
+	ps = (struct rt_proc_spec){ .argv = argv, .env = env, .cwd = s->cwd };
+	s->handle = agent_spawn_piped(rsb, &ps, io, shell_started, shell_exited, s, e);
+	agent_env_free(env);
+	if (s->handle < 0) {
+		s->handle = 0;
+		err_prefix(e, "cannot start the session's shell");
+		return -1;
+	}
+	s->in_fd = io[0];
+	s->out_fd[0] = io[1];
+	s->out_fd[1] = io[2];
+	s->in_ev = event_new(base, s->in_fd, EV_WRITE | EV_PERSIST, shell_write_cb, s);
+	for (int i = 0; i < 2; i++) {
+		s->out_ev[i] = event_new(base, s->out_fd[i], EV_READ | EV_PERSIST, shell_read_cb, s);
+		if (s->out_ev[i])
+			event_add(s->out_ev[i], NULL);
+	}
+	if (!s->in_ev || !s->out_ev[0] || !s->out_ev[1]) {
+		rt_signal(rsb, s->handle, SIGKILL, 1);
+		rt_detach(rsb, s->handle);
+		s->handle = 0;
+		shell_close(s);
+		return err_sys(e, ENOMEM, "session events");
+	}
+	return 0;
+}
+
+/* Run the next queued command when the shell is free. */
+static void sess_next(struct sess *s)
+{
+	while (!s->cur && s->queue && !s->removed) {
+		struct sess_cmd *c = s->queue;
+		unsigned char rnd[SESS_MARK_LEN / 2];
+		struct sbx_err e = { 0 };
+		int half = SESS_MARK_LEN / 2;
+
+		s->queue = c->next;
+		if (!s->queue)
+			s->qtail = &s->queue;
+		s->nqueue--;
+		c->next = NULL;
+		if (s->handle <= 0 && shell_spawn(s, &e) < 0) {
+			agent_exec_fail(c->x, &e, NULL);
+			cmd_free(c);
+			continue;
+		}
+		if (util_random(rnd, sizeof(rnd)) < 0) {
+			err_sys(&e, errno, "random marker");
+			agent_exec_fail(c->x, &e, NULL);
+			cmd_free(c);
+			continue;
+		}
+		util_hex(rnd, sizeof(rnd), s->mark);
+		memset(s->scan, 0, sizeof(s->scan));
+		if (buf_add(&s->inq, c->body.data, c->body.len) < 0 ||
+		    buf_printf(&s->inq,
+			       "__sbx_rc=$?\n"
+			       "[ \"$__sbx_in\" = /dev/null ] || rm -f \"$__sbx_in\"\n"
+			       "command printf '\\001%%s%%s %%d\\n' '%.*s' '%s' \"$__sbx_rc\"\n"
+			       "command printf '\\001%%s%%s %%d\\n' '%.*s' '%s' \"$__sbx_rc\" >&2\n"
+			       "unset __sbx_rc __sbx_in\n",
+			       half, s->mark, s->mark + half, half, s->mark, s->mark + half) < 0) {
+			buf_reset(&s->inq);
+			err_set(&e, SBX_E_PAYLOAD_TOO_LARGE, "the command is too large");
+			agent_exec_fail(c->x, &e, NULL);
+			cmd_free(c);
+			continue;
+		}
+		s->cur = c;
+		event_add(s->in_ev, NULL);
+		if (s->pid > 0)
+			agent_exec_started(c->x, s->pid);
+		agent_exec_arm_timeout(c->x, c->timeout_ms);
+	}
+}
+
+/* The client of c went away or its timeout fired. */
+static void sess_cancel(void *arg, int timed_out)
+{
+	struct sess_cmd *c = arg;
+	struct sess *s = c->s;
+	struct rt_sandbox *rsb;
+
+	if (s->cur != c) {
+		struct sess_cmd **pp;
+		struct rt_exit ex = { .exit_code = 128 + SIGKILL, .signal = SIGKILL };
+
+		for (pp = &s->queue; *pp; pp = &(*pp)->next)
+			if (*pp == c) {
+				*pp = c->next;
+				s->nqueue--;
+				break;
+			}
+		for (s->qtail = &s->queue; *s->qtail; s->qtail = &(*s->qtail)->next)
+			;
+		agent_exec_exited(c->x, &ex);
+		cmd_free(c);
+		return;
+	}
+	rsb = s->box ? box_rsb(s->box) : NULL;
+	log_info("session '%s': %s, killing its shell", s->id,
+		 timed_out ? "command timed out" : "client went away");
+	s->killing = 1;
+	if (!rsb || s->handle <= 0 || rt_signal(rsb, s->handle, SIGKILL, 1) < 0) {
+		struct rt_exit ex = { .exit_code = 128 + SIGKILL, .signal = SIGKILL };
+		s->cur = NULL;
+		s->killing = 0;
+		agent_exec_exited(c->x, &ex);
+		cmd_free(c);
+		sess_next(s);
+	}
+}
+
+/* --- script building ------------------------------------------------------- */
+
+/* Append s (n bytes) as one single-quoted shell word. */
+static int sh_quote(struct buf *b, const char *s, size_t n)
+{
+	if (buf_add(b, "'", 1) < 0)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '\'') {
+			if (buf_adds(b, "'\\''") < 0)
+				return -1;
+		} else if (buf_add(b, &s[i], 1) < 0) {
+			return -1;
+		}
+	}
+	return buf_add(b, "'", 1);
+}
+
+static int sh_quote_str(struct buf *b, const char *s)
+{
+	return sh_quote(b, s, strlen(s));
+}
+
+/* Append data as a printf %b argument (single-quoted, octal escapes). */
+static int printf_b_quote(struct buf *b, const char *data, size_t n)
+{
+	if (buf_add(b, "'", 1) < 0)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)data[i];
+		int plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+			    (ch >= '0' && ch <= '9') || strchr(" ,._/:=+-", ch);
+		if (ch && plain) {
+			if (buf_add(b, &data[i], 1) < 0)
+				return -1;
+		} else if (buf_printf(b, "\\0%03o", ch) < 0) {
+			return -1;
+		}
+	}
+	return buf_add(b, "'", 1);
+}
+
+/* The script of one command up to (not including) the status line. */
+static int build_body(struct buf *b, const struct agent_cmd *c, const char *stdin_data,
+		      size_t stdin_len)
+{
+	struct buf cmd;
+	int sub = c->cwd_given || (c->env && json_object_size(c->env) > 0);
+	int rc = -1;
+
+	buf_init(&cmd, SESS_SCRIPT_MAX);
+	if (c->command) {
+		if (buf_adds(&cmd, c->command) < 0)
+			goto out;
+	} else {
+		for (size_t i = 0; c->argv[i]; i++)
+			if ((i && buf_add(&cmd, " ", 1) < 0) || sh_quote_str(&cmd, c->argv[i]) < 0)
+				goto out;
+	}
+	if (stdin_data && stdin_len > 0) {
+		if (buf_adds(b, "__sbx_in=$(mktemp 2>/dev/null) || __sbx_in=/dev/null\n"
+				"command printf '%b' ") < 0 ||
+		    printf_b_quote(b, stdin_data, stdin_len) < 0 ||
+		    buf_adds(b, " >| \"$__sbx_in\"\n") < 0)
+			goto out;
+	} else if (buf_adds(b, "__sbx_in=/dev/null\n") < 0) {
+		goto out;
+	}
+	if (buf_adds(b, sub ? "(" : "{") < 0)
+		goto out;
+	if (c->cwd_given &&
+	    (buf_adds(b, " cd -- ") < 0 || sh_quote_str(b, c->cwd) < 0 || buf_adds(b, " || exit 1\n") < 0))
+		goto out;
+	if (c->env) {
+		const char *k;
+		json_t *v;
+		json_object_foreach((json_t *)c->env, k, v) {
+			if (json_is_string(v)) {
+				if (buf_printf(b, " export %s=", k) < 0 ||
+				    sh_quote(b, json_string_value(v), json_string_length(v)) < 0 ||
+				    buf_adds(b, "\n") < 0)
+					goto out;
+			} else if (buf_printf(b, " unset %s\n", k) < 0) {
+				goto out;
+			}
+		}
+	}
+	if (buf_adds(b, " command eval ") < 0 || sh_quote(b, cmd.data ? cmd.data : "", cmd.len) < 0 ||
+	    buf_adds(b, sub ? "\n) < \"$__sbx_in\"\n" : "\n} < \"$__sbx_in\"\n") < 0)
+		goto out;
+	rc = 0;
+out:
+	buf_release(&cmd);
+	return rc;
+}
+
+/* --- handlers --------------------------------------------------------------- */
+
+static int sess_id_new(char *out, size_t n)
+{
+	unsigned char rnd[4];
+	char hex[9];
+
+	if (util_random(rnd, sizeof(rnd)) < 0)
+		return -1;
+	util_hex(rnd, sizeof(rnd), hex);
+	return snprintf(out, n, "session-%s", hex) >= (int)n ? -1 : 0;
+}
+
+/* A new session in b (not started). NULL with e filled. */
+static struct sess *sess_new(struct sess_box *b, const char *id, const char *cwd,
+			     const json_t *env, struct sbx_err *e)
+{
+	struct sess *s;
+
+	if (b->count >= SESS_MAX_PER_SANDBOX) {
+		err_set(e, SBX_E_QUOTA_EXCEEDED, "a sandbox has at most %d sessions",
+			SESS_MAX_PER_SANDBOX);
+		return NULL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		err_sys(e, ENOMEM, "session");
+		return NULL;
+	}
+	snprintf(s->id, sizeof(s->id), "%s", id);
+	snprintf(s->cwd, sizeof(s->cwd), "%s", cwd);
+	s->env = env && json_object_size(env) ? json_deep_copy(env) : NULL;
+	s->in_fd = s->out_fd[0] = s->out_fd[1] = -1;
+	s->created_at = util_wall_ms();
+	s->qtail = &s->queue;
+	buf_init(&s->inq, SESS_SCRIPT_MAX);
+	s->box = b;
+	s->next = b->list;
+	b->list = s;
+	b->count++;
+	return s;
+}
+
+void agent_sess_exec(struct httpd_req *r, struct agent_sb *sb, const char *sid,
+		     const struct agent_cmd *c, int64_t timeout_ms, const char *stdin_data,
+		     size_t stdin_len)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	struct sess_box *b = box_get(a, sb, 1);
+	struct sess *s;
+	struct sess_cmd *cmd = NULL;
+
+	if (!b) {
+		err_sys(&e, ENOMEM, "session");
+		goto fail;
+	}
+	s = sess_find(b, sid);
+	if (!s && !(s = sess_new(b, sid, "/workspace", NULL, &e)))
+		goto fail;
+	if (s->nqueue >= SESS_MAX_QUEUE) {
+		err_set(&e, SBX_E_QUOTA_EXCEEDED, "session '%s' has %d commands waiting", sid,
+			SESS_MAX_QUEUE);
+		goto fail;
+	}
+	cmd = calloc(1, sizeof(*cmd));
+	if (!cmd) {
+		err_sys(&e, ENOMEM, "session command");
+		goto fail;
+	}
+	buf_init(&cmd->body, SESS_SCRIPT_MAX);
+	if (build_body(&cmd->body, c, stdin_data, stdin_len) < 0) {
+		err_set(&e, SBX_E_PAYLOAD_TOO_LARGE, "the command is too large");
+		goto fail;
+	}
+	cmd->s = s;
+	cmd->timeout_ms = timeout_ms;
+	cmd->x = agent_exec_new(a, r, sb, c->argv[c->command ? 2 : 0], c->cwd, &sess_src, cmd);
+	if (!cmd->x) {
+		err_sys(&e, ENOMEM, "session command");
+		goto fail;
+	}
+	*s->qtail = cmd;
+	s->qtail = &cmd->next;
+	s->nqueue++;
+	agent_exec_begin(cmd->x);
+	sess_next(s);
+	return;
+fail:
+	if (cmd)
+		cmd_free(cmd);
+	httpd_reply_err(r, &e);
+}
+
+static const struct jsonv_field create_fields[] = {
+	{ "id", JV_STRING, 0 },
+	{ "env", JV_OBJECT, 0 },
+	{ "cwd", JV_STRING, 0 },
+	{ NULL, 0, 0 },
+};
+
+void agent_h_session_create(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	struct agent_sb *sb;
+	struct sess_box *b;
+	struct sess *s;
+	json_t *body = NULL, *v, *env;
+	char id[SESS_ID_MAX], cwd[AGENT_EXEC_MAX_PATH + 16];
+	const char *data;
+	size_t len;
+
+	sb = agent_data_sandbox(r, &e);
+	if (!sb)
+		goto fail;
+	data = httpd_body(r, &len);
+	body = jsonv_parse(data, len, &e);
+	if (!body || jsonv_check(body, create_fields, "the body", &e) < 0)
+		goto fail;
+	if ((v = json_object_get(body, "id"))) {
+		if (!ids_valid_name(json_string_value(v))) {
+			err_set(&e, SBX_E_VALIDATION, "'id' must be 1-64 of [A-Za-z0-9_.-]");
+			goto fail;
+		}
+		snprintf(id, sizeof(id), "%s", json_string_value(v));
+	} else if (sess_id_new(id, sizeof(id)) < 0) {
+		err_sys(&e, errno, "session id");
+		goto fail;
+	}
+	snprintf(cwd, sizeof(cwd), "/workspace");
+	if ((v = json_object_get(body, "cwd"))) {
+		const char *p = json_string_value(v);
+		size_t n = json_string_length(v);
+		int w;
+		if (n == 0 || n > AGENT_EXEC_MAX_PATH || strlen(p) != n) {
+			err_set(&e, SBX_E_VALIDATION, "'cwd' must be a path of 1 to %d bytes",
+				AGENT_EXEC_MAX_PATH);
+			goto fail;
+		}
+		w = p[0] == '/' ? snprintf(cwd, sizeof(cwd), "%s", p)
+				: snprintf(cwd, sizeof(cwd), "/workspace/%s", p);
+		if (w < 0 || (size_t)w >= sizeof(cwd)) {
+			err_set(&e, SBX_E_VALIDATION, "'cwd' is too long");
+			goto fail;
+		}
+	}
+	env = json_object_get(body, "env");
+	if (env && agent_env_check(env, 0, &e) < 0)
+		goto fail;
+	b = box_get(a, sb, 1);
+	if (!b) {
+		err_sys(&e, ENOMEM, "session");
+		goto fail;
+	}
+	if (sess_find(b, id)) {
+		err_set(&e, SBX_E_CONFLICT, "session '%s' exists", id);
+		goto fail;
+	}
+	s = sess_new(b, id, cwd, env, &e);
+	if (!s)
+		goto fail;
+	if ((env && !s->env && json_object_size(env)) || shell_spawn(s, &e) < 0) {
+		if (!e.code)
+			err_sys(&e, ENOMEM, "session env");
+		box_unlink_sess(s);
+		if (s->handle > 0)
+			s->removed = 1; /* freed when the killed shell is reported */
+		else
+			sess_free(s);
+		goto fail;
+	}
+	json_decref(body);
+	httpd_reply_json(r, 201, json_pack("{s:s}", "id", id));
+	return;
+fail:
+	json_decref(body);
+	httpd_reply_err(r, &e);
+}
+
+void agent_h_session_list(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	struct agent_sb *sb = agent_data_sandbox(r, &e);
+	struct sess_box *b;
+	json_t *arr;
+
+	if (!sb) {
+		httpd_reply_err(r, &e);
+		return;
+	}
+	b = box_get(a, sb, 0);
+	arr = json_array();
+	for (struct sess *s = b ? b->list : NULL; arr && s; s = s->next) {
+		char created[32];
+		util_iso8601(s->created_at, created);
+		json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:b}", "id", s->id, "cwd", s->cwd,
+						     "createdAt", created, "busy", s->cur != NULL));
+	}
+	httpd_reply_json(r, 200, arr ? json_pack("{s:o}", "sessions", arr) : NULL);
+}
+
+void agent_h_session_delete(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	struct agent_sb *sb = agent_data_sandbox(r, &e);
+	const char *sid = httpd_param(r, 1);
+	struct sess_box *b;
+	struct sess *s;
+	struct rt_sandbox *rsb;
+
+	if (!sb)
+		goto fail;
+	if (!ids_valid_name(sid)) {
+		err_set(&e, SBX_E_VALIDATION, "invalid session id");
+		goto fail;
+	}
+	b = box_get(a, sb, 0);
+	s = sess_find(b, sid);
+	if (!s) {
+		err_set(&e, SBX_E_SESSION_NOT_FOUND, "session '%s' not found", sid);
+		goto fail;
+	}
+	rsb = box_rsb(b);
+	box_unlink_sess(s);
+	s->removed = 1;
+	if (s->handle > 0 && rsb && rt_signal(rsb, s->handle, SIGKILL, 1) == 0) {
+		/* shell_exited answers the commands and frees s. */
+		s->killing = 0;
+	} else {
+		if (s->handle > 0 && rsb)
+			rt_detach(rsb, s->handle);
+		s->handle = 0;
+		if (s->cur) {
+			struct sess_cmd *c = s->cur;
+			s->cur = NULL;
+			end_cmd_error(c, SBX_E_SESSION_TERMINATED, "the session was deleted", NULL);
+		}
+		fail_queue(s, NULL, SBX_E_SESSION_TERMINATED, "the session was deleted");
+		sess_free(s);
+	}
+	log_info("session '%s' of '%s' deleted", sid, sb->key);
+	httpd_reply_empty(r, 204);
+	return;
+fail:
+	httpd_reply_err(r, &e);
+}

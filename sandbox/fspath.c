@@ -1,0 +1,225 @@
+#include "fspath.h"
+#include "ids.h"
+
+#include <string.h>
+#include <strings.h>
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+int fspath_decode(const char *raw, size_t n, char *out, size_t outsz, struct sbx_err *e)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)raw[i];
+
+		if (c == '%') {
+			int hi = i + 2 < n ? hexval(raw[i + 1]) : -1;
+			int lo = i + 2 < n ? hexval(raw[i + 2]) : -1;
+
+			if (hi < 0 || lo < 0)
+				return err_set(e, SBX_E_VALIDATION, "bad percent escape in the path");
+			c = (unsigned char)(hi * 16 + lo);
+			i += 2;
+		}
+		if (c == '\0')
+			return err_set(e, SBX_E_VALIDATION, "the path contains a NUL byte");
+		if (o + 1 >= outsz || o >= FSPATH_MAX)
+			return err_set(e, SBX_E_VALIDATION, "the path is longer than %d bytes", FSPATH_MAX);
+		out[o++] = (char)c;
+	}
+	out[o] = '\0';
+	return 0;
+}
+
+int fspath_parse(const char *p, size_t n, struct fspath *fp, struct sbx_err *e)
+{
+	size_t o = 0, i = 0, last = 0;
+
+	if (n > FSPATH_MAX)
+		return err_set(e, SBX_E_VALIDATION, "the path is longer than %d bytes", FSPATH_MAX);
+	if (memchr(p, '\0', n))
+		return err_set(e, SBX_E_VALIDATION, "the path contains a NUL byte");
+	if (!ids_valid_utf8(p, n))
+		return err_set(e, SBX_E_VALIDATION, "the path is not valid UTF-8");
+	if (n == 0 || p[0] != '/') {
+		memcpy(fp->rel, FSPATH_WORKSPACE, strlen(FSPATH_WORKSPACE));
+		o = strlen(FSPATH_WORKSPACE);
+	}
+	fp->parent_len = 0;
+	while (i < n) {
+		size_t len;
+
+		while (i < n && p[i] == '/')
+			i++;
+		len = 0;
+		while (i + len < n && p[i + len] != '/')
+			len++;
+		if (len == 0 || (len == 1 && p[i] == '.')) {
+			i += len;
+			continue;
+		}
+		if (len == 2 && p[i] == '.' && p[i + 1] == '.')
+			return err_set(e, SBX_E_VALIDATION, "the path must not contain '..'");
+		if (len > FSPATH_NAME_MAX)
+			return err_set(e, SBX_E_VALIDATION, "a path component is longer than %d bytes",
+				       FSPATH_NAME_MAX);
+		if (o + 1 + len >= FSPATH_MAX)
+			return err_set(e, SBX_E_VALIDATION, "the path is longer than %d bytes", FSPATH_MAX);
+		if (o > 0)
+			fp->rel[o++] = '/';
+		last = o;
+		memcpy(fp->rel + o, p + i, len);
+		o += len;
+		i += len;
+	}
+	if (o == 0) {
+		memcpy(fp->rel, ".", 2);
+		memcpy(fp->abs, "/", 2);
+		fp->parent_len = 0;
+		fp->name = fp->rel + 1;   /* "" */
+		return 0;
+	}
+	fp->rel[o] = '\0';
+	fp->abs[0] = '/';
+	memcpy(fp->abs + 1, fp->rel, o + 1);
+	fp->parent_len = last > 0 ? last - 1 : 0;
+	fp->name = fp->rel + last;
+	return 0;
+}
+
+int fspath_from_url(const char *raw, struct fspath *fp, struct sbx_err *e)
+{
+	char dec[FSPATH_MAX + 1];
+
+	if (fspath_decode(raw, strlen(raw), dec, sizeof(dec), e) < 0)
+		return -1;
+	return fspath_parse(dec, strlen(dec), fp, e);
+}
+
+/* Parse decimal digits of s[0..n) into *v; 0 or -1 (none, or overflow). */
+static int parse_u64(const char *s, size_t n, uint64_t *v)
+{
+	uint64_t x = 0;
+
+	if (n == 0 || n > 19)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		x = x * 10 + (uint64_t)(s[i] - '0');
+	}
+	*v = x;
+	return 0;
+}
+
+int fspath_range(const char *hdr, uint64_t size, uint64_t *first, uint64_t *last)
+{
+	const char *spec, *dash;
+	uint64_t a, b;
+	size_t n;
+
+	if (!hdr)
+		return 0;
+	if (strncmp(hdr, "bytes=", 6) != 0)
+		return -1;
+	spec = hdr + 6;
+	while (*spec == ' ')
+		spec++;
+	n = strlen(spec);
+	while (n > 0 && spec[n - 1] == ' ')
+		n--;
+	if (memchr(spec, ',', n))
+		return 0;  /* multi-range: answer the whole file */
+	dash = memchr(spec, '-', n);
+	if (!dash)
+		return -1;
+	if (dash == spec) {                      /* "-n": the last n bytes */
+		if (parse_u64(dash + 1, n - 1, &b) < 0)
+			return -1;
+		if (b == 0 || size == 0)
+			return -2;
+		*first = b >= size ? 0 : size - b;
+		*last = size - 1;
+		return 1;
+	}
+	if (parse_u64(spec, (size_t)(dash - spec), &a) < 0)
+		return -1;
+	if ((size_t)(dash - spec) + 1 == n) {    /* "a-" */
+		b = UINT64_MAX;
+	} else {
+		if (parse_u64(dash + 1, n - (size_t)(dash - spec) - 1, &b) < 0)
+			return -1;
+		if (b < a)
+			return -1;
+	}
+	if (a >= size)
+		return -2;
+	*first = a;
+	*last = b >= size ? size - 1 : b;
+	return 1;
+}
+
+static const struct {
+	const char *ext;
+	const char *type;
+} mime_table[] = {
+	{ "txt", "text/plain; charset=utf-8" },
+	{ "json", "application/json" },
+	{ "html", "text/html; charset=utf-8" },
+	{ "htm", "text/html; charset=utf-8" },
+	{ "css", "text/css; charset=utf-8" },
+	{ "js", "text/javascript; charset=utf-8" },
+	{ "png", "image/png" },
+	{ "jpg", "image/jpeg" },
+	{ "jpeg", "image/jpeg" },
+	{ "gif", "image/gif" },
+	{ "svg", "image/svg+xml" },
+	{ "pdf", "application/pdf" },
+	{ "py", "text/x-python; charset=utf-8" },
+	{ "sh", "text/x-shellscript; charset=utf-8" },
+	{ "md", "text/markdown; charset=utf-8" },
+	{ "csv", "text/csv; charset=utf-8" },
+	{ "tar", "application/x-tar" },
+	{ "gz", "application/gzip" },
+	{ "zip", "application/zip" },
+};
+
+const char *fspath_mime(const char *name)
+{
+	const char *dot = name ? strrchr(name, '.') : NULL;
+
+	if (dot && dot != name) {
+		for (size_t i = 0; i < sizeof(mime_table) / sizeof(mime_table[0]); i++)
+			if (strcasecmp(dot + 1, mime_table[i].ext) == 0)
+				return mime_table[i].type;
+	}
+	return "application/octet-stream";
+}
+
+int fspath_mode(const char *s, unsigned *mode)
+{
+	unsigned v = 0;
+	size_t n = s ? strlen(s) : 0;
+
+	if (n == 0 || n > 4)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '7')
+			return -1;
+		v = v * 8 + (unsigned)(s[i] - '0');
+	}
+	if (v > 0777)
+		return -1;
+	*mode = v;
+	return 0;
+}

@@ -1,0 +1,271 @@
+"""The agent's half of the sandbox lifecycle, black box through the API
+(plus redis-cli and the host's /proc for what operators see):
+
+- an idle sandbox sleeps after sleepAfter (record `sleeping`, event
+  `slept`), and the next exec wakes it with a new generation and an empty
+  filesystem;
+- keepAlive never sleeps; a live stream (an SSE exec) keeps it awake;
+- an init killed from the host is reported (`crashed`) and the next exec
+  wakes the sandbox;
+- an agent cut off past the node TTL whose sandbox was re-placed destroys its
+  stale copy when it comes back, and refuses the old epoch (409);
+- a restarted agent marks what it ran as gone (`lost`).
+
+The session stack runs with cluster.node_ttl = 3s (deploy/stack).
+"""
+
+import hashlib
+import json
+import os
+import signal
+import time
+import uuid
+
+import requests
+
+from conftest import assert_error
+
+
+# ---- helpers ------------------------------------------------------------------------
+
+def new_box(stack, **body):
+    sid = "lc-" + uuid.uuid4().hex[:10]
+    r = stack.api("PUT", "/v1/sandboxes/" + sid, json=body, timeout=30)
+    assert r.status_code == 201, "create %s: %d %s" % (sid, r.status_code, r.text[:300])
+    return sid, r.json()
+
+
+def destroy(stack, sid):
+    r = stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+    assert r.status_code == 204, r.text
+
+
+def record(stack, sid):
+    r = stack.api("GET", "/v1/sandboxes/" + sid)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def run(stack, sid, command, timeout=30):
+    r = stack.api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": command},
+                  timeout=timeout + 30)
+    assert r.status_code == 200, "exec %r: %d %s" % (command, r.status_code, r.text[:300])
+    return r.json()
+
+
+def tenant_of(stack, key):
+    h = hashlib.sha256(key.encode()).hexdigest()
+    t = stack.redis_cli("HGET", "sbx:apikey:" + h, "tenant")
+    assert t, "no tenant for the dev key"
+    return t
+
+
+def events_for(stack, tenant, sid, count=500):
+    """The last events of one sandbox, oldest first: [{type, ...}]."""
+    out = stack.redis_cli("--json", "XREVRANGE", "sbx:events", "+", "-", "COUNT", count)
+    found = []
+    for _, fields in json.loads(out):
+        fields = dict(zip(fields[0::2], fields[1::2]))
+        if fields.get("tenant") == tenant and fields.get("id") == sid:
+            found.append(fields)
+    return list(reversed(found))
+
+
+def event_types(stack, tenant, sid):
+    return [e.get("type") for e in events_for(stack, tenant, sid)]
+
+
+def agent_index(node):
+    assert node.startswith("agent-"), node
+    return int(node.split("-", 1)[1])
+
+
+def inits_of(tenant, sid, parent=None):
+    """Host pids of sbx-init processes whose cgroup names <tenant>.<id>
+    (children of parent when given)."""
+    key = "%s.%s" % (tenant, sid)
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                stat = f.read()
+            with open("/proc/%s/cgroup" % d) as f:
+                cg = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        rest = stat.rsplit(")", 1)[1].split()
+        if rest[0] == "Z" or key not in cg:
+            continue
+        if parent is not None and int(rest[1]) != parent:
+            continue
+        if comm == "sbx-init" or parent is not None:
+            found.append(int(d))
+    return found
+
+
+# ---- sleep and wake -------------------------------------------------------------------
+
+def test_idle_sandbox_sleeps_and_the_next_exec_wakes_it(stack, redis_cli):
+    tenant = tenant_of(stack, stack.key)
+    sid, rec = new_box(stack, sleepAfter="2s")
+    try:
+        assert rec["sleepAfter"] == 2000
+        assert run(stack, sid, "echo data > /workspace/marker")["exitCode"] == 0
+        gen = record(stack, sid)["generation"]
+        stack.wait("%s to be sleeping" % sid, lambda: record(stack, sid)["state"] == "sleeping",
+                   timeout=12)
+        assert "slept" in event_types(stack, tenant, sid)
+        assert redis_cli("HGET", "sbx:sb:{%s/%s}" % (tenant, sid), "state") == "sleeping"
+        # No container is left on the host.
+        stack.wait("the sleeping sandbox's init to be gone", lambda: not inits_of(tenant, sid),
+                   timeout=5)
+        # The next data call wakes it: new generation, empty filesystem.
+        res = run(stack, sid, "ls -A /workspace; echo end")
+        assert res["exitCode"] == 0
+        assert res["stdout"] == "end\n", "the woken sandbox kept files: %r" % res["stdout"]
+        after = record(stack, sid)
+        assert after["state"] == "running"
+        assert after["generation"] > gen
+    finally:
+        destroy(stack, sid)
+
+
+def test_keep_alive_never_sleeps(stack):
+    sid, _ = new_box(stack, sleepAfter="1s", keepAlive=True)
+    try:
+        run(stack, sid, "true")
+        gen = record(stack, sid)["generation"]
+        time.sleep(3.5)
+        rec = record(stack, sid)
+        assert rec["state"] == "running" and rec["generation"] == gen, rec
+        # Turned off through PATCH (the API tells the agent): it sleeps.
+        r = stack.api("PATCH", "/v1/sandboxes/" + sid, json={"keepAlive": False})
+        assert r.status_code == 200, r.text
+        stack.wait("%s to sleep once keepAlive is off" % sid,
+                   lambda: record(stack, sid)["state"] == "sleeping", timeout=12)
+    finally:
+        destroy(stack, sid)
+
+
+def test_live_stream_keeps_the_sandbox_awake(stack):
+    sid, _ = new_box(stack, sleepAfter="1s")
+    try:
+        gen = record(stack, sid)["generation"]
+        r = stack.api("POST", "/v1/sandboxes/%s/exec" % sid,
+                      json={"command": "for i in 1 2 3 4; do echo tick $i; sleep 1; done"},
+                      headers={"Accept": "text/event-stream"}, stream=True, timeout=60)
+        assert r.status_code == 200, r.text[:300]
+        events = []
+        name = None
+        for line in r.iter_lines(decode_unicode=True):
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                events.append((name, json.loads(line[6:])))
+                if name in ("exit", "error"):
+                    break
+        r.close()
+        assert events[-1][0] == "exit", events
+        assert events[-1][1]["exitCode"] == 0, events
+        out = "".join(d["data"] for n, d in events if n == "stdout")
+        assert out == "".join("tick %d\n" % i for i in range(1, 5)), out
+        # A 4 s stream with sleepAfter 1 s: still the same container.
+        rec = record(stack, sid)
+        assert rec["generation"] == gen, rec
+        # Idle again afterwards: it sleeps.
+        stack.wait("%s to sleep after the stream" % sid,
+                   lambda: record(stack, sid)["state"] == "sleeping", timeout=12)
+    finally:
+        destroy(stack, sid)
+
+
+# ---- crashes and restarts ---------------------------------------------------------------
+
+def test_killed_init_is_reported_and_the_next_exec_wakes(stack):
+    tenant = tenant_of(stack, stack.key)
+    sid, _ = new_box(stack, keepAlive=True)
+    try:
+        run(stack, sid, "true")
+        rec = record(stack, sid)
+        agent = stack.pid(rec["node"])
+        inits = inits_of(tenant, sid, parent=agent)
+        assert len(inits) == 1, "expected one init child of %s for %s: %r" % (
+            rec["node"], sid, inits)
+        os.kill(inits[0], signal.SIGKILL)
+        stack.wait("%s to be reported" % sid,
+                   lambda: record(stack, sid)["state"] == "sleeping", timeout=10)
+        assert "crashed" in event_types(stack, tenant, sid)
+        res = run(stack, sid, "echo back")
+        assert res["stdout"] == "back\n"
+        after = record(stack, sid)
+        assert after["state"] == "running" and after["generation"] > rec["generation"], after
+    finally:
+        destroy(stack, sid)
+
+
+def test_restarted_agent_marks_its_sandboxes_lost(stack):
+    tenant = tenant_of(stack, stack.key)
+    sid, _ = new_box(stack, keepAlive=True)
+    node = None
+    try:
+        run(stack, sid, "true")
+        rec = record(stack, sid)
+        node = rec["node"]
+        stack.run("restart-agent", str(agent_index(node)))
+        stack.wait_healthy()
+        stack.wait("%s to be marked lost" % sid,
+                   lambda: record(stack, sid)["state"] == "sleeping", timeout=10)
+        assert "lost" in event_types(stack, tenant, sid)
+        res = run(stack, sid, "echo again")
+        assert res["stdout"] == "again\n"
+        assert record(stack, sid)["generation"] > rec["generation"]
+    finally:
+        stack.wait_healthy()
+        destroy(stack, sid)
+
+
+# ---- fencing -----------------------------------------------------------------------------
+
+def test_cut_off_agent_destroys_its_stale_copy(stack):
+    tenant = tenant_of(stack, stack.key)
+    sid, _ = new_box(stack, keepAlive=True)
+    pid = None
+    try:
+        run(stack, sid, "true")
+        old = record(stack, sid)
+        node = old["node"]
+        address = stack.env["SBX_AGENT_%d" % agent_index(node)]
+        pid = stack.pid(node)
+        os.kill(pid, signal.SIGSTOP)
+        stack.wait("%s to go down" % node,
+                   lambda: stack.redis_cli("EXISTS", "sbx:node:{%s}:alive" % node) == "0",
+                   timeout=10)
+        # Re-placed on the other agent by the next call.
+        r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+        assert r.status_code == 200, r.text
+        new = r.json()
+        assert new["node"] != node and new["epoch"] > old["epoch"], (old, new)
+        assert new["generation"] > old["generation"]
+        assert len(inits_of(tenant, sid)) == 2  # the stale copy still exists
+        os.kill(pid, signal.SIGCONT)
+        pid = None
+        stack.wait("the stale copy to be destroyed",
+                   lambda: len(inits_of(tenant, sid)) == 1, timeout=15)
+        assert "fenced" in event_types(stack, tenant, sid)
+        # The old agent refuses the old epoch.
+        r = requests.post("http://%s/v1/sandboxes/%s/exec" % (address, sid),
+                          json={"command": "true"},
+                          headers={"X-Sbx-Node-Secret": stack.secret, "X-Sbx-Tenant": tenant,
+                                   "X-Sbx-Epoch": str(old["epoch"])}, timeout=10)
+        assert_error(r, 409, "STALE_EPOCH")
+        # The new owner serves it.
+        assert run(stack, sid, "echo moved")["stdout"] == "moved\n"
+        assert record(stack, sid)["node"] == new["node"]
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGCONT)
+        stack.wait_healthy()
+        destroy(stack, sid)

@@ -1,0 +1,217 @@
+"""Background processes, through nginx (API.md "Processes")."""
+
+import json
+import time
+import uuid
+
+import pytest
+
+from conftest import assert_error
+
+
+@pytest.fixture(scope="module")
+def box(stack):
+    sid = "prc-" + uuid.uuid4().hex[:10]
+    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+    assert r.status_code == 201, r.text
+    yield sid
+    stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def P(box, rest=""):
+    return "/v1/sandboxes/%s/processes%s" % (box, rest)
+
+
+def start(api, box, **body):
+    r = api("POST", P(box), json=body)
+    assert r.status_code == 201, r.text
+    rec = r.json()
+    assert rec["status"] in ("running", "completed", "failed") and rec["id"]
+    return rec
+
+
+def wait_exit(api, box, ref, timeout_ms=10000):
+    r = api("GET", P(box, "/%s/wait?timeoutMs=%d" % (ref, timeout_ms)), timeout=timeout_ms / 1000 + 5)
+    assert r.status_code == 200, r.text
+    return r.json()["exitCode"]
+
+
+def sse_events(resp):
+    events, name = [], None
+    for line in resp.iter_lines(decode_unicode=True):
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            events.append((name, json.loads(line[6:])))
+    return events
+
+
+def test_start_get_list_logs(api, box):
+    rec = start(api, box, id="basic", command="echo out; echo err >&2; exit 3")
+    assert rec["id"] == "basic" and isinstance(rec["pid"], int) and rec["startedAt"]
+    assert wait_exit(api, box, "basic") == 3
+    got = api("GET", P(box, "/basic")).json()
+    assert got["status"] == "failed" and got["exitCode"] == 3 and got["endedAt"]
+    assert got["command"] == "echo out; echo err >&2; exit 3"
+    by_pid = api("GET", P(box, "/%d" % rec["pid"])).json()
+    assert by_pid["id"] == "basic"
+    logs = api("GET", P(box, "/basic/logs")).json()
+    assert logs == {"stdout": "out\n", "stderr": "err\n", "truncated": False}
+    ids = [p["id"] for p in api("GET", P(box)).json()["processes"]]
+    assert "basic" in ids
+
+
+def test_status_words(api, box):
+    start(api, box, id="okay", argv=["true"])
+    assert wait_exit(api, box, "okay") == 0
+    assert api("GET", P(box, "/okay")).json()["status"] == "completed"
+    rec = start(api, box, id="missing", argv=["no-such-program-xyz"])
+    if rec["status"] == "running":
+        wait_exit(api, box, "missing")
+    got = api("GET", P(box, "/missing")).json()
+    assert got["status"] == "failed" and got["exitCode"] == 127
+
+
+def test_logs_follow_in_order_with_exit(api, box):
+    start(api, box, id="follow",
+          command="for i in 1 2 3 4 5; do echo n$i; sleep 0.1; done; echo done >&2")
+    r = api("GET", P(box, "/follow/logs"), stream=True, headers={"Accept": "text/event-stream"},
+            timeout=20)
+    assert r.status_code == 200
+    events = sse_events(r)
+    assert events[-1][0] == "exit" and events[-1][1]["exitCode"] == 0
+    out = "".join(d["data"] for n, d in events if n == "stdout")
+    # a chunk may repeat at the seam between replay and live output, never be lost
+    lines = [l for l in out.splitlines()]
+    seen = [l for i, l in enumerate(lines) if l not in lines[:i]]
+    assert seen == ["n1", "n2", "n3", "n4", "n5"]
+    assert "done\n" in "".join(d["data"] for n, d in events if n == "stderr")
+
+
+def test_logs_of_a_finished_process_stream_replay_then_exit(api, box):
+    start(api, box, id="fin", command="echo replay")
+    wait_exit(api, box, "fin")
+    r = api("GET", P(box, "/fin/logs"), stream=True, headers={"Accept": "text/event-stream"})
+    events = sse_events(r)
+    assert ("stdout", {"data": "replay\n"}) in events
+    assert events[-1][0] == "exit"
+
+
+def test_stdin(api, box):
+    start(api, box, id="cat", argv=["cat"])
+    r = api("POST", P(box, "/cat/stdin"), data=b"first ")
+    assert r.status_code == 200 and r.json() == {"written": 6}
+    r = api("POST", P(box, "/cat/stdin?eof=true"), data=b"second")
+    assert r.status_code == 200
+    assert wait_exit(api, box, "cat") == 0
+    assert api("GET", P(box, "/cat/logs")).json()["stdout"] == "first second"
+    assert_error(api("POST", P(box, "/cat/stdin"), data=b"late"), 409, "CONFLICT")
+
+
+def test_kill_with_grace_ends_killed_137(api, box):
+    start(api, box, id="stubborn",
+          command="trap 'echo got-term' TERM; while :; do sleep 0.05; done")
+    api("GET", P(box, "/stubborn/wait?log=nothing&timeoutMs=200"))  # let it install the trap
+    t0 = time.monotonic()
+    r = api("DELETE", P(box, "/stubborn?signal=TERM&graceMs=700"), timeout=20)
+    assert r.status_code == 200, r.text
+    rec = r.json()
+    assert rec["status"] == "killed" and rec["exitCode"] == 137
+    assert time.monotonic() - t0 >= 0.6
+    assert "got-term" in api("GET", P(box, "/stubborn/logs")).json()["stdout"]
+
+
+def test_kill_term_default(api, box):
+    start(api, box, id="plain", argv=["sleep", "60"])
+    rec = api("DELETE", P(box, "/plain"), timeout=20).json()
+    assert rec["status"] == "killed" and rec["exitCode"] == 143
+
+
+def test_kill_all_counts_running(api, box):
+    for i in range(3):
+        start(api, box, id="many%d" % i, argv=["sleep", "60"])
+    r = api("DELETE", P(box))
+    assert r.status_code == 200 and r.json()["killed"] == 3
+    for i in range(3):
+        wait_exit(api, box, "many%d" % i)
+        assert api("GET", P(box, "/many%d" % i)).json()["status"] == "killed"
+    assert api("DELETE", P(box)).json()["killed"] == 0
+
+
+def test_wait_for_log(api, box):
+    start(api, box, id="logger", command="echo booting; sleep 0.3; echo 'server ready on 80'; sleep 30")
+    r = api("GET", P(box, "/logger/wait?log=ready&timeoutMs=10000"), timeout=15)
+    assert r.status_code == 200 and r.json() == {"line": "server ready on 80"}
+    # already in the buffer: answered at once
+    assert api("GET", P(box, "/logger/wait?log=booting")).json() == {"line": "booting"}
+    api("DELETE", P(box, "/logger?signal=KILL"))
+
+
+def test_wait_for_port(api, box):
+    start(api, box, id="web", argv=["python3", "-m", "http.server", "8765"])
+    r = api("GET", P(box, "/web/wait?port=8765&timeoutMs=15000"), timeout=20)
+    assert r.status_code == 200 and r.json() == {"port": 8765}
+    api("DELETE", P(box, "/web?signal=KILL"))
+
+
+def test_wait_timeouts_and_early_exit(api, box):
+    start(api, box, id="quiet", argv=["sleep", "30"])
+    assert_error(api("GET", P(box, "/quiet/wait?log=never&timeoutMs=200")), 408,
+                 "PROCESS_READY_TIMEOUT")
+    assert_error(api("GET", P(box, "/quiet/wait?port=9&timeoutMs=200")), 408,
+                 "PROCESS_READY_TIMEOUT")
+    assert_error(api("GET", P(box, "/quiet/wait?timeoutMs=200")), 408, "PROCESS_READY_TIMEOUT")
+    api("DELETE", P(box, "/quiet?signal=KILL"))
+    start(api, box, id="early", command="sleep 0.2; exit 2")
+    assert_error(api("GET", P(box, "/early/wait?log=never&timeoutMs=5000")), 409,
+                 "PROCESS_EXITED_BEFORE_READY")
+    assert_error(api("GET", P(box, "/early/wait?port=9999&timeoutMs=5000")), 409,
+                 "PROCESS_EXITED_BEFORE_READY")
+    assert api("GET", P(box, "/early/wait")).json() == {"exitCode": 2}
+
+
+def test_conflicting_id(api, box):
+    start(api, box, id="dup", argv=["sleep", "30"])
+    assert_error(api("POST", P(box), json={"id": "dup", "argv": ["true"]}), 409, "CONFLICT")
+    api("DELETE", P(box, "/dup?signal=KILL"))
+
+
+def test_not_found(api, box):
+    assert_error(api("GET", P(box, "/nope")), 404, "PROCESS_NOT_FOUND")
+    assert_error(api("GET", P(box, "/999999")), 404, "PROCESS_NOT_FOUND")
+    assert_error(api("GET", P(box, "/nope/logs")), 404, "PROCESS_NOT_FOUND")
+    assert_error(api("DELETE", P(box, "/nope")), 404, "PROCESS_NOT_FOUND")
+    assert_error(api("POST", P(box, "/nope/stdin"), data=b"x"), 404, "PROCESS_NOT_FOUND")
+    assert_error(api("GET", P(box, "/nope/wait")), 404, "PROCESS_NOT_FOUND")
+
+
+@pytest.mark.parametrize("query", [
+    "signal=BOGUS", "signal=9", "graceMs=-1", "graceMs=60001", "graceMs=abc",
+])
+def test_bad_kill_args(api, box, query):
+    if api("GET", P(box, "/target")).status_code == 404:
+        start(api, box, id="target", argv=["sleep", "60"])
+    assert_error(api("DELETE", P(box, "/target?" + query)), 400, "VALIDATION_FAILED")
+
+
+@pytest.mark.parametrize("query", [
+    "port=0", "port=65536", "port=x", "timeoutMs=0", "timeoutMs=3600001", "log=",
+    "log=" + "a" * 1025, "log=a&port=80",
+])
+def test_bad_wait_args(api, box, query):
+    if api("GET", P(box, "/waitee")).status_code == 404:
+        start(api, box, id="waitee", argv=["sleep", "60"])
+    assert_error(api("GET", P(box, "/waitee/wait?" + query)), 400, "VALIDATION_FAILED")
+
+
+@pytest.mark.parametrize("body", [
+    {}, {"command": ""}, {"argv": []}, {"command": "x", "argv": ["x"]}, {"command": "x", "id": "a b"},
+    {"command": "x", "id": "x" * 65}, {"command": "x", "nope": 1}, {"command": "x", "env": {"A-B": "1"}},
+    {"command": "x", "cwd": ""}, {"argv": [1]},
+])
+def test_bad_start_bodies(api, box, body):
+    assert_error(api("POST", P(box), json=body), 400, "VALIDATION_FAILED")
+
+
+def test_bad_process_ref(api, box):
+    assert_error(api("GET", P(box, "/a%20b")), 400, "VALIDATION_FAILED")

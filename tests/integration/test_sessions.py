@@ -1,0 +1,166 @@
+"""Sessions: persistent shells in a sandbox, through nginx (API.md "Sessions")."""
+
+import json
+import threading
+import uuid
+
+import pytest
+
+from conftest import assert_error
+
+
+@pytest.fixture(scope="module")
+def box(stack):
+    sid = "ses-" + uuid.uuid4().hex[:10]
+    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+    assert r.status_code == 201, r.text
+    yield sid
+    stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def sx(api, box, session, command, timeout=30, **extra):
+    body = dict(command=command, session=session, **extra)
+    return api("POST", "/v1/sandboxes/%s/exec" % box, json=body, timeout=timeout)
+
+
+def ok(api, box, session, command, **extra):
+    r = sx(api, box, session, command, **extra)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_state_persists_in_a_session(api, box):
+    ok(api, box, "persist", "cd /tmp && export FOO=bar && greet() { echo hello-$1; }")
+    out = ok(api, box, "persist", "pwd; echo $FOO; greet you")
+    assert out["stdout"] == "/tmp\nbar\nhello-you\n"
+    assert out["exitCode"] == 0 and out["success"] is True
+
+
+def test_sessions_are_isolated(api, box):
+    ok(api, box, "iso-a", "cd /tmp; export ONLY_A=1")
+    out = ok(api, box, "iso-b", "pwd; echo ${ONLY_A:-none}")
+    assert out["stdout"] == "/workspace\nnone\n"
+
+
+def test_output_without_trailing_newline_and_exit_code(api, box):
+    out = ok(api, box, "nonl", "printf abc; printf def >&2; false")
+    assert out["stdout"] == "abc" and out["stderr"] == "def"
+    assert out["exitCode"] == 1 and out["success"] is False
+
+
+def test_syntax_error_keeps_the_session(api, box):
+    ok(api, box, "syn", "export KEEP=yes")
+    out = ok(api, box, "syn", "if then")
+    assert out["exitCode"] != 0 and out["stderr"]
+    assert ok(api, box, "syn", "echo $KEEP")["stdout"] == "yes\n"
+
+
+def test_exit_terminates_then_fresh_shell(api, box):
+    ok(api, box, "term", "export GONE=1; cd /tmp")
+    r = sx(api, box, "term", "echo bye; exit 3")
+    err = assert_error(r, 410, "SESSION_TERMINATED")
+    assert err["details"]["exitCode"] == 3
+    out = ok(api, box, "term", "pwd; echo ${GONE:-fresh}")
+    assert out["stdout"] == "/workspace\nfresh\n"
+
+
+def test_concurrent_commands_never_interleave(api, box):
+    results = [None] * 5
+
+    def run(i):
+        cmd = "for k in 1 2 3 4 5; do echo c%d-$k; sleep 0.02; done" % i
+        results[i] = sx(api, box, "conc", cmd)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, r in enumerate(results):
+        assert r.status_code == 200, r.text
+        assert r.json()["stdout"] == "".join("c%d-%d\n" % (i, k) for k in range(1, 6))
+
+
+def test_timeout_kills_and_session_recovers(api, box):
+    r = sx(api, box, "tmo", "sleep 60", timeoutMs=500)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["exitCode"] == 124 and out["timedOut"] is True
+    assert ok(api, box, "tmo", "echo again")["stdout"] == "again\n"
+
+
+def test_per_command_cwd_and_env_do_not_leak(api, box):
+    ok(api, box, "scoped", "export V=session")
+    out = ok(api, box, "scoped", "pwd; echo $V", cwd="/tmp", env={"V": "command"})
+    assert out["stdout"] == "/tmp\ncommand\n"
+    out = ok(api, box, "scoped", "pwd; echo $V")
+    assert out["stdout"] == "/workspace\nsession\n"
+
+
+def test_stdin_and_argv(api, box):
+    out = ok(api, box, "io", "cat", stdin="line 1\nit's \\ $HOME\n")
+    assert out["stdout"] == "line 1\nit's \\ $HOME\n"
+    r = api("POST", "/v1/sandboxes/%s/exec" % box,
+            json={"argv": ["echo", "a b", "c'd"], "session": "io"})
+    assert r.status_code == 200 and r.json()["stdout"] == "a b c'd\n"
+
+
+def test_stream_in_a_session(api, box):
+    r = api("POST", "/v1/sandboxes/%s/exec" % box, stream=True,
+            headers={"Accept": "text/event-stream"},
+            json={"command": "echo one; echo two >&2; exit_code=7; (exit 7)", "session": "sse"})
+    assert r.status_code == 200
+    events = []
+    name = None
+    for line in r.iter_lines(decode_unicode=True):
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            events.append((name, json.loads(line[6:])))
+    names = [n for n, _ in events]
+    assert names[0] == "start" and names[-1] == "exit"
+    out = "".join(d["data"] for n, d in events if n == "stdout")
+    err = "".join(d["data"] for n, d in events if n == "stderr")
+    assert out == "one\n" and err == "two\n"
+    assert events[-1][1]["exitCode"] == 7
+
+
+def test_create_list_delete(api, box):
+    base = "/v1/sandboxes/%s/sessions" % box
+    r = api("POST", base, json={"id": "made", "cwd": "/tmp", "env": {"MADE": "yes"}})
+    assert r.status_code == 201 and r.json() == {"id": "made"}
+    assert_error(api("POST", base, json={"id": "made"}), 409, "CONFLICT")
+    assert ok(api, box, "made", "pwd; echo $MADE")["stdout"] == "/tmp\nyes\n"
+    r = api("POST", base, json={})
+    assert r.status_code == 201 and r.json()["id"]
+    ids = [s["id"] for s in api("GET", base).json()["sessions"]]
+    assert "made" in ids and r.json()["id"] in ids
+    assert api("DELETE", base + "/made").status_code == 204
+    assert_error(api("DELETE", base + "/made"), 404, "SESSION_NOT_FOUND")
+    assert "made" not in [s["id"] for s in api("GET", base).json()["sessions"]]
+
+
+def test_delete_kills_the_running_command(api, box, stack):
+    base = "/v1/sandboxes/%s/sessions" % box
+    api("POST", base, json={"id": "doomed"})
+    holder = {}
+    t = threading.Thread(target=lambda: holder.update(r=sx(api, box, "doomed", "sleep 60")))
+    t.start()
+    stack.wait("the command to run",
+               lambda: [s for s in api("GET", base).json()["sessions"]
+                        if s["id"] == "doomed" and s["busy"]])
+    assert api("DELETE", base + "/doomed").status_code == 204
+    t.join(10)
+    assert_error(holder["r"], 410, "SESSION_TERMINATED")
+
+
+def test_bad_input(api, box):
+    base = "/v1/sandboxes/%s/sessions" % box
+    assert_error(api("POST", base, json={"id": "bad id"}), 400, "VALIDATION_FAILED")
+    assert_error(api("POST", base, json={"id": "x" * 65}), 400, "VALIDATION_FAILED")
+    assert_error(api("POST", base, json={"cwd": ""}), 400, "VALIDATION_FAILED")
+    assert_error(api("POST", base, json={"env": {"1X": "y"}}), 400, "VALIDATION_FAILED")
+    assert_error(api("POST", base, json={"nope": 1}), 400, "VALIDATION_FAILED")
+    assert_error(sx(api, box, "../x", "true"), 400, "VALIDATION_FAILED")
+    assert_error(sx(api, box, "", "true"), 400, "VALIDATION_FAILED")
+    assert_error(api("DELETE", base + "/b%20d"), 400, "VALIDATION_FAILED")

@@ -1,0 +1,67 @@
+/* Unit tests of the agent's lifecycle decisions (agent_lifecycle.c). */
+#include "agent.h"
+#include "unit.h"
+
+TEST(agent_lc_decide_record_gone_or_moved)
+{
+	CHECK_INT(agent_lc_decide("n1", 10, 1, NULL, -1, NULL), AGENT_LC_DESTROY);
+	CHECK_INT(agent_lc_decide("n1", 10, 0, NULL, -1, NULL), AGENT_LC_DESTROY);
+	CHECK_INT(agent_lc_decide("n1", 10, 1, "n2", 20, "running"), AGENT_LC_DESTROY);
+	CHECK_INT(agent_lc_decide("n1", 10, 1, "n2", 20, "starting"), AGENT_LC_DESTROY);
+	/* Another node, even at an epoch not above ours: not ours. */
+	CHECK_INT(agent_lc_decide("n1", 10, 1, "n2", 10, "running"), AGENT_LC_DESTROY);
+	CHECK_INT(agent_lc_decide("n1", 10, 1, NULL, 10, "running"), AGENT_LC_DESTROY);
+	/* Names are compared whole. */
+	CHECK_INT(agent_lc_decide("n1", 10, 1, "n10", 10, "running"), AGENT_LC_DESTROY);
+}
+
+TEST(agent_lc_decide_newer_epoch_on_this_node)
+{
+	/* A wake meant for us: keep, but refuse the old epoch from now on. */
+	CHECK_INT(agent_lc_decide("n1", 10, 1, "n1", 20, "starting"), AGENT_LC_RAISE_FENCE);
+	CHECK_INT(agent_lc_decide("n1", 10, 0, "n1", 20, "starting"), AGENT_LC_RAISE_FENCE);
+	CHECK_INT(agent_lc_decide("n1", 10, 1, "n1", 20, "running"), AGENT_LC_DESTROY_CAS);
+	CHECK_INT(agent_lc_decide("n1", 10, 1, "n1", 20, "sleeping"), AGENT_LC_DESTROY);
+	CHECK_INT(agent_lc_decide("n1", 10, 1, "n1", 20, NULL), AGENT_LC_DESTROY);
+}
+
+TEST(agent_lc_decide_same_epoch)
+{
+	CHECK_INT(agent_lc_decide("n1", 10, 1, "n1", 10, "running"), AGENT_LC_KEEP);
+	CHECK_INT(agent_lc_decide("n1", 10, 1, "n1", 10, "starting"), AGENT_LC_KEEP);
+	CHECK_INT(agent_lc_decide("n1", 10, 1, "n1", 10, "sleeping"), AGENT_LC_STOP);
+	CHECK_INT(agent_lc_decide("n1", 10, 0, "n1", 10, "sleeping"), AGENT_LC_KEEP);
+	CHECK_INT(agent_lc_decide("n1", 10, 0, "n1", 10, "running"), AGENT_LC_REPORT);
+	CHECK_INT(agent_lc_decide("n1", 10, 0, "n1", 10, "starting"), AGENT_LC_KEEP);
+	/* A record older than what we were told is left alone. */
+	CHECK_INT(agent_lc_decide("n1", 10, 1, "n1", 5, "sleeping"), AGENT_LC_KEEP);
+}
+
+TEST(agent_lc_streams_count_per_container)
+{
+	struct agent a = { 0 };
+	struct agent_sb sb = { 0 };
+	struct agent_stream s1 = { 0 }, s2 = { 0 };
+
+	snprintf(sb.key, sizeof(sb.key), "dev.box");
+	sb.rt = (struct rt_sandbox *)&sb; /* never dereferenced: only "running" */
+	sb.run = 1;
+	a.sandboxes = &sb;
+	agent_sb_stream_begin(&sb, &s1);
+	agent_sb_stream_begin(&sb, &s1); /* twice on one handle counts once */
+	agent_sb_stream_begin(&sb, &s2);
+	CHECK_INT(sb.streams, 2);
+	agent_sb_stream_end(&a, &s1);
+	agent_sb_stream_end(&a, &s1); /* idempotent */
+	CHECK_INT(sb.streams, 1);
+	/* A new container (run 2): the old stream's end does not count. */
+	sb.run = 2;
+	sb.streams = 0;
+	agent_sb_stream_end(&a, &s2);
+	CHECK_INT(sb.streams, 0);
+	/* The entry is gone: end is harmless. */
+	agent_sb_stream_begin(&sb, &s1);
+	a.sandboxes = NULL;
+	agent_sb_stream_end(&a, &s1);
+	CHECK_INT(s1.active, 0);
+}
