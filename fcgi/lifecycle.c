@@ -4,6 +4,7 @@
 #include "jsonv.h"
 #include "log.h"
 #include "placement.h"
+#include "preview.h"
 #include "scripts.h"
 #include "store.h"
 #include "util.h"
@@ -863,8 +864,12 @@ int lifecycle_destroy(const char *tenant, const char *id, struct sbx_err *e)
 		rc = destroy_record(tenant, id, fstr(rec, "epoch"), e);
 		if (rc < 0)
 			return -1;
-		if (rc > 0)
+		if (rc > 0) {
+			/* Tokens and tunnels die with the sandbox (their index keys
+			 * live in other slots than the record). */
+			preview_forget_sandbox(tenant, id);
 			return 0;
+		}
 	}
 	return err_set(e, SBX_E_CONFLICT, "sandbox '%s' keeps changing; try again", id);
 }

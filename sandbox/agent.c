@@ -6,6 +6,7 @@
  *   sbx-agent --version | --print-config [-c FILE] [-o ...]
  */
 #include "agent.h"
+#include "forward.h"
 #include "conf.h"
 #include "httpd.h"
 #include "log.h"
@@ -208,6 +209,7 @@ int main(int argc, char **argv)
 	event_base_dispatch(base);
 
 	httpd_free(httpd);
+	fwd_release_all();
 	agent_sb_destroy_all(&agent);
 	rt_free(agent.rt);
 	agent_lc_free(agent.lc);

@@ -398,11 +398,11 @@ static void exec_finish(struct agent_exec *x)
 		return;
 	}
 	httpd_reply_json(x->r, 200,
-			 json_pack("{s:I,s:b,s:o*,s:o*,s:I,s:b,s:b}", "exitCode",
+			 json_pack("{s:I,s:b,s:o*,s:o*,s:I,s:b,s:b,s:b}", "exitCode",
 				   (json_int_t)exit_code(x), "success", exit_code(x) == 0 && !x->timed_out,
 				   "stdout", json_stream_text(&x->out[0]), "stderr",
 				   json_stream_text(&x->out[1]), "durationMs", (json_int_t)dur,
-				   "timedOut", x->timed_out, "truncated",
+				   "timedOut", x->timed_out, "oomKilled", x->oom_killed, "truncated",
 				   x->out[0].truncated || x->out[1].truncated));
 }
 

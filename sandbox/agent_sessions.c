@@ -493,7 +493,7 @@ static void shell_exited(void *arg, const struct rt_exit *ex)
 		}
 	}
 	if (ex->sandbox_gone)
-		fail_queue(s, ex, 0, NULL);
+		fail_queue(s, ex, SBX_E_SANDBOX_NOT_FOUND, "the sandbox stopped");
 	if (s->removed) {
 		fail_queue(s, NULL, SBX_E_SESSION_TERMINATED, "the session was deleted");
 		sess_free(s);

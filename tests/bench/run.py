@@ -27,12 +27,15 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import stack_down, stack_up  # noqa: E402
+import sandbox_figs  # noqa: E402
+from benchlib import Harness  # noqa: E402
 
 DURATION = int(os.environ.get("BENCH_DURATION", "5"))
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 CONNS = int(os.environ.get("BENCH_CONNECTIONS", "32"))
-OUT = os.path.join(ROOT, "docs", "PERFORMANCE.md")
+OUT = os.environ.get("BENCH_OUT") or os.path.join(ROOT, "docs", "PERFORMANCE.md")
 
 
 class Result:
@@ -45,6 +48,7 @@ class Result:
         self.p99 = []
         self.errors = 0             # non-2xx or socket errors, all runs
         self.half = None            # (rate, p50 ms, p99 ms, errors) at half the peak
+        self.target = None          # least ratio to the baseline's req/s, if any
 
     @property
     def rps_median(self):
@@ -57,23 +61,30 @@ def to_ms(v, unit):
     return float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
 
 
-def wrk(url, headers=(), method="GET", body=None):
-    """One wrk run: (req/s, p50 ms, p99 ms, errors)."""
-    args = ["wrk", "-t2", "-c%d" % CONNS, "-d%ds" % DURATION, "--latency", "--timeout", "5s"]
+def wrk(url, headers=(), method="GET", body=None, conns=None, lua=None, duration=None):
+    """One wrk run: (req/s, p50 ms, p99 ms, errors). lua: a whole script
+    (then method/body are ignored); conns: connections (default CONNS)."""
+    conns = conns or CONNS
+    duration = duration or DURATION
+    args = ["wrk", "-t%d" % min(2, conns), "-c%d" % conns, "-d%ds" % duration, "--latency",
+            "--timeout", "5s"]
     for h in headers:
         args += ["-H", h]
     script = None
-    if method != "GET" or body is not None:
+    if lua is not None or method != "GET" or body is not None:
         script = "/tmp/sbx-bench-%d.lua" % os.getpid()
         with open(script, "w") as f:
-            f.write('wrk.method = "%s"\n' % method)
-            if body is not None:
+            if lua is not None:
+                f.write(lua)
+            else:
+                f.write('wrk.method = "%s"\n' % method)
+            if lua is None and body is not None:
                 f.write("wrk.body = %s\n" % lua_string(body))
                 f.write('wrk.headers["Content-Type"] = "application/json"\n')
         args += ["-s", script]
     try:
         out = subprocess.run(args + [url], capture_output=True, text=True, check=True,
-                             timeout=DURATION + 30).stdout
+                             timeout=duration + 30).stdout
     finally:
         if script:
             os.unlink(script)
@@ -101,8 +112,8 @@ def lua_string(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def peak(res, url, **kw):
-    for _ in range(RUNS):
+def peak(res, url, runs=None, **kw):
+    for _ in range(runs or RUNS):
         rps, p50, p99, errors = wrk(url, **kw)
         res.rps.append(rps)
         res.p50.append(p50)
@@ -178,6 +189,47 @@ def fig_route_refusal(st):
 FIGURES = [fig_nginx_static, fig_healthz, fig_nodes, fig_route_refusal]
 
 
+def fig_get_record(st):
+    auth = ("Authorization: Bearer " + st.key,)
+    url = st.url + "/v1/sandboxes/" + sandbox_figs.EXEC_SANDBOXES[0]
+    res = Result("get-record", "`GET /v1/sandboxes/{id}` (tenant key, a running sandbox): "
+                 "auth + one record read in Redis", baseline="nginx-static")
+    res.target = 0.40
+    peak(res, url, headers=auth)
+    return half_peak(res, url, headers=auth)
+
+
+EXEC_DURATION = int(os.environ.get("BENCH_EXEC_DURATION", "3"))
+
+
+def exec_lua(paths):
+    """wrk script: POST {"argv":["true"]} round-robin over paths."""
+    return ("local paths = {%s}\nlocal i = 0\n"
+            'wrk.method = "POST"\n'
+            "wrk.body = %s\n"
+            'wrk.headers["Content-Type"] = "application/json"\n'
+            "request = function()\n  i = i + 1\n"
+            "  return wrk.format(nil, paths[(i %% #paths) + 1])\nend\n" %
+            (", ".join(lua_string(p) for p in paths), lua_string('{"argv":["true"]}')))
+
+
+def fig_exec_throughput(st):
+    auth = ("Authorization: Bearer " + st.key,)
+    one = ["/v1/sandboxes/%s/exec" % sandbox_figs.EXEC_SANDBOXES[0]]
+    spread = ["/v1/sandboxes/%s/exec" % s for s in sandbox_figs.EXEC_SANDBOXES]
+    out = []
+    for conns, paths, where in ((1, one, "1 sandbox"), (8, one, "1 sandbox"),
+                                (64, one, "1 sandbox"), (8, spread, "8 sandboxes"),
+                                (64, spread, "8 sandboxes")):
+        res = Result("exec-c%d-%s" % (conns, "1sb" if len(paths) == 1 else "8sb"),
+                     "exec of `true` through nginx, wrk %d connection(s) (closed loop), %s" %
+                     (conns, where), baseline="fork-exec-rate")
+        peak(res, st.url + paths[0], runs=RUNS, conns=conns, lua=exec_lua(paths),
+             duration=EXEC_DURATION, headers=auth)
+        out.append(res)
+    return out
+
+
 # ---- report -------------------------------------------------------------------------
 
 def machine():
@@ -193,55 +245,193 @@ def fmt_ms(v):
     return "%.2f" % v
 
 
-def report(results):
+NOTES_MARKER = "<!-- Everything below this line is hand-written; `make bench` keeps it. -->"
+
+PUBLISHED = [("Daytona", 186), ("E2B", 491), ("Vercel Sandbox", 671), ("Modal", 1700),
+             ("Cloudflare Sandbox", 2100)]
+
+
+def fmt_target_lat(r):
+    if r.target_ms is None:
+        return "-", "-"
+    ratio = r.p50 / r.target_ms
+    return "≤ %g" % r.target_ms, "%.2f%s" % (ratio, " ✗" if ratio > 1 else " ✓")
+
+
+def report_latency(ctx):
+    by = {r.name: r for r in ctx.lat}
+    lines = ["## Latency figures (sequential repetitions, ms)", "",
+             "Median (p50), p99 (nearest rank) and spread (min..max) of N samples. "
+             "ratio to baseline = p50 / baseline p50; ratio to target = p50 / target "
+             "(> 1: slower than the target). load1 = 1-minute load average when the figure "
+             "started (2 cores; other engineers' builds and tests share the machine).", "",
+             "| figure | N | p50 | p99 | spread | ratio to baseline | target p50 | "
+             "ratio to target | load1 | notes |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in ctx.lat:
+        base = by.get(r.baseline)
+        ratio = ("%.2f× %s (%s ms)" % (r.p50 / base.p50, base.name, fmt_ms(base.p50))
+                 if base and base.p50 else "baseline" if r.baseline is None else "-")
+        tgt, tr = fmt_target_lat(r)
+        spread = ("%s..%s" % (fmt_ms(min(r.samples)), fmt_ms(max(r.samples)))
+                  if r.samples else "-")
+        note = r.note + ("; %d failed" % r.errors if r.errors else "")
+        lines.append("| %s | %d | %s | %s | %s | %s | %s | %s | %.2f | %s |" % (
+            r.name, len(r.samples), fmt_ms(r.p50), fmt_ms(r.p99), spread, ratio, tgt, tr,
+            r.load, note))
+    return lines
+
+
+def report_values(ctx):
+    lines = ["## Capacity and memory figures", "",
+             "| figure | value | target | ratio to target | comparison | load1 |",
+             "|---|---|---|---|---|---|"]
+    for v in ctx.values:
+        tr = v.target_ratio()
+        if v.target is None:
+            tgt, trs = "-", "-"
+        else:
+            tgt = ("≤ %g" if v.sense == "le" else "≥ %g") % v.target
+            trs = "%.2f%s" % (tr, " ✗" if tr > 1.0001 else " ✓") if tr is not None else "✗ (0)"
+        val = ("%.3f" % v.value if isinstance(v.value, float) and abs(v.value) < 10
+               else "%.0f" % v.value if isinstance(v.value, float) else str(v.value))
+        lines.append("| %s | %s %s | %s | %s | %s | %.2f |" % (
+            v.name, val, v.unit, tgt, trs, v.compare or "-", v.load))
+    return lines
+
+
+def report_wrk(results):
     by = {r.name: r for r in results}
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
-        "# sbx performance",
-        "",
-        "Written by `make bench` (tests/bench/run.py); numbers from one machine, one run.",
-        "",
-        "- date: %s" % now,
-        "- machine: %s" % machine(),
-        "- load: wrk 2 threads, %d connections, %d s per run, %d runs per figure; "
-        "client and server share the machine" % (CONNS, DURATION, RUNS),
+        "## Throughput figures (wrk)", "",
+        "- load: wrk 2 threads (1 for one connection), %d connections unless the figure says "
+        "otherwise, %d s per run (%d s for exec), %d runs per figure; client and server share "
+        "the machine" % (CONNS, DURATION, EXEC_DURATION, RUNS),
         "- req/s: median of the runs (spread = min..max); p50/p99: median of the runs' wrk "
         "percentiles (closed loop)",
         "- p99 @ half peak: wrk paced by a Lua `delay()` of %d ms per connection, with "
         "connections for half the median peak (achieved rate shown). Closed loop per "
         "connection, so a stall is under-counted (coordinated omission): Debian's wrk has "
         "no `-R` and wrk2 is not packaged" % PACE_MS,
+        "- exec rows: ratio to `fork-exec-rate` = 1000 / fork-exec p50, the serial rate of "
+        "the C harness on this machine",
         "",
-        "| figure | req/s (median) | spread | p50 ms | p99 ms | ratio to baseline | "
+        "| figure | req/s (median) | spread | p50 ms | p99 ms | ratio to baseline | target | "
         "p99 ms @ half peak | errors |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
+        if r.name == "fork-exec-rate":
+            continue
         base = by.get(r.baseline)
-        ratio = ("%.2f of %s" % (r.rps_median / base.rps_median, base.name)
+        ratio = ("%.3f of %s" % (r.rps_median / base.rps_median, base.name)
                  if base and base.rps_median else "baseline")
+        target = "-"
+        if getattr(r, "target", None) and base and base.rps_median:
+            got = r.rps_median / base.rps_median
+            target = "≥ %.2f of %s: %s" % (r.target, base.name, "✓" if got >= r.target else
+                                            "✗ (%.1f× short)" % (r.target / got if got else 0))
         half = ("%s (at %d req/s)" % (fmt_ms(r.half[2]), r.half[0]) if r.half else "-")
-        lines.append("| %s | %.0f | %.0f..%.0f | %s | %s | %s | %s | %d |" % (
+        lines.append("| %s | %.0f | %.0f..%.0f | %s | %s | %s | %s | %s | %d |" % (
             r.name, r.rps_median, min(r.rps), max(r.rps), fmt_ms(statistics.median(r.p50)),
-            fmt_ms(statistics.median(r.p99)), ratio, half, r.errors + (r.half[3] if r.half else 0)))
+            fmt_ms(statistics.median(r.p99)), ratio, target, half,
+            r.errors + (r.half[3] if r.half else 0)))
+    return lines
+
+
+def report(results, ctx, loads, started, took):
+    lines = [
+        "# sbx performance",
+        "",
+        "Written by `make bench` (tests/bench/run.py, sandbox_figs.py, benchlib.py); numbers "
+        "from one machine, one run, one stack with 1 agent (`deploy/stack up --agents 1`, "
+        "pool of 4 FastCGI workers).",
+        "",
+        "- date: %s, the whole run took %.0f s" % (started, took),
+        "- machine: %s" % machine(),
+        "- load average (1/5/15 min) at start: %s; at end: %s" % (
+            "/".join("%.2f" % x for x in loads[0]), "/".join("%.2f" % x for x in loads[1])),
+        "- client: Python (`/usr/bin/python3`): `requests.Session` (one persistent keep-alive "
+        "connection) for the sequential latencies; its own cost is the `http-floor` row",
+        "- baselines are measured in the same run; the process baselines are fork+execv from "
+        "a C harness compiled at bench time into a temp dir (not `os.posix_spawn`)",
+        "",
+    ]
+    lines += report_latency(ctx) + [""] + report_values(ctx) + [""] + report_wrk(results)
+    lines += ["", "## Published time-to-first-command figures (not measured here)", "",
+              "Numbers the vendors or third parties published, for context only; measured on "
+              "other hardware, networks and definitions. Our `first-command` p50 on this "
+              "machine was %s ms." % fmt_ms(ctx.get("first-command").p50 if
+                                            ctx.get("first-command") else 0), "",
+              "| service | published ms |", "|---|---|"]
+    lines += ["| %s | %d |" % x for x in PUBLISHED]
+    if ctx.skipped:
+        lines += ["", "## Not measured", ""]
+        lines += ["- %s: %s" % x for x in ctx.skipped]
     lines += ["", "## What each figure measures", ""]
-    for r in results:
+    for r in ctx.lat:
         lines.append("- **%s**: %s" % (r.name, r.what))
-    lines += ["", "Errors: non-2xx answers and socket errors. The data-route figure answers "
-              "404 SANDBOX_NOT_FOUND by design, so all its answers count there.", ""]
+    for v in ctx.values:
+        lines.append("- **%s**: %s" % (v.name, v.what))
+    for r in results:
+        if r.name != "fork-exec-rate":
+            lines.append("- **%s**: %s" % (r.name, r.what))
+    lines += ["", "Errors (wrk): non-2xx answers and socket errors. The data-route figure "
+              "answers 404 SANDBOX_NOT_FOUND by design, so all its answers count there.", ""]
     return "\n".join(lines)
 
 
-def main():
-    st = stack_up(agents=1)
+def kept_notes():
+    """The hand-written part of docs/PERFORMANCE.md (from the marker on)."""
     try:
-        results = []
+        with open(OUT) as f:
+            text = f.read()
+    except OSError:
+        text = ""
+    i = text.find(NOTES_MARKER)
+    if i < 0:
+        return NOTES_MARKER + "\n\n## Notes\n\n(none yet)\n"
+    return text[i:]
+
+
+def run_fig(name, fn, *args):
+    t0 = time.monotonic()
+    print("bench: %s (load %.2f) ..." % (name, os.getloadavg()[0]), end="", flush=True)
+    out = fn(*args)
+    print(" %.1f s" % (time.monotonic() - t0), flush=True)
+    return out
+
+
+def main():
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    t_start = time.monotonic()
+    load0 = os.getloadavg()
+    harness = Harness()
+    ctx = sandbox_figs.Ctx(harness)
+    st = stack_up(agents=1)
+    results = []
+    try:
+        run_fig("baselines", sandbox_figs.fig_baselines, st, ctx)
+        fe = Result("fork-exec-rate", "1000 / fork-exec p50 (serial)")
+        fe.rps = [1000.0 / ctx.get("fork-exec").p50]
+        results.append(fe)
         for fig in FIGURES:
-            print("bench: %s ..." % fig.__name__, flush=True)
-            results.append(fig(st))
+            results.append(run_fig(fig.__name__, fig, st))
+        run_fig("first-command", sandbox_figs.fig_first_command, st, ctx)
+        run_fig("create", sandbox_figs.fig_create, st, ctx)
+        sandbox_figs.setup_exec_sandboxes(st, ctx)
+        run_fig("exec-rtt", sandbox_figs.fig_exec_rtt, st, ctx)
+        results += run_fig("exec-throughput", fig_exec_throughput, st)
+        run_fig("first-byte", sandbox_figs.fig_first_byte, st, ctx)
+        results.append(run_fig("get-record", fig_get_record, st))
+        sandbox_figs.teardown_exec_sandboxes(st, ctx)
+        run_fig("streams", sandbox_figs.fig_streams, st, ctx)
+        run_fig("live-memory", sandbox_figs.fig_live_memory, st, ctx)
     finally:
         stack_down(st)
-    text = report(results)
+        harness.close()
+    text = report(results, ctx, (load0, os.getloadavg()), started, time.monotonic() - t_start)
+    text += "\n" + kept_notes()
     with open(OUT, "w") as f:
         f.write(text)
     print(text)

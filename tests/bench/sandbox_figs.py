@@ -1,0 +1,530 @@
+"""The sandbox figures of `make bench`: process baselines, time to first
+command, create until running (sequential and 100 at once), exec round trip
+(through nginx and at the agent), first byte of a stream, idle memory with
+500 live sandboxes, and concurrent open streams.
+
+Every function takes the Stack (tests/integration/conftest.py) and a Ctx and
+appends Lat/Value records to ctx.lat / ctx.values. The HTTP client is
+Python's: requests.Session (one persistent keep-alive connection) for the
+sequential latencies, raw non-blocking sockets for the stream fan-out.
+"""
+
+import concurrent.futures
+import json
+import os
+import re
+import selectors
+import shutil
+import socket
+import threading
+import time
+import urllib.parse
+
+import requests
+
+from benchlib import Lat, Value, timed
+
+N_SEQ = int(os.environ.get("BENCH_N", "50"))         # create / first-command repetitions
+N_RTT = int(os.environ.get("BENCH_N_RTT", "300"))    # exec round trips
+N_SPAWN = int(os.environ.get("BENCH_N_SPAWN", "200"))  # fork/exec baseline runs
+N_LIVE = int(os.environ.get("BENCH_LIVE", "500"))    # sandboxes for the memory figure
+N_STREAMS_MAX = int(os.environ.get("BENCH_STREAMS_MAX", "1000"))
+
+BWRAP = ["/usr/bin/bwrap", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib64", "/lib64",
+         "--symlink", "usr/lib", "/lib", "--symlink", "usr/bin", "/bin", "--proc", "/proc",
+         "--dev", "/dev", "--unshare-all", "/bin/true"]
+UNSHARE = ["/usr/bin/unshare", "-m", "-p", "-n", "-i", "-u", "--fork", "/bin/true"]
+
+
+class Ctx:
+    def __init__(self, harness):
+        self.harness = harness
+        self.lat = []
+        self.values = []
+        self.skipped = []       # (what, why)
+        self.keys = {}          # tenant -> key
+
+    def get(self, name):
+        for r in self.lat:
+            if r.name == name:
+                return r
+        return None
+
+
+def key_for(st, ctx, tenant):
+    if tenant == "dev":
+        return st.key
+    if tenant not in ctx.keys:
+        ctx.keys[tenant] = st.new_key(tenant)
+    return ctx.keys[tenant]
+
+
+def session(key):
+    s = requests.Session()
+    s.headers["Authorization"] = "Bearer " + key
+    return s
+
+
+def put(s, st, sid, expect=(201,)):
+    r = s.put(st.url + "/v1/sandboxes/" + sid, json={}, timeout=30)
+    if r.status_code not in expect:
+        raise AssertionError("PUT %s: %d %s" % (sid, r.status_code, r.text[:200]))
+    return r
+
+
+def delete(s, st, sid):
+    r = s.delete(st.url + "/v1/sandboxes/" + sid, timeout=30)
+    if r.status_code != 204:
+        raise AssertionError("DELETE %s: %d %s" % (sid, r.status_code, r.text[:200]))
+
+
+def exec_true(s, url):
+    r = s.post(url, data=b'{"argv":["true"]}', headers={"Content-Type": "application/json"},
+               timeout=30)
+    if r.status_code != 200 or r.json().get("exitCode") != 0:
+        raise AssertionError("exec: %d %s" % (r.status_code, r.text[:200]))
+
+
+# ---- 1. baselines ----------------------------------------------------------------
+
+def fig_baselines(st, ctx):
+    h = ctx.harness
+    ctx.lat.append(Lat("fork-exec", "fork + execv of /bin/true and waitpid, from a C harness "
+                       "compiled at bench time (N=%d)" % N_SPAWN,
+                       samples=h.run(N_SPAWN, ["/bin/true"])))
+    ctx.lat.append(Lat("unshare", "`unshare -m -p -n -i -u --fork true` (util-linux), "
+                       "fork+exec'd by the harness (N=%d)" % (N_SPAWN // 4),
+                       baseline="fork-exec", samples=h.run(N_SPAWN // 4, UNSHARE)))
+    try:
+        ctx.lat.append(Lat("bwrap", "`bwrap --ro-bind /usr /usr … --unshare-all /bin/true` "
+                           "(host /usr read-only), fork+exec'd by the harness (N=%d)" % (N_SPAWN // 4),
+                           baseline="fork-exec", samples=h.run(N_SPAWN // 4, BWRAP)))
+    except Exception as ex:  # noqa: BLE001 - a missing bwrap is reported, not fatal
+        ctx.skipped.append(("bwrap", str(ex)))
+    for tool in ("runc", "crun", "docker"):
+        path = shutil.which(tool)
+        if not path:
+            ctx.skipped.append((tool, "not installed"))
+        elif tool == "docker":
+            ctx.skipped.append((tool, "only the CLI is installed (%s); no daemon runs and none "
+                                "is started by the bench" % path))
+        else:
+            ctx.skipped.append((tool, "installed (%s) but not measured: needs an OCI bundle" % path))
+    # The client's floor: one keep-alive GET of nginx's static `return 200`
+    # through the same Python client as every latency figure below.
+    s = requests.Session()
+    ctx.lat.append(Lat("http-floor", "Python requests.Session keep-alive GET of nginx static "
+                       "`return 200` (what the client alone costs per request, N=%d)" % N_RTT,
+                       samples=timed(lambda: s.get(st.static_url, timeout=5), N_RTT, warmup=20)))
+
+
+# ---- 2. time to first command -------------------------------------------------------
+
+def fig_first_command(st, ctx):
+    s = session(st.key)
+    samples = []
+    for i in range(N_SEQ + 3):
+        sid = "ttfc-%d" % i
+        t0 = time.perf_counter()
+        put(s, st, sid)
+        exec_true(s, st.url + "/v1/sandboxes/%s/exec" % sid)
+        dt = (time.perf_counter() - t0) * 1000.0
+        delete(s, st, sid)
+        if i >= 3:                      # the first three warm the pool's connections
+            samples.append(dt)
+    ctx.lat.append(Lat("first-command", "`PUT /v1/sandboxes/{new id}` + `POST …/exec "
+                       "{\"argv\":[\"true\"]}` through nginx, sequential, one keep-alive "
+                       "connection; DELETE after each, not timed (N=%d)" % N_SEQ,
+                       baseline="bwrap", target_ms=20.0, samples=samples))
+
+
+# ---- 3. create until running ---------------------------------------------------------
+
+def fig_create(st, ctx):
+    s = session(st.key)
+    samples = []
+    for i in range(N_SEQ):
+        sid = "create-%d" % i
+        t0 = time.perf_counter()
+        put(s, st, sid)
+        samples.append((time.perf_counter() - t0) * 1000.0)
+        delete(s, st, sid)
+    ctx.lat.append(Lat("create", "`PUT /v1/sandboxes/{new id}` → 201 (the API answers once the "
+                       "agent started it), sequential, keep-alive (N=%d)" % N_SEQ,
+                       baseline="bwrap", target_ms=15.0, samples=samples))
+
+    # 100 at once: one tenant (quota 100), 100 threads each with its own
+    # connection, released together by a barrier.
+    n = 100
+    key = key_for(st, ctx, "bench-burst")
+    sessions = [session(key) for _ in range(n)]
+    for sess in sessions:               # open each connection before the clock starts
+        sess.get(st.url + "/healthz", timeout=10)
+    barrier = threading.Barrier(n + 1)
+    lat = [None] * n
+    status = [None] * n
+
+    def one(i):
+        barrier.wait()
+        t0 = time.perf_counter()
+        try:
+            r = sessions[i].put(st.url + "/v1/sandboxes/burst-%d" % i, json={}, timeout=60)
+            status[i] = r.status_code
+        except requests.RequestException as ex:
+            status[i] = str(ex)[:60]
+        lat[i] = (time.perf_counter() - t0) * 1000.0
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = (time.perf_counter() - t0) * 1000.0
+    ok = sum(1 for x in status if x == 201)
+    res = Lat("create-100", "100 `PUT`s of new ids at once (100 threads, own connection each, "
+              "one tenant): per-request latency", baseline="create", target_ms=None,
+              samples=[x for x, c in zip(lat, status) if c == 201])
+    res.errors = n - ok
+    res.note = "statuses: %s" % summarize(status)
+    ctx.lat.append(res)
+    ctx.values.append(Value("create-100-wall", "wall time until all 100 concurrent creates "
+                            "answered (%d of 100 were 201)" % ok, wall, "ms",
+                            compare="100 × sequential create p50 = %.0f ms" %
+                            (100 * ctx.get("create").p50)))
+    t0 = time.perf_counter()
+    parallel(8, [lambda i=i: delete(session(key), st, "burst-%d" % i) for i in range(n)])
+    ctx.values.append(Value("delete-100-wall", "wall time of deleting those 100 (8 threads)",
+                            (time.perf_counter() - t0) * 1000.0, "ms"))
+
+
+def summarize(statuses):
+    counts = {}
+    for x in statuses:
+        counts[x] = counts.get(x, 0) + 1
+    return ", ".join("%s×%d" % (k, v) for k, v in sorted(counts.items(), key=str))
+
+
+def parallel(workers, fns):
+    """Run the callables on a pool; the list of their results (raises the first error)."""
+    with concurrent.futures.ThreadPoolExecutor(workers) as ex:
+        return [f.result() for f in [ex.submit(fn) for fn in fns]]
+
+
+# ---- 4. exec round trip --------------------------------------------------------------
+
+EXEC_SANDBOXES = ["rtt-%d" % i for i in range(8)]
+
+
+def setup_exec_sandboxes(st, ctx):
+    s = session(st.key)
+    for sid in EXEC_SANDBOXES:
+        put(s, st, sid, expect=(200, 201))
+
+
+def teardown_exec_sandboxes(st, ctx):
+    s = session(st.key)
+    for sid in EXEC_SANDBOXES:
+        delete(s, st, sid)
+
+
+def fig_exec_rtt(st, ctx):
+    sid = EXEC_SANDBOXES[0]
+    s = session(st.key)
+    url = st.url + "/v1/sandboxes/%s/exec" % sid
+    ctx.lat.append(Lat("exec-nginx", "`POST /v1/sandboxes/{id}/exec {\"argv\":[\"true\"]}` "
+                       "through nginx (auth_request to the pool + proxy to the agent), one "
+                       "keep-alive requests.Session (N=%d)" % N_RTT,
+                       baseline="fork-exec", target_ms=3.0,
+                       samples=timed(lambda: exec_true(s, url), N_RTT, warmup=20)))
+    rec = s.get(st.url + "/v1/sandboxes/" + sid, timeout=10).json()
+    agent = st.env["SBX_AGENT_1"]
+    d = requests.Session()
+    d.headers.update({"X-Sbx-Node-Secret": st.secret, "X-Sbx-Tenant": "dev",
+                      "X-Sbx-Epoch": str(rec["epoch"]),
+                      "X-Sbx-Generation": str(rec["generation"])})
+    durl = "http://%s/v1/sandboxes/%s/exec" % (agent, sid)
+    ctx.lat.append(Lat("exec-agent", "the same exec straight at the agent (`POST http://<agent>/"
+                       "v1/sandboxes/{id}/exec` with X-Sbx-Node-Secret, X-Sbx-Tenant, "
+                       "X-Sbx-Epoch), keep-alive (N=%d)" % N_RTT,
+                       baseline="fork-exec", target_ms=2.0,
+                       samples=timed(lambda: exec_true(d, durl), N_RTT, warmup=20)))
+
+
+# ---- 6. first byte of a stream ------------------------------------------------------
+
+def sse_first_stdout(host, port, path, headers, body):
+    """POST an SSE exec; ms until the first `event: stdout` line, then close
+    (the command is killed with the connection)."""
+    import http.client
+    c = http.client.HTTPConnection(host, port, timeout=30)
+    try:
+        t0 = time.perf_counter()
+        c.request("POST", path, body=body, headers=headers)
+        r = c.getresponse()
+        if r.status != 200:
+            raise AssertionError("SSE exec: %d %r" % (r.status, r.read(200)))
+        while True:
+            line = r.readline()
+            if not line:
+                raise AssertionError("SSE exec ended without a stdout event")
+            if line.startswith(b"event: stdout"):
+                return (time.perf_counter() - t0) * 1000.0
+    finally:
+        c.close()
+
+
+def fig_first_byte(st, ctx):
+    u = urllib.parse.urlsplit(st.url)
+    path = "/v1/sandboxes/%s/exec" % EXEC_SANDBOXES[1]
+    hdr = {"Authorization": "Bearer " + st.key, "Accept": "text/event-stream",
+           "Content-Type": "application/json"}
+    body = json.dumps({"command": "echo hi; sleep 1"})
+    n = max(10, N_SEQ // 2)
+    for _ in range(3):
+        sse_first_stdout(u.hostname, u.port, path, hdr, body)
+    samples = [sse_first_stdout(u.hostname, u.port, path, hdr, body) for _ in range(n)]
+    ctx.lat.append(Lat("stream-first-byte", "SSE exec of `echo hi; sleep 1` through nginx: "
+                       "request sent → first `event: stdout` line read (new connection each; "
+                       "closed after it, N=%d)" % n, baseline="exec-nginx", samples=samples))
+
+
+# ---- 8. idle memory with many live sandboxes ------------------------------------------
+
+def meminfo(field="MemAvailable"):
+    with open("/proc/meminfo") as f:
+        m = re.search(r"^%s:\s+(\d+) kB" % field, f.read(), re.M)
+    return int(m.group(1)) * 1024
+
+
+def rss(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            m = re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M)
+        return int(m.group(1)) * 1024
+    except OSError:
+        return 0
+
+
+def cgroup_dir(st):
+    with open(os.path.join(st.dir, "conf", "sbx.conf")) as f:
+        m = re.search(r"^\s*cgroup_parent\s*=\s*(\S+)", f.read(), re.M)
+    return "/sys/fs/cgroup/memory/%s/agent-1" % m.group(1)
+
+
+def agent_list(st):
+    r = requests.get("http://%s/agent/v1/sandboxes" % st.env["SBX_AGENT_1"],
+                     headers={"X-Sbx-Node-Secret": st.secret}, timeout=30)
+    r.raise_for_status()
+    return r.json()["sandboxes"]
+
+
+def fig_live_memory(st, ctx):
+    tenants = ["bench-live-%d" % i for i in range((N_LIVE + 99) // 100)]
+    ids = [(t, "live-%d" % i) for t in tenants for i in range(100)][:N_LIVE]
+    keys = {t: key_for(st, ctx, t) for t in tenants}
+    time.sleep(1)
+    agent_pid = st.pid("agent-1")
+    avail0, rss0 = meminfo(), rss(agent_pid)
+    local = threading.local()
+
+    def create(t, sid):
+        if getattr(local, "s", None) is None or local.t != t:
+            local.s, local.t = session(keys[t]), t
+        t0 = time.perf_counter()
+        r = local.s.put(st.url + "/v1/sandboxes/" + sid, json={}, timeout=60)
+        return r.status_code, (time.perf_counter() - t0) * 1000.0
+
+    t0 = time.perf_counter()
+    res = parallel(4, [lambda t=t, sid=sid: create(t, sid) for t, sid in ids])
+    create_wall = time.perf_counter() - t0
+    created = sum(1 for c, _ in res if c == 201)
+    time.sleep(2)                       # let the sandboxes settle to idle
+    listed = agent_list(st)
+    running = sum(1 for x in listed if x.get("state") == "running")
+    cg = cgroup_dir(st)
+    usage, counted = 0, 0
+    for t, sid in ids:
+        try:
+            with open("%s/%s.%s/memory.usage_in_bytes" % (cg, t, sid)) as f:
+                usage += int(f.read())
+                counted += 1
+        except OSError:
+            pass
+    avail1, rss1 = meminfo(), rss(agent_pid)
+    n = max(created, 1)
+    mib = 1048576.0
+    ctx.values.append(Value("live-running", "sandboxes running after %d creates (PUT 201: %d; "
+                            "creates took %.1f s with 4 client threads; statuses %s)" %
+                            (N_LIVE, created, create_wall, summarize([c for c, _ in res])),
+                            running, "running", target=N_LIVE, sense="ge",
+                            compare="agent lists %d sandboxes" % len(listed)))
+    ctx.values.append(Value("idle-mem-cgroup", "sum of the sandboxes' memory cgroups "
+                            "(memory.usage_in_bytes, %d cgroups) / sandboxes" % counted,
+                            usage / mib / n, "MiB/sandbox", target=1.0))
+    ctx.values.append(Value("idle-mem-host", "host MemAvailable before − after the %d creates, "
+                            "per sandbox (kernel objects, page tables, tmpfs, agent; noisy: other "
+                            "work shares the machine)" % created,
+                            (avail0 - avail1) / mib / n, "MiB/sandbox", target=1.0))
+    ctx.values.append(Value("idle-mem-agent", "agent RSS growth per sandbox (%.1f → %.1f MiB)" %
+                            (rss0 / mib, rss1 / mib), (rss1 - rss0) / mib / n, "MiB/sandbox"))
+    ctx.live_create = [ms for c, ms in res if c == 201]
+
+    def remove(t, sid):
+        if getattr(local, "d", None) is None or local.dt != t:
+            local.d, local.dt = session(keys[t]), t
+        r = local.d.delete(st.url + "/v1/sandboxes/" + sid, timeout=60)
+        return r.status_code
+
+    local = threading.local()
+    t0 = time.perf_counter()
+    codes = parallel(4, [lambda t=t, sid=sid: remove(t, sid) for t, sid in ids])
+    wall = time.perf_counter() - t0
+    left = len(agent_list(st))
+    ctx.values.append(Value("delete-%d-wall" % N_LIVE, "deleting all %d (4 client threads; "
+                            "statuses %s; %d left on the agent after)" %
+                            (N_LIVE, summarize(codes), left), wall, "s",
+                            compare="%.1f ms per sandbox" % (wall * 1000.0 / N_LIVE)))
+
+
+# ---- 9. concurrent open streams --------------------------------------------------------
+
+def dechunk(body):
+    out, i = b"", 0
+    while True:
+        j = body.find(b"\r\n", i)
+        if j < 0:
+            return out
+        try:
+            size = int(body[i:j].split(b";")[0], 16)
+        except ValueError:
+            return out
+        if size == 0:
+            return out
+        out += body[j + 2:j + 2 + size]
+        i = j + 2 + size + 2
+
+
+def open_streams(st, n, sids, control):
+    """n SSE execs of `sleep 5; echo done` over the sandboxes sids, all open
+    at once on raw non-blocking sockets; control() is called once every
+    stream has answered its status line (or after 3 s). Returns (completed,
+    statuses summary, wall s, control result)."""
+    u = urllib.parse.urlsplit(st.url)
+    body = b'{"command":"sleep 5; echo done"}'
+    sel = selectors.DefaultSelector()
+    conns = []
+    for i in range(n):
+        req = ("POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
+               "Accept: text/event-stream\r\nContent-Type: application/json\r\n"
+               "Content-Length: %d\r\nConnection: close\r\n\r\n" %
+               (sids[i % len(sids)], u.netloc, st.key, len(body))).encode() + body
+        sk = socket.socket()
+        sk.setblocking(False)
+        try:
+            sk.connect((u.hostname, u.port))
+        except BlockingIOError:
+            pass
+        c = {"sock": sk, "out": req, "in": b"", "done": False}
+        conns.append(c)
+        sel.register(sk, selectors.EVENT_WRITE, c)
+    t0 = time.perf_counter()
+    ctl, open_ = None, 0
+    deadline = t0 + 60
+    while open_ < n and time.perf_counter() < deadline:
+        if ctl is None and (all(b"\r\n\r\n" in c["in"] for c in conns) or
+                            time.perf_counter() - t0 > 3):
+            ctl = control()
+        for k, ev in sel.select(timeout=0.2):
+            c = k.data
+            if ev & selectors.EVENT_WRITE:
+                try:
+                    sent = c["sock"].send(c["out"])
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    sent = -1
+                if sent < 0:
+                    sel.unregister(c["sock"])
+                    c["sock"].close()
+                    c["done"] = True
+                    open_ += 1
+                    continue
+                c["out"] = c["out"][sent:]
+                if not c["out"]:
+                    sel.modify(c["sock"], selectors.EVENT_READ, c)
+            elif ev & selectors.EVENT_READ:
+                try:
+                    data = c["sock"].recv(65536)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    data = b""
+                if data:
+                    c["in"] += data
+                else:
+                    sel.unregister(c["sock"])
+                    c["sock"].close()
+                    c["done"] = True
+                    open_ += 1
+    if ctl is None:
+        ctl = control()
+    wall = time.perf_counter() - t0
+    for c in conns:
+        if not c["done"]:
+            sel.unregister(c["sock"])
+            c["sock"].close()
+    sel.close()
+    completed, statuses = 0, []
+    for c in conns:
+        head, _, rest = c["in"].partition(b"\r\n\r\n")
+        m = re.match(rb"HTTP/1\.1 (\d+)", head)
+        statuses.append(int(m.group(1)) if m else "none")
+        text = dechunk(rest) if b"chunked" in head.lower() else rest
+        if m and m.group(1) == b"200" and b'"data":"done\\n"' in text and b"event: exit" in text:
+            completed += 1
+    return completed, summarize(statuses), wall, ctl
+
+
+def fig_streams(st, ctx):
+    sids = ["stream-%d" % i for i in range(20)]
+    key = key_for(st, ctx, "bench-streams")
+    s = session(key)
+    parallel(4, [lambda sid=sid: put(session(key), st, sid) for sid in sids])
+    st_key = st.key
+    st.key = key                        # open_streams authenticates with st.key
+    agent_pid = st.pid("agent-1")
+    try:
+        for n in sorted({100, N_STREAMS_MAX}):
+            rss0 = rss(agent_pid)
+            probe = requests.Session()
+            probe.get(st.url + "/healthz", timeout=5)
+            peak = {}
+
+            def control():
+                peak["rss"] = rss(agent_pid)
+                hz = timed(lambda: probe.get(st.url + "/healthz", timeout=10), 10)
+                rec = timed(lambda: s.get(st.url + "/v1/sandboxes/" + sids[0], timeout=10), 10)
+                return hz, rec
+
+            completed, statuses, wall, (hz, rec) = open_streams(st, n, sids, control)
+            ok = completed == n and max(hz + rec) < 50.0
+            ctx.values.append(Value(
+                "streams-%d" % n, "%d SSE execs of `sleep 5; echo done` open at once through "
+                "nginx (pool of 4 workers, %d sandboxes): completed with their output; "
+                "statuses %s; wall %.1f s" % (n, len(sids), statuses, wall),
+                completed, "completed", target=n, sense="ge",
+                compare="agent RSS %.1f → %.1f MiB while open" % (rss0 / 1048576.0,
+                                                                  peak["rss"] / 1048576.0)))
+            for name, smp in (("healthz", hz), ("record", rec)):
+                r = Lat("ctl-%s-during-%d" % (name, n),
+                        "`GET %s` while the %d streams are open (N=10, keep-alive)" %
+                        ("/healthz" if name == "healthz" else "/v1/sandboxes/{id}", n),
+                        target_ms=50.0, samples=smp)
+                r.note = "max %.1f ms (all must be < 50 ms: %s)" % (max(smp), "yes" if ok else "no")
+                ctx.lat.append(r)
+            time.sleep(1)
+    finally:
+        st.key = st_key
+    parallel(4, [lambda sid=sid: delete(session(key), st, sid) for sid in sids])
