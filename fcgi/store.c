@@ -1,5 +1,6 @@
 #include "store.h"
 #include "log.h"
+#include "redisurl.h"
 #include "util.h"
 
 #include <errno.h>
@@ -12,7 +13,7 @@
 #define RETRY_AFTER_FAILED_CONNECT_MS 100
 
 static struct {
-	struct store_addr addr;
+	struct redisurl addr;
 	int64_t connect_timeout_ms;
 	int64_t command_timeout_ms;
 	int ready;
@@ -22,70 +23,10 @@ static struct {
 	int64_t last_warn_ms;
 } st;
 
-int store_parse_url(const char *url, struct store_addr *a, struct sbx_err *e)
-{
-	const char *p, *colon;
-	size_t hlen;
-
-	memset(a, 0, sizeof(*a));
-	if (!url)
-		return err_set(e, SBX_E_VALIDATION, "redis url is missing");
-	if (strncmp(url, "unix:", 5) == 0) {
-		p = url + 5;
-		if (p[0] != '/' || strlen(p) >= sizeof(a->path))
-			return err_set(e, SBX_E_VALIDATION,
-				       "redis url '%.64s': unix socket path must be absolute and shorter than %zu bytes",
-				       url, sizeof(a->path));
-		a->is_unix = 1;
-		memcpy(a->path, p, strlen(p) + 1);
-		return 0;
-	}
-	if (strncmp(url, "redis://", 8) != 0)
-		return err_set(e, SBX_E_VALIDATION, "redis url '%.64s' must be redis://host:port or unix:/path",
-			       url);
-	p = url + 8;
-	if (strpbrk(p, "/@?#"))
-		return err_set(e, SBX_E_VALIDATION,
-			       "redis url '%.64s': credentials, database and options are not supported", url);
-	if (*p == '[') {
-		const char *close = strchr(p, ']');
-		if (!close)
-			return err_set(e, SBX_E_VALIDATION, "redis url '%.64s': unterminated '['", url);
-		hlen = (size_t)(close - p - 1);
-		if (hlen == 0 || hlen >= sizeof(a->host))
-			return err_set(e, SBX_E_VALIDATION, "redis url '%.64s': bad host", url);
-		memcpy(a->host, p + 1, hlen);
-		colon = close + 1;
-		if (*colon && *colon != ':')
-			return err_set(e, SBX_E_VALIDATION, "redis url '%.64s': junk after the host", url);
-	} else {
-		colon = strchr(p, ':');
-		hlen = colon ? (size_t)(colon - p) : strlen(p);
-		if (hlen == 0 || hlen >= sizeof(a->host))
-			return err_set(e, SBX_E_VALIDATION, "redis url '%.64s': bad host", url);
-		memcpy(a->host, p, hlen);
-		for (size_t i = 0; i < hlen; i++) {
-			char c = a->host[i];
-			if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-			      c == '.' || c == '-' || c == '_'))
-				return err_set(e, SBX_E_VALIDATION, "redis url '%.64s': bad host", url);
-		}
-	}
-	a->host[hlen] = '\0';
-	a->port = 6379;
-	if (colon && *colon == ':') {
-		int64_t port;
-		if (util_parse_i64(colon + 1, 1, 65535, &port) < 0 || colon[1] == '-')
-			return err_set(e, SBX_E_VALIDATION, "redis url '%.64s': port must be 1-65535", url);
-		a->port = (int)port;
-	}
-	return 0;
-}
-
 int store_init(const struct sbx_conf *c, struct sbx_err *e)
 {
 	store_release();
-	if (store_parse_url(c->redis.url, &st.addr, e) < 0)
+	if (redisurl_parse(c->redis.url, &st.addr, e) < 0)
 		return -1;
 	st.connect_timeout_ms = c->redis.connect_timeout_ms;
 	st.command_timeout_ms = c->redis.command_timeout_ms;

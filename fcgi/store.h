@@ -19,16 +19,6 @@
 #include <hiredis/hiredis.h>
 #include <stddef.h>
 
-struct store_addr {
-	int is_unix;
-	char host[256];       /* TCP host (brackets of an IPv6 literal removed) */
-	int port;
-	char path[108];       /* unix socket path */
-};
-
-/* Parse "redis://host[:port]" (port default 6379) or "unix:/path". 0 or -1. */
-int store_parse_url(const char *url, struct store_addr *a, struct sbx_err *e);
-
 /* Remember the address and timeouts of c; connects nothing. 0 or -1 (bad url). */
 int store_init(const struct sbx_conf *c, struct sbx_err *e);
 

@@ -32,30 +32,6 @@ static void usage(FILE *out)
 		     "       sbx-agent --print-config [-c FILE] [-o section.key=value]...\n");
 }
 
-/* mkdir -p with mode for the components we create. 0 or -1 with errno. */
-static int mkdir_p(const char *path, mode_t mode)
-{
-	char tmp[CONF_STR_MAX];
-	size_t n = strlen(path);
-
-	if (n == 0 || n >= sizeof(tmp)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	memcpy(tmp, path, n + 1);
-	for (char *p = tmp + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
-			return -1;
-		*p = '/';
-	}
-	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
-		return -1;
-	return 0;
-}
-
 static void stats(void *arg, long long *sandboxes, long long *load)
 {
 	struct agent *a = arg;
@@ -157,7 +133,7 @@ int main(int argc, char **argv)
 		log_error("cluster.secret is not set: refusing to start");
 		return 2;
 	}
-	if (mkdir_p(conf.agent.state_dir, 0700) < 0) {
+	if (util_mkdir_p(conf.agent.state_dir, 0700) < 0) {
 		log_error("cannot create agent.state_dir '%s': %s", conf.agent.state_dir,
 			  strerror(errno));
 		return 1;

@@ -365,5 +365,20 @@ struct cg *cg_new(const char *parent, const char *node, struct sbx_err *e)
 
 void cg_free(struct cg *cg)
 {
+	if (!cg)
+		return;
+	/* Our node's level, then the shared parent if no other node uses it;
+	 * both fail harmlessly while anything is left below them. */
+	for (int i = 0; i < cg->nroots; i++) {
+		char *slash;
+
+		if (rmdir(cg->base[i]) < 0)
+			continue;
+		slash = strrchr(cg->base[i], '/');
+		if (slash) {
+			*slash = '\0';
+			(void)rmdir(cg->base[i]);
+		}
+	}
 	free(cg);
 }

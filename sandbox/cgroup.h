@@ -52,6 +52,7 @@ extern const struct cg_ops cg_v2_ops;
 /* Pick the backend, create the parent levels, clean leftovers. New heap
  * object (cg_free), or NULL with e filled. */
 struct cg *cg_new(const char *parent, const char *node, struct sbx_err *e);
+/* Remove the node level (and the parent if unused) and free cg. */
 void cg_free(struct cg *cg);
 
 /* Shared helpers of the backends. */

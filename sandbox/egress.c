@@ -266,29 +266,6 @@ static void remove_stale(void *arg, const char *name)
 	close(fd);
 }
 
-static int mkdir_p(const char *path)
-{
-	char tmp[PATH_MAX];
-	size_t n = strlen(path);
-
-	if (n == 0 || n >= sizeof(tmp)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	memcpy(tmp, path, n + 1);
-	for (char *p = tmp + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-			return -1;
-		*p = '/';
-	}
-	if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
-		return -1;
-	return 0;
-}
-
 static void egress_close(struct egress *eg)
 {
 	netns_nl_close(&eg->nl);
@@ -366,7 +343,7 @@ struct egress *egress_new(const struct sbx_conf *conf, struct sbx_err *e)
 		goto fail;
 	}
 	if (snprintf(dir, sizeof(dir), "%s/%s", EGRESS_LOCK_ROOT, eg->tag) >= (int)sizeof(dir) ||
-	    mkdir_p(dir) < 0 ||
+	    util_mkdir_p(dir, 0700) < 0 ||
 	    (eg->lock_dir = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		err_sys(e, errno, "cannot create '%s'", dir);
 		goto fail;

@@ -121,29 +121,6 @@ static int valid_hostname(const char *h)
 	return 1;
 }
 
-static int mkdir_p(const char *path, unsigned mode)
-{
-	char tmp[PATH_MAX];
-	size_t n = strlen(path);
-
-	if (n == 0 || n >= sizeof(tmp)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	memcpy(tmp, path, n + 1);
-	for (char *p = tmp + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-			return -1;
-		*p = '/';
-	}
-	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
-		return -1;
-	return 0;
-}
-
 /* Can this host create user namespaces? Probed once in a throwaway child. */
 static int probe_userns(void)
 {
@@ -434,8 +411,8 @@ struct rt *rt_new(struct event_base *base, const struct sbx_conf *conf, struct s
 		err_set(e, SBX_E_INTERNAL, "agent.state_dir too long");
 		goto fail;
 	}
-	if (mkdir_p(conf->agent.state_dir, 0755) < 0 || mkdir_p(path, 0700) < 0 ||
-	    mkdir_p(rt->mnt_base, 0700) < 0) {
+	if (util_mkdir_p(conf->agent.state_dir, 0755) < 0 || util_mkdir_p(path, 0700) < 0 ||
+	    util_mkdir_p(rt->mnt_base, 0700) < 0) {
 		err_sys(e, errno, "cannot create '%s'", rt->mnt_base);
 		goto fail;
 	}

@@ -1,6 +1,7 @@
 #include "redisurl.h"
 #include "util.h"
 
+#include <stddef.h>
 #include <string.h>
 
 int redisurl_parse(const char *s, struct redisurl *u, struct sbx_err *e)
@@ -10,6 +11,8 @@ int redisurl_parse(const char *s, struct redisurl *u, struct sbx_err *e)
 	int64_t port = 6379;
 
 	memset(u, 0, sizeof(*u));
+	if (!s)
+		return err_set(e, SBX_E_VALIDATION, "redis url is missing");
 	if (strncmp(s, "unix:", 5) == 0) {
 		const char *p = s + 5;
 		if (p[0] != '/' || strlen(p) >= sizeof(u->path))
@@ -39,8 +42,15 @@ int redisurl_parse(const char *s, struct redisurl *u, struct sbx_err *e)
 		colon = memchr(host, ':', (size_t)(end - host));
 		hlen = colon ? (size_t)(colon - host) : (size_t)(end - host);
 	}
-	if (hlen == 0 || hlen >= sizeof(u->host) || memchr(host, '/', hlen) || memchr(host, '@', hlen))
+	if (hlen == 0 || hlen >= sizeof(u->host))
 		return err_set(e, SBX_E_VALIDATION, "redis url '%.200s': bad host", s);
+	for (size_t i = 0; i < hlen; i++) {
+		char c = host[i];
+		/* A DNS name, an IPv4 address, or (bracketed) an IPv6 one. */
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '-' || c == ':'))
+			return err_set(e, SBX_E_VALIDATION, "redis url '%.200s': bad host", s);
+	}
 	if (colon) {
 		char digits[8];
 		size_t dl = (size_t)(end - colon - 1);

@@ -177,6 +177,29 @@ int util_write_file(const char *path, const void *data, size_t n, unsigned mode)
 	return 0;
 }
 
+int util_mkdir_p(const char *path, unsigned mode)
+{
+	char tmp[4096];
+	size_t n = strlen(path);
+
+	if (n == 0 || n >= sizeof(tmp)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(tmp, path, n + 1);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
 int util_set_cloexec(int fd)
 {
 	int fl = fcntl(fd, F_GETFD);

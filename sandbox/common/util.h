@@ -61,6 +61,10 @@ char *util_read_file(const char *path, size_t max, size_t *len);
 /* Write a file atomically (temp + rename) with mode; 0 or -1 with errno. */
 int util_write_file(const char *path, const void *data, size_t n, unsigned mode);
 
+/* mkdir -p: missing parents 0755, the last component with mode; an
+ * existing directory is fine. 0 or -1 with errno. */
+int util_mkdir_p(const char *path, unsigned mode);
+
 /* Set FD_CLOEXEC / O_NONBLOCK on an fd we did not open ourselves. */
 int util_set_cloexec(int fd);
 int util_set_nonblock(int fd);
