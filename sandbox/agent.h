@@ -46,7 +46,7 @@ struct agent_sb {
 	int64_t sleep_after_ms;      /* stop after this long without activity */
 	int keep_alive;              /* never stop for inactivity */
 	int streams;                 /* live streams of the current container */
-	int64_t run;                 /* grows at every container start on this agent */
+	int64_t run;                 /* unique per container start on this agent (agent.runs) */
 };
 
 /* A live stream (a streaming answer or a request in progress) keeps its
@@ -72,6 +72,7 @@ struct agent {
 	struct agent_fence *fences;
 	struct registry *reg;        /* Redis (registry.h) */
 	struct agent_lc *lc;         /* sleep timer, fencing sweep (agent_lifecycle.c) */
+	int64_t runs;                /* container starts so far: the source of agent_sb.run */
 	int shutting_down;
 };
 

@@ -3,6 +3,7 @@
 #include "agent_exec.h"
 #include "forward.h"
 #include "agent_files.h"
+#include "agent_compat.h"
 
 const struct httpd_route agent_routes[] = {
 	{ "GET", "/agent/v1/sandboxes", agent_h_sandbox_list, 0 },
@@ -33,6 +34,33 @@ const struct httpd_route agent_routes[] = {
 	{ "PUT", "/v1/sandboxes/{}/dirs/{*}", agent_h_dirs_put, 0 },
 	{ "GET", "/v1/sandboxes/{}/stat/{*}", agent_h_stat_get, 0 },
 	{ "POST", "/v1/sandboxes/{}/move", agent_h_move, 0 },
+	/* The Cloudflare Sandbox SDK's container API (agent_compat.c). */
+	{ "POST", "/v1/sandboxes/{}/cf/api/execute", agent_cf_execute, 0 },
+	{ "POST", "/v1/sandboxes/{}/cf/api/execute/stream", agent_cf_execute_stream, 0 },
+	{ "POST", "/v1/sandboxes/{}/cf/api/read", agent_cf_read, 0 },
+	{ "POST", "/v1/sandboxes/{}/cf/api/read/stream", agent_cf_read_stream, 0 },
+	{ "POST", "/v1/sandboxes/{}/cf/api/write", agent_cf_write, 0 },
+	{ "POST", "/v1/sandboxes/{}/cf/api/delete", agent_cf_delete, 0 },
+	{ "POST", "/v1/sandboxes/{}/cf/api/rename", agent_cf_rename, 0 },
+	{ "POST", "/v1/sandboxes/{}/cf/api/move", agent_cf_move, 0 },
+	{ "POST", "/v1/sandboxes/{}/cf/api/mkdir", agent_cf_mkdir, 0 },
+	{ "POST", "/v1/sandboxes/{}/cf/api/list-files", agent_cf_list_files, 0 },
+	{ "POST", "/v1/sandboxes/{}/cf/api/exists", agent_cf_exists, 0 },
+	{ "POST", "/v1/sandboxes/{}/cf/api/process/start", agent_cf_proc_start, 0 },
+	{ "GET", "/v1/sandboxes/{}/cf/api/process/list", agent_cf_proc_list, 0 },
+	{ "DELETE", "/v1/sandboxes/{}/cf/api/process/kill-all", agent_cf_proc_kill_all, 0 },
+	{ "GET", "/v1/sandboxes/{}/cf/api/process/{}", agent_cf_proc_get, 0 },
+	{ "DELETE", "/v1/sandboxes/{}/cf/api/process/{}", agent_cf_proc_kill, 0 },
+	{ "GET", "/v1/sandboxes/{}/cf/api/process/{}/logs", agent_cf_proc_logs, 0 },
+	{ "GET", "/v1/sandboxes/{}/cf/api/process/{}/stream", agent_cf_proc_stream, 0 },
+	{ "POST", "/v1/sandboxes/{}/cf/api/session/create", agent_cf_session_create, 0 },
+	{ "GET", "/v1/sandboxes/{}/cf/api/session/list", agent_cf_session_list, 0 },
+	{ "POST", "/v1/sandboxes/{}/cf/api/session/delete", agent_cf_session_delete, 0 },
+	{ "GET", "/v1/sandboxes/{}/cf/api/ping", agent_cf_ping, 0 },
+	{ "GET", "/v1/sandboxes/{}/cf/api/version", agent_cf_version, 0 },
+	{ "GET", "/v1/sandboxes/{}/cf/{*}", agent_cf_unsupported, 0 },
+	{ "POST", "/v1/sandboxes/{}/cf/{*}", agent_cf_unsupported, 0 },
+	{ "DELETE", "/v1/sandboxes/{}/cf/{*}", agent_cf_unsupported, 0 },
 };
 
 const size_t agent_routes_count = sizeof(agent_routes) / sizeof(agent_routes[0]);

@@ -504,7 +504,9 @@ void agent_h_sandbox_put(struct httpd_req *r)
 		goto fail_entry;
 	}
 	sb->started_at = sb->last_active_at = util_wall_ms();
-	sb->run++;
+	/* Agent-wide, so that state keyed by (key, run) of a destroyed
+	 * sandbox never matches a new sandbox of the same id. */
+	sb->run = ++a->runs;
 	if (fresh) {
 		fresh->next = a->sandboxes;
 		a->sandboxes = fresh;

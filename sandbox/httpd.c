@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -61,6 +62,15 @@ struct httpd_req {
 	void *sink_arg;
 	int sink_done;             /* the sink refused more, or saw the end */
 	struct event *peer_ev;     /* watches the client socket while suspended */
+	/* A view (httpd_set_*): what the handler sees instead of the request
+	 * as sent, and the filter its answer goes through. */
+	int view_query;            /* the real query string is hidden */
+	char *ov_name[HTTPD_MAX_OVERRIDES];
+	char *ov_value[HTTPD_MAX_OVERRIDES]; /* NULL: absent */
+	int ov_header[HTTPD_MAX_OVERRIDES];  /* 1 header, 0 query parameter */
+	int nov;
+	const struct httpd_filter *filter;
+	void *filter_arg;
 };
 
 static void httpd_run(struct httpd *h);
@@ -180,13 +190,39 @@ const char *httpd_param(const struct httpd_req *r, int i)
 	return i >= 0 && i < HTTPD_MAX_PARAMS ? r->params[i] : "";
 }
 
+/* An override of a header (is_header) or query parameter: 1 with *value
+ * set (maybe NULL = absent), 0 when there is none. */
+static int override_of(const struct httpd_req *r, int is_header, const char *name,
+		       const char **value)
+{
+	for (int i = r->nov - 1; i >= 0; i--) {
+		if (r->ov_header[i] != is_header)
+			continue;
+		if (is_header ? strcasecmp(r->ov_name[i], name) == 0 : strcmp(r->ov_name[i], name) == 0) {
+			*value = r->ov_value[i];
+			return 1;
+		}
+	}
+	return 0;
+}
+
 const char *httpd_header(const struct httpd_req *r, const char *name)
 {
+	const char *v;
+
+	if (override_of(r, 1, name, &v))
+		return v;
 	return r->conn ? MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name) : NULL;
 }
 
 const char *httpd_query(const struct httpd_req *r, const char *name)
 {
+	const char *v;
+
+	if (override_of(r, 0, name, &v))
+		return v;
+	if (r->view_query)
+		return NULL;
 	return r->conn ? MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name) : NULL;
 }
 
@@ -267,6 +303,91 @@ static void peer_cb(evutil_socket_t fd, short what, void *arg)
 	resume_req(r);
 }
 
+/* --- views --- */
+
+static int add_override(struct httpd_req *r, int is_header, const char *name, const char *value)
+{
+	char *n, *v = NULL;
+
+	if (r->nov >= HTTPD_MAX_OVERRIDES)
+		return -1;
+	n = strdup(name);
+	if (value)
+		v = strdup(value);
+	if (!n || (value && !v)) {
+		free(n);
+		free(v);
+		return -1;
+	}
+	r->ov_name[r->nov] = n;
+	r->ov_value[r->nov] = v;
+	r->ov_header[r->nov] = is_header;
+	r->nov++;
+	return 0;
+}
+
+int httpd_set_param(struct httpd_req *r, int i, const char *value)
+{
+	size_t n = strlen(value);
+
+	if (i < 0 || i >= HTTPD_MAX_PARAMS || n >= HTTPD_PARAM_MAX)
+		return -1;
+	memcpy(r->params[i], value, n + 1);
+	return 0;
+}
+
+int httpd_set_tail(struct httpd_req *r, const char *raw)
+{
+	char *t = strdup(raw);
+
+	if (!t)
+		return -1;
+	free(r->tail);
+	r->tail = t;
+	return 0;
+}
+
+int httpd_set_body(struct httpd_req *r, const char *data, size_t len)
+{
+	buf_reset(&r->body);
+	return len ? buf_add(&r->body, data, len) : 0;
+}
+
+int httpd_set_query(struct httpd_req *r, const char *name, const char *value)
+{
+	r->view_query = 1;
+	return add_override(r, 0, name, value);
+}
+
+int httpd_set_header(struct httpd_req *r, const char *name, const char *value)
+{
+	return add_override(r, 1, name, value);
+}
+
+void httpd_hide_query(struct httpd_req *r)
+{
+	r->view_query = 1;
+}
+
+void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *arg)
+{
+	if (r->filter && r->filter->free)
+		r->filter->free(r->filter_arg);
+	r->filter = f;
+	r->filter_arg = arg;
+}
+
+void httpd_feed_body(struct httpd_req *r)
+{
+	if (!r->sink || r->sink_done || r->replied)
+		return;
+	r->sink_done = 1;
+	if (r->body.len && r->sink(r->sink_arg, r->body.data, r->body.len) < 0)
+		return;
+	if (!r->replied)
+		r->sink(r->sink_arg, NULL, 0);
+}
+
 /* --- answers --- */
 
 int httpd_add_header(struct httpd_req *r, const char *name, const char *value)
@@ -320,7 +441,21 @@ void httpd_reply_bytes(struct httpd_req *r, int status, const char *content_type
 	set_answer(r, status, resp);
 }
 
+static void reply_json_raw(struct httpd_req *r, int status, json_t *body);
+
 void httpd_reply_json(struct httpd_req *r, int status, json_t *body)
+{
+	if (r->filter && r->filter->json && !r->replied) {
+		body = r->filter->json(r->filter_arg, &status, body);
+		if (!body) {
+			httpd_reply_bytes(r, status, NULL, "", 0);
+			return;
+		}
+	}
+	reply_json_raw(r, status, body);
+}
+
+static void reply_json_raw(struct httpd_req *r, int status, json_t *body)
 {
 	auto_free char *text = body ? jsonv_dump(body) : NULL;
 
@@ -347,6 +482,15 @@ void httpd_reply_err(struct httpd_req *r, const struct sbx_err *e)
 
 void httpd_reply_empty(struct httpd_req *r, int status)
 {
+	json_t *body;
+
+	if (r->filter && r->filter->json && !r->replied) {
+		body = r->filter->json(r->filter_arg, &status, NULL);
+		if (body) {
+			reply_json_raw(r, status, body);
+			return;
+		}
+	}
 	httpd_reply_bytes(r, status, NULL, "", 0);
 }
 
@@ -382,6 +526,8 @@ void httpd_reply_stream(struct httpd_req *r, int status, const char *content_typ
 {
 	struct MHD_Response *resp;
 
+	if (r->filter && r->filter->stream && !r->replied)
+		r->filter->stream(r->filter_arg, &read, &arg);
 	r->read = read;
 	r->read_arg = arg;
 	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, r, NULL);
@@ -395,6 +541,9 @@ void httpd_reply_fd(struct httpd_req *r, int status, const char *content_type, i
 {
 	struct MHD_Response *resp;
 
+	if (r->filter && r->filter->fd && !r->replied &&
+	    r->filter->fd(r->filter_arg, r, fd, offset, len))
+		return;
 	/* MHD owns fd from here on (also when creating the response fails). */
 	resp = MHD_create_response_from_fd_at_offset64(len, fd, offset);
 	if (!resp)
@@ -434,6 +583,12 @@ static void req_free(struct httpd_req *r)
 		free(r->hdr_name[i]);
 		free(r->hdr_value[i]);
 	}
+	for (int i = 0; i < r->nov; i++) {
+		free(r->ov_name[i]);
+		free(r->ov_value[i]);
+	}
+	if (r->filter && r->filter->free)
+		r->filter->free(r->filter_arg);
 	buf_release(&r->body);
 	free(r->path);
 	free(r->raw);
@@ -574,8 +729,13 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 		}
 		if (!r->replied && clen) {
 			int64_t n;
+			/* Too large: drop the body as it arrives and answer 413 once
+			 * it is in. Answering now would make MHD close the connection
+			 * while the proxy in front still sends the body: nginx then
+			 * sees a reset instead of our answer (a 502, or its own HTML
+			 * 413) depending on who wins the race. */
 			if (util_parse_i64(clen, 0, INT64_MAX, &n) == 0 && n > HTTPD_MAX_JSON_BODY)
-				error_answer(r, SBX_E_PAYLOAD_TOO_LARGE, "request body larger than 1 MiB");
+				r->too_large = 1;
 		}
 		if (r->replied)
 			return queue_answer(r);

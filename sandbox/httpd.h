@@ -31,6 +31,7 @@
  * connections do not time out). Long enough for 1 h streams behind nginx. */
 #define HTTPD_CONN_TIMEOUT_S 3700
 #define HTTPD_CONN_LIMIT 4096
+#define HTTPD_MAX_OVERRIDES 8
 
 struct httpd;
 struct httpd_req;
@@ -130,6 +131,41 @@ void httpd_reply_fd(struct httpd_req *r, int status, const char *content_type, i
  * away: failed = 1). The request is freed right after it returns. */
 typedef void (*httpd_close_fn)(void *arg, int failed);
 void httpd_on_close(struct httpd_req *r, httpd_close_fn fn, void *arg);
+
+/* --- views: a translation layer (agent_compat.c) runs another route's
+ * handler on a rewritten request and rewrites that handler's answer --- */
+
+/* What the handler sees instead of the request as sent: path param i, the
+ * raw tail of a "{*}" route, the body (copied), a query parameter or a
+ * header (value NULL: absent). The first httpd_set_query() (or
+ * httpd_hide_query) hides the real query string entirely. 0 or -1. */
+int httpd_set_param(struct httpd_req *r, int i, const char *value);
+int httpd_set_tail(struct httpd_req *r, const char *raw);
+int httpd_set_body(struct httpd_req *r, const char *data, size_t len);
+int httpd_set_query(struct httpd_req *r, const char *name, const char *value);
+int httpd_set_header(struct httpd_req *r, const char *name, const char *value);
+void httpd_hide_query(struct httpd_req *r);
+
+/* A filter on the answer of r; every hook may be NULL. */
+struct httpd_filter {
+	/* A JSON answer (httpd_reply_json / httpd_reply_err) or an empty one
+	 * (body NULL): return the body to send instead (body is stolen; new
+	 * reference or NULL for an empty answer); may change *status. */
+	json_t *(*json)(void *arg, int *status, json_t *body);
+	/* A streamed answer: may replace its reader and the reader's arg. */
+	void (*stream)(void *arg, httpd_read_fn *read, void **read_arg);
+	/* A file answer (httpd_reply_fd): return 1 when the filter answered r
+	 * itself (fd is then its own), 0 to send the file as it is. */
+	int (*fd)(void *arg, struct httpd_req *r, int fd, uint64_t offset, uint64_t len);
+	/* arg is freed with the request (after the close callback). */
+	void (*free)(void *arg);
+};
+void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *arg);
+
+/* Feed the buffered body to the sink a HTTPD_ROUTE_STREAM_BODY handler
+ * registered while it was called on a buffered request (a view), then its
+ * end. No-op without a sink. */
+void httpd_feed_body(struct httpd_req *r);
 
 /* The client socket (for peer-close detection while suspended); -1 if unknown. */
 int httpd_client_fd(const struct httpd_req *r);

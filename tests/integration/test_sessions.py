@@ -164,3 +164,23 @@ def test_bad_input(api, box):
     assert_error(sx(api, box, "../x", "true"), 400, "VALIDATION_FAILED")
     assert_error(sx(api, box, "", "true"), 400, "VALIDATION_FAILED")
     assert_error(api("DELETE", base + "/b%20d"), 400, "VALIDATION_FAILED")
+
+
+def test_sessions_and_processes_die_with_the_sandbox(api):
+    """A sandbox destroyed and created again under the same id starts empty:
+    no session or process of the old one is listed or reused."""
+    sid = "sx-" + uuid.uuid4().hex[:8]
+    assert api("PUT", "/v1/sandboxes/" + sid).status_code == 201
+    ok(api, sid, "zz", "export OLD=1")
+    assert api("POST", "/v1/sandboxes/%s/processes" % sid,
+               json={"command": "sleep 300"}).status_code == 201
+    assert api("DELETE", "/v1/sandboxes/" + sid).status_code == 204
+    assert api("PUT", "/v1/sandboxes/" + sid).status_code == 201
+    try:
+        assert api("GET", "/v1/sandboxes/%s/sessions" % sid).json()["sessions"] == []
+        assert api("GET", "/v1/sandboxes/%s/processes" % sid).json()["processes"] == []
+        r = api("POST", "/v1/sandboxes/%s/sessions" % sid, json={"id": "zz"})
+        assert r.status_code == 201, r.text
+        assert ok(api, sid, "zz", "echo ${OLD:-unset}")["stdout"] == "unset\n"
+    finally:
+        api("DELETE", "/v1/sandboxes/" + sid)

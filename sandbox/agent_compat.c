@@ -1,0 +1,1354 @@
+/*
+ * agent_compat.c — the container API that the Cloudflare Sandbox SDK's
+ * route-based clients (SandboxClient of @cloudflare/sandbox 0.12: commands,
+ * files, processes, utils) speak, served per sandbox under
+ * /v1/sandboxes/{id}/cf/api/… (docs/COMPAT.md).
+ *
+ * Nothing here runs a command or touches a file itself. Every compat route
+ * is a view over one of the agent's own handlers:
+ *   1. the SDK's request is checked and rewritten into the sbx request
+ *      (body, path tail, query, Accept header: httpd_set_*);
+ *   2. a filter (struct httpd_filter) is put on the answer;
+ *   3. the sbx handler runs (agent_h_exec, agent_h_proc_*, agent_h_files_*,
+ *      agent_h_session_*) exactly as for its own route, and the filter turns
+ *      its answer into the SDK's shape: JSON results with success/timestamp,
+ *      the SDK's error object {code, message, context, httpStatus,
+ *      timestamp}, and event streams re-framed as `data: {"type":…}`.
+ * So exec, sessions, processes and files keep one code path each.
+ *
+ * The SDK's bodies are parsed strictly as JSON, but fields sbx does not map
+ * (origin, encoding of processes, autoCleanup, …) are ignored, as the
+ * Cloudflare container ignores what it does not use.
+ */
+#include "agent.h"
+#include "agent_compat.h"
+#include "agent_exec.h"
+#include "agent_files.h"
+#include "agent_sse.h"
+#include "buf.h"
+#include "fspath.h"
+#include "jsonv.h"
+#include "log.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CF_SSE_IN_MAX (8 * 1024 * 1024)     /* one sbx frame, base64 included */
+#define CF_SSE_OUT_MAX (16 * 1024 * 1024)
+#define CF_FILE_CHUNK (48 * 1024)           /* a multiple of 3: clean base64 */
+#define CF_SNIFF 8192
+#define CF_LIST_LIMIT "10000"
+#define CF_VERSION "sbx-" AGENT_VERSION
+
+enum cf_kind {
+	CF_PLAIN,          /* errors only (ping, version, unsupported) */
+	CF_EXEC,
+	CF_EXEC_STREAM,
+	CF_PROC_START,
+	CF_PROC_LIST,
+	CF_PROC_GET,
+	CF_PROC_KILL,
+	CF_PROC_KILL_ALL,
+	CF_PROC_LOGS,
+	CF_PROC_STREAM,
+	CF_READ,
+	CF_READ_STREAM,
+	CF_WRITE,
+	CF_DELETE,
+	CF_RENAME,
+	CF_MKDIR,
+	CF_LIST,
+	CF_EXISTS,
+	CF_SESS_CREATE,
+	CF_SESS_LIST,
+	CF_SESS_DELETE,
+};
+
+/* One compat request: what the answer filter needs to know. */
+struct cf_req {
+	enum cf_kind kind;
+	int64_t t0;
+	char *command;
+	char *session;
+	char *path;                /* the SDK's path as given */
+	char *new_path;
+	char *proc_id;
+	int recursive;
+	int auto_encoding;         /* read without encoding: text or base64 */
+	/* re-framed event stream */
+	httpd_read_fn inner;
+	void *inner_arg;
+	int inner_done;
+	struct buf in;
+	struct buf out;
+	size_t out_off;
+	/* file stream */
+	int fd;
+	uint64_t left, sent;
+	int binary;
+	int file_done;
+	char carry[4];
+	size_t ncarry;
+};
+
+/* --- small helpers --- */
+
+static void cf_now(char out[32])
+{
+	util_iso8601(util_wall_ms(), out);
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+static void cf_free(void *arg)
+{
+	struct cf_req *c = arg;
+
+	free(c->command);
+	free(c->session);
+	free(c->path);
+	free(c->new_path);
+	free(c->proc_id);
+	buf_release(&c->in);
+	buf_release(&c->out);
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c);
+}
+
+int agent_cf_base64_decode(const char *s, size_t n, struct buf *out)
+{
+	unsigned acc = 0;
+	int bits = 0;
+	size_t pad = 0;
+
+	while (n > 0 && s[n - 1] == '=' && pad < 2) {
+		n--;
+		pad++;
+	}
+	if ((n + pad) % 4 == 1 || (pad && (n + pad) % 4 != 0))
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		unsigned v;
+
+		if (ch >= 'A' && ch <= 'Z')
+			v = ch - 'A';
+		else if (ch >= 'a' && ch <= 'z')
+			v = ch - 'a' + 26;
+		else if (ch >= '0' && ch <= '9')
+			v = ch - '0' + 52;
+		else if (ch == '+')
+			v = 62;
+		else if (ch == '/')
+			v = 63;
+		else
+			return -1;
+		acc = (acc << 6) | v;
+		bits += 6;
+		if (bits >= 8) {
+			char byte = (char)((acc >> (bits - 8)) & 0xff);
+
+			bits -= 8;
+			if (buf_add(out, &byte, 1) < 0)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+int agent_cf_pct_encode(const char *s, size_t n, struct buf *out)
+{
+	static const char hex[] = "0123456789ABCDEF";
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		char esc[3] = { '%', hex[ch >> 4], hex[ch & 15] };
+
+		if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+		    ch == '.' || ch == '_' || ch == '~' || ch == '-') {
+			if (buf_add(out, s + i, 1) < 0)
+				return -1;
+		} else if (buf_add(out, esc, 3) < 0) {
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The SDK's name for an sbx error code (most are the same). */
+static const char *cf_code(const struct cf_req *c, const char *code)
+{
+	if (strcmp(code, "INTERNAL") == 0)
+		return "INTERNAL_ERROR";
+	if (strcmp(code, "CONFLICT") == 0 && c->kind == CF_SESS_CREATE)
+		return "SESSION_ALREADY_EXISTS";
+	if (strcmp(code, "NOT_REGULAR_FILE") == 0)
+		return "FILESYSTEM_ERROR";
+	return code;
+}
+
+/* The sbx error body {"error":{code,message,details}} as the SDK's error
+ * object; body is stolen, new reference. */
+static json_t *cf_error_body(struct cf_req *c, int status, json_t *body)
+{
+	json_t *err = json_object_get(body, "error");
+	const char *code = json_string_value(json_object_get(err, "code"));
+	const char *msg = json_string_value(json_object_get(err, "message"));
+	json_t *details = json_object_get(err, "details");
+	json_t *ctx = json_is_object(details) ? json_deep_copy(details) : json_object();
+	json_t *out;
+	char ts[32];
+
+	cf_now(ts);
+	if (ctx && c->path)
+		json_object_set_new(ctx, "path", json_string(c->path));
+	if (ctx && c->new_path)
+		json_object_set_new(ctx, "newPath", json_string(c->new_path));
+	if (ctx && c->proc_id)
+		json_object_set_new(ctx, "processId", json_string(c->proc_id));
+	if (ctx && c->session)
+		json_object_set_new(ctx, "sessionId", json_string(c->session));
+	out = json_pack("{s:s, s:s, s:o*, s:i, s:s}", "code", cf_code(c, code ? code : "INTERNAL"),
+			"message", msg ? msg : "internal error", "context", ctx, "httpStatus", status,
+			"timestamp", ts);
+	json_decref(body);
+	return out;
+}
+
+/* A process record of sbx as the SDK's process object; new reference. */
+static json_t *cf_process(const json_t *p)
+{
+	json_t *o = json_object(), *v;
+
+	if (!o)
+		return NULL;
+	json_object_set(o, "id", json_object_get(p, "id"));
+	if (json_is_integer(v = json_object_get(p, "pid")))
+		json_object_set(o, "pid", v);
+	json_object_set(o, "command", json_object_get(p, "command"));
+	json_object_set(o, "status", json_object_get(p, "status"));
+	json_object_set(o, "startTime", json_object_get(p, "startedAt"));
+	if (json_is_string(v = json_object_get(p, "endedAt")))
+		json_object_set(o, "endTime", v);
+	if (json_is_integer(v = json_object_get(p, "exitCode")))
+		json_object_set(o, "exitCode", v);
+	return o;
+}
+
+/* "0755" → "rwxr-xr-x" (10 bytes with NUL). */
+static void cf_mode_text(const char *octal, char out[10], unsigned *bits)
+{
+	static const char rwx[] = "rwx";
+	unsigned m = 0;
+
+	for (const char *p = octal ? octal : ""; *p >= '0' && *p <= '7'; p++)
+		m = m * 8 + (unsigned)(*p - '0');
+	for (int i = 0; i < 9; i++)
+		out[i] = (m & (0400 >> i)) ? rwx[i % 3] : '-';
+	out[9] = '\0';
+	*bits = m;
+}
+
+/* The sbx listing {path, entries} as the SDK's files; new reference. */
+static json_t *cf_files(const json_t *body, int *count)
+{
+	const char *base = json_string_value(json_object_get(body, "path"));
+	size_t blen = base ? strlen(base) : 0;
+	json_t *arr = json_array(), *ent;
+	size_t i;
+
+	if (!arr)
+		return NULL;
+	if (blen == 1)
+		blen = 0; /* "/" */
+	json_array_foreach(json_object_get(body, "entries"), i, ent) {
+		const char *p = json_string_value(json_object_get(ent, "path"));
+		const char *rel = p ? p : "";
+		char sym[10];
+		unsigned m;
+		json_t *f;
+
+		if (p && strncmp(p, base ? base : "", blen) == 0 && p[blen] == '/')
+			rel = p + blen + 1;
+		cf_mode_text(json_string_value(json_object_get(ent, "mode")), sym, &m);
+		f = json_pack("{s:O, s:O, s:s, s:O, s:O, s:O, s:s, s:{s:b, s:b, s:b}}", "name",
+			      json_object_get(ent, "name"), "absolutePath", json_object_get(ent, "path"),
+			      "relativePath", rel, "type", json_object_get(ent, "type"), "size",
+			      json_object_get(ent, "size"), "modifiedAt",
+			      json_object_get(ent, "modifiedAt"), "mode", sym, "permissions",
+			      "readable", !!(m & 0400), "writable", !!(m & 0200), "executable",
+			      !!(m & 0100));
+		if (!f || json_array_append_new(arr, f) < 0) {
+			json_decref(arr);
+			return NULL;
+		}
+	}
+	*count = (int)json_array_size(arr);
+	return arr;
+}
+
+/* Text of base64 content when it is UTF-8 (read without an encoding). */
+static void cf_read_auto(json_t *res)
+{
+	const char *b64 = json_string_value(json_object_get(res, "content"));
+	struct buf raw;
+
+	if (json_is_true(json_object_get(res, "isBinary")) || !b64)
+		return;
+	buf_init(&raw, FSPATH_MAX * 4096);
+	if (agent_cf_base64_decode(b64, strlen(b64), &raw) == 0 &&
+	    agent_utf8_valid(raw.data ? raw.data : "", raw.len)) {
+		json_object_set_new(res, "content", json_stringn(raw.data ? raw.data : "", raw.len));
+		json_object_set_new(res, "encoding", json_string("utf-8"));
+	}
+	buf_release(&raw);
+}
+
+/* The sbx answer (body stolen, maybe NULL for an empty one) as the SDK's
+ * result; new reference. */
+static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
+{
+	json_t *res = NULL;
+	int count = 0;
+	char ts[32];
+
+	cf_now(ts);
+	switch (c->kind) {
+	case CF_PLAIN:
+		res = body ? json_incref(body) : json_object();
+		break;
+	case CF_EXEC:
+		res = json_pack("{s:O*, s:O*, s:O*, s:s, s:I}", "exitCode",
+				json_object_get(body, "exitCode"), "stdout", json_object_get(body, "stdout"),
+				"stderr", json_object_get(body, "stderr"), "command",
+				c->command ? c->command : "", "duration",
+				(json_int_t)(util_now_ms() - c->t0));
+		if (res && json_is_boolean(json_object_get(body, "success")))
+			json_object_set(res, "success", json_object_get(body, "success"));
+		if (res && c->session)
+			json_object_set_new(res, "sessionId", json_string(c->session));
+		if (res && json_is_true(json_object_get(body, "timedOut")))
+			json_object_set_new(res, "timedOut", json_true());
+		break;
+	case CF_PROC_START:
+		res = json_pack("{s:O*, s:O*}", "processId", json_object_get(body, "id"), "command",
+				json_object_get(body, "command"));
+		if (res && json_is_integer(json_object_get(body, "pid")))
+			json_object_set(res, "pid", json_object_get(body, "pid"));
+		break;
+	case CF_PROC_LIST: {
+		json_t *arr = json_array(), *p;
+		size_t i;
+
+		json_array_foreach(json_object_get(body, "processes"), i, p)
+			json_array_append_new(arr, cf_process(p));
+		res = json_pack("{s:o*}", "processes", arr);
+		break;
+	}
+	case CF_PROC_GET:
+		res = json_pack("{s:o*}", "process", cf_process(body));
+		break;
+	case CF_PROC_KILL:
+		res = json_pack("{s:s, s:s}", "processId", c->proc_id ? c->proc_id : "", "signal",
+				"SIGTERM");
+		if (res && json_is_integer(json_object_get(body, "exitCode")))
+			json_object_set(res, "exitCode", json_object_get(body, "exitCode"));
+		break;
+	case CF_PROC_KILL_ALL:
+		res = json_pack("{s:O*, s:O*}", "cleanedCount", json_object_get(body, "killed"),
+				"killedCount", json_object_get(body, "killed"));
+		break;
+	case CF_PROC_LOGS:
+		res = json_pack("{s:s, s:O*, s:O*}", "processId", c->proc_id ? c->proc_id : "",
+				"stdout", json_object_get(body, "stdout"), "stderr",
+				json_object_get(body, "stderr"));
+		break;
+	case CF_READ:
+		res = json_pack("{s:s, s:O*, s:O*, s:O*, s:O*, s:O*}", "path", c->path, "content",
+				json_object_get(body, "content"), "encoding",
+				json_object_get(body, "encoding"), "isBinary",
+				json_object_get(body, "isBinary"), "mimeType",
+				json_object_get(body, "mimeType"), "size", json_object_get(body, "size"));
+		if (res && c->auto_encoding)
+			cf_read_auto(res);
+		break;
+	case CF_WRITE:
+	case CF_DELETE:
+		res = json_pack("{s:s}", "path", c->path);
+		break;
+	case CF_RENAME:
+		res = json_pack("{s:s, s:s}", "path", c->path, "newPath", c->new_path);
+		break;
+	case CF_MKDIR:
+		res = json_pack("{s:s, s:b}", "path", c->path, "recursive", c->recursive);
+		break;
+	case CF_LIST: {
+		json_t *files = cf_files(body, &count);
+
+		res = json_pack("{s:s, s:o*, s:i}", "path", c->path, "files", files, "count", count);
+		break;
+	}
+	case CF_EXISTS:
+		res = json_pack("{s:s, s:b}", "path", c->path, "exists", 1);
+		break;
+	case CF_SESS_CREATE: {
+		const char *id = json_string_value(json_object_get(body, "id"));
+		char msg[128];
+
+		snprintf(msg, sizeof(msg), "session '%s' created", id ? id : "");
+		res = json_pack("{s:s, s:s, s:n}", "id", id ? id : "", "message", msg,
+				"containerPlacementId");
+		break;
+	}
+	case CF_SESS_LIST: {
+		json_t *arr = json_array(), *s;
+		size_t i;
+
+		json_array_foreach(json_object_get(body, "sessions"), i, s)
+			json_array_append(arr, json_object_get(s, "id"));
+		res = json_pack("{s:o*}", "data", arr);
+		break;
+	}
+	case CF_SESS_DELETE:
+		res = json_pack("{s:s}", "sessionId", c->session ? c->session : "");
+		break;
+	case CF_EXEC_STREAM:
+	case CF_PROC_STREAM:
+	case CF_READ_STREAM:
+		/* A stream route answered with JSON: only errors get here. */
+		res = body ? json_incref(body) : json_object();
+		break;
+	}
+	json_decref(body);
+	if (!res)
+		return NULL;
+	if (!json_object_get(res, "success"))
+		json_object_set_new(res, "success", json_true());
+	json_object_set_new(res, "timestamp", json_string(ts));
+	*status = 200;
+	return res;
+}
+
+static int error_code_is(const json_t *body, const char *code)
+{
+	const char *c = json_string_value(json_object_get(json_object_get(body, "error"), "code"));
+	return c && strcmp(c, code) == 0;
+}
+
+static json_t *cf_filter_json(void *arg, int *status, json_t *body)
+{
+	struct cf_req *c = arg;
+
+	if (*status >= 400) {
+		if (c->kind == CF_EXISTS &&
+		    (error_code_is(body, "FILE_NOT_FOUND") || error_code_is(body, "NOT_DIRECTORY"))) {
+			char ts[32];
+
+			cf_now(ts);
+			json_decref(body);
+			*status = 200;
+			return json_pack("{s:b, s:s, s:b, s:s}", "success", 1, "path", c->path, "exists",
+					 0, "timestamp", ts);
+		}
+		return cf_error_body(c, *status, body);
+	}
+	return cf_result(c, status, body);
+}
+
+/* --- event streams: sbx frames → the SDK's `data: {"type":…}` frames --- */
+
+static void cf_emit(struct cf_req *c, json_t *ev)
+{
+	char *text = ev ? jsonv_dump(ev) : NULL;
+
+	json_decref(ev);
+	if (!text || buf_adds(&c->out, "data: ") < 0 || buf_adds(&c->out, text) < 0 ||
+	    buf_adds(&c->out, "\n\n") < 0)
+		log_error("compat: an event was dropped");
+	free(text);
+}
+
+/* The text of an output event: its data, decoded when it came as base64
+ * (invalid UTF-8 becomes U+FFFD). New reference. */
+static json_t *cf_output_text(const json_t *d)
+{
+	const char *data = json_string_value(json_object_get(d, "data"));
+	const char *enc = json_string_value(json_object_get(d, "encoding"));
+	struct buf raw, fixed;
+	json_t *v;
+
+	if (!data)
+		return json_string("");
+	if (!enc || strcmp(enc, "base64") != 0)
+		return json_stringn(data, json_string_length(json_object_get(d, "data")));
+	buf_init(&raw, CF_SSE_IN_MAX);
+	buf_init(&fixed, CF_SSE_IN_MAX * 3);
+	if (agent_cf_base64_decode(data, strlen(data), &raw) < 0 ||
+	    agent_utf8_fix(raw.data ? raw.data : "", raw.len, &fixed) < 0)
+		v = json_string("");
+	else
+		v = json_stringn(fixed.data ? fixed.data : "", fixed.len);
+	buf_release(&raw);
+	buf_release(&fixed);
+	return v;
+}
+
+/* One sbx event (name, its JSON data d) as the SDK's event. */
+static void cf_translate(struct cf_req *c, const char *name, const json_t *d)
+{
+	int proc = c->kind == CF_PROC_STREAM;
+	json_t *ev = json_object(), *v;
+	char ts[32];
+
+	if (!ev)
+		return;
+	cf_now(ts);
+	if (strcmp(name, "start") == 0) {
+		json_object_set_new(ev, "type", json_string(proc ? "process_info" : "start"));
+		if (c->command)
+			json_object_set_new(ev, "command", json_string(c->command));
+		if ((v = json_object_get(d, "pid")))
+			json_object_set(ev, "pid", v);
+		if (proc)
+			json_object_set_new(ev, "status", json_string("running"));
+	} else if (strcmp(name, "stdout") == 0 || strcmp(name, "stderr") == 0) {
+		json_object_set_new(ev, "type", json_string(name));
+		json_object_set_new(ev, "data", cf_output_text(d));
+	} else if (strcmp(name, "exit") == 0) {
+		json_int_t code = json_integer_value(json_object_get(d, "exitCode"));
+
+		json_object_set_new(ev, "type", json_string(proc ? "exit" : "complete"));
+		json_object_set_new(ev, "exitCode", json_integer(code));
+		if (proc) {
+			char msg[64];
+
+			snprintf(msg, sizeof(msg), "Process exited with code %lld", (long long)code);
+			json_object_set_new(ev, "data", json_string(msg));
+		} else {
+			json_object_set(ev, "duration", json_object_get(d, "durationMs"));
+			if (json_is_true(json_object_get(d, "timedOut")))
+				json_object_set_new(ev, "timedOut", json_true());
+		}
+	} else if (strcmp(name, "error") == 0) {
+		json_t *msg = json_object_get(d, "message");
+		const char *code = json_string_value(json_object_get(d, "code"));
+
+		json_object_set_new(ev, "type", json_string("error"));
+		json_object_set(ev, "error", msg);
+		json_object_set(ev, "data", msg);
+		json_object_set_new(ev, "code", json_string(cf_code(c, code ? code : "INTERNAL")));
+		if ((v = json_object_get(d, "exitCode")))
+			json_object_set(ev, "exitCode", v);
+	} else {
+		json_decref(ev);
+		return;
+	}
+	if (proc && c->proc_id)
+		json_object_set_new(ev, "processId", json_string(c->proc_id));
+	if (!proc && c->session)
+		json_object_set_new(ev, "sessionId", json_string(c->session));
+	json_object_set_new(ev, "timestamp", json_string(ts));
+	cf_emit(c, ev);
+}
+
+/* Re-frame the complete frames in c->in (at the end: all of it). */
+static void cf_reframe(struct cf_req *c, int at_end)
+{
+	size_t off = 0;
+
+	for (;;) {
+		const char *start = c->in.data ? c->in.data + off : "";
+		size_t avail = c->in.len - off;
+		const char *endp = avail ? memmem(start, avail, "\n\n", 2) : NULL;
+		size_t flen = endp ? (size_t)(endp - start) : (at_end ? avail : 0);
+		char name[16] = "";
+		const char *data = NULL;
+		size_t dlen = 0, pos = 0;
+		int comment = 0;
+
+		if (flen == 0 && !endp)
+			break;
+		while (pos < flen) {
+			const char *line = start + pos;
+			const char *nl = memchr(line, '\n', flen - pos);
+			size_t llen = nl ? (size_t)(nl - line) : flen - pos;
+
+			if (llen > 7 && memcmp(line, "event: ", 7) == 0 && llen - 7 < sizeof(name)) {
+				memcpy(name, line + 7, llen - 7);
+				name[llen - 7] = '\0';
+			} else if (llen > 6 && memcmp(line, "data: ", 6) == 0) {
+				data = line + 6;
+				dlen = llen - 6;
+			} else if (llen && line[0] == ':') {
+				comment = 1;
+			}
+			pos += llen + 1;
+		}
+		if (data && *name) {
+			struct sbx_err e;
+			json_t *d = jsonv_parse(data, dlen, &e);
+
+			if (d)
+				cf_translate(c, name, d);
+			json_decref(d);
+		} else if (comment) {
+			buf_adds(&c->out, ": keep-alive\n\n");
+		}
+		off += flen + (endp ? 2 : 0);
+		if (!endp)
+			break;
+	}
+	if (off >= c->in.len) {
+		buf_reset(&c->in);
+	} else if (off) {
+		memmove(c->in.data, c->in.data + off, c->in.len - off);
+		c->in.len -= off;
+	}
+}
+
+static ssize_t cf_take_out(struct cf_req *c, char *buf, size_t max)
+{
+	size_t n = c->out.len - c->out_off;
+
+	if (n > max)
+		n = max;
+	memcpy(buf, c->out.data + c->out_off, n);
+	c->out_off += n;
+	if (c->out_off == c->out.len) {
+		buf_reset(&c->out);
+		c->out_off = 0;
+	}
+	return (ssize_t)n;
+}
+
+/* httpd's reader of a re-framed stream: pulls from the sbx reader. */
+static ssize_t cf_sse_read(void *arg, char *buf, size_t max)
+{
+	struct cf_req *c = arg;
+	char tmp[16 * 1024];
+
+	for (;;) {
+		ssize_t n;
+
+		if (c->out.len > c->out_off)
+			return cf_take_out(c, buf, max);
+		if (c->inner_done)
+			return -1;
+		n = c->inner(c->inner_arg, tmp, sizeof(tmp));
+		if (n == 0)
+			return 0;
+		if (n < 0) {
+			c->inner_done = 1;
+			cf_reframe(c, 1);
+			continue;
+		}
+		if (buf_add(&c->in, tmp, (size_t)n) < 0) {
+			log_error("compat: an event larger than %d bytes was dropped", CF_SSE_IN_MAX);
+			buf_reset(&c->in);
+			continue;
+		}
+		cf_reframe(c, 0);
+	}
+}
+
+static void cf_filter_stream(void *arg, httpd_read_fn *read, void **read_arg)
+{
+	struct cf_req *c = arg;
+
+	if (c->kind != CF_EXEC_STREAM && c->kind != CF_PROC_STREAM)
+		return;
+	c->inner = *read;
+	c->inner_arg = *read_arg;
+	*read = cf_sse_read;
+	*read_arg = c;
+}
+
+/* --- file streams: the file sbx would send raw, as metadata/chunk/complete --- */
+
+static void cf_file_event(struct cf_req *c, const char *type, json_t *ev)
+{
+	if (ev && json_object_set_new(ev, "type", json_string(type)) == 0)
+		cf_emit(c, ev);
+	else
+		json_decref(ev);
+}
+
+/* Read the next chunk of the file into c->out (as events). */
+static void cf_file_step(struct cf_req *c)
+{
+	char chunk[CF_FILE_CHUNK + sizeof(c->carry)];
+	size_t want = c->left < CF_FILE_CHUNK ? (size_t)c->left : CF_FILE_CHUNK;
+	size_t total, send;
+	ssize_t n = 0;
+	struct buf enc;
+
+	memcpy(chunk, c->carry, c->ncarry);
+	while (want && (n = read(c->fd, chunk + c->ncarry, want)) < 0 && errno == EINTR)
+		;
+	if (n < 0) {
+		char msg[128];
+
+		snprintf(msg, sizeof(msg), "cannot read '%s': %s", c->path, strerror(errno));
+		cf_file_event(c, "error", json_pack("{s:s}", "error", msg));
+		c->file_done = 1;
+		return;
+	}
+	total = c->ncarry + (size_t)n;
+	c->ncarry = 0;
+	c->sent += (uint64_t)n;
+	c->left -= (uint64_t)n;
+	if (n == 0)
+		c->left = 0;
+	buf_init(&enc, CF_FILE_CHUNK * 3 + 16);
+	if (c->binary) {
+		send = total;
+		agent_base64(chunk, total, &enc);
+	} else {
+		send = c->left ? agent_utf8_complete_len(chunk, total) : total;
+		agent_utf8_fix(chunk, send, &enc);
+		memcpy(c->carry, chunk + send, total - send);
+		c->ncarry = total - send;
+	}
+	if (send)
+		cf_file_event(c, "chunk",
+			      json_pack("{s:s%}", "data", enc.data ? enc.data : "", enc.len));
+	buf_release(&enc);
+	if (c->left == 0) {
+		cf_file_event(c, "complete", json_pack("{s:I}", "bytesRead", (json_int_t)c->sent));
+		c->file_done = 1;
+	}
+}
+
+static ssize_t cf_file_read(void *arg, char *buf, size_t max)
+{
+	struct cf_req *c = arg;
+
+	while (c->out.len == c->out_off) {
+		if (c->file_done)
+			return -1;
+		cf_file_step(c);
+	}
+	return cf_take_out(c, buf, max);
+}
+
+/* Binary when the first bytes hold a NUL or are not UTF-8. */
+static int cf_sniff_binary(int fd, uint64_t offset)
+{
+	char head[CF_SNIFF];
+	ssize_t n = pread(fd, head, sizeof(head), (off_t)offset);
+	size_t ok;
+
+	if (n <= 0)
+		return 0;
+	if (memchr(head, '\0', (size_t)n))
+		return 1;
+	ok = (size_t)n < sizeof(head) ? (size_t)n : agent_utf8_complete_len(head, (size_t)n);
+	return !agent_utf8_valid(head, ok);
+}
+
+static int cf_filter_fd(void *arg, struct httpd_req *r, int fd, uint64_t offset, uint64_t len)
+{
+	struct cf_req *c = arg;
+	const char *slash, *name;
+
+	if (c->kind != CF_READ_STREAM)
+		return 0;
+	c->fd = fd;
+	c->left = len;
+	if (lseek(fd, (off_t)offset, SEEK_SET) < 0)
+		c->left = 0;
+	c->binary = cf_sniff_binary(fd, offset);
+	slash = strrchr(c->path, '/');
+	name = slash ? slash + 1 : c->path;
+	cf_file_event(c, "metadata",
+		      json_pack("{s:s, s:I, s:b, s:s}", "mimeType", fspath_mime(name), "size",
+				(json_int_t)len, "isBinary", c->binary, "encoding",
+				c->binary ? "base64" : "utf-8"));
+	httpd_add_header(r, "Cache-Control", "no-store");
+	httpd_add_header(r, "X-Accel-Buffering", "no");
+	httpd_reply_stream(r, 200, "text/event-stream", cf_file_read, c);
+	return 1;
+}
+
+static const struct httpd_filter cf_filter = {
+	.json = cf_filter_json,
+	.stream = cf_filter_stream,
+	.fd = cf_filter_fd,
+	.free = cf_free,
+};
+
+/* --- request side --- */
+
+/* Put the compat filter of kind on r. NULL (and r answered) on ENOMEM. */
+static struct cf_req *cf_begin(struct httpd_req *r, enum cf_kind kind)
+{
+	struct cf_req *c = calloc(1, sizeof(*c));
+	struct sbx_err e;
+
+	if (!c) {
+		err_sys(&e, ENOMEM, "compat request");
+		httpd_reply_err(r, &e);
+		return NULL;
+	}
+	c->kind = kind;
+	c->fd = -1;
+	c->t0 = util_now_ms();
+	buf_init(&c->in, CF_SSE_IN_MAX);
+	buf_init(&c->out, CF_SSE_OUT_MAX);
+	httpd_set_filter(r, &cf_filter, c);
+	/* The SDK's routes take no query; sbx's must not see a client's. */
+	httpd_hide_query(r);
+	httpd_set_header(r, "Range", NULL);
+	return c;
+}
+
+/* The SDK's JSON body (an object; empty = {}). NULL with e filled. */
+static json_t *cf_body(struct httpd_req *r, struct sbx_err *e)
+{
+	size_t len;
+	const char *data = httpd_body(r, &len);
+
+	return jsonv_parse(data, len, e);
+}
+
+/* An optional string field without NUL: 0 (*out NULL when absent or
+ * null) or -1 (400). */
+static int cf_str(const json_t *body, const char *name, const char **out, struct sbx_err *e)
+{
+	const json_t *v = json_object_get(body, name);
+
+	*out = NULL;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v))
+		return err_set(e, SBX_E_VALIDATION, "'%s' must be a string", name);
+	*out = json_string_value(v);
+	return 0;
+}
+
+static int cf_req_str(const json_t *body, const char *name, const char **out, struct sbx_err *e)
+{
+	if (cf_str(body, name, out, e) < 0)
+		return -1;
+	if (!*out || !**out)
+		return err_set(e, SBX_E_VALIDATION, "'%s' is required", name);
+	return 0;
+}
+
+/* Copy the optional field name of from (of one of types) into to. */
+static int cf_copy(json_t *to, const json_t *from, const char *name, const char *as,
+		   unsigned types, struct sbx_err *e)
+{
+	json_t *v = json_object_get(from, name);
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (((types & JV_OBJECT) && json_is_object(v)) || ((types & JV_INTEGER) && json_is_integer(v)) ||
+	    ((types & JV_STRING) && json_is_string(v)) || ((types & JV_BOOL) && json_is_boolean(v)))
+		return json_object_set(to, as, v) < 0 ? err_sys(e, ENOMEM, "body") : 0;
+	return err_set(e, SBX_E_VALIDATION, "'%s' has the wrong type", name);
+}
+
+/* Hand the sbx body b (stolen) to the handler. */
+static int cf_set_body(struct httpd_req *r, json_t *b, struct sbx_err *e)
+{
+	char *text = b ? jsonv_dump(b) : NULL;
+	int rc;
+
+	json_decref(b);
+	if (!text)
+		return err_sys(e, ENOMEM, "body");
+	rc = httpd_set_body(r, text, strlen(text));
+	free(text);
+	return rc < 0 ? err_set(e, SBX_E_PAYLOAD_TOO_LARGE, "request body too large") : 0;
+}
+
+/* Make the file path p the "{*}" tail of a files route. */
+static int cf_set_path(struct httpd_req *r, const char *p, struct sbx_err *e)
+{
+	struct buf b;
+	int rc;
+
+	buf_init(&b, FSPATH_MAX * 3 + 16);
+	if (agent_cf_pct_encode(p, strlen(p), &b) < 0 || buf_add(&b, "", 1) < 0) {
+		buf_release(&b);
+		return err_set(e, SBX_E_VALIDATION, "'path' is longer than %d bytes", FSPATH_MAX);
+	}
+	rc = httpd_set_tail(r, b.data);
+	buf_release(&b);
+	return rc < 0 ? err_sys(e, ENOMEM, "path") : 0;
+}
+
+/* The exec body of sbx from the SDK's execute / start body. */
+static json_t *cf_exec_body(const json_t *body, const char *command, int with_timeout,
+			    struct sbx_err *e)
+{
+	json_t *b = json_pack("{s:s}", "command", command);
+
+	if (!b) {
+		err_sys(e, ENOMEM, "body");
+		return NULL;
+	}
+	if (cf_copy(b, body, "cwd", "cwd", JV_STRING, e) < 0 ||
+	    cf_copy(b, body, "env", "env", JV_OBJECT, e) < 0 ||
+	    (with_timeout && cf_copy(b, body, "timeoutMs", "timeoutMs", JV_INTEGER, e) < 0)) {
+		json_decref(b);
+		return NULL;
+	}
+	return b;
+}
+
+static void cf_fail(struct httpd_req *r, json_t *body, struct sbx_err *e)
+{
+	json_decref(body);
+	httpd_reply_err(r, e);
+}
+
+/* execute / execute/stream: exec, in the session when sessionId is given;
+ * background: true starts a process instead. */
+static void cf_exec(struct httpd_req *r, int stream)
+{
+	struct cf_req *c = cf_begin(r, stream ? CF_EXEC_STREAM : CF_EXEC);
+	struct sbx_err e = { 0 };
+	const char *command, *sid;
+	json_t *body, *b, *bg;
+
+	if (!c)
+		return;
+	body = cf_body(r, &e);
+	if (!body || cf_req_str(body, "command", &command, &e) < 0 ||
+	    cf_str(body, "sessionId", &sid, &e) < 0)
+		return cf_fail(r, body, &e);
+	c->command = strdup(command);
+	c->session = sid && *sid ? strdup(sid) : NULL;
+	bg = json_object_get(body, "background");
+	if (!stream && json_is_true(bg)) {
+		c->kind = CF_PROC_START;
+		free(c->session);
+		c->session = NULL;
+		b = cf_exec_body(body, command, 0, &e);
+		if (!b || cf_set_body(r, b, &e) < 0)
+			return cf_fail(r, body, &e);
+		json_decref(body);
+		httpd_set_header(r, "Accept", NULL);
+		agent_h_proc_start(r);
+		return;
+	}
+	b = cf_exec_body(body, command, 1, &e);
+	if (b && c->session && json_object_set_new(b, "session", json_string(c->session)) < 0) {
+		json_decref(b);
+		b = NULL;
+		err_sys(&e, ENOMEM, "body");
+	}
+	if (!b || cf_set_body(r, b, &e) < 0)
+		return cf_fail(r, body, &e);
+	json_decref(body);
+	httpd_set_header(r, "Accept", stream ? "text/event-stream" : NULL);
+	agent_h_exec(r);
+}
+
+void agent_cf_execute(struct httpd_req *r)
+{
+	cf_exec(r, 0);
+}
+
+void agent_cf_execute_stream(struct httpd_req *r)
+{
+	cf_exec(r, 1);
+}
+
+/* The path fields of a file call: field (required) into c->path, and
+ * (when not NULL) field2 into c->new_path. */
+static json_t *cf_file_body(struct httpd_req *r, struct cf_req *c, const char *field,
+			    const char *field2, struct sbx_err *e)
+{
+	json_t *body = cf_body(r, e);
+	const char *p, *p2 = NULL;
+
+	if (!body)
+		return NULL;
+	if (cf_req_str(body, field, &p, e) < 0 || (field2 && cf_req_str(body, field2, &p2, e) < 0)) {
+		json_decref(body);
+		return NULL;
+	}
+	c->path = strdup(p);
+	c->new_path = dup_or_null(p2);
+	if (!c->path || (p2 && !c->new_path)) {
+		json_decref(body);
+		err_sys(e, ENOMEM, "path");
+		return NULL;
+	}
+	return body;
+}
+
+void agent_cf_read(struct httpd_req *r)
+{
+	struct cf_req *c = cf_begin(r, CF_READ);
+	struct sbx_err e = { 0 };
+	const char *enc, *q;
+	json_t *body;
+
+	if (!c)
+		return;
+	body = cf_file_body(r, c, "path", NULL, &e);
+	if (!body || cf_str(body, "encoding", &enc, &e) < 0)
+		return cf_fail(r, body, &e);
+	if (!enc) {
+		c->auto_encoding = 1;
+		q = "base64";
+	} else if (strcmp(enc, "utf-8") == 0 || strcmp(enc, "utf8") == 0) {
+		q = "utf-8";
+	} else if (strcmp(enc, "base64") == 0) {
+		q = "base64";
+	} else {
+		err_set(&e, SBX_E_VALIDATION, "encoding must be utf-8, utf8 or base64");
+		return cf_fail(r, body, &e);
+	}
+	json_decref(body);
+	if (cf_set_path(r, c->path, &e) < 0 || httpd_set_query(r, "encoding", q) < 0)
+		return cf_fail(r, NULL, &e);
+	agent_h_files_get(r);
+}
+
+void agent_cf_read_stream(struct httpd_req *r)
+{
+	struct cf_req *c = cf_begin(r, CF_READ_STREAM);
+	struct sbx_err e = { 0 };
+	json_t *body;
+
+	if (!c)
+		return;
+	body = cf_file_body(r, c, "path", NULL, &e);
+	if (!body || cf_set_path(r, c->path, &e) < 0)
+		return cf_fail(r, body, &e);
+	json_decref(body);
+	agent_h_files_get(r);
+}
+
+void agent_cf_write(struct httpd_req *r)
+{
+	struct cf_req *c = cf_begin(r, CF_WRITE);
+	struct sbx_err e = { 0 };
+	const char *enc, *content;
+	json_t *body;
+	struct buf raw;
+	int rc;
+
+	if (!c)
+		return;
+	body = cf_file_body(r, c, "path", NULL, &e);
+	if (!body || cf_str(body, "encoding", &enc, &e) < 0)
+		return cf_fail(r, body, &e);
+	if (!json_is_string(json_object_get(body, "content"))) {
+		err_set(&e, SBX_E_VALIDATION, "'content' must be a string");
+		return cf_fail(r, body, &e);
+	}
+	content = json_string_value(json_object_get(body, "content"));
+	buf_init(&raw, HTTPD_MAX_JSON_BODY);
+	if (enc && strcmp(enc, "base64") == 0) {
+		if (agent_cf_base64_decode(content, strlen(content), &raw) < 0) {
+			buf_release(&raw);
+			err_set(&e, SBX_E_VALIDATION, "'content' is not valid base64");
+			return cf_fail(r, body, &e);
+		}
+	} else if (enc && strcmp(enc, "utf-8") != 0 && strcmp(enc, "utf8") != 0) {
+		buf_release(&raw);
+		err_set(&e, SBX_E_VALIDATION, "encoding must be utf-8, utf8 or base64");
+		return cf_fail(r, body, &e);
+	} else {
+		buf_add(&raw, content, json_string_length(json_object_get(body, "content")));
+	}
+	json_decref(body);
+	rc = httpd_set_body(r, raw.data ? raw.data : "", raw.len);
+	buf_release(&raw);
+	if (rc < 0 || cf_set_path(r, c->path, &e) < 0) {
+		if (rc < 0)
+			err_sys(&e, ENOMEM, "body");
+		return cf_fail(r, NULL, &e);
+	}
+	agent_h_files_put(r);
+	httpd_feed_body(r);
+}
+
+void agent_cf_delete(struct httpd_req *r)
+{
+	struct cf_req *c = cf_begin(r, CF_DELETE);
+	struct sbx_err e = { 0 };
+	json_t *body;
+
+	if (!c)
+		return;
+	body = cf_file_body(r, c, "path", NULL, &e);
+	if (!body || cf_set_path(r, c->path, &e) < 0)
+		return cf_fail(r, body, &e);
+	json_decref(body);
+	agent_h_files_delete(r);
+}
+
+/* rename and move are one rename(2) in sbx (the target is replaced, as
+ * mv does). */
+static void cf_rename(struct httpd_req *r, const char *from_field, const char *to_field)
+{
+	struct cf_req *c = cf_begin(r, CF_RENAME);
+	struct sbx_err e = { 0 };
+	json_t *body;
+
+	if (!c)
+		return;
+	body = cf_file_body(r, c, from_field, to_field, &e);
+	if (!body)
+		return cf_fail(r, NULL, &e);
+	json_decref(body);
+	if (cf_set_body(r,
+			json_pack("{s:s, s:s, s:b}", "from", c->path, "to", c->new_path,
+				  "overwrite", 1),
+			&e) < 0)
+		return cf_fail(r, NULL, &e);
+	agent_h_move(r);
+}
+
+void agent_cf_rename(struct httpd_req *r)
+{
+	cf_rename(r, "oldPath", "newPath");
+}
+
+void agent_cf_move(struct httpd_req *r)
+{
+	cf_rename(r, "sourcePath", "destinationPath");
+}
+
+void agent_cf_mkdir(struct httpd_req *r)
+{
+	struct cf_req *c = cf_begin(r, CF_MKDIR);
+	struct sbx_err e = { 0 };
+	json_t *body;
+
+	if (!c)
+		return;
+	body = cf_file_body(r, c, "path", NULL, &e);
+	if (!body || cf_set_path(r, c->path, &e) < 0)
+		return cf_fail(r, body, &e);
+	c->recursive = json_is_true(json_object_get(body, "recursive"));
+	json_decref(body);
+	agent_h_dirs_put(r);
+}
+
+void agent_cf_list_files(struct httpd_req *r)
+{
+	struct cf_req *c = cf_begin(r, CF_LIST);
+	struct sbx_err e = { 0 };
+	json_t *body, *opts;
+
+	if (!c)
+		return;
+	body = cf_file_body(r, c, "path", NULL, &e);
+	if (!body || cf_set_path(r, c->path, &e) < 0)
+		return cf_fail(r, body, &e);
+	opts = json_object_get(body, "options");
+	if (opts && !json_is_object(opts) && !json_is_null(opts)) {
+		err_set(&e, SBX_E_VALIDATION, "'options' must be an object");
+		return cf_fail(r, body, &e);
+	}
+	if (httpd_set_query(r, "recursive",
+			    json_is_true(json_object_get(opts, "recursive")) ? "true" : "false") < 0 ||
+	    httpd_set_query(r, "hidden",
+			    json_is_true(json_object_get(opts, "includeHidden")) ? "true" : "false") < 0 ||
+	    httpd_set_query(r, "limit", CF_LIST_LIMIT) < 0) {
+		err_sys(&e, ENOMEM, "query");
+		return cf_fail(r, body, &e);
+	}
+	json_decref(body);
+	agent_h_dirs_get(r);
+}
+
+void agent_cf_exists(struct httpd_req *r)
+{
+	struct cf_req *c = cf_begin(r, CF_EXISTS);
+	struct sbx_err e = { 0 };
+	json_t *body;
+
+	if (!c)
+		return;
+	body = cf_file_body(r, c, "path", NULL, &e);
+	if (!body || cf_set_path(r, c->path, &e) < 0)
+		return cf_fail(r, body, &e);
+	json_decref(body);
+	agent_h_stat_get(r);
+}
+
+void agent_cf_proc_start(struct httpd_req *r)
+{
+	struct cf_req *c = cf_begin(r, CF_PROC_START);
+	struct sbx_err e = { 0 };
+	const char *command;
+	json_t *body, *b;
+
+	if (!c)
+		return;
+	body = cf_body(r, &e);
+	if (!body || cf_req_str(body, "command", &command, &e) < 0)
+		return cf_fail(r, body, &e);
+	c->command = strdup(command);
+	b = cf_exec_body(body, command, 0, &e);
+	if (b && cf_copy(b, body, "processId", "id", JV_STRING, &e) < 0) {
+		json_decref(b);
+		b = NULL;
+	}
+	if (!b || cf_set_body(r, b, &e) < 0)
+		return cf_fail(r, body, &e);
+	json_decref(body);
+	agent_h_proc_start(r);
+}
+
+void agent_cf_proc_list(struct httpd_req *r)
+{
+	if (cf_begin(r, CF_PROC_LIST))
+		agent_h_proc_list(r);
+}
+
+void agent_cf_proc_kill_all(struct httpd_req *r)
+{
+	if (cf_begin(r, CF_PROC_KILL_ALL))
+		agent_h_proc_kill_all(r);
+}
+
+/* A route with the process id as path param 1: remember it for answers. */
+static struct cf_req *cf_begin_proc(struct httpd_req *r, enum cf_kind kind)
+{
+	struct cf_req *c = cf_begin(r, kind);
+
+	if (c)
+		c->proc_id = strdup(httpd_param(r, 1));
+	return c;
+}
+
+void agent_cf_proc_get(struct httpd_req *r)
+{
+	if (cf_begin_proc(r, CF_PROC_GET))
+		agent_h_proc_get(r);
+}
+
+void agent_cf_proc_kill(struct httpd_req *r)
+{
+	if (cf_begin_proc(r, CF_PROC_KILL))
+		agent_h_proc_kill(r);
+}
+
+void agent_cf_proc_logs(struct httpd_req *r)
+{
+	if (!cf_begin_proc(r, CF_PROC_LOGS))
+		return;
+	httpd_set_header(r, "Accept", NULL);
+	agent_h_proc_logs(r);
+}
+
+void agent_cf_proc_stream(struct httpd_req *r)
+{
+	if (!cf_begin_proc(r, CF_PROC_STREAM))
+		return;
+	httpd_set_header(r, "Accept", "text/event-stream");
+	agent_h_proc_logs(r);
+}
+
+void agent_cf_session_create(struct httpd_req *r)
+{
+	struct cf_req *c = cf_begin(r, CF_SESS_CREATE);
+	struct sbx_err e = { 0 };
+	json_t *body, *b;
+
+	if (!c)
+		return;
+	body = cf_body(r, &e);
+	if (!body)
+		return cf_fail(r, NULL, &e);
+	if (json_is_string(json_object_get(body, "id")))
+		c->session = strdup(json_string_value(json_object_get(body, "id")));
+	b = json_object();
+	if (!b || cf_copy(b, body, "id", "id", JV_STRING, &e) < 0 ||
+	    cf_copy(b, body, "env", "env", JV_OBJECT, &e) < 0 ||
+	    cf_copy(b, body, "cwd", "cwd", JV_STRING, &e) < 0) {
+		json_decref(b);
+		if (!b)
+			err_sys(&e, ENOMEM, "body");
+		return cf_fail(r, body, &e);
+	}
+	json_decref(body);
+	if (cf_set_body(r, b, &e) < 0)
+		return cf_fail(r, NULL, &e);
+	agent_h_session_create(r);
+}
+
+void agent_cf_session_list(struct httpd_req *r)
+{
+	if (cf_begin(r, CF_SESS_LIST))
+		agent_h_session_list(r);
+}
+
+void agent_cf_session_delete(struct httpd_req *r)
+{
+	struct cf_req *c = cf_begin(r, CF_SESS_DELETE);
+	struct sbx_err e = { 0 };
+	const char *sid;
+	json_t *body;
+
+	if (!c)
+		return;
+	body = cf_body(r, &e);
+	if (!body || cf_req_str(body, "sessionId", &sid, &e) < 0)
+		return cf_fail(r, body, &e);
+	c->session = strdup(sid);
+	json_decref(body);
+	if (!c->session || httpd_set_param(r, 1, c->session) < 0) {
+		err_set(&e, SBX_E_VALIDATION, "'sessionId' must be 1-64 of [A-Za-z0-9_.-]");
+		return cf_fail(r, NULL, &e);
+	}
+	agent_h_session_delete(r);
+}
+
+void agent_cf_ping(struct httpd_req *r)
+{
+	struct sbx_err e = { 0 };
+	struct agent_sb *sb;
+
+	if (!cf_begin(r, CF_PLAIN))
+		return;
+	sb = agent_data_sandbox(r, &e);
+	if (!sb) {
+		httpd_reply_err(r, &e);
+		return;
+	}
+	httpd_reply_json(r, 200,
+			 json_pack("{s:s, s:I}", "message", "pong", "uptime",
+				   (json_int_t)((util_wall_ms() - sb->started_at) / 1000)));
+}
+
+void agent_cf_version(struct httpd_req *r)
+{
+	struct sbx_err e = { 0 };
+
+	if (!cf_begin(r, CF_PLAIN))
+		return;
+	if (!agent_data_sandbox(r, &e)) {
+		httpd_reply_err(r, &e);
+		return;
+	}
+	httpd_reply_json(r, 200, json_pack("{s:s}", "version", CF_VERSION));
+}
+
+void agent_cf_unsupported(struct httpd_req *r)
+{
+	struct sbx_err e;
+
+	if (!cf_begin(r, CF_PLAIN))
+		return;
+	err_set(&e, SBX_E_ROUTE_NOT_FOUND,
+		"this endpoint of the Cloudflare Sandbox API is not supported by sbx (docs/COMPAT.md)");
+	httpd_reply_err(r, &e);
+}

@@ -1,0 +1,3 @@
+import { register } from 'node:module';
+
+register('./standin-loader.mjs', import.meta.url);

@@ -1,0 +1,205 @@
+// The official Cloudflare Sandbox SDK client (@cloudflare/sandbox's
+// SandboxClient, route-based HTTP transport) driving a running sbx stack
+// through /v1/sandboxes/{id}/cf (docs/COMPAT.md). Run by
+// tests/integration/test_compat.py, or by hand:
+//   SBX_URL=http://127.0.0.1:PORT SBX_API_KEY=sbx_… SBX_SANDBOX_ID=… \
+//     node --import ./register-standin.mjs --test sdk.test.mjs
+// The sandbox must exist (PUT /v1/sandboxes/{id}) and start empty.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { SandboxClient, collectFile, parseSSEStream } from '@cloudflare/sandbox';
+
+const { SBX_URL, SBX_API_KEY, SBX_SANDBOX_ID } = process.env;
+assert.ok(SBX_URL && SBX_API_KEY && SBX_SANDBOX_ID, 'SBX_URL, SBX_API_KEY and SBX_SANDBOX_ID are required');
+
+// Exactly the migration snippet of docs/COMPAT.md.
+const client = new SandboxClient({
+  baseUrl: `${SBX_URL}/v1/sandboxes/${SBX_SANDBOX_ID}/cf`,
+  defaultHeaders: { Authorization: `Bearer ${SBX_API_KEY}` },
+  retryTimeoutMs: 10_000,
+});
+
+async function events(stream) {
+  const out = [];
+  for await (const ev of parseSSEStream(stream)) out.push(ev);
+  return out;
+}
+
+// The SDK does not export most of its error classes: check the class by
+// name, and that it wraps the error object the SDK parsed from our answer.
+async function rejectsWith(promise, name, code) {
+  await assert.rejects(promise, (err) => {
+    assert.equal(err?.name, name, `expected ${name}, got ${err?.name}: ${err?.message}`);
+    assert.equal(err.code, code);
+    assert.equal(typeof err.errorResponse?.timestamp, 'string');
+    assert.equal(err.httpStatus, err.errorResponse.httpStatus);
+    return true;
+  });
+}
+
+test('ping and version', async () => {
+  assert.equal(await client.utils.ping(), 'pong');
+  assert.match(await client.utils.getVersion(), /^sbx-/);
+});
+
+test('execute: output, exit code, env and cwd', async () => {
+  const r = await client.commands.execute('echo out; echo err >&2; exit 3', undefined);
+  assert.equal(r.success, false);
+  assert.equal(r.exitCode, 3);
+  assert.equal(r.stdout, 'out\n');
+  assert.equal(r.stderr, 'err\n');
+  assert.equal(r.command, 'echo out; echo err >&2; exit 3');
+  assert.equal(typeof r.timestamp, 'string');
+
+  const e = await client.commands.execute('echo "$GREETING"; pwd', undefined, {
+    env: { GREETING: 'hello' },
+    cwd: '/tmp',
+  });
+  assert.equal(e.success, true);
+  assert.equal(e.stdout, 'hello\n/tmp\n');
+});
+
+test('execute in a session keeps shell state (session created on first use)', async () => {
+  await client.commands.execute('cd /tmp && export COMPAT_VAR=kept', 'compat-s1');
+  const r = await client.commands.execute('pwd; echo $COMPAT_VAR', 'compat-s1');
+  assert.equal(r.stdout, '/tmp\nkept\n');
+  assert.equal(r.sessionId, 'compat-s1');
+  const other = await client.commands.execute('pwd; echo ${COMPAT_VAR:-none}', 'compat-s2');
+  assert.equal(other.stdout, '/workspace\nnone\n');
+});
+
+test('executeStream: start, stdout/stderr in order, complete', async () => {
+  const evs = await events(
+    await client.commands.executeStream('echo one; sleep 0.2; echo two >&2; (exit 4)', 'compat-s1'),
+  );
+  const types = evs.map((e) => e.type);
+  assert.equal(types[0], 'start');
+  assert.equal(types.at(-1), 'complete');
+  assert.equal(evs.at(-1).exitCode, 4);
+  const out = evs.filter((e) => e.type === 'stdout').map((e) => e.data).join('');
+  const err = evs.filter((e) => e.type === 'stderr').map((e) => e.data).join('');
+  assert.equal(out, 'one\n');
+  assert.equal(err, 'two\n');
+  assert.ok(types.indexOf('stdout') < types.indexOf('stderr'));
+});
+
+test('files: write, read, exists, list, rename, move, stream, delete', async () => {
+  const f = client.files;
+  await f.mkdir('/workspace/compat/sub', undefined, { recursive: true });
+  const w = await f.writeFile('/workspace/compat/a.txt', 'héllo\nworld\n', undefined);
+  assert.equal(w.success, true);
+
+  const r = await f.readFile('/workspace/compat/a.txt', undefined);
+  assert.equal(r.content, 'héllo\nworld\n');
+  assert.equal(r.encoding, 'utf-8');
+  assert.equal(r.isBinary, false);
+  assert.equal(r.size, Buffer.byteLength('héllo\nworld\n'));
+
+  const bytes = Buffer.from([0, 1, 2, 250, 255, 10]);
+  await f.writeFile('relative.bin', bytes.toString('base64'), undefined, { encoding: 'base64' });
+  const b = await f.readFile('/workspace/relative.bin', undefined);
+  assert.equal(b.encoding, 'base64');
+  assert.equal(b.isBinary, true);
+  assert.deepEqual(Buffer.from(b.content, 'base64'), bytes);
+  const streamed = await collectFile(await f.readFileStream('/workspace/relative.bin', undefined));
+  assert.equal(streamed.metadata.isBinary, true);
+  assert.deepEqual(Buffer.from(streamed.content), bytes);
+
+  assert.equal((await f.exists('/workspace/compat/a.txt', undefined)).exists, true);
+  assert.equal((await f.exists('/workspace/compat/nope', undefined)).exists, false);
+
+  const list = await f.listFiles('/workspace/compat', undefined, { recursive: true });
+  const names = list.files.map((x) => x.relativePath).sort();
+  assert.deepEqual(names, ['a.txt', 'sub']);
+  const a = list.files.find((x) => x.name === 'a.txt');
+  assert.equal(a.type, 'file');
+  assert.equal(a.absolutePath, '/workspace/compat/a.txt');
+  assert.equal(list.count, 2);
+
+  await f.renameFile('/workspace/compat/a.txt', '/workspace/compat/b.txt', undefined);
+  await f.moveFile('/workspace/compat/b.txt', '/workspace/compat/sub/c.txt', undefined);
+  const text = await collectFile(await f.readFileStream('/workspace/compat/sub/c.txt', undefined));
+  assert.equal(text.content, 'héllo\nworld\n');
+  assert.equal(text.metadata.encoding, 'utf-8');
+
+  await f.deleteFile('/workspace/compat/sub/c.txt', undefined);
+  assert.equal((await f.exists('/workspace/compat/sub/c.txt', undefined)).exists, false);
+  // The shell sees the same files.
+  const ls = await client.commands.execute('ls /workspace/compat', undefined);
+  assert.equal(ls.stdout, 'sub\n');
+});
+
+test('errors carry the SDK error classes and codes', async () => {
+  await rejectsWith(client.files.readFile('/workspace/missing.txt', undefined), 'FileNotFoundError', 'FILE_NOT_FOUND');
+  const err = await client.files.readFile('/workspace/missing.txt', undefined).catch((e) => e);
+  assert.equal(err.httpStatus, 404);
+  assert.equal(err.path, '/workspace/missing.txt');
+  await rejectsWith(client.processes.getProcess('no-such-proc'), 'ProcessNotFoundError', 'PROCESS_NOT_FOUND');
+  await rejectsWith(client.files.readFile('/workspace/../etc/passwd', undefined), 'ValidationFailedError', 'VALIDATION_FAILED');
+  await rejectsWith(client.git.checkout('https://example.invalid/x.git', undefined, {}), 'SandboxError', 'NOT_FOUND');
+});
+
+test('processes: start, list, get, logs, stream, kill', async () => {
+  const p = client.processes;
+  const started = await p.startProcess('for i in 1 2 3; do echo tick$i; sleep 0.1; done; echo done >&2', undefined, {
+    processId: 'compat-ticker',
+  });
+  assert.equal(started.processId, 'compat-ticker');
+  assert.equal(typeof started.pid, 'number');
+
+  const listed = await p.listProcesses();
+  assert.ok(listed.processes.some((x) => x.id === 'compat-ticker'));
+
+  const evs = await events(await p.streamProcessLogs('compat-ticker'));
+  assert.equal(evs.at(-1).type, 'exit');
+  assert.equal(evs.at(-1).exitCode, 0);
+  assert.equal(evs.filter((e) => e.type === 'stdout').map((e) => e.data).join(''), 'tick1\ntick2\ntick3\n');
+
+  const info = await p.getProcess('compat-ticker');
+  assert.equal(info.process.status, 'completed');
+  assert.equal(info.process.exitCode, 0);
+  const logs = await p.getProcessLogs('compat-ticker');
+  assert.equal(logs.stdout, 'tick1\ntick2\ntick3\n');
+  assert.equal(logs.stderr, 'done\n');
+});
+
+test('processes: kill one, kill all, background execute', async () => {
+  const p = client.processes;
+  await p.startProcess('sleep 300', undefined, { processId: 'compat-sleeper' });
+  const killed = await p.killProcess('compat-sleeper');
+  assert.equal(killed.success, true);
+  const after = await p.getProcess('compat-sleeper');
+  assert.notEqual(after.process.status, 'running');
+
+  await p.startProcess('sleep 300', undefined, { processId: 'compat-a' });
+  await p.startProcess('sleep 300', undefined, { processId: 'compat-b' });
+  const all = await p.killAllProcesses();
+  assert.ok(all.cleanedCount >= 2);
+
+  const res = await fetch(`${SBX_URL}/v1/sandboxes/${SBX_SANDBOX_ID}/cf/api/execute`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${SBX_API_KEY}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ command: 'sleep 300', background: true }),
+  });
+  assert.equal(res.status, 200);
+  const body = await res.json();
+  assert.equal(body.success, true);
+  assert.equal(typeof body.processId, 'string');
+  await p.killProcess(body.processId);
+});
+
+test('sessions: create with env and cwd, duplicate, delete', async () => {
+  const u = client.utils;
+  const s = await u.createSession({ id: 'compat-made', env: { MADE: 'yes' }, cwd: '/tmp' });
+  assert.equal(s.success, true);
+  assert.equal(s.id, 'compat-made');
+  const r = await client.commands.execute('pwd; echo $MADE', 'compat-made');
+  assert.equal(r.stdout, '/tmp\nyes\n');
+  await rejectsWith(u.createSession({ id: 'compat-made' }), 'SessionAlreadyExistsError', 'SESSION_ALREADY_EXISTS');
+  const d = await u.deleteSession('compat-made');
+  assert.equal(d.sessionId, 'compat-made');
+  // Used again: a fresh session with the defaults.
+  const again = await client.commands.execute('pwd; echo ${MADE:-none}', 'compat-made');
+  assert.equal(again.stdout, '/workspace\nnone\n');
+});

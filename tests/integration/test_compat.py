@@ -1,0 +1,119 @@
+"""Drop-in compatibility: the official Cloudflare Sandbox SDK client
+(npm @cloudflare/sandbox, its SandboxClient) drives sbx through
+/v1/sandboxes/{id}/cf (docs/COMPAT.md).
+
+test_sdk_client runs tests/compat/sdk.test.mjs with `node --test` against
+this session's stack (installing the pinned SDK with `npm ci` first when
+tests/compat/node_modules is missing); the others check the wire format
+the SDK relies on directly over HTTP.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COMPAT = os.path.join(ROOT, "tests", "compat")
+
+
+@pytest.fixture(scope="module")
+def box(stack):
+    sid = "cf-" + uuid.uuid4().hex[:10]
+    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+    assert r.status_code == 201, r.text
+    yield sid
+    stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def cf(api, box, method, route, **kw):
+    return api(method, "/v1/sandboxes/%s/cf/api/%s" % (box, route), timeout=30, **kw)
+
+
+def sdk_installed():
+    return os.path.isdir(os.path.join(COMPAT, "node_modules", "@cloudflare", "sandbox"))
+
+
+def test_sdk_client(stack):
+    for tool in ("node", "npm"):
+        assert shutil.which(tool), "%s is missing: run deploy/deps" % tool
+    if not sdk_installed():
+        r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=COMPAT,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, "npm ci failed:\n%s%s" % (r.stdout, r.stderr)
+    sid = "cf-sdk-" + uuid.uuid4().hex[:8]
+    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+    assert r.status_code == 201, r.text
+    try:
+        env = dict(os.environ, SBX_URL=stack.url, SBX_API_KEY=stack.key, SBX_SANDBOX_ID=sid)
+        p = subprocess.run(["node", "--import", "./register-standin.mjs", "--test",
+                            "sdk.test.mjs"], cwd=COMPAT, env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode == 0, "node --test failed (%d):\n%s%s" % (p.returncode, p.stdout,
+                                                                     p.stderr)
+    finally:
+        stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def test_error_shape_is_the_sdks(api, box):
+    r = cf(api, box, "POST", "read", json={"path": "/workspace/absent.txt"})
+    assert r.status_code == 404
+    body = r.json()
+    assert set(body) >= {"code", "message", "context", "httpStatus", "timestamp"}
+    assert body["code"] == "FILE_NOT_FOUND" and body["httpStatus"] == 404
+    assert body["context"]["path"] == "/workspace/absent.txt"
+    assert "error" not in body
+
+
+def test_bad_body_is_a_400_in_the_sdks_shape(api, box):
+    for data in (b"{", b'{"path": 1}', b"[]", b'{"command": ""}'):
+        r = cf(api, box, "POST", "execute" if b"command" in data else "read", data=data,
+               headers={"Content-Type": "application/json"})
+        assert r.status_code == 400, (data, r.text)
+        assert r.json()["code"] == "VALIDATION_FAILED"
+
+
+def test_unsupported_routes_are_a_404_in_the_sdks_shape(api, box):
+    for method, route in (("POST", "git/checkout"), ("GET", "commands"),
+                          ("POST", "backup/create"), ("POST", "execute/code")):
+        r = cf(api, box, method, route, json={})
+        assert r.status_code == 404, (route, r.text)
+        assert r.json()["code"] == "NOT_FOUND"
+    r = cf(api, box, "PUT", "write", json={})
+    assert r.status_code == 405
+
+
+def test_client_query_never_reaches_the_sbx_handler(api, box):
+    """A query string on a compat route must not change what the mapped
+    handler does (e.g. turn a delete into a recursive one)."""
+    ok = cf(api, box, "POST", "mkdir", json={"path": "/workspace/keep/inner", "recursive": True})
+    assert ok.status_code == 200, ok.text
+    r = api("POST", "/v1/sandboxes/%s/cf/api/delete?recursive=true" % box,
+            json={"path": "/workspace/keep"}, timeout=30)
+    assert r.status_code == 400 and r.json()["code"] == "IS_DIRECTORY", r.text
+    r = cf(api, box, "POST", "exists", json={"path": "/workspace/keep/inner"})
+    assert r.json()["exists"] is True
+
+
+def test_stream_framing_is_data_only_json(api, box):
+    r = cf(api, box, "POST", "execute/stream", json={"command": "printf 'a\\377b'"}, stream=True)
+    assert r.status_code == 200
+    assert r.headers["Content-Type"].startswith("text/event-stream")
+    text = r.content.decode()
+    frames = [f for f in text.split("\n\n") if f.strip()]
+    events = [json.loads(f[len("data: "):]) for f in frames if f.startswith("data: ")]
+    assert all(not f.startswith("event:") for f in frames)
+    assert [e["type"] for e in events][0] == "start"
+    assert events[-1]["type"] == "complete" and events[-1]["exitCode"] == 0
+    out = "".join(e["data"] for e in events if e["type"] == "stdout")
+    assert out == "a\ufffdb"  # invalid UTF-8 becomes U+FFFD, as text
+
+
+def test_other_tenant_cannot_use_the_compat_routes(stack, box, new_key):
+    other = new_key("cf-other-" + uuid.uuid4().hex[:6])
+    r = stack.api("POST", "/v1/sandboxes/%s/cf/api/execute" % box, key=other,
+                  json={"command": "true"}, timeout=30)
+    assert r.status_code == 404
