@@ -1,0 +1,216 @@
+"""Exec through nginx: JSON and SSE answers, timeouts, output bounds,
+argument passing, and many streams at once without holding API workers."""
+
+import concurrent.futures
+import hashlib
+import json
+import time
+import uuid
+
+import pytest
+
+from conftest import assert_error
+
+
+@pytest.fixture(scope="module")
+def box(stack):
+    sid = "ex-" + uuid.uuid4().hex[:10]
+    r = stack.api("PUT", "/v1/sandboxes/" + sid, timeout=30)
+    assert r.status_code == 201, r.text
+    yield sid
+    stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def ex(api, box, timeout=60, **body):
+    r = api("POST", "/v1/sandboxes/%s/exec" % box, json=body, timeout=timeout)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def sse_events(resp):
+    """(event, data) pairs of an SSE response, as they arrive."""
+    event, data = None, []
+    for raw in resp.iter_lines(decode_unicode=True):
+        if raw is None:
+            continue
+        if raw == "":
+            if event is not None:
+                yield event, json.loads("\n".join(data))
+            event, data = None, []
+        elif raw.startswith("event:"):
+            event = raw[6:].strip()
+        elif raw.startswith("data:"):
+            data.append(raw[5:].strip())
+
+
+def stream(stack, box, timeout=60, **body):
+    return stack.api("POST", "/v1/sandboxes/%s/exec" % box, json=body, stream=True,
+                     headers={"Accept": "text/event-stream"}, timeout=timeout)
+
+
+def count_procs(api, box, cmdline):
+    """How many processes in the sandbox have exactly this command line
+    (the bracket keeps the probe itself from matching)."""
+    pattern = "[%s]%s" % (cmdline[0], cmdline[1:])
+    probe = ("for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null; echo; done "
+             "| grep -c '^%s $' || true" % pattern)
+    return int(ex(api, box, command=probe)["stdout"].strip())
+
+
+def test_json_answer_shape_and_exit_codes(api, box):
+    res = ex(api, box, command="echo out; echo err >&2; exit 3")
+    assert res["exitCode"] == 3 and res["success"] is False
+    assert res["stdout"] == "out\n" and res["stderr"] == "err\n"
+    assert res["timedOut"] is False and res["truncated"] is False
+    assert isinstance(res["durationMs"], int)
+    assert ex(api, box, command="true")["success"] is True
+    assert ex(api, box, command="no-such-command-here")["exitCode"] == 127
+    res = ex(api, box, argv=["no-such-binary"])
+    assert res["exitCode"] == 127 and "no-such-binary" in res["stderr"]
+
+
+def test_argv_is_passed_literally(api, box):
+    res = ex(api, box, argv=["printf", "%s|", "a b", "$HOME", "`id`", "*"])
+    assert res["stdout"] == "a b|$HOME|`id`|*|"
+
+
+def test_stdin_is_empty_by_default_and_can_be_given(api, box):
+    assert ex(api, box, command="wc -c")["stdout"].strip() == "0"
+    assert ex(api, box, command="cat", stdin="hello\n")["stdout"] == "hello\n"
+
+
+def test_env_and_cwd_apply_to_one_command_only(api, box):
+    res = ex(api, box, command="echo $FOO; pwd; echo ${HOME:-unset}",
+             env={"FOO": "bar", "HOME": None}, cwd="/tmp")
+    assert res["stdout"] == "bar\n/tmp\nunset\n"
+    res = ex(api, box, command="echo ${FOO:-none}; pwd")
+    assert res["stdout"] == "none\n/workspace\n"
+    assert ex(api, box, command="pwd", cwd="sub-does-not-exist")["exitCode"] == 127
+
+
+def test_timeout_kills_the_whole_tree(api, box):
+    t0 = time.monotonic()
+    res = ex(api, box, command="sleep 101 & sleep 101; echo never", timeoutMs=300)
+    assert res["exitCode"] == 124 and res["timedOut"] is True
+    assert time.monotonic() - t0 < 10
+    assert count_procs(api, box, "sleep 101") == 0, "the timed-out tree survived"
+
+
+def test_json_output_is_capped_and_marked(api, box):
+    res = ex(api, box, command="head -c 3000000 /dev/zero | tr '\\0' x")
+    assert res["truncated"] is True and res["exitCode"] == 0
+    assert 0 < len(res["stdout"]) <= 1048576
+
+
+def test_invalid_utf8_in_json_mode_is_replaced(api, box):
+    res = ex(api, box, command="printf 'a\\377b'")
+    assert res["stdout"] == "a\ufffdb"
+
+
+def test_sse_order_and_terminal_event(stack, box):
+    with stream(stack, box, command="echo one; echo two >&2; echo three; exit 5") as r:
+        assert r.status_code == 200
+        assert r.headers["Content-Type"].startswith("text/event-stream")
+        events = list(sse_events(r))
+    names = [e for e, _ in events]
+    assert names[0] == "start" and isinstance(events[0][1]["pid"], int)
+    assert names[-1] == "exit" and events[-1][1]["exitCode"] == 5
+    out = [(e, d["data"]) for e, d in events if e in ("stdout", "stderr")]
+    assert "".join(d for e, d in out if e == "stdout") == "one\nthree\n"
+    assert "".join(d for e, d in out if e == "stderr") == "two\n"
+
+
+def test_sse_binary_chunks_are_base64(stack, box):
+    with stream(stack, box, command="printf '\\377\\376'") as r:
+        chunks = [d for e, d in sse_events(r) if e == "stdout"]
+    assert chunks and all(c.get("encoding") == "base64" for c in chunks)
+    import base64
+    assert b"".join(base64.b64decode(c["data"]) for c in chunks) == b"\xff\xfe"
+
+
+def test_first_byte_arrives_before_the_command_ends(stack, box):
+    t0 = time.monotonic()
+    with stream(stack, box, command="echo early; sleep 3; echo late") as r:
+        for event, data in sse_events(r):
+            if event == "stdout":
+                first = time.monotonic() - t0
+                assert data["data"] == "early\n"
+                break
+    assert first < 1.5, "first output took %.2fs: something buffers the stream" % first
+
+
+def test_twenty_megabytes_stream_intact(stack, box):
+    import base64
+    last_n = 2_700_000   # "0\n" … "2700000\n": 20.5 MB
+    want = hashlib.sha256("".join("%d\n" % i for i in range(last_n + 1)).encode()).hexdigest()
+    h = hashlib.sha256()
+    size = 0
+    with stream(stack, box, timeout=120, command="seq 0 %d" % last_n) as r:
+        last = None
+        for event, data in sse_events(r):
+            if event == "stdout":
+                chunk = (base64.b64decode(data["data"]) if data.get("encoding") == "base64"
+                         else data["data"].encode())
+                h.update(chunk)
+                size += len(chunk)
+            last = event
+    assert last == "exit"
+    assert size > 20_000_000
+    assert h.hexdigest() == want, "the streamed output differs from what the command printed"
+
+
+def test_client_disconnect_kills_the_command(stack, box, api):
+    # 317 s: an odd duration, so the check below finds only this command.
+    r = stream(stack, box, command="echo go; sleep 317")
+    for event, _ in sse_events(r):
+        if event == "stdout":
+            break
+    r.close()
+    assert count_procs(api, box, "sleep 317") in (0, 1)
+    stack.wait("the disconnected command to be killed",
+               lambda: count_procs(api, box, "sleep 317") == 0, timeout=10)
+
+
+def test_many_streams_do_not_hold_api_workers(stack):
+    """200 streaming execs at once with a pool of 4 workers: all finish, and a
+    control call answers promptly while they are open."""
+    n = 200
+    box = "ms-" + uuid.uuid4().hex[:8]
+    # Two processes per stream: more than the default pids limit of 256.
+    assert stack.api("PUT", "/v1/sandboxes/" + box,
+                     json={"resources": {"pids": 1024}}).status_code == 201
+
+    def one(i):
+        with stream(stack, box, timeout=120, command="sleep 2; echo %d" % i) as r:
+            got = [d["data"] for e, d in sse_events(r) if e == "stdout"]
+            return "".join(got).strip() == str(i)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
+        futs = [pool.submit(one, i) for i in range(n)]
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        r = stack.api("GET", "/v1/sandboxes/" + box, timeout=10)
+        control_s = time.monotonic() - t0
+        results = [f.result() for f in futs]
+    stack.api("DELETE", "/v1/sandboxes/" + box, timeout=30)
+    assert r.status_code == 200
+    assert all(results), "%d of %d streams lost their output" % (results.count(False), n)
+    assert control_s < 2.0, "a control call took %.2fs while streams were open" % control_s
+
+
+def test_bad_exec_bodies(api, box):
+    for body in ({}, {"command": "x", "argv": ["x"]}, {"command": ""}, {"argv": []},
+                 {"argv": ["a", 1]}, {"command": "x", "timeoutMs": 0},
+                 {"command": "x", "timeoutMs": "5"}, {"command": "x", "bogus": 1},
+                 {"command": "x", "env": {"A B": "c"}}, {"command": "x", "stdin": 5},
+                 {"command": "x", "session": "../x"}):
+        r = api("POST", "/v1/sandboxes/%s/exec" % box, json=body)
+        assert_error(r, 400, "VALIDATION_FAILED")
+    r = api("POST", "/v1/sandboxes/%s/exec" % box, data=b"{not json",
+            headers={"Content-Type": "application/json"})
+    assert_error(r, 400, "VALIDATION_FAILED")
+
+
+def test_exec_on_unknown_sandbox_is_404(api):
+    assert_error(api("POST", "/v1/sandboxes/no-such-box-x1/exec", json={"command": "true"}),
+                 404, "SANDBOX_NOT_FOUND")
