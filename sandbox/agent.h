@@ -142,6 +142,10 @@ enum agent_lc_action {
 				 * and set the record (at rec_epoch) to sleeping */
 	AGENT_LC_STOP,          /* the record says sleeping at our epoch: stop the container */
 	AGENT_LC_REPORT,        /* the record says running but we are stopped: report it */
+	AGENT_LC_RESET,         /* the record on this node is OLDER than our epoch and says
+				 * running/starting: Redis lost writes (failover, restore).
+				 * Destroy our copy and set the record (at rec_epoch) to
+				 * sleeping, so the next call starts it with a fresh epoch */
 };
 enum agent_lc_action agent_lc_decide(const char *me, int64_t epoch, int running,
 				     const char *rec_node, int64_t rec_epoch,

@@ -46,36 +46,32 @@ struct agent_lc {
 };
 
 /* Set the record to sleeping when it still names this node (ARGV[1]) with
- * epoch ARGV[2] and is running or starting; add an event of type ARGV[3].
- * ARGV: node epoch type tenant id generation lastActiveAt(ISO).
- * 1 done, 0 the record moved on, -1 no record. */
+ * epoch ARGV[2] and is running or starting. ARGV: node epoch lastActiveAt
+ * (ISO, or ""). 1 done, 0 the record moved on, -1 no record. The event is
+ * added by the caller: sbx:events lives in another hash slot, and a script
+ * touches the keys of one sandbox only (Redis Cluster). */
 static const char lua_sleep[] =
 	"local r = redis.call('HMGET', KEYS[1], 'node', 'epoch', 'state', 'lastActiveAt')\n"
 	"if not r[2] then return -1 end\n"
 	"if r[1] ~= ARGV[1] or r[2] ~= ARGV[2] then return 0 end\n"
 	"if r[3] ~= 'running' and r[3] ~= 'starting' then return 0 end\n"
 	"redis.call('HSET', KEYS[1], 'state', 'sleeping')\n"
-	"if ARGV[7] ~= '' and (r[4] or '') < ARGV[7] then\n"
-	"  redis.call('HSET', KEYS[1], 'lastActiveAt', ARGV[7])\n"
+	"if ARGV[3] ~= '' and (r[4] or '') < ARGV[3] then\n"
+	"  redis.call('HSET', KEYS[1], 'lastActiveAt', ARGV[3])\n"
 	"end\n"
-	"redis.call('XADD', 'sbx:events', 'MAXLEN', '~', '10000', '*', 'type', ARGV[3],\n"
-	"  'tenant', ARGV[4], 'id', ARGV[5], 'node', ARGV[1], 'generation', ARGV[6],\n"
-	"  'epoch', ARGV[2])\n"
 	"return 1\n";
 
 /* After an agent restart: the record names this node (ARGV[1]) and says
- * running/starting, but nothing runs here: set it sleeping, event "lost".
- * ARGV: node tenant id. 1 done, 0 not ours / not running, -1 no record. */
+ * running/starting, but nothing runs here: set it sleeping. ARGV: node.
+ * {generation, epoch} done (the caller adds the "lost" event), 0 not ours
+ * / not running, -1 no record. */
 static const char lua_lost[] =
 	"local r = redis.call('HMGET', KEYS[1], 'node', 'epoch', 'state', 'generation')\n"
 	"if not r[2] then return -1 end\n"
 	"if r[1] ~= ARGV[1] then return 0 end\n"
 	"if r[3] ~= 'running' and r[3] ~= 'starting' then return 0 end\n"
 	"redis.call('HSET', KEYS[1], 'state', 'sleeping')\n"
-	"redis.call('XADD', 'sbx:events', 'MAXLEN', '~', '10000', '*', 'type', 'lost',\n"
-	"  'tenant', ARGV[2], 'id', ARGV[3], 'node', ARGV[1], 'generation', r[4] or '0',\n"
-	"  'epoch', r[2])\n"
-	"return 1\n";
+	"return {r[4] or '0', r[2]}\n";
 
 static int record_key(char *out, size_t n, const char *tenant, const char *id)
 {
@@ -114,34 +110,62 @@ void agent_sb_stream_end(struct agent *a, struct agent_stream *st)
 
 /* --- Redis writes --- */
 
+static void add_event(struct agent *a, const char *type, const char *tenant, const char *id,
+		      int64_t generation, int64_t epoch);
+
+/* What a record update was for: logged, and its event added once Redis
+ * says the update was made. */
 struct lc_note {
+	struct agent *a;
 	char key[AGENT_KEY_MAX];
 	char what[16];
+	char tenant[64];
+	char id[64];
+	int64_t generation, epoch;
 };
 
-static struct lc_note *note_new(const char *key, const char *what)
+static struct lc_note *note_new(struct agent *a, const char *key, const char *what,
+				const char *tenant, const char *id, int64_t generation,
+				int64_t epoch)
 {
 	struct lc_note *n = calloc(1, sizeof(*n));
 
 	if (n) {
+		n->a = a;
 		snprintf(n->key, sizeof(n->key), "%s", key);
 		snprintf(n->what, sizeof(n->what), "%s", what);
+		snprintf(n->tenant, sizeof(n->tenant), "%s", tenant);
+		snprintf(n->id, sizeof(n->id), "%s", id);
+		n->generation = generation;
+		n->epoch = epoch;
 	}
 	return n;
 }
 
-/* Log the outcome of a compare-and-set script. */
+/* The outcome of a record update: 1, or {generation, epoch} (lua_lost),
+ * means done; then the event goes to sbx:events. */
 static void note_reply(void *arg, struct redisReply *reply)
 {
 	struct lc_note *n = arg;
+	int done = 0;
 
-	if (reply && reply->type == REDIS_REPLY_ERROR)
+	if (reply && reply->type == REDIS_REPLY_ERROR) {
 		log_warn("sandbox '%s': redis refused the %s update: %.200s", n->key, n->what,
 			 reply->str);
-	else if (reply && reply->type == REDIS_REPLY_INTEGER)
+	} else if (reply && reply->type == REDIS_REPLY_INTEGER) {
+		done = reply->integer == 1;
 		log_info("sandbox '%s': record %s (%s)", n->key,
-			 reply->integer == 1 ? "set to sleeping" :
+			 done ? "set to sleeping" :
 			 reply->integer == 0 ? "left alone: it moved on" : "is gone", n->what);
+	} else if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+		   reply->element[0]->type == REDIS_REPLY_STRING &&
+		   reply->element[1]->type == REDIS_REPLY_STRING) {
+		done = util_parse_i64(reply->element[0]->str, 0, INT64_MAX, &n->generation) == 0 &&
+		       util_parse_i64(reply->element[1]->str, 0, INT64_MAX, &n->epoch) == 0;
+		log_info("sandbox '%s': record set to sleeping (%s)", n->key, n->what);
+	}
+	if (done)
+		add_event(n->a, n->what, n->tenant, n->id, n->generation, n->epoch);
 	free(n);
 }
 
@@ -156,12 +180,11 @@ static void cas_sleeping(struct agent *a, const char *key, const char *tenant, c
 		return;
 	if (last_active > 0)
 		util_iso8601(last_active, active);
-	n = note_new(key, why);
+	n = note_new(a, key, why, tenant, id, generation, epoch);
 	if (!n)
 		return;
-	if (registry_command(a->reg, note_reply, n, "EVAL %s 1 %s %s %lld %s %s %s %lld %s",
-			     lua_sleep, rkey, a->conf->agent.name, (long long)epoch, why, tenant, id,
-			     (long long)generation, active) < 0) {
+	if (registry_command(a->reg, note_reply, n, "EVAL %s 1 %s %s %lld %s", lua_sleep, rkey,
+			     a->conf->agent.name, (long long)epoch, active) < 0) {
 		log_warn("sandbox '%s': no redis connection; its record is fixed at the next sweep",
 			 key);
 		free(n);
@@ -251,8 +274,13 @@ enum agent_lc_action agent_lc_decide(const char *me, int64_t epoch, int running,
 			return AGENT_LC_RAISE_FENCE;     /* the API is about to PUT it here */
 		return strcmp(state, "running") == 0 ? AGENT_LC_DESTROY_CAS : AGENT_LC_DESTROY;
 	}
-	if (rec_epoch < epoch)
-		return AGENT_LC_KEEP;                    /* older than what we were told: ignore */
+	if (rec_epoch < epoch) {
+		/* Only lost writes make a record older than what the API told us
+		 * (it writes the record before it calls us). */
+		if (strcmp(state, "running") == 0 || strcmp(state, "starting") == 0)
+			return AGENT_LC_RESET;
+		return AGENT_LC_KEEP;
+	}
 	if (strcmp(state, "sleeping") == 0 && running)
 		return AGENT_LC_STOP;
 	if (strcmp(state, "running") == 0 && !running)
@@ -301,6 +329,10 @@ static void sweep_reply(void *arg, struct redisReply *reply)
 	case AGENT_LC_REPORT:
 		/* Our report of the stop never reached Redis. */
 		agent_lc_report_stopped(a, sb, "slept");
+		break;
+	case AGENT_LC_RESET:
+		cas_sleeping(a, sb->key, sb->tenant, sb->id, rec_epoch, sb->generation, 0, "reset");
+		fence_out(a, sb, -1, "its record lost writes and is older than our epoch");
 		break;
 	}
 out:
@@ -368,10 +400,10 @@ static void members_reply(void *arg, struct redisReply *reply)
 		sb = agent_sb_find(a, key);
 		if (sb && sb->rt && !sb->dead)
 			continue;
-		if (!(n = note_new(key, "lost")))
+		if (!(n = note_new(a, key, "lost", tenant, id, 0, 0)))
 			return;
-		if (registry_command(a->reg, note_reply, n, "EVAL %s 1 %s %s %s %s", lua_lost, rkey,
-				     a->conf->agent.name, tenant, id) < 0) {
+		if (registry_command(a->reg, note_reply, n, "EVAL %s 1 %s %s", lua_lost, rkey,
+				     a->conf->agent.name) < 0) {
 			free(n);
 			return;
 		}

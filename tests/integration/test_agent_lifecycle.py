@@ -269,3 +269,26 @@ def test_cut_off_agent_destroys_its_stale_copy(stack):
             os.kill(pid, signal.SIGCONT)
         stack.wait_healthy()
         destroy(stack, sid)
+
+
+def test_record_that_lost_writes_is_reset_not_stuck(stack):
+    """A Redis failover can lose the latest start: the record then says
+    running on this node at an OLDER epoch than the agent was given. The
+    agent would refuse that epoch forever; instead its sweep drops its copy
+    and sets the record to sleeping, and the next call starts afresh."""
+    sid, rec = new_box(stack)
+    tenant = tenant_of(stack, stack.key)
+    rkey = "sbx:sb:{%s/%s}" % (tenant, sid)
+    old_epoch = int(rec["epoch"]) - 1000
+    stack.redis_cli("HSET", rkey, "epoch", old_epoch)
+    try:
+        stack.wait("the agent to reset the stale record",
+                   lambda: stack.redis_cli("HGET", rkey, "state") == "sleeping", timeout=15)
+        assert "reset" in event_types(stack, tenant, sid)
+        assert run(stack, sid, "echo back")["stdout"] == "back\n"
+        now = record(stack, sid)
+        assert now["epoch"] > rec["epoch"], "the new epoch must pass the agent's fence"
+        assert now["generation"] > rec["generation"]
+        assert len(inits_of(tenant, sid)) == 1, "more than one container for the sandbox"
+    finally:
+        destroy(stack, sid)

@@ -33,8 +33,12 @@ TEST(agent_lc_decide_same_epoch)
 	CHECK_INT(agent_lc_decide("n1", 10, 0, "n1", 10, "sleeping"), AGENT_LC_KEEP);
 	CHECK_INT(agent_lc_decide("n1", 10, 0, "n1", 10, "running"), AGENT_LC_REPORT);
 	CHECK_INT(agent_lc_decide("n1", 10, 0, "n1", 10, "starting"), AGENT_LC_KEEP);
-	/* A record older than what we were told is left alone. */
+	/* A sleeping record older than what we were told is left alone ... */
 	CHECK_INT(agent_lc_decide("n1", 10, 1, "n1", 5, "sleeping"), AGENT_LC_KEEP);
+	/* ... but one that claims to run lost writes (a Redis failover): reset it,
+	 * or every data call would be refused as STALE_EPOCH forever. */
+	CHECK_INT(agent_lc_decide("n1", 10, 1, "n1", 5, "running"), AGENT_LC_RESET);
+	CHECK_INT(agent_lc_decide("n1", 10, 0, "n1", 5, "starting"), AGENT_LC_RESET);
 }
 
 TEST(agent_lc_streams_count_per_container)
