@@ -12,8 +12,17 @@ p50/p99. "p99 at half the peak": Debian's wrk has no -R and wrk2 is not
 packaged, so wrk is paced with a Lua delay() per connection and enough
 connections for half the measured peak; the achieved rate is reported.
 
+The sandbox figures (sequential latencies with median/p99/spread, the
+process baselines, 500 live sandboxes, concurrent streams) are in
+sandbox_figs.py; shared helpers and the C spawn harness in benchlib.py.
+docs/PERFORMANCE.md is regenerated except what follows NOTES_MARKER, which
+is hand-written and kept.
+
 Environment: BENCH_DURATION (s per wrk run, default 5), BENCH_RUNS (3),
-BENCH_CONNECTIONS (32), SBX_BUILD.
+BENCH_CONNECTIONS (32), BENCH_EXEC_DURATION (s per exec wrk run, 3),
+BENCH_N (create/first-command repetitions, 50), BENCH_N_RTT (exec round
+trips, 300), BENCH_N_SPAWN (fork/exec baseline runs, 200), BENCH_LIVE (500),
+BENCH_STREAMS_MAX (1000), BENCH_OUT (output file), SBX_BUILD.
 """
 
 import datetime
@@ -227,6 +236,17 @@ def fig_exec_throughput(st):
         peak(res, st.url + paths[0], runs=RUNS, conns=conns, lua=exec_lua(paths),
              duration=EXEC_DURATION, headers=auth)
         out.append(res)
+    # One connection straight at the agent (no nginx, no pool): wrk is a C
+    # client, so its p50 is the server side without Python's own cost.
+    rec = st.http.get(st.url + "/v1/sandboxes/" + sandbox_figs.EXEC_SANDBOXES[0],
+                      headers={"Authorization": "Bearer " + st.key}, timeout=10).json()
+    res = Result("exec-agent-c1", "exec of `true` straight at the agent (X-Sbx-Node-Secret, "
+                 "X-Sbx-Tenant, X-Sbx-Epoch), wrk 1 connection", baseline="fork-exec-rate")
+    peak(res, "http://%s%s" % (st.env["SBX_AGENT_1"], one[0]), runs=RUNS, conns=1,
+         lua=exec_lua(one), duration=EXEC_DURATION,
+         headers=("X-Sbx-Node-Secret: " + st.secret, "X-Sbx-Tenant: dev",
+                  "X-Sbx-Epoch: %d" % rec["epoch"]))
+    out.append(res)
     return out
 
 
@@ -411,21 +431,23 @@ def main():
     st = stack_up(agents=1)
     results = []
     try:
+        # Sequential latencies first, while wrk has not loaded the machine yet.
         run_fig("baselines", sandbox_figs.fig_baselines, st, ctx)
         fe = Result("fork-exec-rate", "1000 / fork-exec p50 (serial)")
         fe.rps = [1000.0 / ctx.get("fork-exec").p50]
         results.append(fe)
-        for fig in FIGURES:
-            results.append(run_fig(fig.__name__, fig, st))
         run_fig("first-command", sandbox_figs.fig_first_command, st, ctx)
         run_fig("create", sandbox_figs.fig_create, st, ctx)
         sandbox_figs.setup_exec_sandboxes(st, ctx)
         run_fig("exec-rtt", sandbox_figs.fig_exec_rtt, st, ctx)
-        results += run_fig("exec-throughput", fig_exec_throughput, st)
         run_fig("first-byte", sandbox_figs.fig_first_byte, st, ctx)
+        for fig in FIGURES:
+            results.append(run_fig(fig.__name__, fig, st))
+        results += run_fig("exec-throughput", fig_exec_throughput, st)
         results.append(run_fig("get-record", fig_get_record, st))
         sandbox_figs.teardown_exec_sandboxes(st, ctx)
         run_fig("streams", sandbox_figs.fig_streams, st, ctx)
+        # The node's capacity is 500: every other sandbox is gone by now.
         run_fig("live-memory", sandbox_figs.fig_live_memory, st, ctx)
     finally:
         stack_down(st)
