@@ -5,8 +5,10 @@
 #   make SANITIZE=address,undefined   sanitized tree under build/san/
 #   make deps             install missing Debian packages (as root)
 #   make run              the local stack in the foreground
-#   make test             unit tests, then the integration suite
+#   make test             unit tests, the integration suite, then test-multihost
+#   make test-multihost   three hosts in network namespaces sharing one Redis
 #   make bench            benchmarks, written to docs/PERFORMANCE.md
+#   make fuzz             libFuzzer harnesses (tests/fuzz/), FUZZ_SECONDS each
 
 CC      ?= cc
 PKGS    := jansson hiredis libcurl libevent libmicrohttpd libseccomp
@@ -85,9 +87,15 @@ unit: $(BUILD)/unit-tests
 integration: $(BINS)
 	SBX_BUILD=$(BUILD) $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration $(PYTEST_ARGS)
 
+# Three hosts in network namespaces, one Redis (tests/multihost/hosts); root.
+# About 20 s, so it is part of `make test`.
+test-multihost: $(BINS)
+	SBX_BUILD=$(BUILD) $(PYTHON) -m pytest -q -p no:cacheprovider tests/multihost $(PYTEST_ARGS)
+
 test: deps
 	$(MAKE) all unit
 	$(MAKE) integration
+	$(MAKE) test-multihost
 
 run: deps
 	$(MAKE) all
@@ -97,9 +105,57 @@ bench: deps
 	$(MAKE) all
 	SBX_BUILD=$(BUILD) $(PYTHON) tests/bench/run.py
 
+# Two minutes of mixed load at ~60% of the measured peak; RSS and fd samples
+# of the API pool and the agents every 10 s (not part of `make test`).
+soak: deps
+	$(MAKE) all
+	SBX_BUILD=$(BUILD) $(PYTHON) tests/soak/run.py $(SOAK_ARGS)
+
 clean:
 	rm -rf build
 
-.PHONY: all deps unit integration test run bench clean
+.PHONY: all deps unit integration test test-multihost run bench soak clean
+
+# --- fuzzing (libFuzzer harnesses in tests/fuzz/) ---------------------------
+#   make fuzz             build every harness, run each for FUZZ_SECONDS
+#   make fuzz-smoke       the same for FUZZ_SMOKE_SECONDS each (CI)
+# The modules are rebuilt from source with clang into build/fuzz/ (coverage
+# instrumentation + ASan/UBSan) and archived, so that a harness links only
+# what it reaches. New corpus entries go to build/fuzz/corpus/<target>/,
+# crashes to build/fuzz/artifacts/; the seeds in tests/fuzz/corpus/ are
+# only read.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 20
+FUZZ_SMOKE_SECONDS ?= 5
+FUZZ_DIR     := build/fuzz
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_CFLAGS   = -std=gnu11 -D_GNU_SOURCE $(filter-out -Werror,$(WARN)) -O1 -g $(FUZZ_SAN) \
+                -Isandbox/common -Isandbox -Ifcgi $(PKG_CFLAGS) -MMD -MP
+FUZZ_LIB_SRC := $(COMMON_SRC) $(filter-out sandbox/agent.c,$(AGENT_SRC)) \
+                $(filter-out fcgi/main.c,$(API_SRC))
+FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_LIB_SRC))
+FUZZ_SRC     := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(FUZZ_DIR)/%,$(FUZZ_SRC))
+
+$(FUZZ_DIR)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/libsbx.a: $(FUZZ_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_DIR)/libsbx.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_DIR)/libsbx.a $(LDLIBS_ALL)
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	tests/fuzz/run $(FUZZ_SECONDS) $(FUZZ_BINS)
+
+fuzz-smoke: fuzz-build
+	tests/fuzz/run $(FUZZ_SMOKE_SECONDS) $(FUZZ_BINS)
+
+.PHONY: fuzz fuzz-build fuzz-smoke
 
 -include $(shell find build -name '*.d' 2>/dev/null)

@@ -140,7 +140,7 @@ int lifecycle_parse_spec(const json_t *body, const struct sbx_conf *c, struct lc
 			 struct sbx_err *e)
 {
 	const char *k;
-	json_t *v;
+	json_t *v, *item;   /* item: the member while v is the object iterated */
 
 	memset(s, 0, sizeof(*s));
 	if (jsonv_check(body, spec_fields, "the body", e) < 0)
@@ -148,14 +148,14 @@ int lifecycle_parse_spec(const json_t *body, const struct sbx_conf *c, struct lc
 	if ((v = json_object_get(body, "labels"))) {
 		if (jsonv_string_map(v, "labels", LC_LABELS_MAX, 63, 255, 0, e) < 0)
 			goto fail;
-		json_object_foreach(v, k, v) {
+		json_object_foreach(v, k, item) {
 			if (!ids_valid_label_key(k)) {
 				err_set(e, SBX_E_VALIDATION,
 					"label key '%.64s' must be 1-63 printable ASCII without '{', '}', ':', ',' or space",
 					k);
 				goto fail;
 			}
-			if (!ids_valid_label_value(json_string_value(v))) {
+			if (!ids_valid_label_value(json_string_value(item))) {
 				err_set(e, SBX_E_VALIDATION,
 					"label '%.64s' must have a value of 0-255 printable ASCII without '{', '}' or ','",
 					k);
@@ -168,14 +168,14 @@ int lifecycle_parse_spec(const json_t *body, const struct sbx_conf *c, struct lc
 	if ((v = json_object_get(body, "env"))) {
 		if (jsonv_string_map(v, "env", LC_ENV_MAX, LC_ENV_KEY_MAX, LC_ENV_VALUE_MAX, 0, e) < 0)
 			goto fail;
-		json_object_foreach(v, k, v) {
+		json_object_foreach(v, k, item) {
 			if (!env_key_valid(k)) {
 				err_set(e, SBX_E_VALIDATION,
 					"env name '%.64s' must match [A-Za-z_][A-Za-z0-9_]* (at most %d bytes)",
 					k, LC_ENV_KEY_MAX);
 				goto fail;
 			}
-			if (strlen(json_string_value(v)) != json_string_length(v)) {
+			if (strlen(json_string_value(item)) != json_string_length(item)) {
 				err_set(e, SBX_E_VALIDATION, "env '%.64s' must not contain NUL", k);
 				goto fail;
 			}

@@ -11,6 +11,11 @@
 #include <sys/time.h>
 
 #define RETRY_AFTER_FAILED_CONNECT_MS 100
+/* After Redis let a command time out (paused, overloaded, a host that
+ * dropped off the network) this worker answers REDIS_UNAVAILABLE at once for
+ * this long instead of blocking every request for command_timeout: a pool
+ * of N workers stays able to answer (503 fast, /healthz) while Redis hangs. */
+#define RETRY_AFTER_TIMEOUT_MS 1000
 
 static struct {
 	struct redisurl addr;
@@ -135,6 +140,12 @@ static int conn_usable(int fd)
 	return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
+/* Did the last command on c fail by running into the socket timeout? */
+static int timed_out(const redisContext *c)
+{
+	return c && c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
 /* Make sure a connection exists; respects the back-off after a failure. */
 static int ensure(struct sbx_err *e)
 {
@@ -154,6 +165,8 @@ static int ensure(struct sbx_err *e)
 		goto fail;
 	ok = policy_ok(st.ctx, e);
 	if (ok <= 0) {
+		if (ok < 0 && timed_out(st.ctx))
+			st.next_try_ms = now + RETRY_AFTER_TIMEOUT_MS;
 		drop();
 		goto fail;
 	}
@@ -233,10 +246,11 @@ int store_collect(redisReply **replies, size_t n, unsigned flags, struct sbx_err
 	for (i = 0; i < n; i++) {
 		void *rep = NULL;
 		if (redisGetReply(st.ctx, &rep) != REDIS_OK || !rep) {
-			if (st.ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK))
+			if (timed_out(st.ctx)) {
 				err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis did not answer within %lld ms",
 					(long long)st.command_timeout_ms);
-			else
+				st.next_try_ms = util_now_ms() + RETRY_AFTER_TIMEOUT_MS;
+			} else
 				err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: %s",
 					st.ctx->errstr[0] ? st.ctx->errstr : "no reply");
 			store_free_replies(replies, i);

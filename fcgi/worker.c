@@ -47,6 +47,23 @@ static int setup_signals(sigset_t *wait_mask)
 	return 0;
 }
 
+/* Reads what is left of the request's stdin, up to its end record.
+ * libfcgi reuses a kept-alive connection only when the stream was read to
+ * its end: an unread record (a body the handler did not read, or just the
+ * empty end-of-stdin record after exactly Content-Length bytes) makes the
+ * next FCGX_Accept_r on that connection fail and close it under the next
+ * request nginx already sent there — a 502 for a client whose non-idempotent
+ * request nginx does not retry. nginx bounds control bodies, so this ends. */
+static void drain_stdin(FCGX_Request *fcgx)
+{
+	char sink[16384];
+
+	if (!fcgx->in)
+		return;
+	while (FCGX_GetStr(sink, (int)sizeof(sink), fcgx->in) > 0)
+		;
+}
+
 int worker_run(int listen_fd, const struct sbx_conf *conf, pid_t master)
 {
 	FCGX_Request fcgx;
@@ -98,6 +115,7 @@ int worker_run(int listen_fd, const struct sbx_conf *conf, pid_t master)
 		else
 			router_dispatch(&r);
 		http_req_release(&r);
+		drain_stdin(&fcgx);
 		FCGX_Finish_r(&fcgx);
 	}
 	FCGX_Free(&fcgx, 1);

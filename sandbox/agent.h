@@ -20,6 +20,7 @@
 
 struct registry;
 struct agent_lc;
+struct pool;
 
 #define AGENT_VERSION "0.1.0"
 #define AGENT_KEY_MAX 128
@@ -47,6 +48,7 @@ struct agent_sb {
 	int keep_alive;              /* never stop for inactivity */
 	int streams;                 /* live streams of the current container */
 	int64_t run;                 /* unique per container start on this agent (agent.runs) */
+	int from_pool;               /* the current container came from the warm pool (pool.h) */
 };
 
 /* A live stream (a streaming answer or a request in progress) keeps its
@@ -62,7 +64,13 @@ struct agent_fence {
 	struct agent_fence *next;
 	char key[AGENT_KEY_MAX];
 	int64_t epoch;
+	int64_t touched_ms;          /* monotonic: last time this epoch was checked or raised */
 };
+
+/* How long the fence of a sandbox that is gone from this node is kept. A
+ * late command for it is at most api.agent_timeout old; and a sandbox
+ * created again gets a new epoch from Redis' clock, above any old one. */
+#define AGENT_FENCE_KEEP_MS (10 * 60 * 1000)
 
 struct agent {
 	const struct sbx_conf *conf;
@@ -72,6 +80,7 @@ struct agent {
 	struct agent_fence *fences;
 	struct registry *reg;        /* Redis (registry.h) */
 	struct agent_lc *lc;         /* sleep timer, fencing sweep (agent_lifecycle.c) */
+	struct pool *pool;           /* warm pool (pool.h); NULL when agent.warm_pool is 0 */
 	int64_t runs;                /* container starts so far: the source of agent_sb.run */
 	int shutting_down;
 };
@@ -86,6 +95,10 @@ int agent_key(char *out, size_t outsz, const char *tenant, const char *id);
 /* Fencing: refuse epoch when lower than the highest seen for key
  * (-1, STALE_EPOCH), else remember it as the highest. */
 int agent_fence(struct agent *a, const char *key, int64_t epoch, struct sbx_err *e);
+
+/* Forget fences of sandboxes no longer on this node and untouched for
+ * AGENT_FENCE_KEEP_MS, so the table does not grow with every id ever seen. */
+void agent_fence_prune(struct agent *a, int64_t now_ms);
 
 /* Parse an X-Sbx-Epoch value ("" / NULL → -1 with VALIDATION). */
 int agent_parse_epoch(const char *v, int64_t *out, struct sbx_err *e);

@@ -344,7 +344,10 @@ static void sweep(struct agent_lc *lc)
 	struct agent *a = lc->a;
 	char rkey[LC_RECORD_KEY_MAX];
 
-	if (a->shutting_down || !registry_connected(lc->reg))
+	if (a->shutting_down)
+		return;
+	agent_fence_prune(a, util_now_ms());
+	if (!registry_connected(lc->reg))
 		return;
 	for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next) {
 		struct sweep_ctx *c;

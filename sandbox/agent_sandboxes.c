@@ -6,6 +6,7 @@
 #include "ids.h"
 #include "jsonv.h"
 #include "log.h"
+#include "pool.h"
 #include "util.h"
 
 #include <errno.h>
@@ -43,7 +44,24 @@ int agent_fence(struct agent *a, const char *key, int64_t epoch, struct sbx_err 
 		a->fences = f;
 	}
 	f->epoch = epoch;
+	f->touched_ms = util_now_ms();
 	return 0;
+}
+
+void agent_fence_prune(struct agent *a, int64_t now_ms)
+{
+	struct agent_fence **pp = &a->fences;
+
+	while (*pp) {
+		struct agent_fence *f = *pp;
+
+		if (now_ms - f->touched_ms >= AGENT_FENCE_KEEP_MS && !agent_sb_find(a, f->key)) {
+			*pp = f->next;
+			free(f);
+		} else {
+			pp = &f->next;
+		}
+	}
 }
 
 int agent_parse_epoch(const char *v, int64_t *out, struct sbx_err *e)
@@ -162,7 +180,7 @@ json_t *agent_sb_json(const struct agent_sb *sb)
 	util_iso8601(sb->started_at, started);
 	util_iso8601(sb->last_active_at, active);
 	return json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:s, s:{s:I, s:f, s:I, s:I}, s:O, s:s, s:s, "
-			 "s:s, s:I, s:I, s:I, s:b, s:i}",
+			 "s:s, s:I, s:I, s:I, s:b, s:i, s:b}",
 			 "id", sb->id, "tenant", sb->tenant, "state", running ? "running" : "stopped",
 			 "generation", (json_int_t)sb->generation, "epoch", (json_int_t)sb->epoch,
 			 "image", sb->image, "network", network_name(sb->network), "resources",
@@ -173,7 +191,7 @@ json_t *agent_sb_json(const struct agent_sb *sb)
 			 (json_int_t)(running ? rt_memory_bytes(sb->rt) : 0), "oomKills",
 			 (json_int_t)(running ? rt_oom_kills(sb->rt) : 0), "sleepAfter",
 			 (json_int_t)sb->sleep_after_ms, "keepAlive", sb->keep_alive, "liveStreams",
-			 sb->streams);
+			 sb->streams, "fromPool", sb->from_pool);
 }
 
 static void sb_free(struct agent_sb *sb)
@@ -209,6 +227,7 @@ void agent_sb_remove(struct agent *a, struct agent_sb *sb)
 
 void agent_sb_destroy_all(struct agent *a)
 {
+	pool_drain(a->pool);
 	while (a->sandboxes)
 		agent_sb_remove(a, a->sandboxes);
 }
@@ -498,7 +517,13 @@ void agent_h_sandbox_put(struct httpd_req *r)
 	}
 	spec = (struct rt_spec){ .key = sb->key, .hostname = sb->id, .image = sb->image,
 				 .network = sb->network, .limits = sb->limits, .env = sb->base_env };
-	sb->rt = rt_create(a->rt, &spec, &e);
+	/* warm pool (pool.h): a matching spec takes a pre-built sandbox */
+	sb->rt = pool_claim(a->pool, &spec);
+	sb->from_pool = sb->rt != NULL;
+	if (!sb->rt) {
+		pool_make_room(a->pool);
+		sb->rt = rt_create(a->rt, &spec, &e);
+	}
 	if (!sb->rt) {
 		err_prefix(&e, "cannot start sandbox '%s'", sb->key);
 		goto fail_entry;

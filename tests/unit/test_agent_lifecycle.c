@@ -69,3 +69,33 @@ TEST(agent_lc_streams_count_per_container)
 	agent_sb_stream_end(&a, &s1);
 	CHECK_INT(s1.active, 0);
 }
+
+TEST(agent_fence_prune_forgets_only_old_fences_of_gone_sandboxes)
+{
+	struct agent a = { 0 };
+	struct agent_sb sb = { 0 };
+	struct sbx_err e;
+	int64_t now;
+
+	snprintf(sb.key, sizeof(sb.key), "dev.here");
+	a.sandboxes = &sb;
+	CHECK_INT(agent_fence(&a, "dev.here", 5, &e), 0);
+	CHECK_INT(agent_fence(&a, "dev.gone", 7, &e), 0);
+	CHECK_INT(agent_fence(&a, "dev.recent", 9, &e), 0);
+	now = a.fences->touched_ms;
+	for (struct agent_fence *f = a.fences; f; f = f->next)
+		if (strcmp(f->key, "dev.recent") != 0)
+			f->touched_ms = now - AGENT_FENCE_KEEP_MS - 1;
+	agent_fence_prune(&a, now);
+	/* The gone sandbox's old fence is forgotten: any epoch is accepted again. */
+	CHECK_INT(agent_fence(&a, "dev.gone", 1, &e), 0);
+	/* A sandbox still here keeps its fence however old; a recent one too. */
+	CHECK_INT(agent_fence(&a, "dev.here", 4, &e), -1);
+	CHECK_INT(e.code, SBX_E_STALE_EPOCH);
+	CHECK_INT(agent_fence(&a, "dev.recent", 8, &e), -1);
+	while (a.fences) {
+		struct agent_fence *f = a.fences;
+		a.fences = f->next;
+		free(f);
+	}
+}
