@@ -82,6 +82,13 @@ static int address_ok(const char *a)
 int agentc_call(const char *method, const char *address, const char *path, const json_t *body,
 		int64_t epoch, struct agentc_reply *out, struct sbx_err *e)
 {
+	return agentc_call_timeout(method, address, path, body, epoch, ac.timeout_ms, out, e);
+}
+
+int agentc_call_timeout(const char *method, const char *address, const char *path,
+			const json_t *body, int64_t epoch, int64_t timeout_ms,
+			struct agentc_reply *out, struct sbx_err *e)
+{
 	char url[512], epoch_header[64];
 	auto_free char *text = NULL;
 	struct curl_slist *hdrs = NULL;
@@ -121,8 +128,8 @@ int agentc_call(const char *method, const char *address, const char *path, const
 	curl_easy_setopt(ac.h, CURLOPT_CUSTOMREQUEST, method);
 	curl_easy_setopt(ac.h, CURLOPT_HTTPHEADER, hdrs);
 	curl_easy_setopt(ac.h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(ac.h, CURLOPT_TIMEOUT_MS, (long)ac.timeout_ms);
-	curl_easy_setopt(ac.h, CURLOPT_CONNECTTIMEOUT_MS, (long)(ac.timeout_ms < 2000 ? ac.timeout_ms : 2000));
+	curl_easy_setopt(ac.h, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+	curl_easy_setopt(ac.h, CURLOPT_CONNECTTIMEOUT_MS, (long)(timeout_ms < 2000 ? timeout_ms : 2000));
 	curl_easy_setopt(ac.h, CURLOPT_PROTOCOLS_STR, "http");
 	curl_easy_setopt(ac.h, CURLOPT_FOLLOWLOCATION, 0L);
 	curl_easy_setopt(ac.h, CURLOPT_OPENSOCKETFUNCTION, open_socket);

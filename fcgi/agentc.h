@@ -28,6 +28,11 @@ struct agentc_reply {
  * Free out with agentc_reply_release(). */
 int agentc_call(const char *method, const char *address, const char *path, const json_t *body,
 		int64_t epoch, struct agentc_reply *out, struct sbx_err *e);
+/* The same with its own time bound instead of api.agent_timeout (calls
+ * that wait for the agent on purpose, e.g. a tunnel process starting). */
+int agentc_call_timeout(const char *method, const char *address, const char *path,
+			const json_t *body, int64_t epoch, int64_t timeout_ms,
+			struct agentc_reply *out, struct sbx_err *e);
 void agentc_reply_release(struct agentc_reply *r);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * Tunnels (control) and the tunnel-host decision:
  *
- *   POST   /v1/sandboxes/{id}/tunnels/{port} -> {id, port, url, provider, generation, createdAt}
+ *   POST   /v1/sandboxes/{id}/tunnels/{port} {provider?} -> {id, port, url, provider, generation, createdAt}
  *   GET    /v1/sandboxes/{id}/tunnels        -> {tunnels:[…]} (Redis only)
  *   DELETE /v1/sandboxes/{id}/tunnels/{port} -> 204 (idempotent)
  *
@@ -10,13 +10,22 @@
  * is then dead: deleted when seen) or the tunnel is deleted. Concurrent
  * POSTs share one tunnel: the first takes a short-lived claim key (SET NX
  * PX) in the sandbox's hash tag and makes it; the others poll for its
- * record. A live record whose forwarder is gone (the agent answers with
- * another address) is evicted and made again.
+ * record. A live record whose provider says it no longer serves (the
+ * forwarder was re-made, the tunnel process is gone) is evicted and made
+ * again.
  *
- * Provider "builtin" (the only one so far): the URL is a host of our own
- * nginx, "t-<16 random [a-z0-9]>.<preview domain>", routed like a preview
- * (/_sbx_preview -> api_tunnels_route) to the agent's forwarder.
+ * Providers (struct tunnel_kind, chosen by the body's "provider" or
+ * api.tunnel_provider):
+ *   builtin      the URL is a host of our own nginx, "t-<16 random
+ *                [a-z0-9]>.<preview domain>", routed like a preview
+ *                (/_sbx_preview -> api_tunnels_route) to the agent's
+ *                forwarder. Nothing runs for it.
+ *   cloudflared  the owning agent runs `cloudflared tunnel --url` for the
+ *                forwarder (sandbox/tunnel.h) and hands back its
+ *                *.trycloudflare.com URL; the agent evicts the record when
+ *                that process dies.
  */
+#include "agentc.h"
 #include "api.h"
 #include "ids.h"
 #include "jsonv.h"
@@ -30,7 +39,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CLAIM_TTL_MS 15000
+#define CLAIM_TTL_MS 15000         /* builtin; process providers add their start time */
 #define WAIT_MS 15000
 #define POLL_MS 20
 #define OWNER_ATTEMPTS 4
@@ -144,41 +153,250 @@ static int respond_record(struct http_req *r, const char *text, struct sbx_err *
 	return 0;
 }
 
-/* The winner's part: forwarder, tunnel id, index, record. 0 answered, 1
- * try again, -1 with e. */
-static int tunnel_make(struct http_req *r, const char *id, int port, const struct lc_owner *o,
-		       const struct preview_sb *s, const char *claim, const char *nonce,
-		       struct sbx_err *e)
+/* --- providers --- */
+
+/* What a provider made for a claimed port. */
+struct tunnel_made {
+	char url[512];
+	char upstream[PREVIEW_ADDR_MAX];   /* the forwarder, host:port */
+	char tid[PREVIEW_TUNNEL_ID_LEN + 1];
+	int indexed;                       /* sbx:tunnel:<tid> written */
+};
+
+struct tunnel_kind {
+	const char *name;
+	/* Make the tunnel of a claimed port of the sandbox at o. 0 with m
+	 * filled, or -1 with e (CONFLICT: the sandbox moved on; try again). */
+	int (*make)(struct http_req *r, const char *id, int port, const struct lc_owner *o,
+		    struct tunnel_made *m, struct sbx_err *e);
+	/* Does the live record rec still serve? 0 yes, 1 no (evict and make
+	 * again), -1 with e. */
+	int (*check)(struct http_req *r, const char *id, int port, const struct lc_owner *o,
+		     const json_t *rec, struct sbx_err *e);
+	/* Stop what serves a deleted record (best effort). */
+	void (*stop)(const char *tenant, const char *id, int port);
+	/* Extra claim time for make, beyond CLAIM_TTL_MS. */
+	int64_t (*make_ms)(const struct sbx_conf *c);
+};
+
+static int builtin_make(struct http_req *r, const char *id, int port, const struct lc_owner *o,
+			struct tunnel_made *m, struct sbx_err *e)
 {
-	char addr[PREVIEW_ADDR_MAX], tid[PREVIEW_TUNNEL_ID_LEN + 1], label[PREVIEW_LABEL_MAX];
-	char url[512], now[32], key[192], val[192], hkey[192], pstr[8];
+	char label[PREVIEW_LABEL_MAX], key[192], val[192];
+	redisReply *rep;
+
+	if (preview_forward_open(r->tenant, id, o, port, m->upstream, e) < 0 ||
+	    preview_random_id(m->tid, PREVIEW_TUNNEL_ID_LEN, e) < 0)
+		return -1;
+	snprintf(label, sizeof(label), "t-%s", m->tid);
+	if (preview_url(r->conf, label, m->url, sizeof(m->url), e) < 0)
+		return -1;
+	index_key(key, sizeof(key), m->tid);
+	index_value(val, sizeof(val), r->tenant, id, port);
+	rep = store_command(e, "SET %s %s", key, val);
+	if (!rep)
+		return -1;
+	freeReplyObject(rep);
+	m->indexed = 1;
+	return 0;
+}
+
+/* The forwarder must still be the one recorded. */
+static int builtin_check(struct http_req *r, const char *id, int port, const struct lc_owner *o,
+			 const json_t *rec, struct sbx_err *e)
+{
+	char addr[PREVIEW_ADDR_MAX];
+	const char *fwd = json_string_value(json_object_get(rec, "forward"));
+
+	if (preview_forward_open(r->tenant, id, o, port, addr, e) < 0)
+		return e->code == SBX_E_CONFLICT ? 1 : -1;
+	return fwd && strcmp(fwd, addr) == 0 ? 0 : 1;
+}
+
+static void builtin_stop(const char *tenant, const char *id, int port)
+{
+	preview_forward_release(tenant, id, port);
+}
+
+static int64_t builtin_make_ms(const struct sbx_conf *c)
+{
+	return 0;
+}
+
+static int agent_tunnel_path(char *out, size_t n, const char *tenant, const char *id, int port)
+{
+	int w = snprintf(out, n, "/agent/v1/sandboxes/%s/%s/tunnels/%d", tenant, id, port);
+	return w < 0 || (size_t)w >= n ? -1 : 0;
+}
+
+/* An error answer of the agent as ours: its 400s (provider not available)
+ * and 503s carry a message for the client; 404/409 mean the container
+ * moved on (CONFLICT: try again). */
+static int agent_error(const struct agentc_reply *rep, const char *what, struct sbx_err *e)
+{
+	json_t *err = json_object_get(rep->body, "error");
+	const char *msg = json_string_value(json_object_get(err, "message"));
+
+	if (rep->status == 404 || rep->status == 409)
+		return err_set(e, SBX_E_CONFLICT, "the sandbox changed while its tunnel was made");
+	if (rep->status == 400 && msg)
+		return err_set(e, SBX_E_VALIDATION, "%s", msg);
+	if (rep->status == 503 && msg)
+		return err_set(e, SBX_E_NODE_UNAVAILABLE, "%s", msg);
+	return err_set(e, SBX_E_NODE_UNAVAILABLE, "the node cannot %s (status %ld)", what,
+		       rep->status);
+}
+
+static int64_t cloudflared_make_ms(const struct sbx_conf *c)
+{
+	return c->agent.tunnel_timeout_ms + c->api.agent_timeout_ms;
+}
+
+static int cloudflared_make(struct http_req *r, const char *id, int port,
+			    const struct lc_owner *o, struct tunnel_made *m, struct sbx_err *e)
+{
+	char path[256];
+	struct agentc_reply rep;
+	const char *url, *up;
+	json_t *body;
+	int rc;
+
+	if (agent_tunnel_path(path, sizeof(path), r->tenant, id, port) < 0)
+		return err_set(e, SBX_E_INTERNAL, "tunnel path too long");
+	/* The record's own id (events, logs); no host index: Cloudflare
+	 * serves the URL, not our nginx. */
+	if (preview_random_id(m->tid, PREVIEW_TUNNEL_ID_LEN, e) < 0)
+		return -1;
+	body = json_pack("{s:s, s:I}", "provider", "cloudflared", "generation",
+			 (json_int_t)o->generation);
+	if (!body)
+		return err_set(e, SBX_E_INTERNAL, "out of memory");
+	rc = agentc_call_timeout("PUT", o->address, path, body, o->epoch,
+				 cloudflared_make_ms(r->conf), &rep, e);
+	json_decref(body);
+	if (rc < 0)
+		return -1;
+	url = json_string_value(json_object_get(rep.body, "url"));
+	up = json_string_value(json_object_get(rep.body, "upstream"));
+	if (rep.status != 200) {
+		rc = agent_error(&rep, "start a cloudflared tunnel", e);
+		agentc_reply_release(&rep);
+		return rc;
+	}
+	if (!url || strncmp(url, "https://", 8) != 0 || strlen(url) >= sizeof(m->url) || !up ||
+	    !preview_address_ok(up)) {
+		agentc_reply_release(&rep);
+		return err_set(e, SBX_E_NODE_UNAVAILABLE, "the node answered a bad tunnel");
+	}
+	snprintf(m->url, sizeof(m->url), "%s", url);
+	snprintf(m->upstream, sizeof(m->upstream), "%s", up);
+	agentc_reply_release(&rep);
+	return 0;
+}
+
+/* The agent must still run a process for the port, with this URL. */
+static int cloudflared_check(struct http_req *r, const char *id, int port,
+			     const struct lc_owner *o, const json_t *rec, struct sbx_err *e)
+{
+	const char *want = json_string_value(json_object_get(rec, "url")), *got;
+	struct agentc_reply rep;
+	char path[256];
+	int rc;
+
+	if (agent_tunnel_path(path, sizeof(path), r->tenant, id, port) < 0)
+		return err_set(e, SBX_E_INTERNAL, "tunnel path too long");
+	if (agentc_call("GET", o->address, path, NULL, -1, &rep, e) < 0)
+		return -1;
+	got = json_string_value(json_object_get(rep.body, "url"));
+	rc = rep.status == 200 && want && got && strcmp(want, got) == 0 ? 0 : 1;
+	if (rep.status != 200 && rep.status != 404)
+		rc = agent_error(&rep, "check a cloudflared tunnel", e);
+	agentc_reply_release(&rep);
+	return rc;
+}
+
+/* The agent of s (when up) into addr. 0 or -1. */
+static int owner_address(const struct preview_sb *s, char addr[PREVIEW_ADDR_MAX])
+{
+	struct sbx_err e = { 0 };
+	redisReply *r[2] = { NULL, NULL };
+	int ok;
+
+	if (!s->node[0] || !ids_valid_node(s->node) ||
+	    store_append(&e, "EXISTS sbx:node:{%s}:alive", s->node) < 0 ||
+	    store_append(&e, "HGET sbx:node:{%s} address", s->node) < 0 || store_collect(r, 2, 0, &e) < 0)
+		return -1;
+	ok = r[0]->type == REDIS_REPLY_INTEGER && r[0]->integer > 0 &&
+	     r[1]->type == REDIS_REPLY_STRING && preview_address_ok(r[1]->str);
+	if (ok)
+		snprintf(addr, PREVIEW_ADDR_MAX, "%s", r[1]->str);
+	store_free_replies(r, 2);
+	return ok ? 0 : -1;
+}
+
+static void cloudflared_stop(const char *tenant, const char *id, int port)
+{
+	struct sbx_err e = { 0 };
+	char addr[PREVIEW_ADDR_MAX], path[256];
+	struct agentc_reply rep;
+	struct preview_sb s;
+
+	if (preview_sb_load(tenant, id, &s, &e) == 0 && owner_address(&s, addr) == 0 &&
+	    agent_tunnel_path(path, sizeof(path), tenant, id, port) == 0 &&
+	    agentc_call("DELETE", addr, path, NULL, s.epoch, &rep, &e) == 0)
+		agentc_reply_release(&rep);
+	preview_forward_release(tenant, id, port);
+}
+
+static const struct tunnel_kind kinds[] = {
+	{ "builtin", builtin_make, builtin_check, builtin_stop, builtin_make_ms },
+	{ "cloudflared", cloudflared_make, cloudflared_check, cloudflared_stop, cloudflared_make_ms },
+};
+
+static const struct tunnel_kind *kind_find(const char *name)
+{
+	for (size_t i = 0; name && i < ARRAY_SIZE(kinds); i++)
+		if (strcmp(kinds[i].name, name) == 0)
+			return &kinds[i];
+	return NULL;
+}
+
+/* The kind of a record (records made before providers: builtin). */
+static const struct tunnel_kind *kind_of(const json_t *rec)
+{
+	const struct tunnel_kind *k = kind_find(json_string_value(json_object_get(rec, "provider")));
+	return k ? k : &kinds[0];
+}
+
+/* The winner's part: the provider's tunnel, then the record. 0 answered,
+ * 1 try again, -1 with e. */
+static int tunnel_make(struct http_req *r, const char *id, int port, const struct lc_owner *o,
+		       const struct preview_sb *s, const struct tunnel_kind *k, const char *claim,
+		       const char *nonce, struct sbx_err *e)
+{
+	char now[32], key[192], val[192], hkey[192], pstr[8];
 	const char *keys[2], *args[3];
+	struct tunnel_made m;
 	auto_free char *text = NULL;
 	redisReply *rep;
 	json_t *rec;
 	int stored;
 
-	if (preview_forward_open(r->tenant, id, o, port, addr, e) < 0 ||
-	    preview_random_id(tid, PREVIEW_TUNNEL_ID_LEN, e) < 0)
+	memset(&m, 0, sizeof(m));
+	if (k->make(r, id, port, o, &m, e) < 0)
 		goto release;
-	snprintf(label, sizeof(label), "t-%s", tid);
-	if (preview_url(r->conf, label, url, sizeof(url), e) < 0)
-		goto release;
-	index_key(key, sizeof(key), tid);
+	index_key(key, sizeof(key), m.tid);
 	index_value(val, sizeof(val), r->tenant, id, port);
-	rep = store_command(e, "SET %s %s", key, val);
-	if (!rep)
-		goto release;
-	freeReplyObject(rep);
 	util_iso8601(util_wall_ms(), now);
-	rec = json_pack("{s:s, s:i, s:s, s:s, s:I, s:s, s:s, s:s}", "id", tid, "port", port, "url",
-			url, "provider", "builtin", "generation", (json_int_t)o->generation,
-			"incarnation", s->incarnation, "forward", addr, "createdAt", now);
+	rec = json_pack("{s:s, s:i, s:s, s:s, s:I, s:s, s:s, s:s, s:s}", "id", m.tid, "port", port,
+			"url", m.url, "provider", k->name, "generation", (json_int_t)o->generation,
+			"incarnation", s->incarnation, "forward", m.upstream, "upstream",
+			m.upstream, "createdAt", now);
 	text = rec ? jsonv_dump(rec) : NULL;
 	json_decref(rec);
 	if (!text) {
 		err_set(e, SBX_E_INTERNAL, "out of memory");
-		goto release;
+		goto undo;
 	}
 	snprintf(hkey, sizeof(hkey), "sbx:sb:{%s/%s}:tunnels", r->tenant, id);
 	snprintf(pstr, sizeof(pstr), "%d", port);
@@ -188,84 +406,116 @@ static int tunnel_make(struct http_req *r, const char *id, int port, const struc
 	args[1] = nonce;
 	args[2] = text;
 	rep = preview_eval(lua_commit, 2, keys, 3, args, e);
-	if (!rep) {
-		preview_cad(key, val);
-		return -1;
-	}
+	if (!rep)
+		goto undo;
 	stored = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
 	freeReplyObject(rep);
 	if (!stored) {
 		/* Our claim ran out and another caller made one meanwhile. */
-		preview_cad(key, val);
+		if (m.indexed)
+			preview_cad(key, val);
 		return 1;
 	}
 	rep = store_command(e, "XADD sbx:events MAXLEN ~ 10000 * type tunnel-up tenant %s id %s "
-			       "port %d tunnel %s provider builtin generation %lld",
-			   r->tenant, id, port, tid, (long long)o->generation);
+			       "port %d tunnel %s provider %s generation %lld",
+			   r->tenant, id, port, m.tid, k->name, (long long)o->generation);
 	if (rep)
 		freeReplyObject(rep);
 	err_clear(e);
-	log_info("tunnel %s for %s/%s port %d (generation %lld, forward %s)", tid, r->tenant, id, port,
-		 (long long)o->generation, addr);
+	log_info("tunnel %s (%s) for %s/%s port %d (generation %lld, upstream %s): %s", m.tid,
+		 k->name, r->tenant, id, port, (long long)o->generation, m.upstream, m.url);
 	return respond_record(r, text, e);
+undo:
+	if (m.indexed)
+		preview_cad(key, val);
 release:
 	preview_cad(claim, nonce);
 	return e->code == SBX_E_CONFLICT ? 1 : -1;
 }
 
-/* A live record: its forwarder must still be the one recorded, else it
- * is evicted. 0 answered, 1 evicted (make a new one), -1 with e. */
+/* A live record: its provider must say it still serves, else it is
+ * evicted. want: the provider the caller named (NULL: any). 0 answered,
+ * 1 evicted (make a new one), -1 with e. */
 static int tunnel_check(struct http_req *r, const char *id, int port, const struct lc_owner *o,
-			const char *text, struct sbx_err *e)
+			const char *text, const struct tunnel_kind *want, struct sbx_err *e)
 {
-	char addr[PREVIEW_ADDR_MAX];
 	json_t *rec = json_loads(text, 0, NULL);
-	const char *fwd = json_string_value(json_object_get(rec, "forward"));
+	const struct tunnel_kind *k = kind_of(rec);
 	const char *tid = json_string_value(json_object_get(rec, "id"));
 	char tidc[PREVIEW_TUNNEL_ID_LEN + 1] = "";
+	int rc;
 
 	if (tid)
 		snprintf(tidc, sizeof(tidc), "%s", tid);
-	if (preview_forward_open(r->tenant, id, o, port, addr, e) < 0) {
+	if (want && want != k) {
 		json_decref(rec);
-		return e->code == SBX_E_CONFLICT ? 1 : -1;
+		return err_set(e, SBX_E_CONFLICT,
+			       "port %d already has a '%s' tunnel; delete it to make a '%s' one", port,
+			       k->name, want->name);
 	}
-	if (fwd && strcmp(fwd, addr) == 0) {
-		json_decref(rec);
-		return respond_record(r, text, e);
-	}
+	rc = k->check(r, id, port, o, rec, e);
 	json_decref(rec);
-	log_info("tunnel %s of %s/%s port %d: its forwarder is gone; evicted", tidc, r->tenant, id,
-		 port);
-	tunnel_forget(r->tenant, id, port, text, tidc, "forwarder-gone");
+	if (rc < 0)
+		return -1;
+	if (rc == 0)
+		return respond_record(r, text, e);
+	err_clear(e);
+	log_info("tunnel %s of %s/%s port %d: no longer served; evicted", tidc, r->tenant, id, port);
+	tunnel_forget(r->tenant, id, port, text, tidc, k == &kinds[0] ? "forwarder-gone" : "process-gone");
 	return 1;
+}
+
+/* The provider of a POST body: {} or {provider}. NULL with e (400). */
+static const struct tunnel_kind *create_kind(struct http_req *r, int *explicit, struct sbx_err *e)
+{
+	static const struct jsonv_field fields[] = {
+		{ "provider", JV_STRING, 0 },
+		{ NULL, 0, 0 },
+	};
+	json_t *body = http_read_json(r, e), *p;
+	const struct tunnel_kind *k;
+
+	if (!body)
+		return NULL;
+	if (jsonv_check(body, fields, "the body", e) < 0) {
+		json_decref(body);
+		return NULL;
+	}
+	p = json_object_get(body, "provider");
+	*explicit = p != NULL;
+	k = kind_find(p ? json_string_value(p) : r->conf->api.tunnel_provider);
+	if (!k)
+		err_set(e, SBX_E_VALIDATION, "provider must be one of: builtin, cloudflared");
+	json_decref(body);
+	return k;
 }
 
 int api_tunnels_create(struct http_req *r, struct sbx_err *e)
 {
 	const char *id = router_cap(&r->match, "id");
-	char claim[192], hkey[192], nonce[33], pstr[8], gstr[24], maxs[8], ttls[16];
-	int64_t deadline = util_now_ms() + WAIT_MS;
-	int port, need_owner = 1, owner_tries = 0;
+	char claim[192], hkey[192], nonce[33], pstr[8], gstr[24], maxs[8], ttls[24];
+	int64_t deadline, wait_ms = WAIT_MS, max_make = 0;
+	int port, need_owner = 1, owner_tries = 0, explicit = 0;
+	const struct tunnel_kind *k;
 	struct lc_owner o;
 	struct preview_sb s;
-	json_t *body;
 
 	if (preview_parse_port(router_cap(&r->match, "port"), &port, e) < 0)
 		return -1;
-	body = http_read_json(r, e);
-	if (!body)
+	k = create_kind(r, &explicit, e);
+	if (!k)
 		return -1;
-	if (json_object_size(body) != 0) {
-		json_decref(body);
-		return err_set(e, SBX_E_VALIDATION, "the body must be empty");
-	}
-	json_decref(body);
+	/* Waiters may wait for the slowest provider's claim. */
+	for (size_t i = 0; i < ARRAY_SIZE(kinds); i++)
+		if (kinds[i].make_ms(r->conf) > max_make)
+			max_make = kinds[i].make_ms(r->conf);
+	wait_ms += max_make;
+	deadline = util_now_ms() + wait_ms;
 	snprintf(claim, sizeof(claim), "sbx:sb:{%s/%s}:tunnels:claim:%d", r->tenant, id, port);
 	snprintf(hkey, sizeof(hkey), "sbx:sb:{%s/%s}:tunnels", r->tenant, id);
 	snprintf(pstr, sizeof(pstr), "%d", port);
 	snprintf(maxs, sizeof(maxs), "%d", PREVIEW_MAX_PORTS);
-	snprintf(ttls, sizeof(ttls), "%d", CLAIM_TTL_MS);
+	snprintf(ttls, sizeof(ttls), "%lld", (long long)(CLAIM_TTL_MS + k->make_ms(r->conf)));
 	if (preview_random_id(nonce, 32, e) < 0)
 		return -1;
 	while (util_now_ms() < deadline) {
@@ -317,7 +567,7 @@ int api_tunnels_create(struct http_req *r, struct sbx_err *e)
 			freeReplyObject(rep);
 			if (!text)
 				return err_set(e, SBX_E_INTERNAL, "out of memory");
-			rc = tunnel_check(r, id, port, &o, text, e);
+			rc = tunnel_check(r, id, port, &o, text, explicit ? k : NULL, e);
 			free(text);
 			if (rc <= 0)
 				return rc;
@@ -327,7 +577,7 @@ int api_tunnels_create(struct http_req *r, struct sbx_err *e)
 		}
 		freeReplyObject(rep);
 		if (kind == 2) {
-			rc = tunnel_make(r, id, port, &o, &s, claim, nonce, e);
+			rc = tunnel_make(r, id, port, &o, &s, k, claim, nonce, e);
 			if (rc <= 0)
 				return rc;
 			err_clear(e);
@@ -428,13 +678,14 @@ int api_tunnels_delete(struct http_req *r, struct sbx_err *e)
 		json_t *v = json_loads(val, 0, NULL);
 		char tid[PREVIEW_TUNNEL_ID_LEN + 1] = "";
 		const char *t = json_string_value(json_object_get(v, "id"));
+		const struct tunnel_kind *k = kind_of(v);
 
 		if (t)
 			snprintf(tid, sizeof(tid), "%s", t);
 		json_decref(v);
 		tunnel_forget(r->tenant, id, port, val, tid, "deleted");
 		free(val);
-		preview_forward_release(r->tenant, id, port);
+		k->stop(r->tenant, id, port);
 		log_info("tunnel %s of %s/%s port %d deleted", tid, r->tenant, id, port);
 	}
 	http_respond_json(r, 204, NULL);

@@ -1,6 +1,7 @@
 #include "auth.h"
 #include "http.h"
 #include "ids.h"
+#include "keycache.h"
 #include "log.h"
 #include "sha256.h"
 #include "store.h"
@@ -59,12 +60,43 @@ int auth_key_create(const char *tenant, int admin, char out[AUTH_KEY_LEN + 1], s
 	return 0;
 }
 
+/* The per-worker cache of key checks (keycache.h); set up on first use. */
+static struct keycache key_cache;
+static int key_cache_ready;
+
+/* Look the key record up in Redis: 1 valid (tenant/admin filled), 0 no such
+ * key (or an unusable record), -1 with e (REDIS_UNAVAILABLE). */
+static int key_lookup(const char *name, char tenant[64], int *admin, const char *request_id,
+		      struct sbx_err *e)
+{
+	auto_reply redisReply *rep = store_command(e, "HGETALL %s", name);
+	const char *t, *a;
+
+	if (!rep)
+		return -1;
+	t = store_hash_get(rep, "tenant");
+	a = store_hash_get(rep, "admin");
+	if (!t)
+		return 0;
+	if (!ids_valid_tenant(t)) {
+		log_warn("api key record %.24s… holds an invalid tenant (request %s)", name, request_id);
+		return 0;
+	}
+	snprintf(tenant, 64, "%s", t);
+	*admin = a && strcmp(a, "1") == 0;
+	return 1;
+}
+
 int auth_request(struct http_req *r, struct sbx_err *e)
 {
 	const char *h = http_param(r, "HTTP_AUTHORIZATION");
-	const char *key, *tenant, *admin;
-	char name[80];
-	auto_reply redisReply *rep = NULL;
+	const char *key;
+	char name[80], tenant[64] = "";
+	uint8_t digest[SHA256_DIGEST_LEN];
+	struct sha256_ctx sc;
+	struct keycache_entry hit;
+	int64_t now;
+	int admin = 0, rc;
 
 	if (!h || !*h)
 		return err_set(e, SBX_E_UNAUTHORIZED, "missing Authorization header");
@@ -76,20 +108,32 @@ int auth_request(struct http_req *r, struct sbx_err *e)
 	if (!auth_key_valid_shape(key))
 		return err_set(e, SBX_E_UNAUTHORIZED, "invalid API key");
 	/* The lookup is by digest: no comparison of secret bytes happens here. */
-	auth_key_redis_name(key, name);
-	rep = store_command(e, "HGETALL %s", name);
-	if (!rep)
-		return -1;
-	tenant = store_hash_get(rep, "tenant");
-	admin = store_hash_get(rep, "admin");
-	if (!tenant)
-		return err_set(e, SBX_E_UNAUTHORIZED, "invalid API key");
-	if (!ids_valid_tenant(tenant)) {
-		log_warn("api key record %.24s… holds an invalid tenant (request %s)", name, r->request_id);
-		return err_set(e, SBX_E_UNAUTHORIZED, "invalid API key");
+	sha256_init(&sc);
+	sha256_update(&sc, key, AUTH_KEY_LEN);
+	sha256_final(&sc, digest);
+	if (!key_cache_ready || key_cache.ttl_ms != r->conf->api.key_cache_ms) {
+		keycache_init(&key_cache, r->conf->api.key_cache_ms);
+		key_cache_ready = 1;
 	}
+	now = util_now_ms();
+	if (keycache_get(&key_cache, digest, now, &hit)) {
+		if (!hit.valid)
+			return err_set(e, SBX_E_UNAUTHORIZED, "invalid API key");
+		memcpy(r->tenant, hit.tenant, sizeof(r->tenant));
+		r->admin = hit.admin;
+		r->authed = 1;
+		return 0;
+	}
+	memcpy(name, "sbx:apikey:", 11);
+	util_hex(digest, sizeof(digest), name + 11);
+	rc = key_lookup(name, tenant, &admin, r->request_id, e);
+	if (rc < 0)
+		return -1;   /* Redis trouble is never cached */
+	keycache_put(&key_cache, digest, rc, tenant, admin, now);
+	if (rc == 0)
+		return err_set(e, SBX_E_UNAUTHORIZED, "invalid API key");
 	snprintf(r->tenant, sizeof(r->tenant), "%s", tenant);
-	r->admin = admin && strcmp(admin, "1") == 0;
+	r->admin = admin;
 	r->authed = 1;
 	return 0;
 }

@@ -7,10 +7,13 @@
 
 #include <errno.h>
 #include <fcgiapp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t stop_requested;
@@ -64,12 +67,39 @@ static void drain_stdin(FCGX_Request *fcgx)
 		;
 }
 
+/* Is the listener TCP (then connections get TCP_NODELAY, as libfcgi does)? */
+static int listener_is_tcp(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+		return 0;
+	return ss.ss_family == AF_INET || ss.ss_family == AF_INET6;
+}
+
+/* Accept a new FastCGI connection, close-on-exec from birth. The worker
+ * accepts itself instead of libfcgi: libfcgi's accept sets no CLOEXEC (which
+ * cost an fcntl pair on every request) and, for a unix socket, waits in a
+ * select() for the first bytes. -1 when none is pending (the listener is
+ * non-blocking and shared: another worker may have taken it). */
+static int accept_conn(int listen_fd, int tcp)
+{
+	int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	int one = 1;
+
+	if (fd >= 0 && tcp)
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
 int worker_run(int listen_fd, const struct sbx_conf *conf, pid_t master)
 {
 	FCGX_Request fcgx;
 	sigset_t wait_mask;
 	struct sbx_err e;
 	struct timespec tick = { .tv_sec = 1, .tv_nsec = 0 };
+	int tcp = listener_is_tcp(listen_fd);
 
 	if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || setup_signals(&wait_mask) < 0) {
 		log_error("worker setup failed: %s", strerror(errno));
@@ -82,7 +112,11 @@ int worker_run(int listen_fd, const struct sbx_conf *conf, pid_t master)
 		log_error("worker setup failed: %s", e.msg);
 		return 1;
 	}
-	if (FCGX_InitRequest(&fcgx, listen_fd, 0) != 0) {
+	/* libfcgi gets no listener (-1): connections come from accept_conn()
+	 * only. When a kept-alive connection ends (nginx closed it), libfcgi's
+	 * FCGX_Accept_r closes it and its own accept on -1 fails at once, so it
+	 * never accepts a connection without CLOEXEC behind our back. */
+	if (FCGX_InitRequest(&fcgx, -1, 0) != 0) {
 		log_error("FCGX_InitRequest failed");
 		return 1;
 	}
@@ -104,11 +138,15 @@ int worker_run(int listen_fd, const struct sbx_conf *conf, pid_t master)
 				break;
 			continue;
 		}
-		/* The listener is non-blocking: another worker may have won the
-		 * connection, and FCGX_Accept_r then fails with EAGAIN. */
+		if (fcgx.ipcFd < 0) {
+			fcgx.ipcFd = accept_conn(listen_fd, tcp);
+			if (fcgx.ipcFd < 0)
+				continue;
+		}
+		/* Reads the request on the connection; fails when nginx closed a
+		 * kept-alive one (libfcgi then closes it and sets ipcFd to -1). */
 		if (FCGX_Accept_r(&fcgx) < 0)
 			continue;
-		(void)util_set_cloexec(fcgx.ipcFd);   /* libfcgi sets no CLOEXEC */
 		err_clear(&e);
 		if (http_req_init(&r, &fcgx, conf, &e) < 0)
 			http_respond_error(&r, &e);

@@ -10,6 +10,7 @@
 #include "conf.h"
 #include "httpd.h"
 #include "log.h"
+#include "pool.h"
 #include "registry.h"
 #include "runtime.h"
 #include "util.h"
@@ -153,6 +154,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	rt_set_died_cb(agent.rt, agent_sb_died, &agent);
+	agent.pool = pool_new(base, agent.rt, &conf, &e);
+	if (!agent.pool && conf.agent.warm_pool > 0) {
+		log_error("%s", e.msg);
+		rt_free(agent.rt);
+		return 1;
+	}
 	httpd = httpd_new(base, conf.agent.listen, conf.cluster.secret, agent_routes,
 			  agent_routes_count, &agent, &e);
 	if (!httpd) {
@@ -187,6 +194,8 @@ int main(int argc, char **argv)
 	httpd_free(httpd);
 	fwd_release_all();
 	agent_sb_destroy_all(&agent);
+	pool_free(agent.pool);
+	agent.pool = NULL;
 	rt_free(agent.rt);
 	agent_lc_free(agent.lc);
 	agent.lc = NULL;

@@ -2,6 +2,7 @@
 #include "agent.h"
 #include "agent_exec.h"
 #include "forward.h"
+#include "tunnel.h"
 #include "agent_files.h"
 #include "agent_compat.h"
 
@@ -15,6 +16,9 @@ const struct httpd_route agent_routes[] = {
 	{ "PUT", "/agent/v1/sandboxes/{}/{}/forwards/{}", agent_h_forward_put, 0 },
 	{ "DELETE", "/agent/v1/sandboxes/{}/{}/forwards/{}", agent_h_forward_delete, 0 },
 	{ "GET", "/agent/v1/sandboxes/{}/{}/forwards", agent_h_forward_list, 0 },
+	{ "PUT", "/agent/v1/sandboxes/{}/{}/tunnels/{}", agent_h_tunnel_put, 0 },
+	{ "GET", "/agent/v1/sandboxes/{}/{}/tunnels/{}", agent_h_tunnel_get, 0 },
+	{ "DELETE", "/agent/v1/sandboxes/{}/{}/tunnels/{}", agent_h_tunnel_delete, 0 },
 	{ "POST", "/v1/sandboxes/{}/exec", agent_h_exec, 0 },
 	{ "POST", "/v1/sandboxes/{}/sessions", agent_h_session_create, 0 },
 	{ "GET", "/v1/sandboxes/{}/sessions", agent_h_session_list, 0 },

@@ -55,6 +55,8 @@ struct rt_sandbox {
 	struct rt_sandbox *next;
 	struct rt *rt;
 	char key[RT_KEY_MAX];
+	char cg_key[RT_KEY_MAX];  /* its cgroups' name: the key, or the pool name where
+				   * cgroups cannot be renamed (v2) */
 	pid_t pid;
 	int pidfd, sock, netns_fd, root_fd;
 	struct event *ev_sock, *ev_write, *ev_pid;
@@ -63,6 +65,7 @@ struct rt_sandbox {
 	int64_t next_handle;
 	int dead;          /* init is gone */
 	int destroyed;     /* rt_destroy ran: free when dispatch ends */
+	int pooled;        /* warm pool member: not in rt->count (rt->npooled) */
 	int dispatching;
 	struct egress_link net;  /* network "egress" only */
 };
@@ -81,6 +84,7 @@ struct rt {
 	char mnt_base[PATH_MAX];
 	struct rt_sandbox *list;
 	unsigned count;
+	unsigned npooled;  /* warm pool members (in list, not in count) */
 	rt_sandbox_died_cb died_cb;
 	void *died_arg;
 	char *buf;         /* INITPROTO_MAX bytes for encoding and receiving */
@@ -457,7 +461,7 @@ static int attach_cgroup(void *arg, pid_t pid, struct sbx_err *e)
 {
 	struct rt_sandbox *sb = arg;
 
-	return sb->rt->cg->ops->attach(sb->rt->cg, sb->key, pid, e);
+	return sb->rt->cg->ops->attach(sb->rt->cg, sb->cg_key, pid, e);
 }
 
 static int64_t pick(int64_t v, int64_t dflt)
@@ -516,6 +520,7 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 	sb->next_handle = 1;
 	sb->net.lock_fd = -1;
 	memcpy(sb->key, spec->key, strlen(spec->key) + 1);
+	memcpy(sb->cg_key, spec->key, strlen(spec->key) + 1);
 
 	memset(&mp, 0, sizeof(mp));
 	mp.base = rt->mnt_base;
@@ -535,7 +540,7 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 		free(sb);
 		return NULL;
 	}
-	if (rt->cg->ops->create(rt->cg, sb->key, &lim, e) < 0)
+	if (rt->cg->ops->create(rt->cg, sb->cg_key, &lim, e) < 0)
 		goto fail;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
 		err_sys(e, errno, "socketpair");
@@ -598,7 +603,7 @@ fail:
 	}
 	if (rt->egress)
 		egress_release(rt->egress, &sb->net);
-	(void)rt->cg->ops->destroy(rt->cg, sb->key);
+	(void)rt->cg->ops->destroy(rt->cg, sb->cg_key);
 	if (sb->ev_sock)
 		event_free(sb->ev_sock);
 	if (sb->ev_write)
@@ -629,7 +634,10 @@ void rt_destroy(struct rt *rt, struct rt_sandbox *sb)
 	for (pp = &rt->list; *pp; pp = &(*pp)->next) {
 		if (*pp == sb) {
 			*pp = sb->next;
-			rt->count--;
+			if (sb->pooled)
+				rt->npooled--;
+			else
+				rt->count--;
 			break;
 		}
 	}
@@ -644,7 +652,7 @@ void rt_destroy(struct rt *rt, struct rt_sandbox *sb)
 	spawn_reap(sb->pidfd, 1);
 	if (rt->egress)
 		egress_release(rt->egress, &sb->net);
-	if (rt->cg->ops->destroy(rt->cg, sb->key) < 0)
+	if (rt->cg->ops->destroy(rt->cg, sb->cg_key) < 0)
 		log_warn("sandbox '%s': cgroup not fully removed: %s", sb->key, strerror(errno));
 	sb->dead = 1;
 	sb->dispatching++;
@@ -689,12 +697,12 @@ int rt_alive(const struct rt_sandbox *sb) { return !sb->dead && !sb->destroyed; 
 
 int64_t rt_memory_bytes(const struct rt_sandbox *sb)
 {
-	return sb->rt->cg->ops->memory_bytes(sb->rt->cg, sb->key);
+	return sb->rt->cg->ops->memory_bytes(sb->rt->cg, sb->cg_key);
 }
 
 int64_t rt_oom_kills(const struct rt_sandbox *sb)
 {
-	return sb->rt->cg->ops->oom_kills(sb->rt->cg, sb->key);
+	return sb->rt->cg->ops->oom_kills(sb->rt->cg, sb->cg_key);
 }
 
 /* ---- processes ------------------------------------------------------------ */
@@ -771,4 +779,110 @@ void rt_detach(struct rt_sandbox *sb, int64_t handle)
 		p->on_exited = NULL;
 		p->arg = NULL;
 	}
+}
+
+/* ---- warm pool support (runtime.h; the pool itself is sandbox/pool.c) ---- */
+
+struct rt_sandbox *rt_create_pooled(struct rt *rt, const struct rt_spec *spec, struct sbx_err *e)
+{
+	struct rt_sandbox *sb;
+
+	if (rt->count + rt->npooled >= (unsigned)rt->conf.agent.capacity)
+		return err_set(e, SBX_E_NO_CAPACITY, "node is full (%u sandboxes, %u pooled)", rt->count,
+			       rt->npooled), NULL;
+	sb = rt_create(rt, spec, e);
+	if (!sb)
+		return NULL;
+	sb->pooled = 1;
+	rt->count--;
+	rt->npooled++;
+	return sb;
+}
+
+unsigned rt_pooled_count(const struct rt *rt) { return rt->npooled; }
+
+/* Rename the cgroup directories of "from" to "to" in every hierarchy (all
+ * or none). 1 when renamed, 0 when the hierarchy refuses renames (cgroup
+ * v2: EPERM) and nothing changed, -1 with e filled. */
+static int cg_rename_all(struct cg *cg, const char *from, const char *to, struct sbx_err *e)
+{
+	char a[PATH_MAX], b[PATH_MAX];
+	struct stat st;
+	int i, err = 0;
+
+	for (i = 0; i < cg->nroots; i++) {
+		if (cg_path(a, sizeof(a), cg->base[i], from, NULL) < 0 ||
+		    cg_path(b, sizeof(b), cg->base[i], to, NULL) < 0) {
+			err = ENAMETOOLONG;
+			break;
+		}
+		/* rename(2) would replace an empty directory of that name */
+		if (lstat(b, &st) == 0) {
+			err = EEXIST;
+			break;
+		}
+		if (rename(a, b) < 0) {
+			err = errno;
+			break;
+		}
+	}
+	if (i == cg->nroots)
+		return 1;
+	while (i-- > 0) {
+		if (cg_path(a, sizeof(a), cg->base[i], from, NULL) == 0 &&
+		    cg_path(b, sizeof(b), cg->base[i], to, NULL) == 0 && rename(b, a) < 0)
+			log_warn("cannot rename cgroup '%s' back to '%s': %s", to, from, strerror(errno));
+	}
+	if (err == EPERM)
+		return 0;
+	return err_sys(e, err, "cannot rename cgroup '%s' to '%s'", from, to);
+}
+
+int rt_claim(struct rt *rt, struct rt_sandbox *sb, const char *key, const struct rt_limits *limits,
+	     struct sbx_err *e)
+{
+	struct cg_limits lim;
+	int renamed;
+
+	if (!sb->pooled || sb->dead || sb->destroyed) {
+		err_set(e, SBX_E_INTERNAL, "not a live pooled sandbox");
+		return -2;
+	}
+	if (!key || !valid_key(key))
+		return err_set(e, SBX_E_VALIDATION, "invalid sandbox key");
+	if (rt_find(rt, key))
+		return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists", key);
+	if (rt->count >= (unsigned)rt->conf.agent.capacity)
+		return err_set(e, SBX_E_NO_CAPACITY, "node is full (%u sandboxes)", rt->count);
+	lim.memory_mib = pick(limits->memory_mib, rt->conf.sandbox.memory_mib);
+	lim.cpus_milli = pick(limits->cpus_milli, rt->conf.sandbox.cpus_milli);
+	lim.pids = pick(limits->pids, rt->conf.sandbox.pids);
+	if (lim.memory_mib < 16 || lim.memory_mib > 1048576 || lim.cpus_milli < 10 ||
+	    lim.cpus_milli > 256000 || lim.pids < 8 || lim.pids > 1000000)
+		return err_set(e, SBX_E_VALIDATION, "resource limits out of range");
+	renamed = cg_rename_all(rt->cg, sb->cg_key, key, e);
+	if (renamed < 0)
+		return -2;
+	if (renamed)
+		memcpy(sb->cg_key, key, strlen(key) + 1);
+	if (rt->cg->ops == &cg_v1_ops && rt->cg->nroots > 0) {
+		/* v1 refuses memory.limit_in_bytes above memory.memsw.limit_in_bytes:
+		 * lift the latter first; create() writes both again */
+		char p[PATH_MAX];
+
+		if (cg_path(p, sizeof(p), rt->cg->base[0], sb->cg_key, "memory.memsw.limit_in_bytes") == 0 &&
+		    cg_write(p, "-1") < 0 && errno != ENOENT) {
+			err_sys(e, errno, "cannot lift memory.memsw.limit_in_bytes");
+			return -2;
+		}
+	}
+	/* create() on an existing cgroup writes the limits only */
+	if (rt->cg->ops->create(rt->cg, sb->cg_key, &lim, e) < 0)
+		return -2;
+	log_debug("pooled sandbox '%s' is now '%s'", sb->key, key);
+	memcpy(sb->key, key, strlen(key) + 1);
+	sb->pooled = 0;
+	rt->npooled--;
+	rt->count++;
+	return 0;
 }

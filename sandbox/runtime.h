@@ -66,6 +66,25 @@ int64_t rt_memory_bytes(const struct rt_sandbox *sb); /* current usage from the 
 int64_t rt_oom_kills(const struct rt_sandbox *sb);    /* OOM kills so far */
 unsigned rt_count(const struct rt *rt);
 
+/* ---- warm pool support (sandbox/pool.c builds on these) ----------------
+ * A pooled sandbox is built like any other but is not counted by
+ * rt_count() nor against capacity by rt_create(); rt_pooled_count() counts
+ * it. rt_create_pooled refuses (NO_CAPACITY) when counted + pooled
+ * sandboxes reach agent.capacity. */
+struct rt_sandbox *rt_create_pooled(struct rt *rt, const struct rt_spec *spec, struct sbx_err *e);
+unsigned rt_pooled_count(const struct rt *rt);
+
+/* Hand the pooled sandbox sb over to key: its cgroups are renamed (the
+ * runtime's state keyed by the sandbox key follows), the limits (memory,
+ * cpus, pids; 0 = the default; disk_mib is ignored: the upper layer keeps
+ * its size) are written, and it is counted like an rt_create()d sandbox.
+ * Hostname and /etc/hosts are the caller's (pool.c). 0; or -1 with e
+ * filled (VALIDATION, CONFLICT, NO_CAPACITY) and sb unchanged, still
+ * pooled; or -2 with e filled when it failed half-way: then sb must be
+ * destroyed with rt_destroy(). */
+int rt_claim(struct rt *rt, struct rt_sandbox *sb, const char *key, const struct rt_limits *limits,
+	     struct sbx_err *e);
+
 /* Host uid of the sandbox's root (agent.uid_base with a user namespace,
  * else 0): files the agent creates inside a sandbox should be chowned to it. */
 uid_t rt_host_uid(const struct rt_sandbox *sb);

@@ -38,6 +38,8 @@ static const struct conf_entry entries[] = {
 	{ "api", "preview_domain", T_STR, OFF(api.preview_domain), "preview.localhost", 0, 0, NULL },
 	{ "api", "public_url", T_STR, OFF(api.public_url), "http://127.0.0.1:8080", 0, 0, NULL },
 	{ "api", "agent_timeout", T_DURATION, OFF(api.agent_timeout_ms), "10s", 100, 600000, NULL },
+	{ "api", "key_cache", T_DURATION, OFF(api.key_cache_ms), "1s", 0, 10000, NULL },
+	{ "api", "tunnel_provider", T_ENUM, OFF(api.tunnel_provider), "builtin", 0, 0, "builtin|cloudflared" },
 
 	{ "agent", "name", T_STR, OFF(agent.name), "agent-1", 0, 0, NULL },
 	{ "agent", "listen", T_STR, OFF(agent.listen), "127.0.0.1:7070", 0, 0, NULL },
@@ -52,6 +54,10 @@ static const struct conf_entry entries[] = {
 	{ "agent", "max_exec_output_bytes", T_INT, OFF(agent.max_exec_output_bytes), "1048576", 1024, 67108864, NULL },
 	{ "agent", "egress_subnet", T_STR, OFF(agent.egress_subnet), "10.88.0.0/16", 0, 0, NULL },
 	{ "agent", "egress_interface", T_STR, OFF(agent.egress_interface), "", 0, 0, NULL },
+	{ "agent", "warm_pool", T_INT, OFF(agent.warm_pool), "0", 0, 1000, NULL },
+	{ "agent", "cloudflared_path", T_STR, OFF(agent.cloudflared_path), "cloudflared", 0, 0, NULL },
+	{ "agent", "tunnel_timeout", T_DURATION, OFF(agent.tunnel_timeout_ms), "30s", 1000, 300000, NULL },
+	{ "agent", "tunnel_stop_grace", T_DURATION, OFF(agent.tunnel_stop_grace_ms), "5s", 0, 60000, NULL },
 
 	{ "sandbox", "memory_mib", T_INT, OFF(sandbox.memory_mib), "512", 16, 1048576, NULL },
 	{ "sandbox", "cpus_milli", T_INT, OFF(sandbox.cpus_milli), "1000", 10, 256000, NULL },
@@ -131,6 +137,13 @@ static int set_value(struct sbx_conf *c, const struct conf_entry *en, const char
 				       en->section, en->key, v, en->choices);
 		/* fall through */
 	case T_STR:
+		/* What the file format cannot hold (a comment, surrounding blanks, a
+		 * line break) is refused from -o too, so --print-config reads back. */
+		if (strpbrk(v, "#\n\r") || (*v && (isspace((unsigned char)v[0]) ||
+						    isspace((unsigned char)v[strlen(v) - 1]))))
+			return err_set(e, SBX_E_VALIDATION,
+				       "%s.%s: '#', line breaks and surrounding blanks are not allowed",
+				       en->section, en->key);
 		if (strlen(v) >= CONF_STR_MAX)
 			return err_set(e, SBX_E_VALIDATION, "%s.%s: value longer than %d bytes",
 				       en->section, en->key, CONF_STR_MAX - 1);

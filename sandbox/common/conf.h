@@ -37,6 +37,8 @@ struct sbx_conf {
 		char preview_domain[CONF_STR_MAX];
 		char public_url[CONF_STR_MAX];  /* how clients reach nginx */
 		int64_t agent_timeout_ms;       /* control calls to agents */
+		int64_t key_cache_ms;           /* per-worker cache of checked API keys; 0 = off */
+		char tunnel_provider[CONF_STR_MAX]; /* builtin | cloudflared: POST …/tunnels without a provider */
 	} api;
 	struct {
 		char name[CONF_STR_MAX];
@@ -52,6 +54,10 @@ struct sbx_conf {
 		int64_t max_exec_output_bytes;  /* JSON exec answers cap each stream here */
 		char egress_subnet[CONF_STR_MAX];    /* IPv4 CIDR of egress sandboxes; "" = no egress */
 		char egress_interface[CONF_STR_MAX]; /* egress only out of this link; "" = any */
+		int64_t warm_pool;              /* pre-built default sandboxes kept ready (0 = off) */
+		char cloudflared_path[CONF_STR_MAX]; /* the cloudflared binary (name: looked up in PATH) */
+		int64_t tunnel_timeout_ms;      /* a tunnel process has this long to print its URL and be ready */
+		int64_t tunnel_stop_grace_ms;   /* SIGTERM, then SIGKILL after this */
 	} agent;
 	struct {
 		int64_t memory_mib;

@@ -14,7 +14,8 @@ connections for half the measured peak; the achieved rate is reported.
 
 The sandbox figures (sequential latencies with median/p99/spread, the
 process baselines, 500 live sandboxes, concurrent streams) are in
-sandbox_figs.py; shared helpers and the C spawn harness in benchlib.py.
+sandbox_figs.py; the preview and tunnel figures in tunnel_figs.py; shared
+helpers and the C spawn harness in benchlib.py.
 docs/PERFORMANCE.md is regenerated except what follows NOTES_MARKER, which
 is hand-written and kept.
 
@@ -22,7 +23,8 @@ Environment: BENCH_DURATION (s per wrk run, default 5), BENCH_RUNS (3),
 BENCH_CONNECTIONS (32), BENCH_EXEC_DURATION (s per exec wrk run, 3),
 BENCH_N (create/first-command repetitions, 50), BENCH_N_RTT (exec round
 trips, 300), BENCH_N_SPAWN (fork/exec baseline runs, 200), BENCH_LIVE (500),
-BENCH_STREAMS_MAX (1000), BENCH_OUT (output file), SBX_BUILD.
+BENCH_STREAMS_MAX (1000), BENCH_POOL (warm pool size of the pool figures,
+16), BENCH_OUT (output file), SBX_BUILD.
 """
 
 import datetime
@@ -39,6 +41,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import stack_down, stack_up  # noqa: E402
 import sandbox_figs  # noqa: E402
+import tunnel_figs  # noqa: E402
 from benchlib import Harness  # noqa: E402
 
 DURATION = int(os.environ.get("BENCH_DURATION", "5"))
@@ -431,26 +434,34 @@ def main():
     st = stack_up(agents=1)
     results = []
     try:
-        # Sequential latencies first, while wrk has not loaded the machine yet.
-        run_fig("baselines", sandbox_figs.fig_baselines, st, ctx)
-        fe = Result("fork-exec-rate", "1000 / fork-exec p50 (serial)")
-        fe.rps = [1000.0 / ctx.get("fork-exec").p50]
-        results.append(fe)
-        run_fig("first-command", sandbox_figs.fig_first_command, st, ctx)
-        run_fig("create", sandbox_figs.fig_create, st, ctx)
-        sandbox_figs.setup_exec_sandboxes(st, ctx)
-        run_fig("exec-rtt", sandbox_figs.fig_exec_rtt, st, ctx)
-        run_fig("first-byte", sandbox_figs.fig_first_byte, st, ctx)
-        for fig in FIGURES:
-            results.append(run_fig(fig.__name__, fig, st))
-        results += run_fig("exec-throughput", fig_exec_throughput, st)
-        results.append(run_fig("get-record", fig_get_record, st))
-        sandbox_figs.teardown_exec_sandboxes(st, ctx)
-        run_fig("streams", sandbox_figs.fig_streams, st, ctx)
-        # The node's capacity is 500: every other sandbox is gone by now.
-        run_fig("live-memory", sandbox_figs.fig_live_memory, st, ctx)
+        try:
+            # Sequential latencies first, while wrk has not loaded the machine yet.
+            run_fig("baselines", sandbox_figs.fig_baselines, st, ctx)
+            fe = Result("fork-exec-rate", "1000 / fork-exec p50 (serial)")
+            fe.rps = [1000.0 / ctx.get("fork-exec").p50]
+            results.append(fe)
+            run_fig("first-command", sandbox_figs.fig_first_command, st, ctx)
+            run_fig("create", sandbox_figs.fig_create, st, ctx)
+            sandbox_figs.setup_exec_sandboxes(st, ctx)
+            run_fig("exec-rtt", sandbox_figs.fig_exec_rtt, st, ctx)
+            run_fig("first-byte", sandbox_figs.fig_first_byte, st, ctx)
+            for fig in FIGURES:
+                results.append(run_fig(fig.__name__, fig, st))
+            results += run_fig("exec-throughput", fig_exec_throughput, st)
+            results.append(run_fig("get-record", fig_get_record, st))
+            results += run_fig("preview", tunnel_figs.fig_preview, st, sys.modules[__name__])
+            results += run_fig("tunnel-lookup", tunnel_figs.fig_tunnel_lookup, st, ctx,
+                               sys.modules[__name__])
+            tunnel_figs.teardown(st)
+            sandbox_figs.teardown_exec_sandboxes(st, ctx)
+            run_fig("streams", sandbox_figs.fig_streams, st, ctx)
+            # The node's capacity is 500: every other sandbox is gone by now.
+            run_fig("live-memory", sandbox_figs.fig_live_memory, st, ctx)
+        finally:
+            stack_down(st)
+        # The warm pool figures, on a second stack with agent.warm_pool set.
+        run_fig("warm-pool", sandbox_figs.fig_warm_pool, ctx)
     finally:
-        stack_down(st)
         harness.close()
     text = report(results, ctx, (load0, os.getloadavg()), started, time.monotonic() - t_start)
     text += "\n" + kept_notes()

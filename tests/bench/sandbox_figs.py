@@ -16,6 +16,7 @@ import re
 import selectors
 import shutil
 import socket
+import statistics
 import threading
 import time
 import urllib.parse
@@ -537,3 +538,143 @@ def fig_streams(st, ctx):
     finally:
         st.key = st_key
     parallel(4, [lambda sid=sid: delete(session(key), st, sid) for sid in sids])
+
+
+# ---- 10. the warm pool (agent.warm_pool) -----------------------------------------------
+
+POOL_SIZE = int(os.environ.get("BENCH_POOL", "16"))
+POOL_PACE_S = 0.05     # between paced creates: time for the pool to refill one
+
+
+def pool_members(st):
+    d = cgroup_dir(st)
+    try:
+        return sum(1 for n in os.listdir(d) if n.startswith("_pool-"))
+    except FileNotFoundError:
+        return 0
+
+
+def wait_pool(st, n, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while pool_members(st) < n:
+        if time.monotonic() > deadline:
+            raise AssertionError("the warm pool did not refill to %d (has %d)" %
+                                 (n, pool_members(st)))
+        time.sleep(0.02)
+
+
+def from_pool(st, tenant, sid):
+    r = requests.get("http://%s/agent/v1/sandboxes/%s/%s" % (st.env["SBX_AGENT_1"], tenant, sid),
+                     headers={"X-Sbx-Node-Secret": st.secret}, timeout=10)
+    return r.status_code == 200 and r.json().get("fromPool") is True
+
+
+def pool_first_command(st, ctx):
+    s = session(st.key)
+    samples, hits = [], 0
+    for i in range(N_SEQ + 3):
+        sid = "pttfc-%d" % i
+        t0 = time.perf_counter()
+        put(s, st, sid)
+        exec_true(s, st.url + "/v1/sandboxes/%s/exec" % sid)
+        dt = (time.perf_counter() - t0) * 1000.0
+        hit = from_pool(st, "dev", sid)
+        delete(s, st, sid)
+        if i >= 3:
+            samples.append(dt)
+            hits += hit
+        time.sleep(POOL_PACE_S)
+    r = Lat("first-command-pool", "as `first-command`, with `agent.warm_pool = %d`: creates "
+            "paced %d ms apart so the pool refills (N=%d)" %
+            (POOL_SIZE, POOL_PACE_S * 1000, N_SEQ), baseline="first-command", target_ms=5.0,
+            samples=samples)
+    r.note = "%d of %d served from the pool" % (hits, len(samples))
+    ctx.lat.append(r)
+
+
+def pool_create(st, ctx):
+    s = session(st.key)
+    samples, hits = [], 0
+    for i in range(N_SEQ):
+        sid = "pcreate-%d" % i
+        t0 = time.perf_counter()
+        put(s, st, sid)
+        samples.append((time.perf_counter() - t0) * 1000.0)
+        hits += from_pool(st, "dev", sid)
+        delete(s, st, sid)
+        time.sleep(POOL_PACE_S)
+    r = Lat("create-pool", "as `create`, with `agent.warm_pool = %d`, paced %d ms apart (N=%d)" %
+            (POOL_SIZE, POOL_PACE_S * 1000, N_SEQ), baseline="create", samples=samples)
+    r.note = "%d of %d served from the pool" % (hits, len(samples))
+    ctx.lat.append(r)
+
+
+def pool_burst(st, ctx):
+    """100 creates at once against a full pool of POOL_SIZE: the pool runs dry."""
+    n = 100
+    key = key_for(st, ctx, "bench-pburst")
+    sessions = [session(key) for _ in range(n)]
+    for sess in sessions:
+        sess.get(st.url + "/healthz", timeout=10)
+    wait_pool(st, POOL_SIZE)
+    barrier = threading.Barrier(n + 1)
+    lat, status = [None] * n, [None] * n
+
+    def one(i):
+        barrier.wait()
+        t0 = time.perf_counter()
+        try:
+            r = sessions[i].put(st.url + "/v1/sandboxes/pburst-%d" % i, json={}, timeout=60)
+            status[i] = r.status_code
+        except requests.RequestException as ex:
+            status[i] = str(ex)[:60]
+        lat[i] = (time.perf_counter() - t0) * 1000.0
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = (time.perf_counter() - t0) * 1000.0
+    hit = [from_pool(st, "bench-pburst", "pburst-%d" % i) for i in range(n)]
+    ok = [i for i in range(n) if status[i] == 201]
+    res = Lat("create-100-pool", "as `create-100`, against a full pool of %d (it runs dry): "
+              "per-request latency" % POOL_SIZE, baseline="create-100",
+              samples=[lat[i] for i in ok], target_ms=150.0)
+    res.errors = n - len(ok)
+    hits = [lat[i] for i in ok if hit[i]]
+    res.note = "statuses: %s; %d from the pool (their p50 %.1f ms), %d built fresh" % (
+        summarize(status), len(hits), statistics.median(hits) if hits else 0.0,
+        len(ok) - len(hits))
+    ctx.lat.append(res)
+    ctx.values.append(Value("create-100-pool-wall", "wall time until all 100 concurrent creates "
+                            "answered, warm pool of %d (%d of 100 were 201)" % (POOL_SIZE, len(ok)),
+                            wall, "ms", compare="without the pool: %s" % (
+                                "%.0f ms" % next((v.value for v in ctx.values
+                                                  if v.name == "create-100-wall"), 0.0))))
+    parallel(8, [lambda i=i: delete(session(key), st, "pburst-%d" % i) for i in range(n)])
+    t0 = time.perf_counter()
+    wait_pool(st, POOL_SIZE, timeout=60)
+    ctx.values.append(Value("pool-refill-wall", "time for the pool to refill to %d after the "
+                            "burst and its deletes" % POOL_SIZE,
+                            (time.perf_counter() - t0) * 1000.0, "ms"))
+
+
+def fig_warm_pool(ctx):
+    """The pool figures, on a stack of their own (1 agent, agent.warm_pool = POOL_SIZE)."""
+    from conftest import stack_down, stack_up
+    st = stack_up(agents=1, overrides=["agent.warm_pool=%d" % POOL_SIZE])
+    try:
+        t0 = time.perf_counter()
+        wait_pool(st, POOL_SIZE)
+        ctx.values.append(Value("pool-fill", "from `deploy/stack up` returning until the pool "
+                                "holds %d sandboxes" % POOL_SIZE,
+                                (time.perf_counter() - t0) * 1000.0, "ms"))
+        pool_first_command(st, ctx)
+        wait_pool(st, POOL_SIZE)
+        pool_create(st, ctx)
+        pool_burst(st, ctx)
+    finally:
+        stack_down(st)

@@ -91,6 +91,8 @@ TEST(conf_parse_and_bounds)
 	CHECK_STR(c.agent.name, "agent-2");
 	CHECK_INT(conf_override(&c, "agent.nam=agent-2", &e), -1);
 	CHECK_INT(conf_override(&c, "garbage", &e), -1);
+	CHECK_INT(conf_override(&c, "agent.name=a#b", &e), -1);
+	CHECK_INT(conf_override(&c, "agent.name= padded", &e), -1);
 }
 
 TEST(conf_durations)

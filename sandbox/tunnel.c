@@ -1,0 +1,689 @@
+/*
+ * tunnel.c — tunnel processes and their agent routes; see tunnel.h.
+ */
+#include "tunnel.h"
+#include "forward.h"
+#include "ids.h"
+#include "jsonv.h"
+#include "log.h"
+#include "registry.h"
+#include "spawn.h"
+#include "util.h"
+
+#include <hiredis/hiredis.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+extern char **environ;
+
+static const struct tunnel_provider *const providers[] = {
+	&tunnel_cloudflared,
+};
+
+/* Compare-and-delete of a tunnel record: KEYS tunnels-hash; ARGV port url.
+ * {1, tunnel id} deleted, {0, ''} the record is another one (or gone). */
+static const char lua_evict[] =
+	"local v = redis.call('HGET', KEYS[1], ARGV[1])\n"
+	"if not v then return {0, ''} end\n"
+	"local ok, t = pcall(cjson.decode, v)\n"
+	"if ok and type(t) == 'table' and t.url == ARGV[2] then\n"
+	"  redis.call('HDEL', KEYS[1], ARGV[1])\n"
+	"  return {1, type(t.id) == 'string' and t.id or ''}\n"
+	"end\n"
+	"return {0, ''}\n";
+
+struct tun;
+
+/* A PUT waiting for its tunnel to be ready. Freed by the request's close
+ * callback; t is NULL once answered. */
+struct tun_wait {
+	struct tun_wait *next;
+	struct httpd_req *r;
+	struct tun *t;
+	int created;
+};
+
+struct tun {
+	struct tun *next;
+	struct agent *a;
+	const struct tunnel_provider *prov;
+	char key[AGENT_KEY_MAX];
+	char tenant[64], id[64];
+	int port;
+	int64_t generation, run;
+	char upstream[80];            /* the forwarder, host:port */
+	pid_t pid;                    /* 0 once reaped */
+	int pidfd, out_fd;
+	struct event *ev_exit, *ev_out, *ev_timer;
+	char line[TUNNEL_LINE_MAX];
+	size_t line_len;
+	int line_cut;                 /* the current line was too long: rest dropped */
+	char url[TUNNEL_URL_MAX];
+	int ready;
+	int stopping;                 /* we asked it to end: no eviction */
+	struct tun_wait *waiters;
+};
+
+static struct tun *tunnels;
+static struct event *sweep_ev;
+
+const struct tunnel_provider *tunnel_provider_find(const char *name)
+{
+	for (size_t i = 0; name && i < ARRAY_SIZE(providers); i++)
+		if (strcmp(providers[i]->name, name) == 0)
+			return providers[i];
+	return NULL;
+}
+
+/* --- answers --- */
+
+static json_t *tun_json(const struct tun *t, int created)
+{
+	return json_pack("{s:i, s:s, s:s, s:i, s:s, s:I, s:b, s:s}", "port", t->port, "url", t->url,
+			 "provider", t->prov->name, "pid", (int)t->pid, "upstream", t->upstream,
+			 "generation", (json_int_t)t->generation, "created", created, "state",
+			 t->ready ? "ready" : t->stopping ? "stopping" : "starting");
+}
+
+/* Answer every waiter of t: its record when ready, else e. */
+static void tun_answer(struct tun *t, const struct sbx_err *e)
+{
+	while (t->waiters) {
+		struct tun_wait *w = t->waiters;
+
+		t->waiters = w->next;
+		w->t = NULL;
+		if (t->ready && !e)
+			httpd_reply_json(w->r, 200, tun_json(t, w->created));
+		else
+			httpd_reply_err(w->r, e);
+	}
+}
+
+static void wait_closed(void *arg, int failed)
+{
+	struct tun_wait *w = arg;
+
+	if (w->t) {
+		struct tun_wait **pp = &w->t->waiters;
+		while (*pp && *pp != w)
+			pp = &(*pp)->next;
+		if (*pp)
+			*pp = w->next;
+	}
+	free(w);
+}
+
+/* --- the process --- */
+
+static void tun_signal(struct tun *t, int sig)
+{
+	/* The process leads its own group: its children get the signal too.
+	 * The pid cannot be reused before we reap it. */
+	if (t->pid > 0 && kill(-t->pid, sig) < 0 && errno == ESRCH)
+		syscall(SYS_pidfd_send_signal, t->pidfd, sig, NULL, 0);
+}
+
+static void tun_unlink(struct tun *t)
+{
+	struct tun **pp = &tunnels;
+
+	while (*pp && *pp != t)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = t->next;
+}
+
+/* Free t once its process is reaped (waiters answered before). */
+static void tun_free(struct tun *t)
+{
+	struct sbx_err e = { 0 };
+
+	err_set(&e, SBX_E_NODE_UNAVAILABLE, "the tunnel process is gone");
+	tun_answer(t, &e);
+	tun_unlink(t);
+	if (t->ev_exit)
+		event_free(t->ev_exit);
+	if (t->ev_out)
+		event_free(t->ev_out);
+	if (t->ev_timer)
+		event_free(t->ev_timer);
+	if (t->out_fd >= 0)
+		close(t->out_fd);
+	if (t->pidfd >= 0)
+		close(t->pidfd);
+	free(t);
+}
+
+static void grace_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct tun *t = arg;
+
+	log_warn("tunnel %s port %d: pid %d still runs %lldms after SIGTERM; SIGKILL", t->key,
+		 t->port, (int)t->pid, (long long)t->a->conf->agent.tunnel_stop_grace_ms);
+	tun_signal(t, SIGKILL);
+}
+
+/* End t's process: SIGTERM, SIGKILL after the grace (now with kill_now).
+ * t is freed when the process is reaped. Waiters get 503. */
+static void tun_stop(struct tun *t, int kill_now, const char *why)
+{
+	struct sbx_err e = { 0 };
+	int64_t ms = t->a->conf->agent.tunnel_stop_grace_ms;
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	err_set(&e, SBX_E_NODE_UNAVAILABLE, "the tunnel was stopped: %s", why);
+	tun_answer(t, &e);
+	if (t->stopping && !kill_now)
+		return;
+	t->stopping = 1;
+	log_info("tunnel %s port %d: stopping pid %d (%s)", t->key, t->port, (int)t->pid, why);
+	if (kill_now || ms == 0) {
+		tun_signal(t, SIGKILL);
+		return;
+	}
+	tun_signal(t, SIGTERM);
+	event_del(t->ev_timer);
+	event_assign(t->ev_timer, t->a->base, -1, 0, grace_cb, t);
+	event_add(t->ev_timer, &tv);
+}
+
+struct evict_note {
+	struct agent *a;
+	char tenant[64], id[64], provider[32], url[TUNNEL_URL_MAX];
+	int port;
+};
+
+static void evict_reply(void *arg, struct redisReply *rep)
+{
+	struct evict_note *n = arg;
+
+	if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+	    rep->element[0]->type == REDIS_REPLY_INTEGER && rep->element[0]->integer == 1) {
+		const char *tid = rep->element[1]->type == REDIS_REPLY_STRING ? rep->element[1]->str : "";
+
+		log_info("tunnel %s/%s port %d evicted (%s)", n->tenant, n->id, n->port, n->url);
+		registry_command(n->a->reg, NULL, NULL,
+				 "XADD sbx:events MAXLEN ~ 10000 * type tunnel-down tenant %s id %s "
+				 "port %lld tunnel %s provider %s node %s reason %s",
+				 n->tenant, n->id, (long long)n->port, tid, n->provider,
+				 n->a->conf->agent.name, "process-exited");
+	} else if (!rep) {
+		log_warn("tunnel %s/%s port %d: redis went away before the eviction", n->tenant, n->id,
+			 n->port);
+	}
+	free(n);
+}
+
+/* The process of a ready tunnel died on its own: drop its record when it
+ * is still the one naming this URL. */
+static void tun_evict(struct tun *t)
+{
+	struct evict_note *n;
+	char hkey[192], pstr[8];
+
+	if (!t->a->reg)
+		return;
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return;
+	n->a = t->a;
+	n->port = t->port;
+	snprintf(n->tenant, sizeof(n->tenant), "%s", t->tenant);
+	snprintf(n->id, sizeof(n->id), "%s", t->id);
+	snprintf(n->provider, sizeof(n->provider), "%s", t->prov->name);
+	snprintf(n->url, sizeof(n->url), "%s", t->url);
+	snprintf(hkey, sizeof(hkey), "sbx:sb:{%s/%s}:tunnels", t->tenant, t->id);
+	snprintf(pstr, sizeof(pstr), "%d", t->port);
+	if (registry_command(t->a->reg, evict_reply, n, "EVAL %s 1 %s %s %s", lua_evict, hkey, pstr,
+			     t->url) < 0) {
+		log_warn("tunnel %s port %d: no redis connection; the API evicts the record when it "
+			 "next checks it", t->key, t->port);
+		free(n);
+	}
+}
+
+static void exit_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct tun *t = arg;
+	struct sbx_err e = { 0 };
+	siginfo_t si;
+	int rc;
+
+	memset(&si, 0, sizeof(si));
+	rc = waitid((idtype_t)P_PIDFD, (id_t)t->pidfd, &si, WEXITED | WNOHANG);
+	if (rc < 0 && errno != ECHILD)
+		return;
+	if (rc == 0 && si.si_pid == 0)
+		return;  /* not yet */
+	log_info("tunnel %s port %d: pid %d %s %d", t->key, t->port, (int)t->pid,
+		 si.si_code == CLD_EXITED ? "exited with" : "killed by signal", si.si_status);
+	t->pid = 0;
+	if (!t->ready && !t->stopping) {
+		err_set(&e, SBX_E_NODE_UNAVAILABLE, "the %s process ended before its tunnel was ready",
+			t->prov->name);
+		tun_answer(t, &e);
+	} else if (t->ready && !t->stopping) {
+		log_warn("tunnel %s port %d: its %s process died; evicting %s", t->key, t->port,
+			 t->prov->name, t->url);
+		tun_evict(t);
+	}
+	tun_free(t);
+}
+
+static void start_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct tun *t = arg;
+	struct sbx_err e = { 0 };
+
+	if (t->ready || t->stopping)
+		return;
+	err_set(&e, SBX_E_NODE_UNAVAILABLE, "the %s tunnel was not ready within %lldms",
+		t->prov->name, (long long)t->a->conf->agent.tunnel_timeout_ms);
+	log_warn("tunnel %s port %d: %s (%s)", t->key, t->port, e.msg,
+		 t->url[0] ? "no readiness line" : "no URL line");
+	tun_answer(t, &e);
+	tun_stop(t, 1, "not ready in time");
+}
+
+/* One complete output line. */
+static void tun_line(struct tun *t, const char *line)
+{
+	if (t->ready || t->stopping)
+		return;
+	log_info("tunnel %s port %d: %.200s", t->key, t->port, line);
+	if (!t->url[0]) {
+		t->prov->line_url(line, t->url, sizeof(t->url));
+		return;
+	}
+	if (t->prov->line_ready(line)) {
+		t->ready = 1;
+		event_del(t->ev_timer);
+		log_info("tunnel %s port %d ready: %s -> %s (pid %d)", t->key, t->port, t->url,
+			 t->upstream, (int)t->pid);
+		tun_answer(t, NULL);
+	}
+}
+
+static void out_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct tun *t = arg;
+	char buf[4096];
+	ssize_t n = read(fd, buf, sizeof(buf));
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		/* EOF: the process closed its output (or died); exit_cb ends it. */
+		event_del(t->ev_out);
+		return;
+	}
+	for (ssize_t i = 0; i < n; i++) {
+		char c = buf[i];
+
+		if (c == '\n' || c == '\r') {
+			if (t->line_len > 0) {
+				t->line[t->line_len] = '\0';
+				tun_line(t, t->line);
+			}
+			t->line_len = 0;
+			t->line_cut = 0;
+		} else if (t->line_len + 1 < sizeof(t->line)) {
+			t->line[t->line_len++] = c == '\0' ? ' ' : c;
+		} else {
+			t->line_cut = 1;
+		}
+	}
+}
+
+/* Fork and exec argv with stdin /dev/null and stdout+stderr into out_w,
+ * in its own process group, SIGPIPE default, every other fd closed,
+ * dying with the agent. The child's pid, its pidfd into *pidfd; -1 with e. */
+static pid_t spawn_tool(const char *prog, const char **argv, int out_w, int *pidfd,
+			struct sbx_err *e)
+{
+	auto_close int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	int rep[2], saved, child_errno = 0;
+	pid_t parent = getpid(), pid;
+	sigset_t all, old, none;
+	ssize_t n;
+
+	if (devnull < 0)
+		return err_sys(e, errno, "open /dev/null");
+	if (pipe2(rep, O_CLOEXEC) < 0)
+		return err_sys(e, errno, "pipe");
+	sigfillset(&all);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &all, &old);
+	pid = fork();
+	if (pid == 0) {
+		struct sigaction dfl;
+
+		memset(&dfl, 0, sizeof(dfl));
+		dfl.sa_handler = SIG_DFL;
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+			_exit(127);
+		setpgid(0, 0);
+		if (dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(out_w, 2) < 0)
+			goto fail;
+		if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+			for (int fd = 3; fd < 1024; fd++)
+				if (fd != rep[1])
+					close(fd);
+		}
+		for (int sig = 1; sig < NSIG; sig++)
+			sigaction(sig, &dfl, NULL);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		execve(prog, (char *const *)argv, environ);
+	fail:
+		child_errno = errno;
+		n = write(rep[1], &child_errno, sizeof(child_errno));
+		(void)n;
+		_exit(127);
+	}
+	saved = errno;
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	close(rep[1]);
+	if (pid < 0) {
+		close(rep[0]);
+		return err_sys(e, saved, "fork");
+	}
+	/* EOF when the exec succeeded (CLOEXEC), the child's errno if not. */
+	do
+		n = read(rep[0], &child_errno, sizeof(child_errno));
+	while (n < 0 && errno == EINTR);
+	close(rep[0]);
+	*pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (n == (ssize_t)sizeof(child_errno) || *pidfd < 0) {
+		saved = n == (ssize_t)sizeof(child_errno) ? child_errno : errno;
+		kill(pid, SIGKILL);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		if (*pidfd >= 0)
+			close(*pidfd);
+		*pidfd = -1;
+		return err_sys(e, saved, "cannot run '%s'", prog);
+	}
+	return pid;
+}
+
+static int sweep_start(struct event_base *base);
+
+/* Start prov's process for sb's forwarder upstream of port. New tunnel
+ * (in the table, starting) or NULL with e. */
+static struct tun *tun_start(struct agent *a, struct agent_sb *sb,
+			     const struct tunnel_provider *prov, int port, const char *upstream,
+			     struct sbx_err *e)
+{
+	char prog[PATH_MAX], upurl[128];
+	const char *argv[TUNNEL_MAX_ARGV];
+	int out[2], w;
+	struct tun *t;
+	int64_t ms = a->conf->agent.tunnel_timeout_ms;
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	if (prov->program(a->conf, prog, sizeof(prog), e) < 0)
+		return NULL;
+	w = snprintf(upurl, sizeof(upurl), "http://%s", upstream);
+	if (w < 0 || (size_t)w >= sizeof(upurl)) {
+		err_set(e, SBX_E_INTERNAL, "upstream address too long");
+		return NULL;
+	}
+	prov->argv(prog, upurl, argv);
+	t = calloc(1, sizeof(*t));
+	if (!t) {
+		err_sys(e, ENOMEM, "tunnel");
+		return NULL;
+	}
+	t->a = a;
+	t->prov = prov;
+	t->pidfd = t->out_fd = -1;
+	snprintf(t->key, sizeof(t->key), "%s", sb->key);
+	snprintf(t->tenant, sizeof(t->tenant), "%s", sb->tenant);
+	snprintf(t->id, sizeof(t->id), "%s", sb->id);
+	snprintf(t->upstream, sizeof(t->upstream), "%s", upstream);
+	t->port = port;
+	t->generation = sb->generation;
+	t->run = sb->run;
+	if (pipe2(out, O_CLOEXEC | O_NONBLOCK) < 0) {
+		err_sys(e, errno, "pipe");
+		free(t);
+		return NULL;
+	}
+	/* The child's end must block: a tool may not expect EAGAIN on stderr. */
+	fcntl(out[1], F_SETFL, 0);
+	t->pid = spawn_tool(prog, argv, out[1], &t->pidfd, e);
+	close(out[1]);
+	t->out_fd = out[0];
+	if (t->pid < 0) {
+		t->pid = 0;
+		tun_free(t);
+		return NULL;
+	}
+	t->ev_exit = event_new(a->base, t->pidfd, EV_READ | EV_PERSIST, exit_cb, t);
+	t->ev_out = event_new(a->base, t->out_fd, EV_READ | EV_PERSIST, out_cb, t);
+	t->ev_timer = evtimer_new(a->base, start_timeout_cb, t);
+	t->next = tunnels;
+	tunnels = t;
+	if (!t->ev_exit || !t->ev_out || !t->ev_timer || event_add(t->ev_exit, NULL) < 0 ||
+	    event_add(t->ev_out, NULL) < 0 || event_add(t->ev_timer, &tv) < 0 ||
+	    sweep_start(a->base) < 0) {
+		err_sys(e, ENOMEM, "tunnel events");
+		tun_signal(t, SIGKILL);
+		spawn_reap(t->pidfd, 1);
+		t->pid = 0;
+		tun_free(t);
+		return NULL;
+	}
+	log_info("tunnel %s port %d: started %s (pid %d) for %s", t->key, port, prov->name,
+		 (int)t->pid, upurl);
+	return t;
+}
+
+/* --- sweep: processes of containers that are gone --- */
+
+static int tun_owner_alive(const struct tun *t)
+{
+	struct agent_sb *sb;
+
+	if (t->a->shutting_down)
+		return 0;
+	sb = agent_sb_find(t->a, t->key);
+	return sb && sb->rt && !sb->dead && sb->run == t->run && sb->generation == t->generation;
+}
+
+static void sweep_cb(evutil_socket_t fd, short what, void *arg)
+{
+	for (struct tun *t = tunnels; t; t = t->next)
+		if (!t->stopping && !tun_owner_alive(t))
+			tun_stop(t, 0, "its container is gone");
+	if (!tunnels && sweep_ev) {
+		event_free(sweep_ev);
+		sweep_ev = NULL;
+	}
+}
+
+static int sweep_start(struct event_base *base)
+{
+	struct timeval tv = { TUNNEL_SWEEP_MS / 1000, (TUNNEL_SWEEP_MS % 1000) * 1000 };
+
+	if (sweep_ev)
+		return 0;
+	sweep_ev = event_new(base, -1, EV_PERSIST, sweep_cb, NULL);
+	if (!sweep_ev || event_add(sweep_ev, &tv) < 0) {
+		if (sweep_ev)
+			event_free(sweep_ev);
+		sweep_ev = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+static struct tun *tun_find(const char *key, int port)
+{
+	for (struct tun *t = tunnels; t; t = t->next)
+		if (!t->stopping && t->port == port && strcmp(t->key, key) == 0)
+			return t;
+	return NULL;
+}
+
+/* --- routes --- */
+
+static const struct jsonv_field put_fields[] = {
+	{ "provider", JV_STRING, 1 },
+	{ "generation", JV_INTEGER, 0 },
+	{ NULL, 0, 0 },
+};
+
+/* Key and port of the path (and fencing when fenced). 0 or -1 with e. */
+static int tun_head(struct httpd_req *r, int fenced, char *key, size_t keysz, int *port,
+		    struct sbx_err *e)
+{
+	struct agent *a = httpd_ctx(r);
+	const char *tenant = httpd_param(r, 0), *id = httpd_param(r, 1);
+	int64_t epoch, p;
+
+	if (!ids_valid_tenant(tenant))
+		return err_set(e, SBX_E_VALIDATION, "invalid tenant name");
+	if (!ids_valid_sandbox(id))
+		return err_set(e, SBX_E_VALIDATION, "invalid sandbox id");
+	if (agent_key(key, keysz, tenant, id) < 0)
+		return err_set(e, SBX_E_VALIDATION, "tenant and id are too long");
+	if (util_parse_i64(httpd_param(r, 2), 1, 65535, &p) < 0)
+		return err_set(e, SBX_E_INVALID_PORT, "port must be 1-65535");
+	*port = (int)p;
+	if (fenced && (agent_parse_epoch(httpd_header(r, "X-Sbx-Epoch"), &epoch, e) < 0 ||
+		       agent_fence(a, key, epoch, e) < 0))
+		return -1;
+	return 0;
+}
+
+void agent_h_tunnel_put(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	char key[AGENT_KEY_MAX], upstream[80];
+	const struct tunnel_provider *prov;
+	int64_t generation = -1;
+	struct agent_sb *sb;
+	struct tun_wait *w;
+	struct tun *t;
+	const char *data;
+	json_t *body;
+	size_t len;
+	int port, created;
+
+	if (a->shutting_down) {
+		err_set(&e, SBX_E_NODE_UNAVAILABLE, "this node is shutting down");
+		goto fail;
+	}
+	if (tun_head(r, 1, key, sizeof(key), &port, &e) < 0)
+		goto fail;
+	data = httpd_body(r, &len);
+	body = jsonv_parse(data, len, &e);
+	if (!body)
+		goto fail;
+	if (jsonv_check(body, put_fields, "the body", &e) < 0 ||
+	    jsonv_int(body, "generation", 0, INT64_MAX, &generation, &e) < 0) {
+		json_decref(body);
+		goto fail;
+	}
+	prov = tunnel_provider_find(json_string_value(json_object_get(body, "provider")));
+	json_decref(body);
+	if (!prov) {
+		err_set(&e, SBX_E_VALIDATION, "unknown tunnel provider (this node runs: cloudflared)");
+		goto fail;
+	}
+	sb = agent_sb_find(a, key);
+	if (!sb || !sb->rt || sb->dead) {
+		err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' is not running on this node",
+			httpd_param(r, 1));
+		goto fail;
+	}
+	if (generation >= 0 && generation != sb->generation) {
+		err_set(&e, SBX_E_CONFLICT, "generation %lld is not the running %lld",
+			(long long)generation, (long long)sb->generation);
+		goto fail;
+	}
+	if (fwd_open(a, sb, port, upstream, sizeof(upstream), &created, &e) < 0)
+		goto fail;
+	sb->last_active_at = util_wall_ms();
+	t = tun_find(key, port);
+	if (t && (t->prov != prov || t->run != sb->run || strcmp(t->upstream, upstream) != 0)) {
+		tun_stop(t, 0, "replaced");
+		t = NULL;
+	}
+	created = !t;
+	if (!t && !(t = tun_start(a, sb, prov, port, upstream, &e)))
+		goto fail;
+	if (t->ready) {
+		httpd_reply_json(r, 200, tun_json(t, 0));
+		return;
+	}
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		err_sys(&e, ENOMEM, "tunnel waiter");
+		goto fail;
+	}
+	w->r = r;
+	w->t = t;
+	w->created = created;
+	w->next = t->waiters;
+	t->waiters = w;
+	httpd_on_close(r, wait_closed, w);
+	httpd_defer(r);
+	return;
+fail:
+	httpd_reply_err(r, &e);
+}
+
+void agent_h_tunnel_get(struct httpd_req *r)
+{
+	struct sbx_err e = { 0 };
+	char key[AGENT_KEY_MAX];
+	struct tun *t;
+	int port;
+
+	if (tun_head(r, 0, key, sizeof(key), &port, &e) < 0) {
+		httpd_reply_err(r, &e);
+		return;
+	}
+	t = tun_find(key, port);
+	if (!t || !tun_owner_alive(t)) {
+		err_set(&e, SBX_E_ROUTE_NOT_FOUND, "no tunnel process for port %d", port);
+		httpd_reply_err(r, &e);
+		return;
+	}
+	httpd_reply_json(r, 200, tun_json(t, 0));
+}
+
+void agent_h_tunnel_delete(struct httpd_req *r)
+{
+	struct sbx_err e = { 0 };
+	char key[AGENT_KEY_MAX];
+	struct tun *t;
+	int port;
+
+	if (tun_head(r, 1, key, sizeof(key), &port, &e) < 0) {
+		httpd_reply_err(r, &e);
+		return;
+	}
+	t = tun_find(key, port);
+	if (t)
+		tun_stop(t, 0, "deleted");
+	httpd_reply_empty(r, 204);
+}

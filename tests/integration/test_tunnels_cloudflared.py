@@ -1,0 +1,233 @@
+"""The "cloudflared" tunnel provider (docs/API.md "Tunnels").
+
+The real cloudflared cannot be installed on these machines and
+*.trycloudflare.com is out of reach, so the agent runs a STAND-IN instead:
+tests/standin/cloudflared, a small script that prints what cloudflared prints
+(the quick-tunnel URL box and "Registered tunnel connection"), and relays a
+loopback port of its own to the --url upstream so that a request can travel
+the tunnel's path. This module runs its own stack with agent.cloudflared_path
+pointing at a symlink to it in a temp dir; the stand-in writes
+"<symlink>.d/<pid>.json" ({url, listen, upstream}) there and ignores SIGTERM
+while "<symlink>.d/ignore-term" exists.
+"""
+
+import concurrent.futures
+import glob
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+
+import pytest
+import requests
+
+from conftest import ROOT, assert_error, processes_mentioning, stack_down, stack_up
+
+STANDIN = os.path.join(ROOT, "tests", "standin", "cloudflared")
+GRACE_S = 2
+
+
+@pytest.fixture(scope="module")
+def cf():
+    tmp = tempfile.mkdtemp(prefix="sbx-cf-", dir="/tmp")
+    link = os.path.join(tmp, "cloudflared")
+    os.symlink(STANDIN, link)
+    os.mkdir(link + ".d")
+    st = stack_up(agents=1, overrides=["agent.cloudflared_path=" + link,
+                                       "agent.tunnel_stop_grace=%ds" % GRACE_S,
+                                       "agent.tunnel_timeout=10s"])
+    st.standin = link
+    try:
+        yield st
+    finally:
+        stack_down(st)
+        left = processes_mentioning(link)
+        for p in left:
+            try:
+                os.kill(int(p.split()[0]), signal.SIGKILL)
+            except OSError:
+                pass
+        shutil.rmtree(tmp, ignore_errors=True)
+        assert not left, "stand-in processes outlived the stack:\n%s" % "\n".join(left)
+
+
+def make(cf, sid, port=8000):
+    r = cf.api("PUT", "/v1/sandboxes/" + sid, json={})
+    assert r.status_code in (200, 201), r.text
+    r = cf.api("POST", "/v1/sandboxes/%s/processes" % sid,
+               json={"command": "python3 -m http.server %d --bind 127.0.0.1" % port})
+    assert r.status_code == 201, r.text
+
+
+def tunnel(cf, sid, port=8000, provider="cloudflared", timeout=30):
+    body = {} if provider is None else {"provider": provider}
+    return cf.api("POST", "/v1/sandboxes/%s/tunnels/%d" % (sid, port), json=body,
+                  timeout=timeout)
+
+
+def record(cf, sid, port=8000):
+    v = cf.redis_cli("HGET", "sbx:sb:{dev/%s}:tunnels" % sid, str(port))
+    return json.loads(v) if v else None
+
+
+def standins(cf, upstream):
+    """Live stand-in processes started for that forwarder."""
+    return [p for p in processes_mentioning(cf.standin) if "http://" + upstream in p]
+
+
+def state_of(cf, url):
+    """The stand-in's own note for url ({pid, url, listen, upstream})."""
+    for path in glob.glob(cf.standin + ".d/*.json"):
+        try:
+            with open(path) as f:
+                s = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if s.get("url") == url:
+            return s
+    return None
+
+
+def listed(cf, sid):
+    return cf.api("GET", "/v1/sandboxes/%s/tunnels" % sid).json()["tunnels"]
+
+
+def test_url_is_a_quick_tunnel_and_cached(cf):
+    make(cf, "cf-one")
+    r = tunnel(cf, "cf-one")
+    assert r.status_code == 200, r.text
+    t = r.json()
+    assert t["provider"] == "cloudflared" and t["port"] == 8000
+    assert t["url"].startswith("https://") and t["url"].endswith(".trycloudflare.com"), t
+    assert set(t) == {"id", "port", "url", "provider", "generation", "createdAt"}
+    assert tunnel(cf, "cf-one").json() == t
+    assert tunnel(cf, "cf-one", provider=None).json() == t  # no body: whatever exists
+    assert listed(cf, "cf-one") == [t]
+    rec = record(cf, "cf-one")
+    assert rec["provider"] == "cloudflared" and rec["url"] == t["url"]
+    assert rec["upstream"] and len(standins(cf, rec["upstream"])) == 1
+
+
+def test_concurrent_posts_make_one_process(cf):
+    make(cf, "cf-many", port=8001)
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
+        answers = list(pool.map(lambda _: tunnel(cf, "cf-many", port=8001), range(10)))
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+    urls = {a.json()["url"] for a in answers}
+    assert len(urls) == 1, urls
+    rec = record(cf, "cf-many", 8001)
+    assert len(standins(cf, rec["upstream"])) == 1, standins(cf, rec["upstream"])
+
+
+def test_traffic_through_the_standin_reaches_the_sandbox(cf):
+    make(cf, "cf-traffic")
+    t = tunnel(cf, "cf-traffic").json()
+    s = cf.wait("the stand-in's note", lambda: state_of(cf, t["url"]))
+    assert s["upstream"] == "http://" + record(cf, "cf-traffic")["upstream"]
+
+    def get():
+        r = requests.get("http://%s/" % s["listen"], timeout=5)
+        return r if r.status_code == 200 else None
+    r = cf.wait("the server behind the tunnel", get, timeout=15)
+    assert "Directory listing" in r.text
+
+
+def test_dead_process_is_evicted(cf):
+    make(cf, "cf-kill")
+    t = tunnel(cf, "cf-kill").json()
+    up = record(cf, "cf-kill")["upstream"]
+    [proc] = standins(cf, up)
+    os.kill(int(proc.split()[0]), signal.SIGKILL)
+    cf.wait("the dead tunnel to be evicted", lambda: listed(cf, "cf-kill") == [])
+    assert record(cf, "cf-kill") is None
+    events = cf.redis_cli("XREVRANGE", "sbx:events", "+", "-", "COUNT", "50")
+    assert "process-exited" in events
+    t2 = tunnel(cf, "cf-kill").json()
+    assert t2["url"] != t["url"] and t2["url"].endswith(".trycloudflare.com")
+    assert len(standins(cf, record(cf, "cf-kill")["upstream"])) == 1
+
+
+def test_restart_stops_the_process_and_drops_the_record(cf):
+    make(cf, "cf-restart")
+    t = tunnel(cf, "cf-restart").json()
+    up = record(cf, "cf-restart")["upstream"]
+    assert standins(cf, up)
+    assert cf.api("POST", "/v1/sandboxes/cf-restart/restart").status_code == 200
+    cf.wait("the tunnel process to stop", lambda: not standins(cf, up))
+    assert listed(cf, "cf-restart") == []
+    make(cf, "cf-restart")
+    t2 = tunnel(cf, "cf-restart").json()
+    assert t2["url"] != t["url"] and t2["generation"] > t["generation"]
+
+
+def test_delete_stops_the_process(cf):
+    make(cf, "cf-del")
+    tunnel(cf, "cf-del")
+    up = record(cf, "cf-del")["upstream"]
+    assert len(standins(cf, up)) == 1
+    assert cf.api("DELETE", "/v1/sandboxes/cf-del/tunnels/8000").status_code == 204
+    cf.wait("the tunnel process to end on SIGTERM", lambda: not standins(cf, up), timeout=GRACE_S)
+    assert cf.api("DELETE", "/v1/sandboxes/cf-del/tunnels/8000").status_code == 204
+    assert listed(cf, "cf-del") == [] and record(cf, "cf-del") is None
+
+
+def test_delete_kills_a_process_that_ignores_sigterm(cf):
+    flag = cf.standin + ".d/ignore-term"
+    make(cf, "cf-stubborn")
+    open(flag, "w").close()
+    try:
+        assert tunnel(cf, "cf-stubborn").status_code == 200
+    finally:
+        os.unlink(flag)
+    up = record(cf, "cf-stubborn")["upstream"]
+    assert cf.api("DELETE", "/v1/sandboxes/cf-stubborn/tunnels/8000").status_code == 204
+    time.sleep(GRACE_S / 2.0)
+    assert standins(cf, up), "the stand-in ignores SIGTERM: it must still run within the grace"
+    cf.wait("SIGKILL after the grace", lambda: not standins(cf, up), timeout=GRACE_S + 5)
+
+
+def test_destroy_leaves_no_process(cf):
+    make(cf, "cf-destroy")
+    tunnel(cf, "cf-destroy")
+    up = record(cf, "cf-destroy")["upstream"]
+    assert standins(cf, up)
+    assert cf.api("DELETE", "/v1/sandboxes/cf-destroy").status_code in (200, 204)
+    cf.wait("no stand-in left after destroy", lambda: not standins(cf, up))
+    assert record(cf, "cf-destroy") is None
+
+
+def test_provider_not_installed(cf):
+    make(cf, "cf-absent")
+    os.rename(cf.standin, cf.standin + ".away")
+    try:
+        r = tunnel(cf, "cf-absent")
+    finally:
+        os.rename(cf.standin + ".away", cf.standin)
+    assert_error(r, 400, "VALIDATION_FAILED")
+    assert "tunnel provider 'cloudflared' is not available on this node" in r.json()["error"]["message"]
+    assert listed(cf, "cf-absent") == []
+    assert tunnel(cf, "cf-absent").status_code == 200  # back again
+
+
+def test_bad_provider_and_body(cf):
+    make(cf, "cf-bad")
+    assert_error(tunnel(cf, "cf-bad", provider="ngrok"), 400, "VALIDATION_FAILED")
+    assert_error(tunnel(cf, "cf-bad", provider=7), 400, "VALIDATION_FAILED")
+    r = cf.api("POST", "/v1/sandboxes/cf-bad/tunnels/8000", json={"provider": "builtin", "x": 1})
+    assert_error(r, 400, "VALIDATION_FAILED")
+    r = cf.api("POST", "/v1/sandboxes/cf-bad/tunnels/8000", data="{nope",
+               headers={"Content-Type": "application/json"})
+    assert_error(r, 400, "VALIDATION_FAILED")
+    assert listed(cf, "cf-bad") == []
+
+
+def test_builtin_and_cloudflared_do_not_mix_on_one_port(cf):
+    make(cf, "cf-mix")
+    b = tunnel(cf, "cf-mix", provider=None)  # api.tunnel_provider default: builtin
+    assert b.status_code == 200 and b.json()["provider"] == "builtin", b.text
+    assert_error(tunnel(cf, "cf-mix"), 409, "CONFLICT")
+    assert cf.api("DELETE", "/v1/sandboxes/cf-mix/tunnels/8000").status_code == 204
+    c = tunnel(cf, "cf-mix")
+    assert c.status_code == 200 and c.json()["provider"] == "cloudflared"
