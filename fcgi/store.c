@@ -1,4 +1,5 @@
 #include "store.h"
+#include "buf.h"
 #include "log.h"
 #include "redisurl.h"
 #include "util.h"
@@ -7,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -16,6 +18,11 @@
  * this long instead of blocking every request for command_timeout: a pool
  * of N workers stays able to answer (503 fast, /healthz) while Redis hangs. */
 #define RETRY_AFTER_TIMEOUT_MS 1000
+/* A connection idle at least this long is checked (one MSG_PEEK recv)
+ * before it is used again; a busy one is not (see store.h, "Liveness"). */
+#define PROBE_AFTER_IDLE_MS 1000
+/* The largest batch kept for a resend; larger ones are never resent. */
+#define BATCH_COPY_MAX 65536
 
 static struct {
 	struct redisurl addr;
@@ -26,6 +33,11 @@ static struct {
 	int64_t next_try_ms;        /* monotonic: no connect attempt before this */
 	size_t pending;             /* appended, not yet collected */
 	int64_t last_warn_ms;
+	int64_t last_used_ms;       /* monotonic: last reply read (or connect) */
+	/* The batch being built, for one resend on a fresh connection. */
+	struct buf batch;           /* the formatted commands */
+	int batch_readonly;         /* every command is a read (store_readonly_cmd) */
+	int batch_reused;           /* sent on a connection older than the batch */
 } st;
 
 int store_init(const struct sbx_conf *c, struct sbx_err *e)
@@ -36,6 +48,7 @@ int store_init(const struct sbx_conf *c, struct sbx_err *e)
 	st.connect_timeout_ms = c->redis.connect_timeout_ms;
 	st.command_timeout_ms = c->redis.command_timeout_ms;
 	st.next_try_ms = 0;
+	buf_init(&st.batch, BATCH_COPY_MAX);
 	st.ready = 1;
 	return 0;
 }
@@ -51,6 +64,7 @@ static void drop(void)
 void store_release(void)
 {
 	drop();
+	buf_release(&st.batch);
 }
 
 static struct timeval tv_ms(int64_t ms)
@@ -131,7 +145,8 @@ int store_probe(struct sbx_err *e)
 
 /* Is an idle connection still open? A server that closed it (restart,
  * client kill, timeout) shows EOF; unread bytes mean it is out of step.
- * Checked before sending, so nothing is ever sent twice. */
+ * Checked before sending, so nothing is ever sent twice. Costs a syscall:
+ * done only after PROBE_AFTER_IDLE_MS without use. */
 static int conn_usable(int fd)
 {
 	char c;
@@ -146,13 +161,37 @@ static int timed_out(const redisContext *c)
 	return c && c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-/* Make sure a connection exists; respects the back-off after a failure. */
+/* Did the last command on c fail because the server closed or reset the
+ * connection (as opposed to a timeout or a protocol error)? err_no: errno
+ * right after the failing call. */
+static int conn_lost(const redisContext *c, int err_no)
+{
+	return c && (c->err == REDIS_ERR_EOF ||
+		     (c->err == REDIS_ERR_IO && (err_no == ECONNRESET || err_no == EPIPE)));
+}
+
+int store_readonly_cmd(const char *cmd, size_t len)
+{
+	static const char *const reads[] = {
+		"GET", "MGET", "HGET", "HMGET", "HGETALL", "HEXISTS", "HLEN", "EXISTS", "TTL",
+		"PTTL", "SCARD", "SISMEMBER", "SMEMBERS", "ZCARD", "ZSCORE", "ZRANGE",
+		"ZRANGEBYLEX", "ZRANGEBYSCORE", "LRANGE", "LLEN", "XRANGE", "XLEN", "PING",
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(reads); i++)
+		if (strlen(reads[i]) == len && strncasecmp(reads[i], cmd, len) == 0)
+			return 1;
+	return 0;
+}
+
+/* Make sure a connection exists; respects the back-off after a failure.
+ * 1 when it opened a new one, 0 when the one it had is kept, -1 with e. */
 static int ensure(struct sbx_err *e)
 {
 	int64_t now = util_now_ms();
 	int ok;
 
-	if (st.ctx && conn_usable(st.ctx->fd))
+	if (st.ctx && (now - st.last_used_ms < PROBE_AFTER_IDLE_MS || conn_usable(st.ctx->fd)))
 		return 0;
 	drop();
 	if (!st.ready)
@@ -171,7 +210,8 @@ static int ensure(struct sbx_err *e)
 		goto fail;
 	}
 	st.next_try_ms = 0;
-	return 0;
+	st.last_used_ms = now;
+	return 1;
 fail:
 	if (now - st.last_warn_ms >= 5000) {
 		log_warn("%s", e->msg);
@@ -187,34 +227,80 @@ static int append_failed(struct sbx_err *e)
 	return -1;
 }
 
-int store_append(struct sbx_err *e, const char *fmt, ...)
+/* Start a batch if none is open: connect if needed, reset the copy. */
+static int batch_begin(struct sbx_err *e)
 {
-	va_list ap;
 	int rc;
 
-	if (st.pending == 0 && ensure(e) < 0)
+	if (st.pending)
+		return st.ctx ? 0 : err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: batch dropped after an error");
+	rc = ensure(e);
+	if (rc < 0)
 		return -1;
-	if (!st.ctx)
-		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: batch dropped after an error");
-	va_start(ap, fmt);
-	rc = redisvAppendCommand(st.ctx, fmt, ap);
-	va_end(ap);
+	buf_reset(&st.batch);
+	st.batch_readonly = 1;
+	st.batch_reused = rc == 0;
+	return 0;
+}
+
+/* Queue one formatted command (len bytes; cmd is freed here), keeping a
+ * copy while the batch is read-only. 0 or -1 (batch dropped). */
+static int batch_add(struct sbx_err *e, char *cmd, long long len)
+{
+	size_t nlen;
+	int rc;
+
+	if (len < 0 || !cmd) {
+		free(cmd);
+		return err_set(e, SBX_E_INTERNAL, "redis: cannot format a command");
+	}
+	if (st.batch_readonly) {
+		/* The command name is the first bulk string: "*N\r\n$L\r\nNAME\r\n". */
+		const char *p = strchr(cmd, '$'), *name = p ? strchr(p, '\n') : NULL;
+		nlen = name ? strcspn(name + 1, "\r") : 0;
+		if (!name || !store_readonly_cmd(name + 1, nlen) ||
+		    buf_add(&st.batch, cmd, (size_t)len) < 0)
+			st.batch_readonly = 0;
+	}
+	rc = redisAppendFormattedCommand(st.ctx, cmd, (size_t)len);
+	free(cmd);
 	if (rc != REDIS_OK)
 		return append_failed(e);
 	st.pending++;
 	return 0;
 }
 
+static int append_v(struct sbx_err *e, const char *fmt, va_list ap)
+{
+	char *cmd = NULL;
+	int len;
+
+	if (batch_begin(e) < 0)
+		return -1;
+	len = redisvFormatCommand(&cmd, fmt, ap);
+	return batch_add(e, cmd, len);
+}
+
+int store_append(struct sbx_err *e, const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = append_v(e, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
 int store_append_argv(struct sbx_err *e, int argc, const char **argv, const size_t *argvlen)
 {
-	if (st.pending == 0 && ensure(e) < 0)
+	char *cmd = NULL;
+	long long len;
+
+	if (batch_begin(e) < 0)
 		return -1;
-	if (!st.ctx)
-		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: batch dropped after an error");
-	if (redisAppendCommandArgv(st.ctx, argc, argv, argvlen) != REDIS_OK)
-		return append_failed(e);
-	st.pending++;
-	return 0;
+	len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+	return batch_add(e, cmd, len);
 }
 
 void store_free_replies(redisReply **replies, size_t n)
@@ -232,9 +318,36 @@ void store_replyp(redisReply **r)
 		freeReplyObject(*r);
 }
 
+/* Read n replies from the connection. 0, or -1 with e (replies freed,
+ * *lost set when the server had closed or reset the connection). */
+static int read_replies(redisReply **replies, size_t n, int *lost, struct sbx_err *e)
+{
+	*lost = 0;
+	for (size_t i = 0; i < n; i++) {
+		void *rep = NULL;
+		if (redisGetReply(st.ctx, &rep) != REDIS_OK || !rep) {
+			int err_no = errno;
+			if (timed_out(st.ctx)) {
+				err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis did not answer within %lld ms",
+					(long long)st.command_timeout_ms);
+				st.next_try_ms = util_now_ms() + RETRY_AFTER_TIMEOUT_MS;
+			} else {
+				*lost = conn_lost(st.ctx, err_no);
+				err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: %s",
+					st.ctx->errstr[0] ? st.ctx->errstr : "no reply");
+			}
+			store_free_replies(replies, i);
+			return -1;
+		}
+		replies[i] = rep;
+	}
+	return 0;
+}
+
 int store_collect(redisReply **replies, size_t n, unsigned flags, struct sbx_err *e)
 {
 	size_t i;
+	int lost;
 
 	for (i = 0; i < n; i++)
 		replies[i] = NULL;
@@ -243,23 +356,30 @@ int store_collect(redisReply **replies, size_t n, unsigned flags, struct sbx_err
 		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: %zu replies expected, %zu queued", n,
 			       st.pending);
 	}
-	for (i = 0; i < n; i++) {
-		void *rep = NULL;
-		if (redisGetReply(st.ctx, &rep) != REDIS_OK || !rep) {
-			if (timed_out(st.ctx)) {
-				err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis did not answer within %lld ms",
-					(long long)st.command_timeout_ms);
-				st.next_try_ms = util_now_ms() + RETRY_AFTER_TIMEOUT_MS;
-			} else
-				err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: %s",
-					st.ctx->errstr[0] ? st.ctx->errstr : "no reply");
-			store_free_replies(replies, i);
+	if (read_replies(replies, n, &lost, e) < 0) {
+		/* A kept connection the server had closed while this worker was
+		 * busy (no probe then): a read-only batch is sent once more on a
+		 * fresh connection. Reads only, so a resend changes nothing. */
+		int resend = lost && st.batch_readonly && st.batch_reused && st.batch.len;
+
+		drop();
+		if (!resend)
+			return -1;
+		log_info("redis connection lost (%s); resending %zu read(s) on a new one", e->msg, n);
+		if (ensure(e) < 0)
+			return -1;
+		if (redisAppendFormattedCommand(st.ctx, st.batch.data, st.batch.len) != REDIS_OK) {
+			append_failed(e);
+			return -1;
+		}
+		st.pending = n;
+		if (read_replies(replies, n, &lost, e) < 0) {
 			drop();
 			return -1;
 		}
-		replies[i] = rep;
 	}
 	st.pending = 0;
+	st.last_used_ms = util_now_ms();
 	if (!(flags & STORE_RAW_ERRORS)) {
 		for (i = 0; i < n; i++) {
 			if (replies[i]->type == REDIS_REPLY_ERROR) {
@@ -283,16 +403,11 @@ redisReply *store_command(struct sbx_err *e, const char *fmt, ...)
 		err_set(e, SBX_E_INTERNAL, "store_command with %zu commands queued", st.pending);
 		return NULL;
 	}
-	if (ensure(e) < 0)
-		return NULL;
 	va_start(ap, fmt);
-	rc = redisvAppendCommand(st.ctx, fmt, ap);
+	rc = append_v(e, fmt, ap);
 	va_end(ap);
-	if (rc != REDIS_OK) {
-		append_failed(e);
+	if (rc < 0)
 		return NULL;
-	}
-	st.pending = 1;
 	if (store_collect(&r, 1, 0, e) < 0)
 		return NULL;
 	return r;

@@ -9,6 +9,14 @@
  * SBX_E_REDIS_UNAVAILABLE (503) with the detail logged.
  *
  * Pipelining: store_append() N commands, then store_collect() N replies.
+ *
+ * Liveness: a connection idle for 1 s or more is probed (one non-blocking
+ * MSG_PEEK recv) before it is used; a busy one is not, to keep a syscall
+ * off every command. When the server closed or reset a kept connection
+ * anyway (a restart or CLIENT KILL while this worker was busy), a batch of
+ * reads only (store_readonly_cmd) is sent once more on a fresh connection;
+ * any other batch fails with REDIS_UNAVAILABLE as before (a write might
+ * have been applied, so it is never sent twice).
  */
 #ifndef SBX_STORE_H
 #define SBX_STORE_H
@@ -44,6 +52,10 @@ int store_collect(redisReply **replies, size_t n, unsigned flags, struct sbx_err
 
 /* append + collect of one command; new reply (freeReplyObject) or NULL. */
 redisReply *store_command(struct sbx_err *e, const char *fmt, ...);
+
+/* 1 when the command name (len bytes, any case) only reads, so a batch of
+ * such commands may be sent twice. */
+int store_readonly_cmd(const char *cmd, size_t len);
 
 void store_free_replies(redisReply **replies, size_t n);
 void store_replyp(redisReply **r);

@@ -142,6 +142,10 @@ int worker_run(int listen_fd, const struct sbx_conf *conf, pid_t master)
 			fcgx.ipcFd = accept_conn(listen_fd, tcp);
 			if (fcgx.ipcFd < 0)
 				continue;
+			/* FCGX_Accept_r first finishes the previous request and
+			 * closes the connection unless it is marked kept; the
+			 * request it reads next sets the flag nginx asked for. */
+			fcgx.keepConnection = 1;
 		}
 		/* Reads the request on the connection; fails when nginx closed a
 		 * kept-alive one (libfcgi then closes it and sets ipcFd to -1). */
