@@ -290,3 +290,30 @@ def test_process_sees_only_stdio_fds(sbx, box):
     fds = out["stdout"].split()
     # 0-2, plus the directory fd listdir itself holds open.
     assert fds[:3] == ["0", "1", "2"] and len(fds) <= 4, "open fds: %r" % fds
+
+
+def test_killed_agent_leaves_no_sandbox_behind(stack):
+    """kill -9 of an agent: its sandboxes die with it (PDEATHSIG), and the
+    restarted agent removes the cgroups they left; the sandbox then wakes
+    on the next call as a new container."""
+    import signal
+    sid = new_box(stack)
+    run(stack, sid, "sleep 300 >/dev/null 2>&1 & echo started")
+    node = stack.api("GET", "/v1/sandboxes/" + sid).json()["node"]
+    key = "dev.%s" % sid
+    assert host_pids_in_cgroup(key), "no host process found in the sandbox's cgroup"
+    os.kill(stack.pid(node), signal.SIGKILL)
+    try:
+        stack.wait("the sandbox's processes to die with the agent",
+                   lambda: not host_pids_in_cgroup(key), 10)
+        stack.run("start", node)
+        stack.wait_healthy()
+
+        def no_cgroup():
+            return not subprocess.run(["find", "/sys/fs/cgroup", "-maxdepth", "6", "-name", key],
+                                      capture_output=True, text=True).stdout.split()
+        stack.wait("the restarted agent to remove the leftover cgroups", no_cgroup, 10)
+        assert run(stack, sid, "echo again")["stdout"] == "again\n"
+    finally:
+        stack.wait_healthy()
+        destroy(stack, sid)
