@@ -917,6 +917,9 @@ struct httpd *httpd_new(struct event_base *base, const char *addr, const char *s
 				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
 				  MHD_OPTION_NOTIFY_COMPLETED, completed_cb, h,
 				  MHD_OPTION_URI_LOG_CALLBACK, uri_cb, h,
+				  /* The agent ignores SIGPIPE; without saying so, MHD
+				   * never uses sendfile for file answers. */
+				  MHD_OPTION_SIGPIPE_HANDLED_BY_APP, (int)1,
 				  MHD_OPTION_END);
 	if (!h->mhd) {
 		close(lfd);
