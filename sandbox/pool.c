@@ -18,7 +18,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define POOL_CLAIM_DELAY_MS 20     /* quiet time after a claim before the next build */
+#define POOL_QUIET_MS 50           /* no build this soon after a claim: the claimer's
+				    * first command comes now and must not wait */
 #define POOL_DEFER_MAX_MS 250      /* claims never hold the refill back longer than this */
 #define POOL_CHECK_MS 1000         /* liveness check of the members */
 #define POOL_BACKOFF_MIN_MS 100
@@ -34,8 +35,8 @@ struct pool {
 	unsigned long long seq;        /* names "_pool-<seq>", never reused in a run */
 	struct event *ev_refill, *ev_check;
 	int64_t backoff_ms;
-	int deferring;
-	int64_t defer_since;
+	int64_t last_claim_ms;         /* 0: none yet */
+	int64_t short_since_ms;        /* when the pool fell below its size (0: full) */
 	int drained;
 	int filled_once;
 	int64_t started_ms;
@@ -189,14 +190,26 @@ static void on_refill(evutil_socket_t fd, short what, void *arg)
 	struct pool *p = arg;
 	struct sbx_err e = { 0 };
 
+	int64_t now = util_now_ms();
+
 	(void)fd;
 	(void)what;
-	p->deferring = 0;
 	if (p->drained)
 		return;
 	drop_dead(p);
-	if (p->n >= p->target)
+	if (p->n >= p->target) {
+		p->short_since_ms = 0;
 		return;
+	}
+	if (!p->short_since_ms)
+		p->short_since_ms = now;
+	/* a build blocks the loop for a few ms: not while a claimer is about
+	 * to send its first command, unless claims have held it back too long */
+	if (p->last_claim_ms && now - p->last_claim_ms < POOL_QUIET_MS &&
+	    now - p->short_since_ms < POOL_DEFER_MAX_MS) {
+		schedule(p, p->last_claim_ms + POOL_QUIET_MS - now);
+		return;
+	}
 	if (rt_count(p->rt) + rt_pooled_count(p->rt) >= (unsigned)p->conf->agent.capacity)
 		return;   /* the check timer tries again when room frees up */
 	if (build_one(p, &e) < 0) {
@@ -212,7 +225,10 @@ static void on_refill(evutil_socket_t fd, short what, void *arg)
 	p->backoff_ms = 0;
 	if (p->n < p->target) {
 		schedule(p, 0);   /* the next one on the next loop turn */
-	} else if (!p->filled_once) {
+	} else {
+		p->short_since_ms = 0;
+	}
+	if (p->n >= p->target && !p->filled_once) {
 		p->filled_once = 1;
 		log_info("warm pool: %u sandboxes ready (%lld ms)", p->n,
 			 (long long)(util_now_ms() - p->started_ms));
@@ -232,18 +248,12 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
 		schedule(p, 0);
 }
 
-/* After a claim: refill, but only after a short quiet time, so that the
- * claimer's first request does not wait behind a build. */
+/* After a claim (or a miss): refill; on_refill keeps the quiet time. */
 static void refill_later(struct pool *p)
 {
-	int64_t now = util_now_ms();
-
-	if (!p->deferring) {
-		p->deferring = 1;
-		p->defer_since = now;
-	}
-	if (now - p->defer_since < POOL_DEFER_MAX_MS || !evtimer_pending(p->ev_refill, NULL))
-		schedule(p, POOL_CLAIM_DELAY_MS);
+	p->last_claim_ms = util_now_ms();
+	if (!evtimer_pending(p->ev_refill, NULL))
+		schedule(p, POOL_QUIET_MS);
 }
 
 /* ---- API -------------------------------------------------------------------- */

@@ -2,8 +2,9 @@
  * pool.h — the warm pool of one agent: agent.warm_pool sandboxes of the
  * default spec (image "default", network "none", the [sandbox] disk_mib),
  * built ahead of time and refilled in the background on the agent's loop
- * (one build per loop turn; a claim defers the next build by a few ms so
- * that the claimer's first command is not queued behind it).
+ * (one build per loop turn; none within 50 ms of a claim, so that the
+ * claimer's first command is not queued behind a build — a stream of
+ * claims holds the refill back 250 ms at most).
  *
  * A create whose spec matches takes one (pool_claim): the runtime renames
  * it to the sandbox key (cgroups included) and writes the requested memory,

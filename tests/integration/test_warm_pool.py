@@ -17,7 +17,8 @@ import uuid
 import pytest
 import requests
 
-from conftest import processes_mentioning, stack_down, stack_up
+from conftest import (processes_mentioning, sanitizer_findings, stack_down, stack_down_cleanup,
+                      stack_up)
 
 POOL = 4
 
@@ -28,7 +29,12 @@ def st():
     try:
         yield s
     finally:
-        stack_down(s)
+        stack_down(s, keep=True)
+    left = processes_mentioning(s.dir)
+    errors, _ = sanitizer_findings(s.dir)
+    stack_down_cleanup(s)
+    assert not left, "processes left behind: %r" % left
+    assert not errors, "sanitizer reports: %r" % errors[:20]
 
 
 # ---- helpers ---------------------------------------------------------------------------
