@@ -138,6 +138,12 @@ test('errors carry the SDK error classes and codes', async () => {
   await rejectsWith(client.processes.getProcess('no-such-proc'), 'ProcessNotFoundError', 'PROCESS_NOT_FOUND');
   await rejectsWith(client.files.readFile('/workspace/../etc/passwd', undefined), 'ValidationFailedError', 'VALIDATION_FAILED');
   await rejectsWith(client.git.checkout('https://example.invalid/x.git', undefined, {}), 'SandboxError', 'NOT_FOUND');
+  // Directories: missing, a directory where a file is expected, a file where a directory is.
+  await rejectsWith(client.files.listFiles('/workspace/no-such-dir', undefined), 'FileNotFoundError', 'FILE_NOT_FOUND');
+  await client.files.mkdir('/workspace/errdir', undefined, { recursive: true });
+  await rejectsWith(client.files.readFile('/workspace/errdir', undefined), 'FileSystemError', 'IS_DIRECTORY');
+  await client.files.writeFile('/workspace/errfile', 'x', undefined);
+  await rejectsWith(client.files.listFiles('/workspace/errfile', undefined), 'FileSystemError', 'NOT_DIRECTORY');
 });
 
 test('processes: start, list, get, logs, stream, kill', async () => {
