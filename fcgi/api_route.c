@@ -132,13 +132,31 @@ static const char *relayed_message(const char *m)
 	return m;
 }
 
+/* "/v1/sandboxes/<id>/cf/…": the Cloudflare SDK's control-plane routes. */
+static int is_cf_uri(const char *uri)
+{
+	static const char prefix[] = "/v1/sandboxes/";
+	const char *p;
+
+	if (strncmp(uri, prefix, sizeof(prefix) - 1) != 0)
+		return 0;
+	p = strchr(uri + sizeof(prefix) - 1, '/');
+	return p && (strncmp(p, "/cf/", 4) == 0 || strcmp(p, "/cf") == 0);
+}
+
 int api_route_error(struct http_req *r, struct sbx_err *e)
 {
 	const char *st = http_param(r, "SBX_ERROR_STATUS");
 	const char *code = http_param(r, "SBX_ERROR_CODE");
 	const char *msg = relayed_message(http_param(r, "SBX_ERROR_MESSAGE"));
+	const char *uri = http_param(r, "SBX_ORIGINAL_URI");
 	enum sbx_ecode c = code ? err_from_name(code) : SBX_E_NONE;
 	int64_t status;
+
+	/* A refusal of a Cloudflare SDK route speaks the SDK's error shape, so
+	 * the SDK raises its own error classes (docs/COMPAT.md). */
+	if (uri && is_cf_uri(uri))
+		r->flags |= HTTP_F_CF_SHAPE;
 
 	if (!st || util_parse_i64(st, 100, 599, &status) < 0 || c == SBX_E_NONE ||
 	    c == SBX_E_INTERNAL || err_status(c) != status)

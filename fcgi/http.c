@@ -267,7 +267,16 @@ void http_respond_error(struct http_req *r, const struct sbx_err *e)
 	}
 	if (status == 503)
 		(void)http_add_header(r, "Retry-After", "1");
-	body = json_pack("{s:{s:s,s:s,s:{}}}", "error", "code", code, "message", msg, "details");
+	if (r->flags & HTTP_F_CF_SHAPE) {
+		char ts[32];
+
+		util_iso8601(util_wall_ms(), ts);
+		body = json_pack("{s:s,s:s,s:{},s:i,s:s}", "code", code, "message", msg, "context",
+				 "httpStatus", status, "timestamp", ts);
+	} else {
+		body = json_pack("{s:{s:s,s:s,s:{}}}", "error", "code", code, "message", msg,
+				 "details");
+	}
 	if (body)
 		text = jsonv_dump(body);
 	json_decref(body);

@@ -24,6 +24,7 @@
 
 enum http_flags {
 	HTTP_F_AUTHREQ = 1 << 0,   /* errors become 403 + X-Sbx-Status/-Code/-Message */
+	HTTP_F_CF_SHAPE = 1 << 1,  /* errors in the Cloudflare SDK's shape (…/cf/… routes) */
 };
 
 struct http_req {

@@ -117,3 +117,19 @@ def test_other_tenant_cannot_use_the_compat_routes(stack, box, new_key):
     r = stack.api("POST", "/v1/sandboxes/%s/cf/api/execute" % box, key=other,
                   json={"command": "true"}, timeout=30)
     assert r.status_code == 404
+
+
+def test_refusals_before_the_agent_speak_the_sdk_shape(stack, api):
+    """401 and 404 SANDBOX_NOT_FOUND come from the API pool's routing check,
+    not the agent: on …/cf/… routes they too have the SDK's error shape."""
+    r = api("POST", "/v1/sandboxes/no-such-cf-box/cf/api/execute", json={"command": "true"})
+    assert r.status_code == 404, r.text
+    body = r.json()
+    assert body["code"] == "SANDBOX_NOT_FOUND" and body["httpStatus"] == 404, body
+    assert set(body) >= {"code", "message", "context", "httpStatus", "timestamp"}, body
+    r = api("POST", "/v1/sandboxes/no-such-cf-box/cf/api/execute", key=None,
+            json={"command": "true"})
+    assert r.status_code == 401 and r.json()["code"] == "UNAUTHORIZED", r.text
+    # Other data routes keep sbx's own shape.
+    r = api("POST", "/v1/sandboxes/no-such-cf-box/exec", json={"command": "true"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "SANDBOX_NOT_FOUND", r.text
