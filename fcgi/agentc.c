@@ -66,17 +66,13 @@ static curl_socket_t open_socket(void *clientp, curlsocktype purpose, struct cur
 	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 }
 
-static int address_ok(const char *a)
+int agentc_address_ok(const char *a)
 {
 	size_t n = strlen(a);
 
 	if (n == 0 || n >= 128 || !strchr(a, ':'))
 		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (!((a[i] >= 'a' && a[i] <= 'z') || (a[i] >= 'A' && a[i] <= 'Z') ||
-		      (a[i] >= '0' && a[i] <= '9') || strchr(".-:[]", a[i])))
-			return 0;
-	return 1;
+	return strspn(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]") == n;
 }
 
 int agentc_call(const char *method, const char *address, const char *path, const json_t *body,
@@ -100,7 +96,7 @@ int agentc_call_timeout(const char *method, const char *address, const char *pat
 	out->body = NULL;
 	if (!ac.h)
 		return err_set(e, SBX_E_INTERNAL, "agent client is not initialised");
-	if (!address_ok(address) || !path || path[0] != '/')
+	if (!agentc_address_ok(address) || !path || path[0] != '/')
 		return err_set(e, SBX_E_INTERNAL, "bad agent address or path");
 	w = snprintf(url, sizeof(url), "http://%s%s", address, path);
 	if (w < 0 || (size_t)w >= sizeof(url))

@@ -17,6 +17,11 @@
 int agentc_init(const struct sbx_conf *c, struct sbx_err *e);
 void agentc_release(void);
 
+/* An address fit for an agent or its forwarder, and for nginx's
+ * proxy_pass: "host:port" or "[v6]:port" of [A-Za-z0-9.:[]-], shorter than
+ * 128 bytes. 1 ok, 0 not. */
+int agentc_address_ok(const char *a);
+
 struct agentc_reply {
 	long status;          /* HTTP status of the agent's answer */
 	json_t *body;         /* parsed JSON body (new reference) or NULL */

@@ -18,6 +18,7 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "preview.h"
+#include "scripts.h"
 #include "store.h"
 #include "util.h"
 
@@ -30,27 +31,6 @@ static const struct jsonv_field expose_fields[] = {
 	{ "token", JV_STRING, 0 },
 	{ NULL, 0, 0 },
 };
-
-/* Set KEYS[1] to ARGV[1] unless it holds something else: 1 ours, 0 taken. */
-static const char lua_claim_token[] =
-	"local v = redis.call('GET', KEYS[1])\n"
-	"if not v then redis.call('SET', KEYS[1], ARGV[1]) return 1 end\n"
-	"if v == ARGV[1] then return 1 end\n"
-	"return 0\n";
-
-/* HDEL field ARGV[1] of KEYS[1] when it still holds ARGV[2]. */
-static const char lua_hcad[] =
-	"if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then\n"
-	"  return redis.call('HDEL', KEYS[1], ARGV[1])\n"
-	"end\n"
-	"return 0\n";
-
-static json_t *reply_json(const redisReply *r)
-{
-	if (!r || r->type != REDIS_REPLY_STRING)
-		return NULL;
-	return json_loadb(r->str, r->len, 0, NULL);
-}
 
 /* The URL of an exposed port. */
 static int port_url(const struct http_req *r, int port, const char *id, const char *token,
@@ -111,7 +91,7 @@ static int expose_once(struct http_req *r, const char *id, int port, const char 
 	    store_collect(rep, 3, 0, e) < 0)
 		return -1;
 	rc = preview_sb_from_reply(rep[0], &s);
-	old = reply_json(rep[1]);
+	old = preview_reply_json(rep[1]);
 	exists = rep[1]->type == REDIS_REPLY_STRING;
 	nports = rep[2]->type == REDIS_REPLY_INTEGER ? rep[2]->integer : 0;
 	store_free_replies(rep, 3);
@@ -154,7 +134,7 @@ static int expose_once(struct http_req *r, const char *id, int port, const char 
 	}
 	keys[0] = key;
 	args[0] = r->tenant;
-	cl = preview_eval(lua_claim_token, 1, keys, 1, args, e);
+	cl = scripts_run(SCRIPT_PREVIEW_CLAIM, 1, keys, 1, args, e);
 	if (!cl) {
 		json_decref(old);
 		return -1;
@@ -214,65 +194,28 @@ int api_ports_expose(struct http_req *r, struct sbx_err *e)
 	return err_set(e, SBX_E_CONFLICT, "sandbox '%s' keeps changing; try again", id);
 }
 
-struct port_item {
-	int port;
-	json_t *item;
-};
-
-static int item_cmp(const void *a, const void *b)
+/* An item of the ports list: the live record of a port, with its URL. */
+static json_t *port_item(const char *field, const json_t *v, const char *raw,
+			 const struct preview_sb *s, void *ctx, int *port)
 {
-	return ((const struct port_item *)a)->port - ((const struct port_item *)b)->port;
+	const struct http_req *r = ctx;
+	const char *tok = json_string_value(json_object_get(v, "token"));
+	struct sbx_err e = { 0 };
+	char url[512];
+
+	(void)raw;
+	if (!v || !tok || !preview_record_live(v, s) || preview_parse_port(field, port, &e) < 0 ||
+	    port_url(r, *port, router_cap(&r->match, "id"), tok, url, sizeof(url), &e) < 0)
+		return NULL;
+	return json_pack("{s:i, s:s, s:s}", "port", *port, "url", url, "token", tok);
 }
 
 int api_ports_list(struct http_req *r, struct sbx_err *e)
 {
-	const char *id = router_cap(&r->match, "id");
-	redisReply *rep[2] = { NULL, NULL };
-	struct port_item items[2 * PREVIEW_MAX_PORTS];
-	struct preview_sb s;
-	size_t n = 0;
-	json_t *arr, *out;
-	int rc;
+	json_t *out = preview_list(r->tenant, router_cap(&r->match, "id"), "ports", port_item, r, e);
 
-	if (preview_sb_append(r->tenant, id, e) < 0 ||
-	    store_append(e, "HGETALL sbx:sb:{%s/%s}:ports", r->tenant, id) < 0 ||
-	    store_collect(rep, 2, 0, e) < 0)
-		return -1;
-	rc = preview_sb_from_reply(rep[0], &s);
-	if (rc != 0) {
-		store_free_replies(rep, 2);
-		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
-	}
-	for (size_t i = 0; rep[1]->type == REDIS_REPLY_ARRAY && i + 1 < rep[1]->elements &&
-			   n < ARRAY_SIZE(items);
-	     i += 2) {
-		json_t *v = reply_json(rep[1]->element[i + 1]);
-		const char *tok = json_string_value(json_object_get(v, "token"));
-		char url[512];
-		int port;
-
-		if (v && tok && preview_record_live(v, &s) &&
-		    preview_parse_port(rep[1]->element[i]->str, &port, e) == 0 &&
-		    port_url(r, port, id, tok, url, sizeof(url), e) == 0) {
-			items[n].port = port;
-			items[n].item = json_pack("{s:i, s:s, s:s}", "port", port, "url", url, "token", tok);
-			if (items[n].item)
-				n++;
-		}
-		err_clear(e);
-		json_decref(v);
-	}
-	store_free_replies(rep, 2);
-	qsort(items, n, sizeof(items[0]), item_cmp);
-	arr = json_array();
-	for (size_t i = 0; i < n; i++) {
-		if (arr)
-			json_array_append(arr, items[i].item);
-		json_decref(items[i].item);
-	}
-	out = arr ? json_pack("{s:o}", "ports", arr) : NULL;
 	if (!out)
-		return err_set(e, SBX_E_INTERNAL, "out of memory");
+		return -1;
 	http_respond_json(r, 200, out);
 	json_decref(out);
 	return 0;
@@ -281,46 +224,24 @@ int api_ports_list(struct http_req *r, struct sbx_err *e)
 int api_ports_delete(struct http_req *r, struct sbx_err *e)
 {
 	const char *id = router_cap(&r->match, "id");
-	redisReply *rep[2] = { NULL, NULL };
-	struct preview_sb s;
-	char key[128], pstr[8], *val = NULL;
-	const char *keys[1], *args[2];
+	char key[128], *val = NULL;
 	json_t *v;
 	int port, rc;
 
-	if (preview_parse_port(router_cap(&r->match, "port"), &port, e) < 0)
+	if (preview_parse_port(router_cap(&r->match, "port"), &port, e) < 0 ||
+	    preview_record_get(r->tenant, id, "ports", port, &val, e) < 0)
 		return -1;
-	if (preview_sb_append(r->tenant, id, e) < 0 ||
-	    store_append(e, "HGET sbx:sb:{%s/%s}:ports %d", r->tenant, id, port) < 0 ||
-	    store_collect(rep, 2, 0, e) < 0)
-		return -1;
-	rc = preview_sb_from_reply(rep[0], &s);
-	if (rc != 0) {
-		store_free_replies(rep, 2);
-		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
-	}
-	if (rep[1]->type == REDIS_REPLY_STRING)
-		val = strdup(rep[1]->str);
-	store_free_replies(rep, 2);
 	if (val) {
-		redisReply *d;
 		const char *tok;
 
 		v = json_loads(val, 0, NULL);
 		tok = json_string_value(json_object_get(v, "token"));
-		snprintf(pstr, sizeof(pstr), "%d", port);
-		snprintf(key, sizeof(key), "sbx:sb:{%s/%s}:ports", r->tenant, id);
-		keys[0] = key;
-		args[0] = pstr;
-		args[1] = val;
-		d = preview_eval(lua_hcad, 1, keys, 2, args, e);
-		if (d)
-			freeReplyObject(d);
+		rc = preview_record_del(r->tenant, id, "ports", port, val, e);
 		if (tok && ids_valid_token(tok) && preview_index_key(port, id, tok, key, sizeof(key)) == 0)
 			preview_cad(key, r->tenant);
 		json_decref(v);
 		free(val);
-		if (!d)
+		if (rc < 0)
 			return -1;
 		preview_forward_release(r->tenant, id, port);
 		log_info("preview %s/%s port %d revoked", r->tenant, id, port);
@@ -354,7 +275,7 @@ static int preview_decide(const char *label, char forward[PREVIEW_ADDR_MAX], str
 	if (store_append(e, "HGET sbx:sb:{%s/%s}:ports %d", tenant, id, port) < 0 ||
 	    preview_sb_append(tenant, id, e) < 0 || store_collect(rep, 2, 0, e) < 0)
 		return -1;
-	v = reply_json(rep[0]);
+	v = preview_reply_json(rep[0]);
 	rc = preview_sb_from_reply(rep[1], &s);
 	store_free_replies(rep, 2);
 	tok = json_string_value(json_object_get(v, "token"));

@@ -7,6 +7,7 @@
  * X-Sbx-Message (http_respond_error under HTTP_F_AUTHREQ); nginx sends the
  * refusal to /_sbx_error, which renders the JSON error with the real status.
  */
+#include "agentc.h"
 #include "api.h"
 #include "auth.h"
 #include "ids.h"
@@ -73,22 +74,6 @@ static int original_id(const char *uri, char *id, size_t idsz, struct sbx_err *e
 	return 0;
 }
 
-/* An address we are willing to hand to nginx as proxy_pass target. */
-static int address_ok(const char *a)
-{
-	size_t n = strlen(a);
-
-	if (n == 0 || n >= 128 || !strchr(a, ':'))
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = a[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '.' || c == '-' || c == ':' || c == '[' || c == ']'))
-			return 0;
-	}
-	return 1;
-}
-
 int api_route_decide(struct http_req *r, struct sbx_err *e)
 {
 	char id[ROUTER_CAP_MAX], num[32];
@@ -101,7 +86,7 @@ int api_route_decide(struct http_req *r, struct sbx_err *e)
 	/* Wakes a sleeping sandbox and re-places one whose node is gone. */
 	if (lifecycle_ensure_running(r->tenant, id, &o, e) < 0)
 		return -1;
-	if (!address_ok(o.address))
+	if (!agentc_address_ok(o.address))
 		return err_set(e, SBX_E_INTERNAL, "node %s has a bad address", o.node);
 	if (http_add_header(r, "X-Sbx-Agent", o.address) < 0 ||
 	    http_add_header(r, "X-Sbx-Tenant", r->tenant) < 0)

@@ -32,6 +32,7 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "preview.h"
+#include "scripts.h"
 #include "store.h"
 #include "util.h"
 
@@ -43,47 +44,6 @@
 #define WAIT_MS 15000
 #define POLL_MS 20
 #define OWNER_ATTEMPTS 4
-
-/* KEYS tunnels-hash claim; ARGV port generation incarnation nonce ttl max.
- * {1, record} live record; {2, deadId} claimed by us; {0, deadId} someone
- * else is making it; {-1} too many tunnels. A dead record is deleted and
- * its tunnel id handed back for the index cleanup. */
-static const char lua_claim[] =
-	"local v = redis.call('HGET', KEYS[1], ARGV[1])\n"
-	"local dead = ''\n"
-	"if v then\n"
-	"  local ok, t = pcall(cjson.decode, v)\n"
-	"  if ok and type(t) == 'table' and t.generation == tonumber(ARGV[2])\n"
-	"     and t.incarnation == ARGV[3] then return {1, v} end\n"
-	"  redis.call('HDEL', KEYS[1], ARGV[1])\n"
-	"  if ok and type(t) == 'table' and type(t.id) == 'string' then dead = t.id end\n"
-	"elseif redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[6]) then\n"
-	"  return {-1, dead}\n"
-	"end\n"
-	"if redis.call('SET', KEYS[2], ARGV[4], 'NX', 'PX', ARGV[5]) then return {2, dead} end\n"
-	"return {0, dead}\n";
-
-/* KEYS tunnels-hash claim; ARGV port nonce record: store the record when
- * the claim is still ours. 1 stored, 0 lost the claim. */
-static const char lua_commit[] =
-	"if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end\n"
-	"redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])\n"
-	"redis.call('DEL', KEYS[2])\n"
-	"return 1\n";
-
-/* HDEL field ARGV[1] of KEYS[1] when it still holds ARGV[2]. */
-static const char lua_hcad[] =
-	"if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then\n"
-	"  return redis.call('HDEL', KEYS[1], ARGV[1])\n"
-	"end\n"
-	"return 0\n";
-
-static json_t *reply_json(const redisReply *r)
-{
-	if (!r || r->type != REDIS_REPLY_STRING)
-		return NULL;
-	return json_loadb(r->str, r->len, 0, NULL);
-}
 
 static void sleep_ms(int ms)
 {
@@ -116,18 +76,12 @@ static void index_value(char *out, size_t n, const char *tenant, const char *id,
 static void tunnel_forget(const char *tenant, const char *id, int port, const char *value,
 			  const char *tid, const char *why)
 {
-	char key[192], val[192], pstr[8];
+	char key[192], val[192];
 	struct sbx_err e = { 0 };
 	redisReply *r;
 
-	if (value) {
-		const char *keys[1] = { key }, *args[2] = { pstr, value };
-		snprintf(key, sizeof(key), "sbx:sb:{%s/%s}:tunnels", tenant, id);
-		snprintf(pstr, sizeof(pstr), "%d", port);
-		r = preview_eval(lua_hcad, 1, keys, 2, args, &e);
-		if (r)
-			freeReplyObject(r);
-	}
+	if (value)
+		(void)preview_record_del(tenant, id, "tunnels", port, value, &e);
 	if (tid && *tid && strlen(tid) == PREVIEW_TUNNEL_ID_LEN) {
 		index_key(key, sizeof(key), tid);
 		index_value(val, sizeof(val), tenant, id, port);
@@ -405,7 +359,7 @@ static int tunnel_make(struct http_req *r, const char *id, int port, const struc
 	args[0] = pstr;
 	args[1] = nonce;
 	args[2] = text;
-	rep = preview_eval(lua_commit, 2, keys, 3, args, e);
+	rep = scripts_run(SCRIPT_TUNNEL_COMMIT, 2, keys, 3, args, e);
 	if (!rep)
 		goto undo;
 	stored = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
@@ -545,7 +499,7 @@ int api_tunnels_create(struct http_req *r, struct sbx_err *e)
 		args[3] = nonce;
 		args[4] = ttls;
 		args[5] = maxs;
-		rep = preview_eval(lua_claim, 2, keys, 6, args, e);
+		rep = scripts_run(SCRIPT_TUNNEL_CLAIM, 2, keys, 6, args, e);
 		if (!rep)
 			return -1;
 		if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 ||
@@ -590,64 +544,32 @@ int api_tunnels_create(struct http_req *r, struct sbx_err *e)
 		       port);
 }
 
-struct tunnel_item {
-	int port;
-	json_t *view;
-};
-
-static int item_cmp(const void *a, const void *b)
+/* An item of the tunnels list: the view of a live record; a dead one is
+ * forgotten on the way. */
+static json_t *tunnel_item(const char *field, const json_t *v, const char *raw,
+			   const struct preview_sb *s, void *ctx, int *port)
 {
-	return ((const struct tunnel_item *)a)->port - ((const struct tunnel_item *)b)->port;
+	const struct http_req *r = ctx;
+	const char *id = router_cap(&r->match, "id");
+	int64_t p;
+
+	if (util_parse_i64(field, 1, 65535, &p) < 0)
+		return NULL;
+	*port = (int)p;
+	if (v && preview_record_live(v, s))
+		return tunnel_view(v);
+	tunnel_forget(r->tenant, id, *port, raw, json_string_value(json_object_get(v, "id")),
+		      "restarted");
+	return NULL;
 }
 
 int api_tunnels_list(struct http_req *r, struct sbx_err *e)
 {
-	const char *id = router_cap(&r->match, "id");
-	redisReply *rep[2] = { NULL, NULL };
-	struct tunnel_item items[2 * PREVIEW_MAX_PORTS];
-	struct preview_sb s;
-	size_t n = 0;
-	json_t *arr, *out;
+	json_t *out = preview_list(r->tenant, router_cap(&r->match, "id"), "tunnels", tunnel_item, r,
+				   e);
 
-	if (preview_sb_append(r->tenant, id, e) < 0 ||
-	    store_append(e, "HGETALL sbx:sb:{%s/%s}:tunnels", r->tenant, id) < 0 ||
-	    store_collect(rep, 2, 0, e) < 0)
-		return -1;
-	if (preview_sb_from_reply(rep[0], &s) != 0) {
-		store_free_replies(rep, 2);
-		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
-	}
-	for (size_t i = 0; rep[1]->type == REDIS_REPLY_ARRAY && i + 1 < rep[1]->elements; i += 2) {
-		json_t *v = reply_json(rep[1]->element[i + 1]);
-		int64_t port;
-
-		if (util_parse_i64(rep[1]->element[i]->str, 1, 65535, &port) < 0) {
-			json_decref(v);
-			continue;
-		}
-		if (v && preview_record_live(v, &s)) {
-			if (n < ARRAY_SIZE(items) && (items[n].view = tunnel_view(v))) {
-				items[n].port = (int)port;
-				n++;
-			}
-		} else {
-			const char *tid = json_string_value(json_object_get(v, "id"));
-			tunnel_forget(r->tenant, id, (int)port, rep[1]->element[i + 1]->str, tid,
-				      "restarted");
-		}
-		json_decref(v);
-	}
-	store_free_replies(rep, 2);
-	qsort(items, n, sizeof(items[0]), item_cmp);
-	arr = json_array();
-	for (size_t i = 0; i < n; i++) {
-		if (arr)
-			json_array_append(arr, items[i].view);
-		json_decref(items[i].view);
-	}
-	out = arr ? json_pack("{s:o}", "tunnels", arr) : NULL;
 	if (!out)
-		return err_set(e, SBX_E_INTERNAL, "out of memory");
+		return -1;
 	http_respond_json(r, 200, out);
 	json_decref(out);
 	return 0;
@@ -656,24 +578,12 @@ int api_tunnels_list(struct http_req *r, struct sbx_err *e)
 int api_tunnels_delete(struct http_req *r, struct sbx_err *e)
 {
 	const char *id = router_cap(&r->match, "id");
-	redisReply *rep[2] = { NULL, NULL };
-	struct preview_sb s;
 	char *val = NULL;
 	int port;
 
-	if (preview_parse_port(router_cap(&r->match, "port"), &port, e) < 0)
+	if (preview_parse_port(router_cap(&r->match, "port"), &port, e) < 0 ||
+	    preview_record_get(r->tenant, id, "tunnels", port, &val, e) < 0)
 		return -1;
-	if (preview_sb_append(r->tenant, id, e) < 0 ||
-	    store_append(e, "HGET sbx:sb:{%s/%s}:tunnels %d", r->tenant, id, port) < 0 ||
-	    store_collect(rep, 2, 0, e) < 0)
-		return -1;
-	if (preview_sb_from_reply(rep[0], &s) != 0) {
-		store_free_replies(rep, 2);
-		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
-	}
-	if (rep[1]->type == REDIS_REPLY_STRING)
-		val = strdup(rep[1]->str);
-	store_free_replies(rep, 2);
 	if (val) {
 		json_t *v = json_loads(val, 0, NULL);
 		char tid[PREVIEW_TUNNEL_ID_LEN + 1] = "";
@@ -727,7 +637,7 @@ int api_tunnels_route(const char *tunnel_id, char *forward, struct sbx_err *e)
 	if (store_append(e, "HGET sbx:sb:{%s/%s}:tunnels %lld", tenant, id, (long long)port) < 0 ||
 	    preview_sb_append(tenant, id, e) < 0 || store_collect(rep, 2, 0, e) < 0)
 		return -1;
-	v = reply_json(rep[0]);
+	v = preview_reply_json(rep[0]);
 	rc = preview_sb_from_reply(rep[1], &s);
 	tid = json_string_value(json_object_get(v, "id"));
 	fwd = json_string_value(json_object_get(v, "forward"));

@@ -629,6 +629,26 @@ static int record_node(const json_t *rec, struct placement_node *pn, struct sbx_
 	return placement_fetch_node(node, pn, e);
 }
 
+/* The record of a sandbox that must exist: 0 with *rec (new reference),
+ * -1 with e (SANDBOX_NOT_FOUND when there is none). */
+static int load_existing(const char *tenant, const char *id, json_t **rec, struct sbx_err *e)
+{
+	if (lifecycle_load(tenant, id, rec, e) < 0)
+		return -1;
+	if (!*rec)
+		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
+	return 0;
+}
+
+/* load_existing, and the node its record names (record_node). */
+static int load_with_node(const char *tenant, const char *id, json_t **rec,
+			  struct placement_node *pn, struct sbx_err *e)
+{
+	if (load_existing(tenant, id, rec, e) < 0)
+		return -1;
+	return record_node(*rec, pn, e);
+}
+
 /* ---- operations ------------------------------------------------------------------ */
 
 /* The fast path of every data call: a running sandbox on a live node, read
@@ -673,11 +693,7 @@ int lifecycle_ensure_running(const char *tenant, const char *id, struct lc_owner
 		struct placement_node pn, target;
 		int rc;
 
-		if (lifecycle_load(tenant, id, &rec, e) < 0)
-			return -1;
-		if (!rec)
-			return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
-		if (record_node(rec, &pn, e) < 0)
+		if (load_with_node(tenant, id, &rec, &pn, e) < 0)
 			return -1;
 		if (pn.alive && pn.address[0] && (is_state(rec, "running") || is_state(rec, "starting"))) {
 			if (is_state(rec, "starting")) {
@@ -738,10 +754,8 @@ static int update_record(const char *tenant, const char *id, const struct lc_spe
 		const char *old_pending;
 		struct placement_node pn;
 
-		if (lifecycle_load(tenant, id, &rec, e) < 0)
+		if (load_existing(tenant, id, &rec, e) < 0)
 			return -1;
-		if (!rec)
-			return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
 		old_pending = fstr(rec, "pending") ? fstr(rec, "pending") : "{}";
 		applied = json_pack("{s:o,s:o,s:o,s:s,s:s}", "labels", fjson(rec, "labels"),
 				    "resources", fjson(rec, "resources"), "env", fjson(rec, "env"),
@@ -794,10 +808,8 @@ int lifecycle_update(const char *tenant, const char *id, const struct lc_spec *s
 {
 	auto_json json_t *rec = NULL;
 
-	if (lifecycle_load(tenant, id, &rec, e) < 0)
+	if (load_existing(tenant, id, &rec, e) < 0)
 		return -1;
-	if (!rec)
-		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
 	return update_record(tenant, id, s, e);
 }
 
@@ -883,11 +895,7 @@ int lifecycle_restart(const char *tenant, const char *id, struct sbx_err *e)
 		struct placement_node pn, target;
 		int rc;
 
-		if (lifecycle_load(tenant, id, &rec, e) < 0)
-			return -1;
-		if (!rec)
-			return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
-		if (record_node(rec, &pn, e) < 0)
+		if (load_with_node(tenant, id, &rec, &pn, e) < 0)
 			return -1;
 		/* Its own node if alive (a running one already holds its slot). */
 		if (pn.alive && pn.address[0] &&
@@ -911,10 +919,8 @@ int lifecycle_sleep(const char *tenant, const char *id, struct sbx_err *e)
 		struct placement_node pn;
 		int rc;
 
-		if (lifecycle_load(tenant, id, &rec, e) < 0)
+		if (load_existing(tenant, id, &rec, e) < 0)
 			return -1;
-		if (!rec)
-			return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
 		if (is_state(rec, "sleeping"))
 			return 0;
 		if (record_node(rec, &pn, e) < 0)

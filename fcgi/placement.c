@@ -1,4 +1,5 @@
 #include "placement.h"
+#include "agentc.h"
 #include "ids.h"
 #include "log.h"
 #include "store.h"
@@ -9,22 +10,9 @@
 
 #define PLACEMENT_NODES_MAX 1024
 
-static int address_ok(const char *a)
-{
-	size_t n = strlen(a);
-
-	if (n == 0 || n >= 128 || !strchr(a, ':'))
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (!((a[i] >= 'a' && a[i] <= 'z') || (a[i] >= 'A' && a[i] <= 'Z') ||
-		      (a[i] >= '0' && a[i] <= '9') || strchr(".-:[]", a[i])))
-			return 0;
-	return 1;
-}
-
 int placement_has_room(const struct placement_node *n)
 {
-	return n->alive && address_ok(n->address) && n->running < n->capacity;
+	return n->alive && agentc_address_ok(n->address) && n->running < n->capacity;
 }
 
 int placement_choose(const struct placement_node *nodes, size_t n, uint32_t r1, uint32_t r2)

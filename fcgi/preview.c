@@ -5,6 +5,7 @@
 #include "agentc.h"
 #include "ids.h"
 #include "log.h"
+#include "scripts.h"
 #include "sha256.h"
 #include "store.h"
 #include "util.h"
@@ -15,13 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-#define EVAL_MAX_ARGV 16
-
-/* Delete KEYS[1] when it still holds ARGV[1]. */
-static const char lua_cad[] =
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
-	"return 0\n";
 
 int preview_parse_port(const char *s, int *port, struct sbx_err *e)
 {
@@ -159,11 +153,7 @@ int preview_const_equal(const char *a, const char *b)
 
 int preview_address_ok(const char *a)
 {
-	size_t n = strlen(a);
-
-	if (n == 0 || n >= PREVIEW_ADDR_MAX || !strchr(a, ':'))
-		return 0;
-	return strspn(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]") == n;
+	return agentc_address_ok(a);
 }
 
 int preview_index_key(int port, const char *id, const char *token, char *out, size_t n)
@@ -182,7 +172,7 @@ void preview_cad(const char *key, const char *value)
 {
 	struct sbx_err e = { 0 };
 	const char *keys[1] = { key }, *args[1] = { value };
-	redisReply *r = preview_eval(lua_cad, 1, keys, 1, args, &e);
+	redisReply *r = scripts_run(SCRIPT_CAD, 1, keys, 1, args, &e);
 
 	if (r)
 		freeReplyObject(r);
@@ -292,7 +282,7 @@ int preview_forward_open(const char *tenant, const char *id, const struct lc_own
 }
 
 /* The JSON of a hash field reply (a string), or NULL. New reference. */
-static json_t *reply_json(const redisReply *r)
+json_t *preview_reply_json(const redisReply *r)
 {
 	if (!r || r->type != REDIS_REPLY_STRING)
 		return NULL;
@@ -319,8 +309,8 @@ void preview_forward_release(const char *tenant, const char *id, int port)
 		store_free_replies(r, 3);
 		return;
 	}
-	p = reply_json(r[1]);
-	t = reply_json(r[2]);
+	p = preview_reply_json(r[1]);
+	t = preview_reply_json(r[2]);
 	busy = (p && preview_record_live(p, &s)) || (t && preview_record_live(t, &s));
 	json_decref(p);
 	json_decref(t);
@@ -340,40 +330,97 @@ void preview_forward_release(const char *tenant, const char *id, int port)
 
 /* --- Redis --- */
 
-redisReply *preview_eval(const char *src, int nkeys, const char **keys, int nargs,
-			 const char **args, struct sbx_err *e)
-{
-	const char *argv[EVAL_MAX_ARGV];
-	size_t lens[EVAL_MAX_ARGV];
-	char nk[16];
-	redisReply *r[1] = { NULL };
-	int argc = 0;
+struct list_item {
+	int port;
+	json_t *item;
+};
 
-	if (nkeys < 0 || nargs < 0 || 3 + nkeys + nargs > EVAL_MAX_ARGV) {
-		err_set(e, SBX_E_INTERNAL, "bad script call");
+static int item_cmp(const void *a, const void *b)
+{
+	return ((const struct list_item *)a)->port - ((const struct list_item *)b)->port;
+}
+
+json_t *preview_list(const char *tenant, const char *id, const char *kind, preview_item_fn *fn,
+		     void *ctx, struct sbx_err *e)
+{
+	redisReply *rep[2] = { NULL, NULL };
+	struct list_item items[2 * PREVIEW_MAX_PORTS];
+	struct preview_sb s;
+	size_t n = 0;
+	json_t *arr, *out;
+
+	if (preview_sb_append(tenant, id, e) < 0 ||
+	    store_append(e, "HGETALL sbx:sb:{%s/%s}:%s", tenant, id, kind) < 0 ||
+	    store_collect(rep, 2, 0, e) < 0)
+		return NULL;
+	if (preview_sb_from_reply(rep[0], &s) != 0) {
+		store_free_replies(rep, 2);
+		err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
 		return NULL;
 	}
-	snprintf(nk, sizeof(nk), "%d", nkeys);
-	argv[argc++] = "EVAL";
-	argv[argc++] = src;
-	argv[argc++] = nk;
-	for (int i = 0; i < nkeys; i++)
-		argv[argc++] = keys[i];
-	for (int i = 0; i < nargs; i++)
-		argv[argc++] = args[i];
-	for (int i = 0; i < argc; i++)
-		lens[i] = strlen(argv[i]);
-	if (store_append_argv(e, argc, argv, lens) < 0 ||
-	    store_collect(r, 1, STORE_RAW_ERRORS, e) < 0)
-		return NULL;
-	if (r[0]->type == REDIS_REPLY_ERROR) {
-		int ours = strstr(r[0]->str, "script") != NULL;
-		log_error("preview lua script failed: %.200s", r[0]->str);
-		freeReplyObject(r[0]);
-		err_set(e, ours ? SBX_E_INTERNAL : SBX_E_REDIS_UNAVAILABLE, "a preview script failed");
-		return NULL;
+	for (size_t i = 0; rep[1]->type == REDIS_REPLY_ARRAY && i + 1 < rep[1]->elements; i += 2) {
+		json_t *v = preview_reply_json(rep[1]->element[i + 1]), *item;
+		int port = 0;
+
+		item = fn(rep[1]->element[i]->str, v, rep[1]->element[i + 1]->str, &s, ctx, &port);
+		if (item && n < ARRAY_SIZE(items)) {
+			items[n].port = port;
+			items[n].item = item;
+			n++;
+		} else {
+			json_decref(item);
+		}
+		json_decref(v);
 	}
-	return r[0];
+	store_free_replies(rep, 2);
+	qsort(items, n, sizeof(items[0]), item_cmp);
+	arr = json_array();
+	for (size_t i = 0; i < n; i++) {
+		if (arr)
+			json_array_append(arr, items[i].item);
+		json_decref(items[i].item);
+	}
+	out = arr ? json_pack("{s:o}", kind, arr) : NULL;
+	if (!out)
+		err_set(e, SBX_E_INTERNAL, "out of memory");
+	return out;
+}
+
+int preview_record_get(const char *tenant, const char *id, const char *kind, int port, char **val,
+		       struct sbx_err *e)
+{
+	redisReply *rep[2] = { NULL, NULL };
+	struct preview_sb s;
+
+	*val = NULL;
+	if (preview_sb_append(tenant, id, e) < 0 ||
+	    store_append(e, "HGET sbx:sb:{%s/%s}:%s %d", tenant, id, kind, port) < 0 ||
+	    store_collect(rep, 2, 0, e) < 0)
+		return -1;
+	if (preview_sb_from_reply(rep[0], &s) != 0) {
+		store_free_replies(rep, 2);
+		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
+	}
+	if (rep[1]->type == REDIS_REPLY_STRING)
+		*val = strdup(rep[1]->str);
+	store_free_replies(rep, 2);
+	return 0;
+}
+
+int preview_record_del(const char *tenant, const char *id, const char *kind, int port,
+		       const char *value, struct sbx_err *e)
+{
+	char key[192], pstr[8];
+	const char *keys[1] = { key }, *args[2] = { pstr, value };
+	redisReply *r;
+
+	snprintf(key, sizeof(key), "sbx:sb:{%s/%s}:%s", tenant, id, kind);
+	snprintf(pstr, sizeof(pstr), "%d", port);
+	r = scripts_run(SCRIPT_HCAD, 1, keys, 2, args, e);
+	if (!r)
+		return -1;
+	freeReplyObject(r);
+	return 0;
 }
 
 void preview_forget_sandbox(const char *tenant, const char *id)
@@ -387,7 +434,7 @@ void preview_forget_sandbox(const char *tenant, const char *id)
 	    store_collect(r, 2, 0, &e) < 0)
 		return;
 	for (size_t i = 0; r[0]->type == REDIS_REPLY_ARRAY && i + 1 < r[0]->elements; i += 2) {
-		json_t *v = reply_json(r[0]->element[i + 1]);
+		json_t *v = preview_reply_json(r[0]->element[i + 1]);
 		const char *tok = json_string_value(json_object_get(v, "token"));
 		int64_t port;
 
@@ -397,7 +444,7 @@ void preview_forget_sandbox(const char *tenant, const char *id)
 		json_decref(v);
 	}
 	for (size_t i = 0; r[1]->type == REDIS_REPLY_ARRAY && i + 1 < r[1]->elements; i += 2) {
-		json_t *v = reply_json(r[1]->element[i + 1]);
+		json_t *v = preview_reply_json(r[1]->element[i + 1]);
 		const char *tid = json_string_value(json_object_get(v, "id"));
 		if (tid && strlen(tid) == PREVIEW_TUNNEL_ID_LEN) {
 			snprintf(key, sizeof(key), "sbx:tunnel:%s", tid);

@@ -97,10 +97,32 @@ void preview_forward_release(const char *tenant, const char *id, int port);
 /* An address nginx may proxy to ("host:port", [v6]:port). 1 ok. */
 int preview_address_ok(const char *a);
 
-/* Run a Lua script source with EVAL (keys of one hash tag). New reply or
- * NULL with e (REDIS_UNAVAILABLE; INTERNAL when the script failed). */
-redisReply *preview_eval(const char *src, int nkeys, const char **keys, int nargs,
-			 const char **args, struct sbx_err *e);
+/* One field of a sandbox's per-port hash, for preview_list: field (the
+ * port as stored), rec (its JSON, NULL when it is none; borrowed) and raw
+ * (the stored text). A new item for the answer with *port set, or NULL to
+ * leave the field out. */
+typedef json_t *preview_item_fn(const char *field, const json_t *rec, const char *raw,
+				const struct preview_sb *s, void *ctx, int *port);
+
+/* The records of sbx:sb:{tenant/id}:<kind> (kind "ports" or "tunnels")
+ * made into items by fn and sorted by port: new {"<kind>": [...]}, or NULL
+ * with e (SANDBOX_NOT_FOUND, REDIS_UNAVAILABLE, INTERNAL). */
+json_t *preview_list(const char *tenant, const char *id, const char *kind, preview_item_fn *fn,
+		     void *ctx, struct sbx_err *e);
+
+/* The record of port in sbx:sb:{tenant/id}:<kind>: 0 with *val a new copy
+ * (free(); NULL when there is none), or -1 with e (SANDBOX_NOT_FOUND when
+ * the sandbox does not exist). */
+int preview_record_get(const char *tenant, const char *id, const char *kind, int port, char **val,
+		       struct sbx_err *e);
+
+/* Delete the record of port in sbx:sb:{tenant/id}:<kind> when it still
+ * holds value (compare and delete). 0 or -1 with e. */
+int preview_record_del(const char *tenant, const char *id, const char *kind, int port,
+		       const char *value, struct sbx_err *e);
+
+/* A string reply parsed as JSON: new reference, NULL when it is none. */
+json_t *preview_reply_json(const redisReply *r);
 
 /* The index key "sbx:preview:<sha256 of {port}-{id}-{token}>" into out.
  * 0 or -1 (too long). */

@@ -70,12 +70,46 @@ static const char *const sources[SCRIPT__COUNT] = {
 		"if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return -1 end\n"
 		"redis.call('ZADD', KEYS[1], 0, ARGV[1])\n"
 		"return 1\n",
+	[SCRIPT_CAD] =
+		"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
+		"return 0\n",
+	[SCRIPT_HCAD] =
+		"if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then\n"
+		"  return redis.call('HDEL', KEYS[1], ARGV[1])\n"
+		"end\n"
+		"return 0\n",
+	[SCRIPT_PREVIEW_CLAIM] =
+		"local v = redis.call('GET', KEYS[1])\n"
+		"if not v then redis.call('SET', KEYS[1], ARGV[1]) return 1 end\n"
+		"if v == ARGV[1] then return 1 end\n"
+		"return 0\n",
+	[SCRIPT_TUNNEL_CLAIM] =
+		"local v = redis.call('HGET', KEYS[1], ARGV[1])\n"
+		"local dead = ''\n"
+		"if v then\n"
+		"  local ok, t = pcall(cjson.decode, v)\n"
+		"  if ok and type(t) == 'table' and t.generation == tonumber(ARGV[2])\n"
+		"     and t.incarnation == ARGV[3] then return {1, v} end\n"
+		"  redis.call('HDEL', KEYS[1], ARGV[1])\n"
+		"  if ok and type(t) == 'table' and type(t.id) == 'string' then dead = t.id end\n"
+		"elseif redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[6]) then\n"
+		"  return {-1, dead}\n"
+		"end\n"
+		"if redis.call('SET', KEYS[2], ARGV[4], 'NX', 'PX', ARGV[5]) then return {2, dead} end\n"
+		"return {0, dead}\n",
+	[SCRIPT_TUNNEL_COMMIT] =
+		"if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end\n"
+		"redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])\n"
+		"redis.call('DEL', KEYS[2])\n"
+		"return 1\n",
 };
 
 static const char *const names[SCRIPT__COUNT] = {
 	[SCRIPT_CREATE] = "create", [SCRIPT_START] = "start", [SCRIPT_SET_STATE] = "set_state",
 	[SCRIPT_UPDATE] = "update", [SCRIPT_DESTROY] = "destroy",
-	[SCRIPT_QUOTA_RESERVE] = "quota_reserve",
+	[SCRIPT_QUOTA_RESERVE] = "quota_reserve", [SCRIPT_CAD] = "cad", [SCRIPT_HCAD] = "hcad",
+	[SCRIPT_PREVIEW_CLAIM] = "preview_claim", [SCRIPT_TUNNEL_CLAIM] = "tunnel_claim",
+	[SCRIPT_TUNNEL_COMMIT] = "tunnel_commit",
 };
 
 /* Digests of the loaded scripts of this process ("" = not loaded). */

@@ -1,6 +1,7 @@
 /*
- * scripts.h — the Lua scripts of the sandbox lifecycle (every multi-step
- * change of a record is one of these, never a read-modify-write from C).
+ * scripts.h — the Lua scripts of sbx-api: the sandbox lifecycle and the
+ * preview and tunnel records (every multi-step change of a record is one of
+ * these, never a read-modify-write from C).
  *
  * Each script touches the keys of one hash tag only, so it runs unchanged on
  * Redis Cluster. A script is loaded with SCRIPT LOAD the first time a process
@@ -33,6 +34,23 @@ enum script_id {
 	/* KEYS tenant's sandboxes zset; ARGV id quota -> 1 reserved, 0 already a
 	 * member, -1 quota used up */
 	SCRIPT_QUOTA_RESERVE,
+	/* KEYS key; ARGV value: DEL the string key when it still holds value ->
+	 * 1 deleted, 0 not */
+	SCRIPT_CAD,
+	/* KEYS hash; ARGV field value: HDEL the field when it still holds value
+	 * -> 1 deleted, 0 not */
+	SCRIPT_HCAD,
+	/* KEYS preview index; ARGV tenant: SET it unless it holds another
+	 * tenant -> 1 ours, 0 taken */
+	SCRIPT_PREVIEW_CLAIM,
+	/* KEYS tunnels-hash claim; ARGV port generation incarnation nonce ttl
+	 * max -> {1, record} live record; {2, deadId} claimed by us; {0, deadId}
+	 * someone else is making it; {-1} too many tunnels. A dead record is
+	 * deleted and its tunnel id handed back for the index cleanup. */
+	SCRIPT_TUNNEL_CLAIM,
+	/* KEYS tunnels-hash claim; ARGV port nonce record: store the record
+	 * when the claim is still ours -> 1 stored, 0 lost the claim */
+	SCRIPT_TUNNEL_COMMIT,
 	SCRIPT__COUNT
 };
 

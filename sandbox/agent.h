@@ -21,6 +21,8 @@
 struct registry;
 struct agent_lc;
 struct pool;
+struct sess_box;
+struct proc_box;
 
 #define AGENT_VERSION "0.1.0"
 #define AGENT_KEY_MAX 128
@@ -49,6 +51,10 @@ struct agent_sb {
 	int streams;                 /* live streams of the current container */
 	int64_t run;                 /* unique per container start on this agent (agent.runs) */
 	int from_pool;               /* the current container came from the warm pool (pool.h) */
+	/* State of the current container kept by modules, made on first use and
+	 * released by their agent_container_gone hooks. */
+	struct sess_box *sessions;   /* agent_sessions.c */
+	struct proc_box *procs;      /* agent_processes.c */
 };
 
 /* A live stream (a streaming answer or a request in progress) keeps its
@@ -105,6 +111,17 @@ int agent_parse_epoch(const char *v, int64_t *out, struct sbx_err *e);
 
 struct agent_sb *agent_sb_find(struct agent *a, const char *key);
 
+/* The container of sb while it runs; NULL when stopped, or when its init
+ * died and it waits to be released at the next turn of the loop (only
+ * rt_destroy is valid on it then). Borrowed. */
+struct rt_sandbox *agent_sb_container(const struct agent_sb *sb);
+
+/* Refuse to start work (a data call, a container start) while this node's
+ * lease has lapsed (registry_lease_valid): 503 NODE_UNAVAILABLE. A node
+ * that was stopped or cut off past its TTL may have been replaced, and a
+ * request held across the gap carries an epoch nobody has fenced here yet. */
+int agent_lease_check(struct agent *a, struct sbx_err *e);
+
 /* For data routes (/v1/sandboxes/{id}/...): the running sandbox named by
  * X-Sbx-Tenant and path param 0, after the epoch check of X-Sbx-Epoch;
  * records activity. NULL with e filled (400, 404 SANDBOX_NOT_FOUND, 409). */
@@ -129,9 +146,46 @@ void agent_env_free(char **env);
  * values strings without NUL (or null when allow_null). 0 or -1 (400). */
 int agent_env_check(const json_t *env, int allow_null, struct sbx_err *e);
 
-/* Stop the container of sb (the entry stays, as stopped) / remove the entry. */
+/* Stop the container of sb (the entry stays, as stopped) / remove the entry.
+ * Both end in agent_container_gone when sb had a container. */
 void agent_sb_stop(struct agent *a, struct agent_sb *sb);
 void agent_sb_remove(struct agent *a, struct agent_sb *sb);
+
+/* "The container of sb is gone": the one place where the modules that keep
+ * state per container (sessions, processes, tunnels, forwarders) release
+ * it. agent_sb_stop calls it exactly once per container, whatever the
+ * reason: stop for sleep, stop or destroy by the API, init death (from the
+ * loop, after agent_sb_died), replacement by another generation, agent
+ * shutdown (agent_sb_destroy_all).
+ *
+ * Order: it runs after rt_destroy of the container returned and sb->rt was
+ * set to NULL. Every process callback of the container has then fired
+ * (with sandbox_gone), so nothing inside it is left to signal; what lives
+ * outside it (listeners, connections, tunnel processes on the host) is the
+ * module's own to close. sb itself is still valid, sb->run is the run of
+ * the gone container, and the entry may be freed right after the hook.
+ * A hook must not start or stop a container. */
+void agent_container_gone(struct agent *a, struct agent_sb *sb);
+
+/* The hooks agent_container_gone calls, in this order. */
+void agent_sess_container_gone(struct agent *a, struct agent_sb *sb);
+void agent_proc_container_gone(struct agent *a, struct agent_sb *sb);
+void tunnel_container_gone(struct agent *a, struct agent_sb *sb);
+void fwd_container_gone(struct agent *a, struct agent_sb *sb);
+
+/* For control routes /agent/v1/sandboxes/{tenant}/{id}/...: "<tenant>.<id>"
+ * of path params 0 and 1 into key. 0 or -1 (400 VALIDATION). */
+int agent_path_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err *e);
+
+/* Fence key at the request's X-Sbx-Epoch (agent_parse_epoch, agent_fence).
+ * 0 or -1 with e (400, 409 STALE_EPOCH). */
+int agent_fence_request(struct httpd_req *r, const char *key, struct sbx_err *e);
+
+/* The sandbox of key when its container runs, and, when generation >= 0,
+ * is of that generation. NULL with e filled: 404 SANDBOX_NOT_FOUND (id
+ * names it in the message), 409 CONFLICT for another generation. */
+struct agent_sb *agent_sb_running(struct agent *a, const char *key, const char *id,
+				  int64_t generation, struct sbx_err *e);
 
 /* --- lifecycle (agent_lifecycle.c) --- */
 /* Live streams: begin when a streaming answer (or any long request) starts

@@ -12,7 +12,6 @@
  * CONFLICT: the caller's view of the sandbox is out of date.
  */
 #include "forward.h"
-#include "ids.h"
 #include "jsonv.h"
 #include "util.h"
 
@@ -23,35 +22,17 @@ static const struct jsonv_field put_fields[] = {
 	{ NULL, 0, 0 },
 };
 
-/* "<tenant>.<id>" of the path into key. 0 or -1 (400). */
-static int fw_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err *e)
-{
-	const char *tenant = httpd_param(r, 0), *id = httpd_param(r, 1);
-
-	if (!ids_valid_tenant(tenant))
-		return err_set(e, SBX_E_VALIDATION, "invalid tenant name");
-	if (!ids_valid_sandbox(id))
-		return err_set(e, SBX_E_VALIDATION, "invalid sandbox id");
-	if (agent_key(key, keysz, tenant, id) < 0)
-		return err_set(e, SBX_E_VALIDATION, "tenant and id are too long");
-	return 0;
-}
-
 /* Key, port and fencing of PUT/DELETE. 0 or -1 with e. */
 static int fw_head(struct httpd_req *r, char *key, size_t keysz, int *port, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	int64_t epoch, p;
+	int64_t p;
 
-	if (fw_key(r, key, keysz, e) < 0)
+	if (agent_path_key(r, key, keysz, e) < 0)
 		return -1;
 	if (util_parse_i64(httpd_param(r, 2), 1, 65535, &p) < 0)
 		return err_set(e, SBX_E_INVALID_PORT, "port must be 1-65535");
 	*port = (int)p;
-	if (agent_parse_epoch(httpd_header(r, "X-Sbx-Epoch"), &epoch, e) < 0 ||
-	    agent_fence(a, key, epoch, e) < 0)
-		return -1;
-	return 0;
+	return agent_fence_request(r, key, e);
 }
 
 void agent_h_forward_put(struct httpd_req *r)
@@ -82,17 +63,9 @@ void agent_h_forward_put(struct httpd_req *r)
 		goto fail;
 	}
 	json_decref(body);
-	sb = agent_sb_find(a, key);
-	if (!sb || !sb->rt || sb->dead) {
-		err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' is not running on this node",
-			httpd_param(r, 1));
+	sb = agent_sb_running(a, key, httpd_param(r, 1), generation, &e);
+	if (!sb)
 		goto fail;
-	}
-	if (generation >= 0 && generation != sb->generation) {
-		err_set(&e, SBX_E_CONFLICT, "generation %lld is not the running %lld",
-			(long long)generation, (long long)sb->generation);
-		goto fail;
-	}
 	if (fwd_open(a, sb, port, address, sizeof(address), &created, &e) < 0)
 		goto fail;
 	sb->last_active_at = util_wall_ms();
@@ -126,7 +99,7 @@ void agent_h_forward_list(struct httpd_req *r)
 	char key[AGENT_KEY_MAX];
 	json_t *arr;
 
-	if (fw_key(r, key, sizeof(key), &e) < 0) {
+	if (agent_path_key(r, key, sizeof(key), &e) < 0) {
 		httpd_reply_err(r, &e);
 		return;
 	}

@@ -106,15 +106,13 @@ struct proc {
 	struct proc_wait *waits;
 };
 
+/* The processes of one container of a sandbox: made on first use, freed
+ * by agent_proc_container_gone. */
 struct proc_box {
-	struct proc_box *next;
 	struct agent *a;
-	char key[AGENT_KEY_MAX];
-	int64_t run;
+	struct agent_sb *sb;      /* borrowed: the box is freed before the entry */
 	struct proc *list;        /* newest first */
 };
-
-static struct proc_box *boxes;
 
 /* --- logs ---------------------------------------------------------------------- */
 
@@ -273,13 +271,7 @@ static void proc_free(struct proc *p)
 
 static void box_free(struct proc_box *b)
 {
-	struct proc_box **pp;
-
-	for (pp = &boxes; *pp; pp = &(*pp)->next)
-		if (*pp == b) {
-			*pp = b->next;
-			break;
-		}
+	b->sb->procs = NULL;
 	while (b->list) {
 		struct proc *p = b->list;
 		b->list = p->next;
@@ -288,54 +280,23 @@ static void box_free(struct proc_box *b)
 	free(b);
 }
 
-/* Drop the records of containers that are gone (every process of a gone
- * container has been reported exited, so nothing refers to them). */
-static void box_sweep(struct agent *a)
+/* Drop the records of a gone container: rt_destroy reported every one of
+ * its processes exited, which answered their start request, followers and
+ * waiters, so nothing refers to them any more. */
+void agent_proc_container_gone(struct agent *a, struct agent_sb *sb)
 {
-	struct proc_box *b = boxes, *next;
-
-	for (; b; b = next) {
-		struct agent_sb *sb = agent_sb_find(a, b->key);
-		int busy = 0;
-
-		next = b->next;
-		if (sb && sb->rt && sb->run == b->run)
-			continue;
-		for (struct proc *p = b->list; p; p = p->next)
-			busy |= p->state != P_EXITED || p->follows || p->waits || p->start_req;
-		if (!busy)
-			box_free(b);
-	}
+	if (sb->procs)
+		box_free(sb->procs);
 }
 
+/* The processes of sb's running container (made when create), or NULL. */
 static struct proc_box *box_get(struct agent *a, struct agent_sb *sb, int create)
 {
-	struct proc_box *b;
-
-	box_sweep(a);
-	for (b = boxes; b; b = b->next)
-		if (strcmp(b->key, sb->key) == 0 && b->run == sb->run)
-			return b;
-	if (!create)
-		return NULL;
-	b = calloc(1, sizeof(*b));
-	if (!b)
-		return NULL;
-	b->a = a;
-	snprintf(b->key, sizeof(b->key), "%s", sb->key);
-	b->run = sb->run;
-	b->next = boxes;
-	boxes = b;
-	return b;
-}
-
-static struct rt_sandbox *box_rsb(struct proc_box *b)
-{
-	struct agent_sb *sb = agent_sb_find(b->a, b->key);
-
-	if (!sb || !sb->rt || sb->dead || sb->run != b->run)
-		return NULL;
-	return sb->rt;
+	if (!sb->procs && create && (sb->procs = calloc(1, sizeof(*sb->procs)))) {
+		sb->procs->a = a;
+		sb->procs->sb = sb;
+	}
+	return sb->procs;
 }
 
 /* Keep at most PROC_MAX_FINISHED finished records (drop the oldest). */
@@ -480,7 +441,7 @@ static int port_listening(pid_t init_pid, int port)
 static void wait_poll_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct proc_wait *w = arg;
-	struct rt_sandbox *rsb = box_rsb(w->p->box);
+	struct rt_sandbox *rsb = agent_sb_container(w->p->box->sb);
 
 	if (rsb && port_listening(rt_init_pid(rsb), w->port)) {
 		wait_answer(w, 200, json_pack("{s:i}", "port", w->port), NULL);
@@ -704,7 +665,7 @@ static void proc_exited(void *arg, const struct rt_exit *ex)
 static void kill_grace_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct proc *p = arg;
-	struct rt_sandbox *rsb = box_rsb(p->box);
+	struct rt_sandbox *rsb = agent_sb_container(p->box->sb);
 
 	if (rsb && p->handle > 0 && p->state != P_EXITED)
 		rt_signal(rsb, p->handle, SIGKILL, 1);
@@ -713,7 +674,7 @@ static void kill_grace_cb(evutil_socket_t fd, short what, void *arg)
 /* Signal the process group of p; SIGKILL survivors after grace_ms. 0 or -1. */
 static int proc_signal(struct proc *p, int sig, int64_t grace_ms)
 {
-	struct rt_sandbox *rsb = box_rsb(p->box);
+	struct rt_sandbox *rsb = agent_sb_container(p->box->sb);
 
 	if (!rsb || p->handle <= 0 || p->state == P_EXITED)
 		return -1;
@@ -1178,7 +1139,8 @@ void agent_h_proc_wait(struct httpd_req *r)
 		err_set(&e, SBX_E_VALIDATION, "'port' must be 1 to 65535");
 		goto fail;
 	}
-	if (port_q && (rsb = box_rsb(p->box)) && port_listening(rt_init_pid(rsb), (int)port)) {
+	if (port_q && (rsb = agent_sb_container(p->box->sb)) &&
+	    port_listening(rt_init_pid(rsb), (int)port)) {
 		httpd_reply_json(r, 200, json_pack("{s:i}", "port", (int)port));
 		return;
 	}

@@ -3,6 +3,7 @@
  * control routes sbx-api calls (/agent/v1/sandboxes/...).
  */
 #include "agent.h"
+#include "registry.h"
 #include "ids.h"
 #include "jsonv.h"
 #include "log.h"
@@ -79,6 +80,11 @@ struct agent_sb *agent_sb_find(struct agent *a, const char *key)
 		if (strcmp(sb->key, key) == 0)
 			return sb;
 	return NULL;
+}
+
+struct rt_sandbox *agent_sb_container(const struct agent_sb *sb)
+{
+	return sb->dead ? NULL : sb->rt;
 }
 
 void agent_env_free(char **env)
@@ -202,12 +208,29 @@ static void sb_free(struct agent_sb *sb)
 	free(sb);
 }
 
+typedef void (*container_gone_fn)(struct agent *a, struct agent_sb *sb);
+
+/* Tunnels before forwarders: a tunnel process publishes a forwarder. */
+static const container_gone_fn container_gone_hooks[] = {
+	agent_sess_container_gone,
+	agent_proc_container_gone,
+	tunnel_container_gone,
+	fwd_container_gone,
+};
+
+void agent_container_gone(struct agent *a, struct agent_sb *sb)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(container_gone_hooks); i++)
+		container_gone_hooks[i](a, sb);
+}
+
 void agent_sb_stop(struct agent *a, struct agent_sb *sb)
 {
 	if (sb->rt) {
 		struct rt_sandbox *rsb = sb->rt;
 		sb->rt = NULL;
 		rt_destroy(a->rt, rsb);
+		agent_container_gone(a, sb);
 	}
 	sb->dead = 0;
 	sb->streams = 0; /* they belonged to the container that is gone */
@@ -272,7 +295,7 @@ void agent_sb_died(void *arg, struct rt_sandbox *rsb)
 	}
 }
 
-static int path_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err *e)
+int agent_path_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err *e)
 {
 	const char *tenant = httpd_param(r, 0), *id = httpd_param(r, 1);
 
@@ -447,13 +470,14 @@ void agent_h_sandbox_put(struct httpd_req *r)
 		err_set(&e, SBX_E_NODE_UNAVAILABLE, "this node is shutting down");
 		goto fail;
 	}
-	if (path_key(r, key, sizeof(key), &e) < 0)
+	if (agent_path_key(r, key, sizeof(key), &e) < 0)
 		goto fail;
 	data = httpd_body(r, &len);
 	body = jsonv_parse(data, len, &e);
 	if (!body)
 		goto fail;
-	if (parse_put(a->conf, body, &p, &e) < 0 || agent_fence(a, key, p.epoch, &e) < 0) {
+	if (parse_put(a->conf, body, &p, &e) < 0 || agent_lease_check(a, &e) < 0 ||
+	    agent_fence(a, key, p.epoch, &e) < 0) {
 		json_decref(body);
 		goto fail;
 	}
@@ -554,7 +578,7 @@ void agent_h_sandbox_get(struct httpd_req *r)
 	char key[AGENT_KEY_MAX];
 	struct agent_sb *sb;
 
-	if (path_key(r, key, sizeof(key), &e) < 0) {
+	if (agent_path_key(r, key, sizeof(key), &e) < 0) {
 		httpd_reply_err(r, &e);
 		return;
 	}
@@ -577,15 +601,20 @@ void agent_h_sandbox_list(struct httpd_req *r)
 	httpd_reply_json(r, 200, arr ? json_pack("{s:o}", "sandboxes", arr) : NULL);
 }
 
-/* Common head of stop and delete: key from the path and the epoch check. */
-static int fenced_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err *e)
+int agent_fence_request(struct httpd_req *r, const char *key, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
 	int64_t epoch;
 
-	if (path_key(r, key, keysz, e) < 0 ||
-	    agent_parse_epoch(httpd_header(r, "X-Sbx-Epoch"), &epoch, e) < 0 ||
-	    agent_fence(a, key, epoch, e) < 0)
+	if (agent_parse_epoch(httpd_header(r, "X-Sbx-Epoch"), &epoch, e) < 0 ||
+	    agent_fence(httpd_ctx(r), key, epoch, e) < 0)
+		return -1;
+	return 0;
+}
+
+/* Common head of stop, patch and delete: key from the path, fenced. */
+static int fenced_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err *e)
+{
+	if (agent_path_key(r, key, keysz, e) < 0 || agent_fence_request(r, key, e) < 0)
 		return -1;
 	return 0;
 }
@@ -670,13 +699,37 @@ void agent_h_sandbox_delete(struct httpd_req *r)
 	httpd_reply_empty(r, 204);
 }
 
+struct agent_sb *agent_sb_running(struct agent *a, const char *key, const char *id,
+				  int64_t generation, struct sbx_err *e)
+{
+	struct agent_sb *sb = agent_sb_find(a, key);
+
+	if (!sb || !agent_sb_container(sb)) {
+		err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' is not running on this node", id);
+		return NULL;
+	}
+	if (generation >= 0 && generation != sb->generation) {
+		err_set(e, SBX_E_CONFLICT, "generation %lld is not the running %lld",
+			(long long)generation, (long long)sb->generation);
+		return NULL;
+	}
+	return sb;
+}
+
+int agent_lease_check(struct agent *a, struct sbx_err *e)
+{
+	if (a->reg && !registry_lease_valid(a->reg))
+		return err_set(e, SBX_E_NODE_UNAVAILABLE,
+			       "this node's lease in the registry has lapsed; retry");
+	return 0;
+}
+
 struct agent_sb *agent_data_sandbox(struct httpd_req *r, struct sbx_err *e)
 {
 	struct agent *a = httpd_ctx(r);
 	const char *tenant = httpd_header(r, "X-Sbx-Tenant"), *id = httpd_param(r, 0);
 	char key[AGENT_KEY_MAX];
 	struct agent_sb *sb;
-	int64_t epoch;
 
 	if (a->shutting_down) {
 		err_set(e, SBX_E_NODE_UNAVAILABLE, "this node is shutting down");
@@ -690,14 +743,11 @@ struct agent_sb *agent_data_sandbox(struct httpd_req *r, struct sbx_err *e)
 		err_set(e, SBX_E_VALIDATION, "invalid sandbox id");
 		return NULL;
 	}
-	if (agent_parse_epoch(httpd_header(r, "X-Sbx-Epoch"), &epoch, e) < 0 ||
-	    agent_fence(a, key, epoch, e) < 0)
+	if (agent_lease_check(a, e) < 0 || agent_fence_request(r, key, e) < 0)
 		return NULL;
-	sb = agent_sb_find(a, key);
-	if (!sb || !sb->rt || sb->dead) {
-		err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' is not running on this node", id);
+	sb = agent_sb_running(a, key, id, -1, e);
+	if (!sb)
 		return NULL;
-	}
 	sb->last_active_at = util_wall_ms();
 	return sb;
 }

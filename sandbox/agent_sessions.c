@@ -99,17 +99,14 @@ struct sess {
 	int nqueue;
 };
 
-/* The sessions of one container run of a sandbox. */
+/* The sessions of one container of a sandbox: made on first use, freed by
+ * agent_sess_container_gone. */
 struct sess_box {
-	struct sess_box *next;
 	struct agent *a;
-	char key[AGENT_KEY_MAX];
-	int64_t run;
+	struct agent_sb *sb;      /* borrowed: the box is freed before the entry */
 	struct sess *list;
 	int count;
 };
-
-static struct sess_box *boxes;
 
 static void sess_next(struct sess *s);
 static void sess_cancel(void *arg, int timed_out);
@@ -175,72 +172,35 @@ static void box_unlink_sess(struct sess *s)
 
 static void box_free(struct sess_box *b)
 {
-	struct sess_box **pp;
-
-	for (pp = &boxes; *pp; pp = &(*pp)->next)
-		if (*pp == b) {
-			*pp = b->next;
-			break;
-		}
+	b->sb->sessions = NULL;
 	while (b->list) {
 		struct sess *s = b->list;
 		box_unlink_sess(s);
 		/* The container is gone, so every shell has exited already. */
 		if (s->handle > 0)
-			log_warn("session '%s' of '%s' still has a shell", s->id, b->key);
+			log_warn("session '%s' of '%s' still has a shell", s->id, b->sb->key);
 		else
 			sess_free(s);
 	}
 	free(b);
 }
 
-/* Drop the boxes of containers that are gone (stopped, replaced, removed). */
-static void box_sweep(struct agent *a)
+/* Every shell of the container has been reported gone (rt_destroy fired
+ * their callbacks), so the sessions can go with it. */
+void agent_sess_container_gone(struct agent *a, struct agent_sb *sb)
 {
-	struct sess_box *b = boxes, *next;
-
-	for (; b; b = next) {
-		struct agent_sb *sb = agent_sb_find(a, b->key);
-		next = b->next;
-		if (!sb || !sb->rt || sb->run != b->run) {
-			int busy = 0;
-			for (struct sess *s = b->list; s; s = s->next)
-				busy |= s->handle > 0;
-			if (!busy)
-				box_free(b);
-		}
-	}
+	if (sb->sessions)
+		box_free(sb->sessions);
 }
 
+/* The sessions of sb's running container (made when create), or NULL. */
 static struct sess_box *box_get(struct agent *a, struct agent_sb *sb, int create)
 {
-	struct sess_box *b;
-
-	box_sweep(a);
-	for (b = boxes; b; b = b->next)
-		if (strcmp(b->key, sb->key) == 0 && b->run == sb->run)
-			return b;
-	if (!create)
-		return NULL;
-	b = calloc(1, sizeof(*b));
-	if (!b)
-		return NULL;
-	b->a = a;
-	snprintf(b->key, sizeof(b->key), "%s", sb->key);
-	b->run = sb->run;
-	b->next = boxes;
-	boxes = b;
-	return b;
-}
-
-/* The live container of b, or NULL. */
-static struct rt_sandbox *box_rsb(struct sess_box *b)
-{
-	struct agent_sb *sb = agent_sb_find(b->a, b->key);
-
-	if (!sb || !sb->rt || sb->dead || sb->run != b->run)
-		return NULL;
-	return sb->rt;
+	if (!sb->sessions && create && (sb->sessions = calloc(1, sizeof(*sb->sessions)))) {
+		sb->sessions->a = a;
+		sb->sessions->sb = sb;
+	}
+	return sb->sessions;
 }
 
 static struct sess *sess_find(struct sess_box *b, const char *id)
@@ -505,17 +465,17 @@ static void shell_exited(void *arg, const struct rt_exit *ex)
 /* Start the session's shell. 0 or -1 with e filled. */
 static int shell_spawn(struct sess *s, struct sbx_err *e)
 {
-	struct rt_sandbox *rsb = box_rsb(s->box);
-	struct agent_sb *sb = agent_sb_find(s->box->a, s->box->key);
+	struct rt_sandbox *rsb = s->box ? agent_sb_container(s->box->sb) : NULL;
 	char *argv[] = { (char *)"/bin/sh", (char *)"-c", (char *)shell_boot, NULL };
 	struct rt_proc_spec ps;
-	struct event_base *base = s->box->a->base;
+	struct event_base *base;
 	char **env;
 	int io[3];
 
-	if (!rsb || !sb)
+	if (!rsb)
 		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "the sandbox is not running");
-	env = agent_env_merge(sb->base_env, s->env);
+	base = s->box->a->base;
+	env = agent_env_merge(s->box->sb->base_env, s->env);
 	if (!env)
 		return err_sys(e, ENOMEM, "session env");
 	ps = (struct rt_proc_spec){ .argv = argv, .env = env, .cwd = s->cwd };
@@ -617,7 +577,7 @@ static void sess_cancel(void *arg, int timed_out)
 		cmd_free(c);
 		return;
 	}
-	rsb = s->box ? box_rsb(s->box) : NULL;
+	rsb = s->box ? agent_sb_container(s->box->sb) : NULL;
 	log_info("session '%s': %s, killing its shell", s->id,
 		 timed_out ? "command timed out" : "client went away");
 	s->killing = 1;
@@ -952,7 +912,7 @@ void agent_h_session_delete(struct httpd_req *r)
 		err_set(&e, SBX_E_SESSION_NOT_FOUND, "session '%s' not found", sid);
 		goto fail;
 	}
-	rsb = box_rsb(b);
+	rsb = agent_sb_container(b->sb);
 	box_unlink_sess(s);
 	s->removed = 1;
 	if (s->handle > 0 && rsb && rt_signal(rsb, s->handle, SIGKILL, 1) == 0) {

@@ -21,7 +21,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define SWEEP_MS 1000
 
 struct fwd;
 
@@ -39,6 +38,7 @@ struct fwd_conn {
 struct fwd {
 	struct fwd *next;
 	struct agent *a;
+	struct agent_sb *sb;         /* borrowed: fwd_container_gone frees f first */
 	char key[AGENT_KEY_MAX];
 	int64_t generation, run;
 	int port;                    /* inside the sandbox */
@@ -49,20 +49,6 @@ struct fwd {
 };
 
 static struct fwd *forwarders;
-static struct event *sweep_ev;
-
-/* The container f was made for, if it still runs; else NULL. */
-static struct agent_sb *fwd_owner(const struct fwd *f)
-{
-	struct agent_sb *sb;
-
-	if (f->a->shutting_down)
-		return NULL;
-	sb = agent_sb_find(f->a, f->key);
-	if (!sb || !sb->rt || sb->dead || sb->run != f->run || sb->generation != f->generation)
-		return NULL;
-	return sb;
-}
 
 static void conn_free(struct fwd_conn *c)
 {
@@ -226,15 +212,15 @@ static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct soc
 		      int salen, void *arg)
 {
 	struct fwd *f = arg;
-	struct agent_sb *sb = fwd_owner(f);
+	struct agent_sb *sb = f->sb;
 	struct sockaddr_in to;
 	struct fwd_conn *c;
 	int upfd;
 
-	if (!sb) {
+	/* Init died: the container is released (and f with it) at the next
+	 * turn of the loop; until then its network namespace is not usable. */
+	if (!agent_sb_container(sb)) {
 		close(fd);
-		log_info("forwarder %s port %d: its container is gone; closing", f->key, f->port);
-		fwd_free(f);
 		return;
 	}
 	if (f->nconns >= FWD_MAX_CONNS) {
@@ -298,42 +284,6 @@ static void accept_error_cb(struct evconnlistener *lev, void *arg)
 	log_warn("forwarder %s port %d: accept failed: %s", f->key, f->port, strerror(err));
 	evconnlistener_disable(lev);
 	evconnlistener_enable(lev);
-}
-
-/* --- sweep --- */
-
-static void sweep_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct fwd *f = forwarders, *next;
-
-	for (; f; f = next) {
-		next = f->next;
-		if (!fwd_owner(f)) {
-			log_info("forwarder %s port %d: its container is gone; closing (%u connections)",
-				 f->key, f->port, f->nconns);
-			fwd_free(f);
-		}
-	}
-	if (!forwarders && sweep_ev) {
-		event_free(sweep_ev);
-		sweep_ev = NULL;
-	}
-}
-
-static int sweep_start(struct event_base *base)
-{
-	struct timeval tv = { SWEEP_MS / 1000, (SWEEP_MS % 1000) * 1000 };
-
-	if (sweep_ev)
-		return 0;
-	sweep_ev = event_new(base, -1, EV_PERSIST, sweep_cb, NULL);
-	if (!sweep_ev || event_add(sweep_ev, &tv) < 0) {
-		if (sweep_ev)
-			event_free(sweep_ev);
-		sweep_ev = NULL;
-		return -1;
-	}
-	return 0;
 }
 
 /* --- the table --- */
@@ -401,10 +351,6 @@ int fwd_open(struct agent *a, struct agent_sb *sb, int port, char *address, size
 	if (!sb->rt || sb->dead)
 		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' is not running", sb->id);
 	f = fwd_find(sb->key, port);
-	if (f && !fwd_owner(f)) {
-		fwd_free(f);  /* of an earlier container */
-		f = NULL;
-	}
 	if (!f) {
 		for (struct fwd *o = forwarders; o; o = o->next)
 			count += strcmp(o->key, sb->key) == 0;
@@ -418,13 +364,12 @@ int fwd_open(struct agent *a, struct agent_sb *sb, int port, char *address, size
 		if (!f)
 			return err_sys(e, ENOMEM, "forwarder");
 		f->a = a;
+		f->sb = sb;
 		snprintf(f->key, sizeof(f->key), "%s", sb->key);
 		f->generation = sb->generation;
 		f->run = sb->run;
 		f->port = port;
-		if (fwd_listen(f, host, e) < 0 || sweep_start(a->base) < 0) {
-			if (e->code == SBX_E_NONE)
-				err_sys(e, ENOMEM, "forwarder sweep");
+		if (fwd_listen(f, host, e) < 0) {
 			fwd_free(f);
 			return -1;
 		}
@@ -456,7 +401,7 @@ json_t *fwd_list_json(struct agent *a, const char *key)
 	json_t *arr = json_array();
 
 	for (struct fwd *f = forwarders; arr && f; f = f->next) {
-		if (strcmp(f->key, key) != 0 || !fwd_owner(f))
+		if (strcmp(f->key, key) != 0)
 			continue;
 		if (json_array_append_new(arr, json_pack("{s:i, s:s, s:I, s:i}", "port", f->port,
 							 "address", f->address, "generation",
@@ -473,8 +418,18 @@ void fwd_release_all(void)
 {
 	while (forwarders)
 		fwd_free(forwarders);
-	if (sweep_ev) {
-		event_free(sweep_ev);
-		sweep_ev = NULL;
+}
+
+void fwd_container_gone(struct agent *a, struct agent_sb *sb)
+{
+	struct fwd *f = forwarders, *next;
+
+	for (; f; f = next) {
+		next = f->next;
+		if (f->sb == sb && f->run == sb->run) {
+			log_info("forwarder %s port %d: its container is gone; closing (%u connections)",
+				 f->key, f->port, f->nconns);
+			fwd_free(f);
+		}
 	}
 }

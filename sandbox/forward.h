@@ -13,8 +13,8 @@
  * Being plain TCP, HTTP, WebSocket upgrades and SSE need nothing special.
  *
  * A forwarder belongs to one container (key, generation, run): it is closed
- * with its connections once that container is gone (checked on every
- * accept and by a one-second sweep). Each open connection is a live stream
+ * with its connections once that container is gone (fwd_container_gone,
+ * see agent.h). Each open connection is a live stream
  * of the sandbox (agent_sb_stream_begin/end): it counts as activity and
  * keeps the sandbox from sleeping while it lasts.
  */

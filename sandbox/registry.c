@@ -31,6 +31,7 @@ struct registry {
 	int connected;
 	int64_t connect_started;
 	int64_t last_reply;
+	int64_t lease_until;       /* monotonic ms: our alive key surely exists until then */
 	int pending;               /* commands without a reply yet */
 	int backoff_ms;
 	int down_logged;
@@ -68,6 +69,35 @@ static void reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 			 reply->str);
 }
 
+/* The alive key was set: it lives node_ttl from when Redis ran the SET,
+ * which is after we sent it — so counting from the send is on the safe side. */
+static void alive_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct registry *reg = ac->data;
+	redisReply *reply = r;
+	int64_t sent = *(int64_t *)privdata;
+
+	free(privdata);
+	if (!reg)
+		return;
+	if (reg->pending > 0)
+		reg->pending--;
+	if (!reply)
+		return;
+	reg->last_reply = util_now_ms();
+	if (reply->type == REDIS_REPLY_ERROR) {
+		log_warn("registry: redis answered SET of the alive key: %.200s", reply->str);
+		return;
+	}
+	if (sent + reg->conf->cluster.node_ttl_ms > reg->lease_until)
+		reg->lease_until = sent + reg->conf->cluster.node_ttl_ms;
+}
+
+int registry_lease_valid(const struct registry *reg)
+{
+	return util_now_ms() < reg->lease_until;
+}
+
 static void send_cmd(struct registry *reg, const char *what, const char *fmt, ...)
 {
 	va_list ap;
@@ -97,8 +127,18 @@ static void write_entry(struct registry *reg)
 		 reg->conf->agent.listen, (long long)reg->conf->agent.capacity, load, sandboxes,
 		 reg->version, reg->started_at, now);
 	send_cmd(reg, "SADD", "SADD sbx:nodes %s", reg->conf->agent.name);
-	send_cmd(reg, "SET", "SET %s 1 PX %lld", reg->alive_key,
-		 (long long)reg->conf->cluster.node_ttl_ms);
+	{
+		int64_t *sent = malloc(sizeof(*sent));
+
+		if (!sent)
+			return;
+		*sent = util_now_ms();
+		if (redisAsyncCommand(reg->ac, alive_cb, sent, "SET %s 1 PX %lld", reg->alive_key,
+				      (long long)reg->conf->cluster.node_ttl_ms) == REDIS_OK)
+			reg->pending++;
+		else
+			free(sent);
+	}
 }
 
 static void connect_cb(const redisAsyncContext *ac, int status)

@@ -36,6 +36,12 @@ void registry_shutdown(struct registry *reg, int timeout_ms, void (*done)(void *
 /* 1 while the connection is up and registered. */
 int registry_connected(const struct registry *reg);
 
+/* Does this node hold its lease: was its alive key set less than
+ * cluster.node_ttl ago (counted from when the SET was sent)? A node that
+ * lost it (stopped, cut off, Redis gone) may have been replaced: it must not
+ * start work until it has it back and its fencing sweep has run. */
+int registry_lease_valid(const struct registry *reg);
+
 /* Called on the loop after every (re)connect, once the node entry is
  * written; first is 1 for the first connection of this process. */
 typedef void (*registry_connect_fn)(void *arg, int first);

@@ -3,7 +3,6 @@
  */
 #include "tunnel.h"
 #include "forward.h"
-#include "ids.h"
 #include "jsonv.h"
 #include "log.h"
 #include "registry.h"
@@ -79,7 +78,6 @@ struct tun {
 };
 
 static struct tun *tunnels;
-static struct event *sweep_ev;
 
 const struct tunnel_provider *tunnel_provider_find(const char *name)
 {
@@ -421,8 +419,6 @@ static pid_t spawn_tool(const char *prog, const char **argv, int out_w, int *pid
 	return pid;
 }
 
-static int sweep_start(struct event_base *base);
-
 /* Start prov's process for sb's forwarder upstream of port. New tunnel
  * (in the table, starting) or NULL with e. */
 static struct tun *tun_start(struct agent *a, struct agent_sb *sb,
@@ -480,8 +476,7 @@ static struct tun *tun_start(struct agent *a, struct agent_sb *sb,
 	t->next = tunnels;
 	tunnels = t;
 	if (!t->ev_exit || !t->ev_out || !t->ev_timer || event_add(t->ev_exit, NULL) < 0 ||
-	    event_add(t->ev_out, NULL) < 0 || event_add(t->ev_timer, &tv) < 0 ||
-	    sweep_start(a->base) < 0) {
+	    event_add(t->ev_out, NULL) < 0 || event_add(t->ev_timer, &tv) < 0) {
 		err_sys(e, ENOMEM, "tunnel events");
 		tun_signal(t, SIGKILL);
 		spawn_reap(t->pidfd, 1);
@@ -494,43 +489,11 @@ static struct tun *tun_start(struct agent *a, struct agent_sb *sb,
 	return t;
 }
 
-/* --- sweep: processes of containers that are gone --- */
-
-static int tun_owner_alive(const struct tun *t)
-{
-	struct agent_sb *sb;
-
-	if (t->a->shutting_down)
-		return 0;
-	sb = agent_sb_find(t->a, t->key);
-	return sb && sb->rt && !sb->dead && sb->run == t->run && sb->generation == t->generation;
-}
-
-static void sweep_cb(evutil_socket_t fd, short what, void *arg)
+void tunnel_container_gone(struct agent *a, struct agent_sb *sb)
 {
 	for (struct tun *t = tunnels; t; t = t->next)
-		if (!t->stopping && !tun_owner_alive(t))
+		if (!t->stopping && t->run == sb->run && strcmp(t->key, sb->key) == 0)
 			tun_stop(t, 0, "its container is gone");
-	if (!tunnels && sweep_ev) {
-		event_free(sweep_ev);
-		sweep_ev = NULL;
-	}
-}
-
-static int sweep_start(struct event_base *base)
-{
-	struct timeval tv = { TUNNEL_SWEEP_MS / 1000, (TUNNEL_SWEEP_MS % 1000) * 1000 };
-
-	if (sweep_ev)
-		return 0;
-	sweep_ev = event_new(base, -1, EV_PERSIST, sweep_cb, NULL);
-	if (!sweep_ev || event_add(sweep_ev, &tv) < 0) {
-		if (sweep_ev)
-			event_free(sweep_ev);
-		sweep_ev = NULL;
-		return -1;
-	}
-	return 0;
 }
 
 static struct tun *tun_find(const char *key, int port)
@@ -553,23 +516,14 @@ static const struct jsonv_field put_fields[] = {
 static int tun_head(struct httpd_req *r, int fenced, char *key, size_t keysz, int *port,
 		    struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	const char *tenant = httpd_param(r, 0), *id = httpd_param(r, 1);
-	int64_t epoch, p;
+	int64_t p;
 
-	if (!ids_valid_tenant(tenant))
-		return err_set(e, SBX_E_VALIDATION, "invalid tenant name");
-	if (!ids_valid_sandbox(id))
-		return err_set(e, SBX_E_VALIDATION, "invalid sandbox id");
-	if (agent_key(key, keysz, tenant, id) < 0)
-		return err_set(e, SBX_E_VALIDATION, "tenant and id are too long");
+	if (agent_path_key(r, key, keysz, e) < 0)
+		return -1;
 	if (util_parse_i64(httpd_param(r, 2), 1, 65535, &p) < 0)
 		return err_set(e, SBX_E_INVALID_PORT, "port must be 1-65535");
 	*port = (int)p;
-	if (fenced && (agent_parse_epoch(httpd_header(r, "X-Sbx-Epoch"), &epoch, e) < 0 ||
-		       agent_fence(a, key, epoch, e) < 0))
-		return -1;
-	return 0;
+	return fenced ? agent_fence_request(r, key, e) : 0;
 }
 
 void agent_h_tunnel_put(struct httpd_req *r)
@@ -608,22 +562,14 @@ void agent_h_tunnel_put(struct httpd_req *r)
 		err_set(&e, SBX_E_VALIDATION, "unknown tunnel provider (this node runs: cloudflared)");
 		goto fail;
 	}
-	sb = agent_sb_find(a, key);
-	if (!sb || !sb->rt || sb->dead) {
-		err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' is not running on this node",
-			httpd_param(r, 1));
+	sb = agent_sb_running(a, key, httpd_param(r, 1), generation, &e);
+	if (!sb)
 		goto fail;
-	}
-	if (generation >= 0 && generation != sb->generation) {
-		err_set(&e, SBX_E_CONFLICT, "generation %lld is not the running %lld",
-			(long long)generation, (long long)sb->generation);
-		goto fail;
-	}
 	if (fwd_open(a, sb, port, upstream, sizeof(upstream), &created, &e) < 0)
 		goto fail;
 	sb->last_active_at = util_wall_ms();
 	t = tun_find(key, port);
-	if (t && (t->prov != prov || t->run != sb->run || strcmp(t->upstream, upstream) != 0)) {
+	if (t && (t->prov != prov || strcmp(t->upstream, upstream) != 0)) {
 		tun_stop(t, 0, "replaced");
 		t = NULL;
 	}
@@ -663,7 +609,7 @@ void agent_h_tunnel_get(struct httpd_req *r)
 		return;
 	}
 	t = tun_find(key, port);
-	if (!t || !tun_owner_alive(t)) {
+	if (!t) {
 		err_set(&e, SBX_E_ROUTE_NOT_FOUND, "no tunnel process for port %d", port);
 		httpd_reply_err(r, &e);
 		return;

@@ -24,7 +24,7 @@
  * Lifetime: a process belongs to one container (key, generation, run) and
  * one forwarder address. It is stopped (SIGTERM, SIGKILL after
  * agent.tunnel_stop_grace) by DELETE, and when its container is gone
- * (destroy, stop, restart: a sweep every TUNNEL_SWEEP_MS); it dies with the
+ * (destroy, stop, restart: tunnel_container_gone, see agent.h); it dies with the
  * agent (PR_SET_PDEATHSIG). A process that exits on its own is evicted:
  * compare-and-delete of its record in sbx:sb:{tenant/id}:tunnels (only when
  * the record's url is the dead process's url) and a tunnel-down event.
@@ -38,7 +38,6 @@
 
 #define TUNNEL_URL_MAX 256
 #define TUNNEL_LINE_MAX 4096        /* longer output lines are cut */
-#define TUNNEL_SWEEP_MS 500
 #define TUNNEL_MAX_ARGV 16
 
 /* A provider that runs a process. Pure functions of their inputs. */
