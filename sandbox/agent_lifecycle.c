@@ -375,14 +375,17 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg)
 
 /* --- after a (re)connect: what the node index says we ran --- */
 
+/* Mark every sandbox the registry still lists for this node, and that does
+ * not run here, as lost; then announce the node. The EVALs are queued on
+ * the registry's connection before the alive key, so Redis has run them
+ * by the time anyone can route to this node again. */
 static void members_reply(void *arg, struct redisReply *reply)
 {
 	struct agent *a = arg;
 	char key[AGENT_KEY_MAX], rkey[LC_RECORD_KEY_MAX], tenant[64];
 
-	if (!reply || reply->type != REDIS_REPLY_ARRAY || a->shutting_down)
-		return;
-	for (size_t i = 0; i < reply->elements; i++) {
+	for (size_t i = 0; reply && reply->type == REDIS_REPLY_ARRAY && !a->shutting_down &&
+			   i < reply->elements; i++) {
 		const char *m = elem_str(reply, i), *slash, *id;
 		struct agent_sb *sb;
 		struct lc_note *n;
@@ -404,13 +407,15 @@ static void members_reply(void *arg, struct redisReply *reply)
 		if (sb && sb->rt && !sb->dead)
 			continue;
 		if (!(n = note_new(a, key, "lost", tenant, id, 0, 0)))
-			return;
+			break;
 		if (registry_command(a->reg, note_reply, n, "EVAL %s 1 %s %s", lua_lost, rkey,
 				     a->conf->agent.name) < 0) {
 			free(n);
-			return;
+			break;
 		}
 	}
+	if (reply && !a->shutting_down)
+		registry_announce(a->reg);
 }
 
 static void connected(void *arg, int first)
@@ -421,8 +426,9 @@ static void connected(void *arg, int first)
 	if (first)
 		log_info("lifecycle: marking what an earlier run of '%s' left as lost",
 			 a->conf->agent.name);
-	registry_command(lc->reg, members_reply, a, "SMEMBERS sbx:node:{%s}:sandboxes",
-			 a->conf->agent.name);
+	if (registry_command(lc->reg, members_reply, a, "SMEMBERS sbx:node:{%s}:sandboxes",
+			     a->conf->agent.name) < 0)
+		registry_announce(lc->reg);
 	sweep(lc);
 }
 

@@ -42,6 +42,7 @@ struct registry {
 	registry_connect_fn on_connect;
 	void *on_connect_arg;
 	int ever_connected;
+	int announced;             /* the node entry and alive key are written on this connection */
 
 	int shutting_down;
 	void (*done)(void *);
@@ -161,15 +162,25 @@ static void connect_cb(const redisAsyncContext *ac, int status)
 	reg->down_logged = 0;
 	reg->last_reply = util_now_ms();
 	reg->pending = 0;
-	log_info("registry: connected to redis, registered as '%s' at %s", reg->conf->agent.name,
+	log_info("registry: connected to redis as '%s' at %s", reg->conf->agent.name,
 		 reg->conf->agent.listen);
-	write_entry(reg);
-	send_cmd(reg, "XADD", "XADD sbx:events MAXLEN ~ 10000 * type node.up node %s address %s",
-		 reg->conf->agent.name, reg->conf->agent.listen);
+	reg->announced = 0;
 	first = !reg->ever_connected;
 	reg->ever_connected = 1;
 	if (reg->on_connect)
 		reg->on_connect(reg->on_connect_arg, first);
+	else
+		registry_announce(reg);
+}
+
+void registry_announce(struct registry *reg)
+{
+	if (!reg->ac || !reg->connected || reg->announced)
+		return;
+	reg->announced = 1;
+	write_entry(reg);
+	send_cmd(reg, "XADD", "XADD sbx:events MAXLEN ~ 10000 * type node.up node %s address %s",
+		 reg->conf->agent.name, reg->conf->agent.listen);
 }
 
 static void disconnect_cb(const redisAsyncContext *ac, int status)
@@ -283,7 +294,8 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 		schedule_reconnect(reg);
 		return;
 	}
-	write_entry(reg);
+	if (reg->announced)
+		write_entry(reg);
 }
 
 struct registry *registry_new(struct event_base *base, const struct sbx_conf *conf,

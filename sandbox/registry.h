@@ -42,10 +42,18 @@ int registry_connected(const struct registry *reg);
  * start work until it has it back and its fencing sweep has run. */
 int registry_lease_valid(const struct registry *reg);
 
-/* Called on the loop after every (re)connect, once the node entry is
- * written; first is 1 for the first connection of this process. */
+/* Called on the loop after every (re)connect, BEFORE the node is announced
+ * (its entry and alive key written); first is 1 for the first connection of
+ * this process. The hook must call registry_announce() once it has queued
+ * what Redis must see first — commands on one connection run in order, so
+ * a restarted agent can mark its old sandboxes lost before anyone may route
+ * to it. Without a hook the registry announces at once. */
 typedef void (*registry_connect_fn)(void *arg, int first);
 void registry_on_connect(struct registry *reg, registry_connect_fn fn, void *arg);
+
+/* Write the node entry and the alive key, then keep them fresh every
+ * heartbeat. Idempotent per connection. */
+void registry_announce(struct registry *reg);
 
 /* The answer to registry_command: reply is NULL when the connection went
  * away before Redis answered (then only release what arg holds). The

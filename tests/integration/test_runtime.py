@@ -307,6 +307,12 @@ def test_killed_agent_leaves_no_sandbox_behind(stack):
         stack.wait("the sandbox's processes to die with the agent",
                    lambda: not host_pids_in_cgroup(key), 10)
         stack.run("start", node)
+        # The killed agent's alive key outlives it by up to the TTL: wait for
+        # the new one to announce itself, which it does only after marking
+        # what the old one ran as lost.
+        stack.wait("the restarted agent to mark the sandbox lost",
+                   lambda: stack.api("GET", "/v1/sandboxes/" + sid).json()["state"] == "sleeping",
+                   15)
         stack.wait_healthy()
 
         def no_cgroup():
