@@ -14,6 +14,7 @@ Set SBX_KEEP=1 to keep the stack directory (logs) after the session.
 """
 
 import os
+import re
 import socket
 import subprocess
 import tempfile
@@ -55,6 +56,27 @@ def reap_orphans():
             except ChildProcessError:
                 pass
 
+
+
+def sandbox_procs(key):
+    """Live host processes of sandbox key "<tenant>.<id>": those whose cgroup
+    path has the key as a whole component. [(pid, comm, ppid)]."""
+    pattern = re.compile(re.escape("/" + key) + r"(/|$)", re.M)
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                stat = f.read()
+            with open("/proc/%s/cgroup" % d) as f:
+                cg = f.read()
+        except OSError:
+            continue
+        rest = stat.rsplit(")", 1)[1].split()
+        if rest[0] != "Z" and pattern.search(cg):
+            found.append((int(d), stat[stat.index("(") + 1:stat.rindex(")")], int(rest[1])))
+    return found
 
 def free_port():
     """A free loopback port below the ephemeral range."""

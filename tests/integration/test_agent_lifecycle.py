@@ -23,7 +23,7 @@ import uuid
 
 import requests
 
-from conftest import assert_error
+from conftest import assert_error, sandbox_procs
 
 
 # ---- helpers ------------------------------------------------------------------------
@@ -81,30 +81,10 @@ def agent_index(node):
 
 
 def inits_of(tenant, sid, parent=None):
-    """Host pids of sbx-init processes whose cgroup names <tenant>.<id>
-    (children of parent when given)."""
-    key = "%s.%s" % (tenant, sid)
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                stat = f.read()
-            with open("/proc/%s/cgroup" % d) as f:
-                cg = f.read()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        rest = stat.rsplit(")", 1)[1].split()
-        if rest[0] == "Z" or key not in cg:
-            continue
-        if parent is not None and int(rest[1]) != parent:
-            continue
-        if comm == "sbx-init" or parent is not None:
-            found.append(int(d))
-    return found
-
+    """Host pids of sbx-init processes of <tenant>.<id> (with parent: every
+    process of the sandbox that is a child of parent)."""
+    return [pid for pid, comm, ppid in sandbox_procs("%s.%s" % (tenant, sid))
+            if (ppid == parent if parent is not None else comm == "sbx-init")]
 
 # ---- sleep and wake -------------------------------------------------------------------
 

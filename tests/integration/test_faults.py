@@ -16,7 +16,6 @@ import hashlib
 import http.client
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -27,7 +26,7 @@ import uuid
 import pytest
 import requests
 
-from conftest import sanitizer_findings, stack_down, stack_down_cleanup, stack_up
+from conftest import sandbox_procs, sanitizer_findings, stack_down, stack_down_cleanup, stack_up
 
 TENANT = "dev"
 
@@ -57,23 +56,7 @@ def uid(prefix):
 
 def inits_of(sid, tenant=TENANT):
     """Host pids of live sbx-init processes of sandbox key <tenant>.<sid>."""
-    key = "%s.%s" % (tenant, sid)
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                stat = f.read()
-            with open("/proc/%s/cgroup" % d) as f:
-                cg = f.read()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        if comm == "sbx-init" and stat.rsplit(")", 1)[1].split()[0] != "Z" and \
-                re.search(re.escape("/" + key) + r"(/|$)", cg, re.M):
-            found.append(int(d))
-    return found
+    return [pid for pid, comm, _ in sandbox_procs("%s.%s" % (tenant, sid)) if comm == "sbx-init"]
 
 
 def one_shot(st, method, path, body=None, timeout=15, headers=None):

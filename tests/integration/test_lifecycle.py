@@ -436,7 +436,6 @@ def test_dead_node_sandbox_is_replaced_with_higher_epoch(stack, api, redis_cli, 
     sandboxes.append(sid)
     rec = put(api, sid, expect=(201,)).json()
     dead = rec["node"]
-    n = int(dead.split("-")[1])
     os.kill(stack.pid(dead), signal.SIGKILL)
     try:
         stack.wait("the alive key of %s to expire" % dead,

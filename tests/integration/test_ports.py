@@ -7,8 +7,6 @@ sandboxes are started as background processes (python3 from the host's /usr).
 """
 
 import concurrent.futures
-import json
-import socket
 import time
 import urllib.parse
 

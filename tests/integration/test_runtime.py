@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from conftest import stack_down, stack_up
+from conftest import sandbox_procs, stack_down, stack_up
 
 # x86_64 syscall numbers the default seccomp filter must refuse.
 DENIED = {
@@ -258,17 +258,8 @@ def test_sandboxes_do_not_see_each_other(sbx):
         destroy(sbx, b)
 
 
-def host_pids_in_cgroup(fragment):
-    pids = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open("/proc/%s/cgroup" % d) as f:
-                    if fragment in f.read():
-                        pids.append(int(d))
-            except OSError:
-                pass
-    return pids
+def host_pids_in_cgroup(key):
+    return [pid for pid, _, _ in sandbox_procs(key)]
 
 
 def test_destroy_leaves_nothing_on_host(sbx):

@@ -7,11 +7,9 @@ agent's cgroup parent; hostname, /etc/hosts and limits are read from inside
 and from the host's cgroup files.
 """
 
-import json
 import os
 import shutil
 import signal
-import time
 import uuid
 
 import pytest
