@@ -32,47 +32,86 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) libevent_pthreads 2>/dev/null)
 
 CFLAGS   ?= -O2 -g
-ALLCFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) \
-            -Isandbox/common -Isandbox -Ifcgi $(PKG_CFLAGS) -MMD -MP
+BASECFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) $(PKG_CFLAGS) -MMD -MP
 LDLIBS_ALL = $(PKG_LIBS) -lfcgi -lm
 
-COMMON_SRC := $(wildcard sandbox/common/*.c)
-INIT_SRC   := $(wildcard sandbox/init/*.c)
-AGENT_SRC  := $(wildcard sandbox/*.c)
-API_SRC    := $(wildcard fcgi/*.c)
-UNIT_SRC   := $(wildcard tests/unit/*.c)
+# The layers, each a folder, each with the include path of what it may use
+# (docs/ARCHITECTURE.md, "The source tree"): including a header of a layer
+# above is a compile error, not a review comment.
+#   sandbox/common    shared by every binary          sees: common
+#   sandbox/init      sbx-init, PID 1 of a sandbox    sees: common
+#   sandbox/runtime   the sandbox runtime library     sees: runtime, common
+#   sandbox/agent     the agent's infrastructure      sees: agent, runtime, common
+#   sandbox/features  the agent's feature modules     sees: features, agent, runtime, common
+#   fcgi              sbx-api                         sees: fcgi, common
+INC_COMMON   := -Isandbox/common
+INC_RUNTIME  := -Isandbox/runtime $(INC_COMMON)
+INC_AGENT    := -Isandbox/agent $(INC_RUNTIME)
+INC_FEATURES := -Isandbox/features $(INC_AGENT)
+INC_API      := -Ifcgi $(INC_COMMON)
+INC_ALL      := $(INC_FEATURES) -Ifcgi
 
-# sbx-init runs as PID 1 inside every sandbox, from whatever image it has:
-# it is linked statically, without sanitizers, and needs only libc.
-INIT_COMMON := sandbox/common/initproto.c
+COMMON_SRC   := $(wildcard sandbox/common/*.c)
+INIT_SRC     := $(wildcard sandbox/init/*.c)
+RUNTIME_SRC  := $(wildcard sandbox/runtime/*.c)
+AGENT_SRC    := $(wildcard sandbox/agent/*.c)
+FEATURES_SRC := $(wildcard sandbox/features/*.c)
+API_SRC      := $(wildcard fcgi/*.c)
+UNIT_SRC     := $(wildcard tests/unit/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
 
 COMMON_OBJ := $(call obj,$(COMMON_SRC))
-AGENT_OBJ  := $(call obj,$(AGENT_SRC))
+NODE_OBJ   := $(call obj,$(RUNTIME_SRC) $(AGENT_SRC) $(FEATURES_SRC))
 API_OBJ    := $(call obj,$(API_SRC))
 UNIT_OBJ   := $(call obj,$(UNIT_SRC))
 # Unit tests link every module except the programs' mains.
-LIB_AGENT  := $(filter-out $(BUILD)/sandbox/agent.o,$(AGENT_OBJ))
+LIB_AGENT  := $(filter-out $(BUILD)/sandbox/agent/agent.o,$(NODE_OBJ))
 LIB_API    := $(filter-out $(BUILD)/fcgi/main.o,$(API_OBJ))
 
 BINS := $(BUILD)/sbx-api $(BUILD)/sbx-agent $(BUILD)/sbx-init
 
 all: $(BINS)
 
-$(BUILD)/%.o: %.c
+# A change of compiler or flags (DEVELOPER=1, SANITIZE=, CFLAGS=) rebuilds
+# every object: they all depend on this stamp, rewritten only when the
+# flags differ from the last build's.
+FLAGS_STAMP := $(BUILD)/.flags
+FLAGS_NOW   := $(CC) $(BASECFLAGS) $(LDFLAGS)
+ifneq ($(FLAGS_NOW),$(shell cat $(FLAGS_STAMP) 2>/dev/null))
+$(shell mkdir -p $(BUILD) && printf '%s\n' '$(FLAGS_NOW)' >$(FLAGS_STAMP))
+endif
+
+$(BUILD)/sandbox/common/%.o:   INC := $(INC_COMMON)
+$(BUILD)/sandbox/runtime/%.o:  INC := $(INC_RUNTIME)
+$(BUILD)/sandbox/agent/%.o:    INC := $(INC_AGENT)
+$(BUILD)/sandbox/features/%.o: INC := $(INC_FEATURES)
+$(BUILD)/fcgi/%.o:             INC := $(INC_API)
+$(BUILD)/tests/unit/%.o:       INC := $(INC_ALL)
+
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -c $< -o $@
+	$(CC) $(BASECFLAGS) $(INC) -c $< -o $@
 
 $(BUILD)/sbx-api: $(API_OBJ) $(COMMON_OBJ)
 	$(CC) $(SANFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_ALL)
 
-$(BUILD)/sbx-agent: $(AGENT_OBJ) $(COMMON_OBJ)
+$(BUILD)/sbx-agent: $(NODE_OBJ) $(COMMON_OBJ)
 	$(CC) $(SANFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_ALL)
 
-$(BUILD)/sbx-init: $(INIT_SRC) $(INIT_COMMON)
+# sbx-init runs as PID 1 inside every sandbox, from whatever image it has:
+# it is linked statically, without sanitizers, and needs only libc. Its
+# objects are its own (no sanitizer flags) and track their headers, so a
+# change of initproto.h rebuilds it.
+INIT_CFLAGS := -std=gnu11 -D_GNU_SOURCE $(WARN) -O2 $(INC_COMMON) -MMD -MP
+INIT_OBJ    := $(patsubst %.c,$(BUILD)/init-obj/%.o,$(INIT_SRC) sandbox/common/initproto.c)
+
+$(BUILD)/init-obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) -std=gnu11 -D_GNU_SOURCE $(WARN) -O2 -Isandbox/common -static -o $@ $^
+	$(CC) $(INIT_CFLAGS) -c $< -o $@
+
+$(BUILD)/sbx-init: $(INIT_OBJ)
+	$(CC) -static -o $@ $^
 
 $(BUILD)/unit-tests: $(UNIT_OBJ) $(LIB_AGENT) $(LIB_API) $(COMMON_OBJ)
 	$(CC) $(SANFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_ALL)
@@ -130,8 +169,8 @@ FUZZ_SMOKE_SECONDS ?= 5
 FUZZ_DIR     := build/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS   = -std=gnu11 -D_GNU_SOURCE $(filter-out -Werror,$(WARN)) -O1 -g $(FUZZ_SAN) \
-                -Isandbox/common -Isandbox -Ifcgi $(PKG_CFLAGS) -MMD -MP
-FUZZ_LIB_SRC := $(COMMON_SRC) $(filter-out sandbox/agent.c,$(AGENT_SRC)) \
+                $(INC_ALL) $(PKG_CFLAGS) -MMD -MP
+FUZZ_LIB_SRC := $(COMMON_SRC) $(RUNTIME_SRC) $(filter-out sandbox/agent/agent.c,$(AGENT_SRC)) $(FEATURES_SRC) \
                 $(filter-out fcgi/main.c,$(API_SRC))
 FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_LIB_SRC))
 FUZZ_SRC     := $(wildcard tests/fuzz/fuzz_*.c)

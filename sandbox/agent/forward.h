@@ -44,12 +44,11 @@ int fwd_close(struct agent *a, const char *key, int port);
  * new reference, NULL when out of memory. */
 json_t *fwd_list_json(struct agent *a, const char *key);
 
+/* The forwarders' module (module.h): a gone container's forwarders close
+ * with their connections. */
+extern const struct agent_module fwd_module;
+
 /* Close every forwarder (agent shutdown). */
 void fwd_release_all(void);
-
-/* Handlers (agent_ports.c). */
-void agent_h_forward_put(struct httpd_req *r);
-void agent_h_forward_delete(struct httpd_req *r);
-void agent_h_forward_list(struct httpd_req *r);
 
 #endif

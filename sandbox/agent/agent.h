@@ -12,6 +12,7 @@
 #include "conf.h"
 #include "err.h"
 #include "httpd.h"
+#include "module.h"
 #include "runtime.h"
 
 #include <event2/event.h>
@@ -21,8 +22,6 @@
 struct registry;
 struct agent_lc;
 struct pool;
-struct sess_box;
-struct proc_box;
 
 #define AGENT_VERSION "0.1.0"
 #define AGENT_KEY_MAX 128
@@ -51,10 +50,9 @@ struct agent_sb {
 	int streams;                 /* live streams of the current container */
 	int64_t run;                 /* unique per container start on this agent (agent.runs) */
 	int from_pool;               /* the current container came from the warm pool (pool.h) */
-	/* State of the current container kept by modules, made on first use and
-	 * released by their agent_container_gone hooks. */
-	struct sess_box *sessions;   /* agent_sessions.c */
-	struct proc_box *procs;      /* agent_processes.c */
+	/* State of the current container kept by modules (module.h), made on
+	 * first use and released by their container_gone hooks. */
+	void *slots[AGENT_MODULES_MAX];
 };
 
 /* A live stream (a streaming answer or a request in progress) keeps its
@@ -153,7 +151,8 @@ void agent_sb_remove(struct agent *a, struct agent_sb *sb);
 
 /* "The container of sb is gone": the one place where the modules that keep
  * state per container (sessions, processes, tunnels, forwarders) release
- * it. agent_sb_stop calls it exactly once per container, whatever the
+ * it: the container_gone hooks of agent_modules[] (module.h), in order.
+ * agent_sb_stop calls it exactly once per container, whatever the
  * reason: stop for sleep, stop or destroy by the API, init death (from the
  * loop, after agent_sb_died), replacement by another generation, agent
  * shutdown (agent_sb_destroy_all).
@@ -166,12 +165,6 @@ void agent_sb_remove(struct agent *a, struct agent_sb *sb);
  * the gone container, and the entry may be freed right after the hook.
  * A hook must not start or stop a container. */
 void agent_container_gone(struct agent *a, struct agent_sb *sb);
-
-/* The hooks agent_container_gone calls, in this order. */
-void agent_sess_container_gone(struct agent *a, struct agent_sb *sb);
-void agent_proc_container_gone(struct agent *a, struct agent_sb *sb);
-void tunnel_container_gone(struct agent *a, struct agent_sb *sb);
-void fwd_container_gone(struct agent *a, struct agent_sb *sb);
 
 /* For control routes /agent/v1/sandboxes/{tenant}/{id}/...: "<tenant>.<id>"
  * of path params 0 and 1 into key. 0 or -1 (400 VALIDATION). */
@@ -230,6 +223,5 @@ void agent_h_sandbox_get(struct httpd_req *r);
 void agent_h_sandbox_list(struct httpd_req *r);
 void agent_h_sandbox_stop(struct httpd_req *r);
 void agent_h_sandbox_delete(struct httpd_req *r);
-void agent_h_exec(struct httpd_req *r);
 
 #endif

@@ -1,10 +1,12 @@
 /* The agent's routes: control routes for sbx-api, data routes behind nginx. */
 #include "agent.h"
-#include "agent_exec.h"
-#include "forward.h"
-#include "tunnel.h"
-#include "agent_files.h"
 #include "agent_compat.h"
+#include "agent_exec.h"
+#include "agent_files.h"
+#include "agent_ports.h"
+#include "agent_processes.h"
+#include "agent_sessions.h"
+#include "tunnel.h"
 
 const struct httpd_route agent_routes[] = {
 	{ "GET", "/agent/v1/sandboxes", agent_h_sandbox_list, 0 },

@@ -208,20 +208,20 @@ static void sb_free(struct agent_sb *sb)
 	free(sb);
 }
 
-typedef void (*container_gone_fn)(struct agent *a, struct agent_sb *sb);
-
-/* Tunnels before forwarders: a tunnel process publishes a forwarder. */
-static const container_gone_fn container_gone_hooks[] = {
-	agent_sess_container_gone,
-	agent_proc_container_gone,
-	tunnel_container_gone,
-	fwd_container_gone,
-};
+void **agent_sb_slot(struct agent_sb *sb, const struct agent_module *m)
+{
+	for (size_t i = 0; agent_modules[i]; i++)
+		if (agent_modules[i] == m)
+			return &sb->slots[i];
+	log_error("module '%s' is not in agent_modules[]", m->name);
+	abort();
+}
 
 void agent_container_gone(struct agent *a, struct agent_sb *sb)
 {
-	for (size_t i = 0; i < ARRAY_SIZE(container_gone_hooks); i++)
-		container_gone_hooks[i](a, sb);
+	for (size_t i = 0; agent_modules[i]; i++)
+		if (agent_modules[i]->container_gone)
+			agent_modules[i]->container_gone(a, sb);
 }
 
 void agent_sb_stop(struct agent *a, struct agent_sb *sb)
@@ -253,46 +253,6 @@ void agent_sb_destroy_all(struct agent *a)
 	pool_drain(a->pool);
 	while (a->sandboxes)
 		agent_sb_remove(a, a->sandboxes);
-}
-
-struct died_ctx {
-	struct agent *a;
-	char key[AGENT_KEY_MAX];
-};
-
-static void died_later(evutil_socket_t fd, short what, void *arg)
-{
-	struct died_ctx *d = arg;
-	struct agent_sb *sb = agent_sb_find(d->a, d->key);
-
-	if (sb && sb->dead) {
-		agent_sb_stop(d->a, sb);
-		agent_lc_report_stopped(d->a, sb, "crashed");
-	}
-	free(d);
-}
-
-void agent_sb_died(void *arg, struct rt_sandbox *rsb)
-{
-	struct agent *a = arg;
-	struct timeval zero = { 0, 0 };
-	struct died_ctx *d;
-
-	for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next) {
-		if (sb->rt != rsb)
-			continue;
-		log_warn("sandbox '%s' died (generation %lld)", sb->key, (long long)sb->generation);
-		sb->dead = 1;
-		/* Release the container from the loop, not from inside the runtime. */
-		d = calloc(1, sizeof(*d));
-		if (!d)
-			return;
-		d->a = a;
-		snprintf(d->key, sizeof(d->key), "%s", sb->key);
-		if (event_base_once(a->base, -1, EV_TIMEOUT, died_later, d, &zero) < 0)
-			free(d);
-		return;
-	}
 }
 
 int agent_path_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err *e)

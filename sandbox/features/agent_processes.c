@@ -21,6 +21,7 @@
  * POST …/stdin. Records live until the container stops; at most
  * PROC_MAX_FINISHED finished ones are kept (the oldest dropped).
  */
+#include "agent_processes.h"
 #include "agent_exec.h"
 #include "agent_sse.h"
 #include "buf.h"
@@ -271,7 +272,7 @@ static void proc_free(struct proc *p)
 
 static void box_free(struct proc_box *b)
 {
-	b->sb->procs = NULL;
+	*agent_sb_slot(b->sb, &agent_proc_module) = NULL;
 	while (b->list) {
 		struct proc *p = b->list;
 		b->list = p->next;
@@ -283,20 +284,28 @@ static void box_free(struct proc_box *b)
 /* Drop the records of a gone container: rt_destroy reported every one of
  * its processes exited, which answered their start request, followers and
  * waiters, so nothing refers to them any more. */
-void agent_proc_container_gone(struct agent *a, struct agent_sb *sb)
+static void proc_container_gone(struct agent *a, struct agent_sb *sb)
 {
-	if (sb->procs)
-		box_free(sb->procs);
+	struct proc_box *b = *agent_sb_slot(sb, &agent_proc_module);
+
+	if (b)
+		box_free(b);
 }
+
+const struct agent_module agent_proc_module = { "processes", proc_container_gone };
 
 /* The processes of sb's running container (made when create), or NULL. */
 static struct proc_box *box_get(struct agent *a, struct agent_sb *sb, int create)
 {
-	if (!sb->procs && create && (sb->procs = calloc(1, sizeof(*sb->procs)))) {
-		sb->procs->a = a;
-		sb->procs->sb = sb;
+	void **slot = agent_sb_slot(sb, &agent_proc_module);
+	struct proc_box *b = *slot;
+
+	if (!b && create && (b = calloc(1, sizeof(*b)))) {
+		b->a = a;
+		b->sb = sb;
+		*slot = b;
 	}
-	return sb->procs;
+	return b;
 }
 
 /* Keep at most PROC_MAX_FINISHED finished records (drop the oldest). */

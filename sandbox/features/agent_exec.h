@@ -86,24 +86,13 @@ void agent_exec_exited(struct agent_exec *x, const struct rt_exit *ex);
  * details: stolen JSON object or NULL. May free x. */
 void agent_exec_fail(struct agent_exec *x, const struct sbx_err *e, json_t *details);
 
-/* --- sessions (agent_sessions.c) --- */
-/* Run the exec body (already validated by exec; c, timeout and stdin from
- * it) in session sid of sb. Answers r in every case. */
-void agent_sess_exec(struct httpd_req *r, struct agent_sb *sb, const char *sid,
-		     const struct agent_cmd *c, int64_t timeout_ms, const char *stdin_data,
-		     size_t stdin_len);
-void agent_h_session_create(struct httpd_req *r);
-void agent_h_session_list(struct httpd_req *r);
-void agent_h_session_delete(struct httpd_req *r);
+/* Run c (validated) as its own process in sb and answer r from the engine:
+ * JSON when the command ends, or SSE while it runs. stdin_data is copied.
+ * Answers r in every case. */
+void agent_exec_run(struct httpd_req *r, struct agent_sb *sb, const struct agent_cmd *c,
+		    int64_t timeout_ms, const char *stdin_data, size_t stdin_len);
 
-/* --- background processes (agent_processes.c) --- */
-void agent_h_proc_start(struct httpd_req *r);
-void agent_h_proc_list(struct httpd_req *r);
-void agent_h_proc_get(struct httpd_req *r);
-void agent_h_proc_logs(struct httpd_req *r);
-void agent_h_proc_stdin(struct httpd_req *r);
-void agent_h_proc_kill(struct httpd_req *r);
-void agent_h_proc_kill_all(struct httpd_req *r);
-void agent_h_proc_wait(struct httpd_req *r);
+/* The exec route (POST /v1/sandboxes/{id}/exec; agent_exec_route.c). */
+void agent_h_exec(struct httpd_req *r);
 
 #endif

@@ -32,6 +32,7 @@
  *
  * Sessions live until deleted or until the sandbox's container stops.
  */
+#include "agent_sessions.h"
 #include "agent_exec.h"
 #include "buf.h"
 #include "ids.h"
@@ -172,7 +173,7 @@ static void box_unlink_sess(struct sess *s)
 
 static void box_free(struct sess_box *b)
 {
-	b->sb->sessions = NULL;
+	*agent_sb_slot(b->sb, &agent_sess_module) = NULL;
 	while (b->list) {
 		struct sess *s = b->list;
 		box_unlink_sess(s);
@@ -187,20 +188,28 @@ static void box_free(struct sess_box *b)
 
 /* Every shell of the container has been reported gone (rt_destroy fired
  * their callbacks), so the sessions can go with it. */
-void agent_sess_container_gone(struct agent *a, struct agent_sb *sb)
+static void sess_container_gone(struct agent *a, struct agent_sb *sb)
 {
-	if (sb->sessions)
-		box_free(sb->sessions);
+	struct sess_box *b = *agent_sb_slot(sb, &agent_sess_module);
+
+	if (b)
+		box_free(b);
 }
+
+const struct agent_module agent_sess_module = { "sessions", sess_container_gone };
 
 /* The sessions of sb's running container (made when create), or NULL. */
 static struct sess_box *box_get(struct agent *a, struct agent_sb *sb, int create)
 {
-	if (!sb->sessions && create && (sb->sessions = calloc(1, sizeof(*sb->sessions)))) {
-		sb->sessions->a = a;
-		sb->sessions->sb = sb;
+	void **slot = agent_sb_slot(sb, &agent_sess_module);
+	struct sess_box *b = *slot;
+
+	if (!b && create && (b = calloc(1, sizeof(*b)))) {
+		b->a = a;
+		b->sb = sb;
+		*slot = b;
 	}
-	return sb->sessions;
+	return b;
 }
 
 static struct sess *sess_find(struct sess_box *b, const char *id)

@@ -665,17 +665,6 @@ void agent_exec_begin(struct agent_exec *x)
 	}
 }
 
-static const struct jsonv_field exec_fields[] = {
-	{ "command", JV_STRING, 0 },
-	{ "argv", JV_ARRAY, 0 },
-	{ "cwd", JV_STRING, 0 },
-	{ "env", JV_OBJECT, 0 },
-	{ "timeoutMs", JV_INTEGER, 0 },
-	{ "stdin", JV_STRING, 0 },
-	{ "session", JV_STRING, 0 },
-	{ NULL, 0, 0 },
-};
-
 static int string_has_nul(const json_t *v)
 {
 	return strlen(json_string_value(v)) != json_string_length(v);
@@ -741,35 +730,6 @@ int agent_cmd_parse(json_t *body, struct agent_cmd *c, struct sbx_err *e)
 	return 0;
 }
 
-struct exec_plan {
-	struct agent_cmd cmd;
-	int64_t timeout_ms;
-	const json_t *stdin_v;
-	const char *session;
-};
-
-/* Validate an exec body into p. 0 or -1 (400). */
-static int parse_exec(json_t *body, struct exec_plan *p, struct sbx_err *e)
-{
-	json_t *v;
-
-	if (jsonv_check(body, exec_fields, "the body", e) < 0)
-		return -1;
-	if ((v = json_object_get(body, "session"))) {
-		p->session = json_string_value(v);
-		if (!ids_valid_name(p->session))
-			return err_set(e, SBX_E_VALIDATION,
-				       "'session' must be 1-64 of [A-Za-z0-9_.-]");
-	}
-	if (agent_cmd_parse(body, &p->cmd, e) < 0)
-		return -1;
-	p->timeout_ms = 0;
-	if (jsonv_int(body, "timeoutMs", 1, 86400000, &p->timeout_ms, e) < 0)
-		return -1;
-	p->stdin_v = json_object_get(body, "stdin");
-	return 0;
-}
-
 static void close_fds3(int fds[3])
 {
 	for (int i = 0; i < 3; i++)
@@ -812,51 +772,34 @@ int64_t agent_spawn_piped(struct rt_sandbox *rsb, const struct rt_proc_spec *ps,
 	return handle;
 }
 
-void agent_h_exec(struct httpd_req *r)
+/* The exec route without a session: run c as its own process and answer r
+ * (JSON or SSE) from this engine. */
+void agent_exec_run(struct httpd_req *r, struct agent_sb *sb, const struct agent_cmd *c,
+		    int64_t timeout_ms, const char *stdin_data, size_t stdin_len)
 {
 	struct agent *a = httpd_ctx(r);
 	struct sbx_err e = { 0 };
-	struct exec_plan plan = { 0 };
-	struct agent_sb *sb;
 	struct agent_exec *x = NULL;
 	struct rt_proc_spec ps;
 	char **env = NULL;
 	int io[3] = { -1, -1, -1 };
-	json_t *body = NULL;
-	const char *data;
-	size_t len;
 
-	sb = agent_data_sandbox(r, &e);
-	if (!sb)
-		goto fail;
-	data = httpd_body(r, &len);
-	body = jsonv_parse(data, len, &e);
-	if (!body || parse_exec(body, &plan, &e) < 0)
-		goto fail;
-	if (plan.session) {
-		agent_sess_exec(r, sb, plan.session, &plan.cmd, plan.timeout_ms,
-				plan.stdin_v ? json_string_value(plan.stdin_v) : NULL,
-				plan.stdin_v ? json_string_length(plan.stdin_v) : 0);
-		agent_cmd_release(&plan.cmd);
-		json_decref(body);
-		return;
-	}
-	env = agent_env_merge(sb->base_env, plan.cmd.env);
-	x = agent_exec_new(a, r, sb, plan.cmd.argv[0], plan.cmd.cwd, NULL, NULL);
+	env = agent_env_merge(sb->base_env, c->env);
+	x = agent_exec_new(a, r, sb, c->argv[0], c->cwd, NULL, NULL);
 	if (!env || !x) {
 		err_sys(&e, ENOMEM, "exec");
 		goto fail;
 	}
-	if (plan.stdin_v && json_string_length(plan.stdin_v) > 0) {
-		x->in_len = json_string_length(plan.stdin_v);
+	if (stdin_len > 0) {
+		x->in_len = stdin_len;
 		x->in_data = malloc(x->in_len);
 		if (!x->in_data) {
 			err_sys(&e, ENOMEM, "stdin");
 			goto fail;
 		}
-		memcpy(x->in_data, json_string_value(plan.stdin_v), x->in_len);
+		memcpy(x->in_data, stdin_data, x->in_len);
 	}
-	ps = (struct rt_proc_spec){ .argv = plan.cmd.argv, .env = env, .cwd = plan.cmd.cwd };
+	ps = (struct rt_proc_spec){ .argv = c->argv, .env = env, .cwd = c->cwd };
 	x->oom_before = rt_oom_kills(sb->rt);
 	x->t0 = util_now_ms();
 	x->spawning = 1;
@@ -864,9 +807,6 @@ void agent_h_exec(struct httpd_req *r)
 	x->spawning = 0;
 	agent_env_free(env);
 	env = NULL;
-	agent_cmd_release(&plan.cmd);
-	json_decref(body);
-	body = NULL;
 	if (x->handle < 0) {
 		err_prefix(&e, "cannot run the command");
 		goto fail;
@@ -894,15 +834,13 @@ void agent_h_exec(struct httpd_req *r)
 		event_add(x->in_ev, NULL);
 	else
 		stdin_close(x); /* empty stdin: the process reads EOF at once */
-	agent_exec_arm_timeout(x, plan.timeout_ms);
+	agent_exec_arm_timeout(x, timeout_ms);
 	agent_exec_begin(x);
 	exec_check_done(x);
 	return;
 fail:
 	close_fds3(io);
 	agent_env_free(env);
-	agent_cmd_release(&plan.cmd);
-	json_decref(body);
 	if (x)
 		exec_free(x);
 	httpd_reply_err(r, &e);

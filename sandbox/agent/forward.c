@@ -420,7 +420,7 @@ void fwd_release_all(void)
 		fwd_free(forwarders);
 }
 
-void fwd_container_gone(struct agent *a, struct agent_sb *sb)
+static void fwd_container_gone(struct agent *a, struct agent_sb *sb)
 {
 	struct fwd *f = forwarders, *next;
 
@@ -433,3 +433,5 @@ void fwd_container_gone(struct agent *a, struct agent_sb *sb)
 		}
 	}
 }
+
+const struct agent_module fwd_module = { "forwarders", fwd_container_gone };

@@ -24,8 +24,8 @@
  * Lifetime: a process belongs to one container (key, generation, run) and
  * one forwarder address. It is stopped (SIGTERM, SIGKILL after
  * agent.tunnel_stop_grace) by DELETE, and when its container is gone
- * (destroy, stop, restart: tunnel_container_gone, see agent.h); it dies with the
- * agent (PR_SET_PDEATHSIG). A process that exits on its own is evicted:
+ * (destroy, stop, restart: the container_gone hook of tunnel_module); it
+ * dies with the agent (PR_SET_PDEATHSIG). A process that exits on its own is evicted:
  * compare-and-delete of its record in sbx:sb:{tenant/id}:tunnels (only when
  * the record's url is the dead process's url) and a tunnel-down event.
  */
@@ -71,6 +71,9 @@ int tunnel_cf_line_ready(const char *line);
 int tunnel_which(const char *name, char *out, size_t n);
 
 /* Handlers (tunnel.c). */
+/* The tunnels' module (module.h): a gone container's tunnel processes stop. */
+extern const struct agent_module tunnel_module;
+
 void agent_h_tunnel_put(struct httpd_req *r);
 void agent_h_tunnel_get(struct httpd_req *r);
 void agent_h_tunnel_delete(struct httpd_req *r);

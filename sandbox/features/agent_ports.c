@@ -11,6 +11,7 @@
  * A PUT naming a generation other than the running container's is a 409
  * CONFLICT: the caller's view of the sandbox is out of date.
  */
+#include "agent_ports.h"
 #include "forward.h"
 #include "jsonv.h"
 #include "util.h"

@@ -23,6 +23,8 @@
 #include "agent.h"
 #include "agent_compat.h"
 #include "agent_exec.h"
+#include "agent_processes.h"
+#include "agent_sessions.h"
 #include "agent_files.h"
 #include "agent_sse.h"
 #include "buf.h"

@@ -489,7 +489,7 @@ static struct tun *tun_start(struct agent *a, struct agent_sb *sb,
 	return t;
 }
 
-void tunnel_container_gone(struct agent *a, struct agent_sb *sb)
+static void tunnel_container_gone(struct agent *a, struct agent_sb *sb)
 {
 	for (struct tun *t = tunnels; t; t = t->next)
 		if (!t->stopping && t->run == sb->run && strcmp(t->key, sb->key) == 0)
@@ -633,3 +633,5 @@ void agent_h_tunnel_delete(struct httpd_req *r)
 		tun_stop(t, 0, "deleted");
 	httpd_reply_empty(r, 204);
 }
+
+const struct agent_module tunnel_module = { "tunnels", tunnel_container_gone };

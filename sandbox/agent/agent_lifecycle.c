@@ -474,3 +474,44 @@ void agent_lc_free(struct agent_lc *lc)
 		event_free(lc->sweep_ev);
 	free(lc);
 }
+
+/* Init died: the policy is "stop, then report crashed", from the loop. */
+struct died_ctx {
+	struct agent *a;
+	char key[AGENT_KEY_MAX];
+};
+
+static void died_later(evutil_socket_t fd, short what, void *arg)
+{
+	struct died_ctx *d = arg;
+	struct agent_sb *sb = agent_sb_find(d->a, d->key);
+
+	if (sb && sb->dead) {
+		agent_sb_stop(d->a, sb);
+		agent_lc_report_stopped(d->a, sb, "crashed");
+	}
+	free(d);
+}
+
+void agent_sb_died(void *arg, struct rt_sandbox *rsb)
+{
+	struct agent *a = arg;
+	struct timeval zero = { 0, 0 };
+	struct died_ctx *d;
+
+	for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next) {
+		if (sb->rt != rsb)
+			continue;
+		log_warn("sandbox '%s' died (generation %lld)", sb->key, (long long)sb->generation);
+		sb->dead = 1;
+		/* Release the container from the loop, not from inside the runtime. */
+		d = calloc(1, sizeof(*d));
+		if (!d)
+			return;
+		d->a = a;
+		snprintf(d->key, sizeof(d->key), "%s", sb->key);
+		if (event_base_once(a->base, -1, EV_TIMEOUT, died_later, d, &zero) < 0)
+			free(d);
+		return;
+	}
+}

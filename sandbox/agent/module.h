@@ -1,0 +1,32 @@
+/*
+ * module.h — the agent's modules, registered as nginx registers its own:
+ * a module is one static struct agent_module, listed once in
+ * agent_modules[] (sandbox/features/modules.c). The infrastructure calls
+ * the modules through this table and never names a feature.
+ *
+ * A module that keeps state per container gets one slot in every
+ * struct agent_sb (agent_sb_slot); its container_gone hook releases it.
+ */
+#ifndef SBX_MODULE_H
+#define SBX_MODULE_H
+
+struct agent;
+struct agent_sb;
+
+#define AGENT_MODULES_MAX 16
+
+struct agent_module {
+	const char *name;
+	/* The container of sb is gone (contract: agent_container_gone in
+	 * agent.h). Hooks run in the order of agent_modules[]. NULL: none. */
+	void (*container_gone)(struct agent *a, struct agent_sb *sb);
+};
+
+/* Every module, NULL-terminated, at most AGENT_MODULES_MAX. */
+extern const struct agent_module *const agent_modules[];
+
+/* The per-container state slot of module m in sb (NULL until the module
+ * stores something). m must be listed in agent_modules[]. */
+void **agent_sb_slot(struct agent_sb *sb, const struct agent_module *m);
+
+#endif
