@@ -1,5 +1,5 @@
 /*
- * fuzz_fspath — the Files API path rules of the agent (sandbox/fspath.c).
+ * fuzz_fspath — the Files API path rules of the agent (sandbox/agent/fspath.c).
  * Input: "raw-url-tail\nRange-header\nmode".
  *
  * Invariants: an accepted path is relative ("." or components joined by

@@ -1,5 +1,5 @@
 /*
- * fuzz_httpd — route matching of the agent (sandbox/httpd.c
+ * fuzz_httpd — route matching of the agent (sandbox/agent/httpd.c
  * httpd_match / httpd_match_tail) against the agent's route table, plus
  * the listen address parser and the secret comparison.
  * Input: "path\npattern-or-listen-address\nsecret".

@@ -1,6 +1,6 @@
 /*
  * fuzz_sse — the UTF-8, base64 and event framing helpers of the agent's
- * streamed answers (sandbox/agent_sse.c). Input: program output bytes.
+ * streamed answers (sandbox/agent/agent_sse.c). Input: program output bytes.
  *
  * Invariants: agent_utf8_valid agrees with ids_valid_utf8 on NUL-free
  * input; the repaired text is valid and equals the input when that was

@@ -1,4 +1,4 @@
-"""The warm pool (agent.warm_pool, sandbox/pool.c), black box: a stack of
+"""The warm pool (agent.warm_pool, sandbox/runtime/pool.c), black box: a stack of
 its own with one agent keeping 4 pre-built sandboxes of the default spec.
 
 Observed from outside: the agent's own record of a sandbox says

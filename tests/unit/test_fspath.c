@@ -1,4 +1,4 @@
-/* Unit tests of sandbox/fspath.c: path rules, Range, content types, modes. */
+/* Unit tests of sandbox/agent/fspath.c: path rules, Range, content types, modes. */
 #include "unit.h"
 #include "fspath.h"
 

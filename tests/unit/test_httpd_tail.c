@@ -1,4 +1,4 @@
-/* Unit tests of the "{*}" tail patterns of sandbox/httpd.c (the Files API routes). */
+/* Unit tests of the "{*}" tail patterns of sandbox/agent/httpd.c (the Files API routes). */
 #include "unit.h"
 #include "httpd.h"
 

@@ -1,5 +1,5 @@
 /*
- * test_pool.c — the pure parts of the warm pool (sandbox/pool.h): which
+ * test_pool.c — the pure parts of the warm pool (sandbox/runtime/pool.h): which
  * specs it serves and the /etc/hosts text it writes at a claim.
  */
 #include "pool.h"

@@ -1,4 +1,4 @@
-/* Unit tests of the cgroup value formatting of both backends (sandbox/cgroup.c). */
+/* Unit tests of the cgroup value formatting of both backends (sandbox/runtime/cgroup.c). */
 #include "cgroup.h"
 #include "unit.h"
 

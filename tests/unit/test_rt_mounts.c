@@ -1,4 +1,4 @@
-/* Unit tests of the mount plan (sandbox/mounts.c) and image names (sandbox/image.c). */
+/* Unit tests of the mount plan (sandbox/runtime/mounts.c) and image names (sandbox/runtime/image.c). */
 #include "image.h"
 #include "mounts.h"
 #include "unit.h"
