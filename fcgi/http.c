@@ -268,11 +268,7 @@ void http_respond_error(struct http_req *r, const struct sbx_err *e)
 	if (status == 503)
 		(void)http_add_header(r, "Retry-After", "1");
 	if (r->flags & HTTP_F_CF_SHAPE) {
-		char ts[32];
-
-		util_iso8601(util_wall_ms(), ts);
-		body = json_pack("{s:s,s:s,s:{},s:i,s:s}", "code", code, "message", msg, "context",
-				 "httpStatus", status, "timestamp", ts);
+		body = err_cf_body(err_cf_code(code), msg, status, NULL);
 	} else {
 		body = json_pack("{s:{s:s,s:s,s:{}}}", "error", "code", code, "message", msg,
 				 "details");

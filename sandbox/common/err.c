@@ -1,4 +1,7 @@
 #include "err.h"
+#include "util.h"
+
+#include <jansson.h>
 
 #include <errno.h>
 #include <stdarg.h>
@@ -122,4 +125,31 @@ const char *err_public_message(const struct sbx_err *e)
 	if (e->code == SBX_E_INTERNAL || e->code == SBX_E_NONE)
 		return "internal error";
 	return e->msg;
+}
+
+const char *err_cf_code(const char *sbx_code)
+{
+	static const struct {
+		const char *sbx, *cf;
+	} renamed[] = {
+		{ "INTERNAL", "INTERNAL_ERROR" },
+		{ "NOT_REGULAR_FILE", "FILESYSTEM_ERROR" },
+	};
+
+	if (!sbx_code)
+		return "INTERNAL_ERROR";
+	for (size_t i = 0; i < ARRAY_SIZE(renamed); i++)
+		if (strcmp(sbx_code, renamed[i].sbx) == 0)
+			return renamed[i].cf;
+	return sbx_code;
+}
+
+json_t *err_cf_body(const char *cf_code, const char *message, int status, json_t *context)
+{
+	char ts[32];
+
+	util_iso8601(util_wall_ms(), ts);
+	return json_pack("{s:s, s:s, s:o, s:i, s:s}", "code", cf_code, "message",
+			 message ? message : "internal error", "context",
+			 context ? context : json_object(), "httpStatus", status, "timestamp", ts);
 }

@@ -80,4 +80,15 @@ enum sbx_ecode err_from_name(const char *name);
 /* The message a client may see: the generic text for SBX_E_INTERNAL. */
 const char *err_public_message(const struct sbx_err *e);
 
+/* The Cloudflare Sandbox SDK's error shape, built here for both tiers
+ * (the …/cf/… routes). err_cf_code: the SDK's name for the stable code
+ * sbx_code (err_name() spelling; most are the same). err_cf_body: the
+ * SDK's error object {code, message, context, httpStatus, timestamp};
+ * context is stolen (NULL: {}); new reference, NULL on allocation
+ * failure. */
+struct json_t;
+const char *err_cf_code(const char *sbx_code);
+struct json_t *err_cf_body(const char *cf_code, const char *message, int status,
+			   struct json_t *context);
+
 #endif

@@ -184,16 +184,13 @@ int agent_cf_pct_encode(const char *s, size_t n, struct buf *out)
 	return 0;
 }
 
-/* The SDK's name for an sbx error code (most are the same). */
+/* The SDK's name for an sbx error code (err_cf_code), with the one
+ * rename that depends on the route. */
 static const char *cf_code(const struct cf_req *c, const char *code)
 {
-	if (strcmp(code, "INTERNAL") == 0)
-		return "INTERNAL_ERROR";
-	if (strcmp(code, "CONFLICT") == 0 && c->kind == CF_SESS_CREATE)
+	if (code && strcmp(code, "CONFLICT") == 0 && c->kind == CF_SESS_CREATE)
 		return "SESSION_ALREADY_EXISTS";
-	if (strcmp(code, "NOT_REGULAR_FILE") == 0)
-		return "FILESYSTEM_ERROR";
-	return code;
+	return err_cf_code(code);
 }
 
 /* The sbx error body {"error":{code,message,details}} as the SDK's error
@@ -206,9 +203,7 @@ static json_t *cf_error_body(struct cf_req *c, int status, json_t *body)
 	json_t *details = json_object_get(err, "details");
 	json_t *ctx = json_is_object(details) ? json_deep_copy(details) : json_object();
 	json_t *out;
-	char ts[32];
 
-	cf_now(ts);
 	if (ctx && c->path)
 		json_object_set_new(ctx, "path", json_string(c->path));
 	if (ctx && c->new_path)
@@ -217,9 +212,7 @@ static json_t *cf_error_body(struct cf_req *c, int status, json_t *body)
 		json_object_set_new(ctx, "processId", json_string(c->proc_id));
 	if (ctx && c->session)
 		json_object_set_new(ctx, "sessionId", json_string(c->session));
-	out = json_pack("{s:s, s:s, s:o*, s:i, s:s}", "code", cf_code(c, code ? code : "INTERNAL"),
-			"message", msg ? msg : "internal error", "context", ctx, "httpStatus", status,
-			"timestamp", ts);
+	out = err_cf_body(cf_code(c, code), msg, status, ctx);
 	json_decref(body);
 	return out;
 }
@@ -545,7 +538,7 @@ static void cf_translate(struct cf_req *c, const char *name, const json_t *d)
 		json_object_set_new(ev, "type", json_string("error"));
 		json_object_set(ev, "error", msg);
 		json_object_set(ev, "data", msg);
-		json_object_set_new(ev, "code", json_string(cf_code(c, code ? code : "INTERNAL")));
+		json_object_set_new(ev, "code", json_string(cf_code(c, code)));
 		if ((v = json_object_get(d, "exitCode")))
 			json_object_set(ev, "exitCode", v);
 	} else {

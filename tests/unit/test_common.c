@@ -146,3 +146,23 @@ TEST(jsonv_strict)
 	CHECK_INT(jsonv_check(v, spec, "the body", &e), -1); /* command required */
 	json_decref(v);
 }
+
+/* Both tiers build the Cloudflare SDK's error shape from err.c: the same
+ * code names (INTERNAL is INTERNAL_ERROR to the SDK, in either tier). */
+TEST(cf_error_shape)
+{
+	json_t *b;
+
+	CHECK_STR(err_cf_code("INTERNAL"), "INTERNAL_ERROR");
+	CHECK_STR(err_cf_code(NULL), "INTERNAL_ERROR");
+	CHECK_STR(err_cf_code("NOT_REGULAR_FILE"), "FILESYSTEM_ERROR");
+	CHECK_STR(err_cf_code("FILE_NOT_FOUND"), "FILE_NOT_FOUND");
+	b = err_cf_body("INTERNAL_ERROR", NULL, 500, NULL);
+	CHECK(b != NULL);
+	CHECK_STR(json_string_value(json_object_get(b, "code")), "INTERNAL_ERROR");
+	CHECK_STR(json_string_value(json_object_get(b, "message")), "internal error");
+	CHECK_INT(json_integer_value(json_object_get(b, "httpStatus")), 500);
+	CHECK(json_is_object(json_object_get(b, "context")));
+	CHECK(json_string_length(json_object_get(b, "timestamp")) >= 20);
+	json_decref(b);
+}
