@@ -8,6 +8,7 @@
  * refusal to /_sbx_error, which renders the JSON error with the real status.
  */
 #include "agentc.h"
+#include "codec.h"
 #include "api.h"
 #include "auth.h"
 #include "ids.h"
@@ -36,7 +37,7 @@ static int dot_or_empty_segment(const char *uri)
 		if (len == 0 && p + len < uri + end)
 			return 1;
 		if (len <= 6) {   /* "%2e%2e" at most */
-			d = http_pct_decode(p, len, seg, sizeof(seg), 0);
+			d = codec_pct_decode(p, len, seg, sizeof(seg), 0);
 			if (d > 0 && (strcmp(seg, ".") == 0 || strcmp(seg, "..") == 0))
 				return 1;
 		}

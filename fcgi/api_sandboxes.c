@@ -5,6 +5,7 @@
  * this file maps requests to it and records to answers.
  */
 #include "api.h"
+#include "codec.h"
 #include "ids.h"
 #include "lifecycle.h"
 #include "log.h"
@@ -181,9 +182,9 @@ static int parse_list_query(const struct http_req *r, struct list_query *q, stru
 			p++;
 			continue;
 		}
-		if (nlen >= sizeof(name) || http_pct_decode(p, nlen, name, sizeof(name), 1) < 0)
+		if (nlen >= sizeof(name) || codec_pct_decode(p, nlen, name, sizeof(name), 1) < 0)
 			return err_set(e, SBX_E_VALIDATION, "malformed query string");
-		if (http_pct_decode(eq ? eq + 1 : p + len, eq ? len - nlen - 1 : 0, value,
+		if (codec_pct_decode(eq ? eq + 1 : p + len, eq ? len - nlen - 1 : 0, value,
 				    sizeof(value), 1) < 0)
 			return err_set(e, SBX_E_VALIDATION, "query parameter '%.31s' is malformed or too long",
 				       name);

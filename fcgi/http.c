@@ -1,8 +1,10 @@
 #include "http.h"
+#include "codec.h"
 #include "jsonv.h"
 #include "log.h"
 #include "util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,50 +287,6 @@ void http_respond_error(struct http_req *r, const struct sbx_err *e)
 	respond(r, status, "application/json", text, strlen(text));
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-long http_pct_decode(const char *in, size_t n, char *out, size_t outsz, int plus_space)
-{
-	size_t o = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		char c = in[i];
-		if (c == '\0')
-			return -1;
-		if (c == '%') {
-			int hi, lo;
-			if (i + 2 >= n)
-				return -1;
-			hi = hexval(in[i + 1]);
-			lo = hexval(in[i + 2]);
-			if (hi < 0 || lo < 0)
-				return -1;
-			c = (char)(hi << 4 | lo);
-			if (c == '\0')
-				return -1;
-			i += 2;
-		} else if (c == '+' && plus_space) {
-			c = ' ';
-		}
-		if (o + 1 >= outsz)
-			return -1;
-		out[o++] = c;
-	}
-	if (outsz == 0)
-		return -1;
-	out[o] = '\0';
-	return (long)o;
-}
-
 /* 1 when n bytes of s hold only well-formed escapes and no NUL. */
 static int pct_valid(const char *s, size_t n)
 {
@@ -337,7 +295,8 @@ static int pct_valid(const char *s, size_t n)
 			return 0;
 		if (s[i] != '%')
 			continue;
-		if (i + 2 >= n || hexval(s[i + 1]) < 0 || hexval(s[i + 2]) < 0 ||
+		if (i + 2 >= n || !isxdigit((unsigned char)s[i + 1]) ||
+		    !isxdigit((unsigned char)s[i + 2]) ||
 		    (s[i + 1] == '0' && s[i + 2] == '0'))
 			return 0;
 		i += 2;
@@ -362,12 +321,12 @@ int http_query_get(const char *query, const char *name, char *out, size_t outsz,
 			p++;
 			continue;
 		}
-		if (http_pct_decode(p, klen, key, sizeof(key), 1) < 0)
+		if (codec_pct_decode(p, klen, key, sizeof(key), 1) < 0)
 			return err_set(e, SBX_E_VALIDATION, "malformed query string");
 		if (!found && strlen(key) == nlen && memcmp(key, name, nlen) == 0) {
 			const char *v = eq ? eq + 1 : p + plen;
 			size_t vlen = eq ? plen - klen - 1 : 0;
-			if (http_pct_decode(v, vlen, out, outsz, 1) < 0)
+			if (codec_pct_decode(v, vlen, out, outsz, 1) < 0)
 				return err_set(e, SBX_E_VALIDATION,
 					       "query parameter '%s' is malformed or too long", name);
 			found = 1;

@@ -79,11 +79,6 @@ int http_respond_json(struct http_req *r, int status, const json_t *body);
  * the answer is a 403 carrying X-Sbx-Status / X-Sbx-Code / X-Sbx-Message. */
 void http_respond_error(struct http_req *r, const struct sbx_err *e);
 
-/* Percent-decode n bytes of in into out (outsz with NUL). With plus_space
- * '+' becomes ' ' (query strings). Returns the decoded length, or -1 on a
- * bad escape, a decoded NUL, or no room. */
-long http_pct_decode(const char *in, size_t n, char *out, size_t outsz, int plus_space);
-
 /* Find name in a raw query string "a=1&b=x%20y" and decode its value into
  * out. 1 found, 0 absent, -1 with e (400) when the query or value is
  * invalid or too long. A name without '=' has the value "". */

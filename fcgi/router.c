@@ -1,4 +1,5 @@
 #include "router.h"
+#include "codec.h"
 #include "api.h"
 #include "auth.h"
 #include "http.h"
@@ -53,7 +54,7 @@ static int split_path(const char *path, struct segs *s, struct sbx_err *e)
 
 		if (s->n == MAX_SEGS)
 			return 1;
-		d = http_pct_decode(p, len, s->v[s->n], sizeof(s->v[s->n]), 0);
+		d = codec_pct_decode(p, len, s->v[s->n], sizeof(s->v[s->n]), 0);
 		if (d < 0)
 			return err_set(e, SBX_E_VALIDATION,
 				       "path segment %d is malformed (bad escape, NUL or longer than %d bytes)",

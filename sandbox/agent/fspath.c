@@ -1,44 +1,24 @@
 #include "fspath.h"
+#include "codec.h"
 #include "ids.h"
 
 #include <string.h>
 #include <strings.h>
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 int fspath_decode(const char *raw, size_t n, char *out, size_t outsz, struct sbx_err *e)
 {
-	size_t o = 0;
+	size_t room = outsz < FSPATH_MAX + 1 ? outsz : FSPATH_MAX + 1;
 
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)raw[i];
-
-		if (c == '%') {
-			int hi = i + 2 < n ? hexval(raw[i + 1]) : -1;
-			int lo = i + 2 < n ? hexval(raw[i + 2]) : -1;
-
-			if (hi < 0 || lo < 0)
-				return err_set(e, SBX_E_VALIDATION, "bad percent escape in the path");
-			c = (unsigned char)(hi * 16 + lo);
-			i += 2;
-		}
-		if (c == '\0')
-			return err_set(e, SBX_E_VALIDATION, "the path contains a NUL byte");
-		if (o + 1 >= outsz || o >= FSPATH_MAX)
-			return err_set(e, SBX_E_VALIDATION, "the path is longer than %d bytes", FSPATH_MAX);
-		out[o++] = (char)c;
+	switch (codec_pct_decode(raw, n, out, room, 0)) {
+	case CODEC_PCT_BAD:
+		return err_set(e, SBX_E_VALIDATION, "bad percent escape in the path");
+	case CODEC_PCT_NUL:
+		return err_set(e, SBX_E_VALIDATION, "the path contains a NUL byte");
+	case CODEC_PCT_ROOM:
+		return err_set(e, SBX_E_VALIDATION, "the path is longer than %d bytes", FSPATH_MAX);
+	default:
+		return 0;
 	}
-	out[o] = '\0';
-	return 0;
 }
 
 int fspath_parse(const char *p, size_t n, struct fspath *fp, struct sbx_err *e)

@@ -21,6 +21,7 @@
  * Cloudflare container ignores what it does not use.
  */
 #include "agent.h"
+#include "codec.h"
 #include "agent_compat.h"
 #include "agent_exec.h"
 #include "agent_processes.h"
@@ -124,65 +125,6 @@ static void cf_free(void *arg)
 	free(c);
 }
 
-int agent_cf_base64_decode(const char *s, size_t n, struct buf *out)
-{
-	unsigned acc = 0;
-	int bits = 0;
-	size_t pad = 0;
-
-	while (n > 0 && s[n - 1] == '=' && pad < 2) {
-		n--;
-		pad++;
-	}
-	if ((n + pad) % 4 == 1 || (pad && (n + pad) % 4 != 0))
-		return -1;
-	for (size_t i = 0; i < n; i++) {
-		unsigned char ch = (unsigned char)s[i];
-		unsigned v;
-
-		if (ch >= 'A' && ch <= 'Z')
-			v = ch - 'A';
-		else if (ch >= 'a' && ch <= 'z')
-			v = ch - 'a' + 26;
-		else if (ch >= '0' && ch <= '9')
-			v = ch - '0' + 52;
-		else if (ch == '+')
-			v = 62;
-		else if (ch == '/')
-			v = 63;
-		else
-			return -1;
-		acc = (acc << 6) | v;
-		bits += 6;
-		if (bits >= 8) {
-			char byte = (char)((acc >> (bits - 8)) & 0xff);
-
-			bits -= 8;
-			if (buf_add(out, &byte, 1) < 0)
-				return -1;
-		}
-	}
-	return 0;
-}
-
-int agent_cf_pct_encode(const char *s, size_t n, struct buf *out)
-{
-	static const char hex[] = "0123456789ABCDEF";
-
-	for (size_t i = 0; i < n; i++) {
-		unsigned char ch = (unsigned char)s[i];
-		char esc[3] = { '%', hex[ch >> 4], hex[ch & 15] };
-
-		if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
-		    ch == '.' || ch == '_' || ch == '~' || ch == '-') {
-			if (buf_add(out, s + i, 1) < 0)
-				return -1;
-		} else if (buf_add(out, esc, 3) < 0) {
-			return -1;
-		}
-	}
-	return 0;
-}
 
 /* The SDK's name for an sbx error code (err_cf_code), with the one
  * rename that depends on the route. */
@@ -298,8 +240,8 @@ static void cf_read_auto(json_t *res)
 	if (json_is_true(json_object_get(res, "isBinary")) || !b64)
 		return;
 	buf_init(&raw, FSPATH_MAX * 4096);
-	if (agent_cf_base64_decode(b64, strlen(b64), &raw) == 0 &&
-	    agent_utf8_valid(raw.data ? raw.data : "", raw.len)) {
+	if (codec_base64_decode(b64, strlen(b64), &raw) == 0 &&
+	    codec_utf8_valid(raw.data ? raw.data : "", raw.len)) {
 		json_object_set_new(res, "content", json_stringn(raw.data ? raw.data : "", raw.len));
 		json_object_set_new(res, "encoding", json_string("utf-8"));
 	}
@@ -485,8 +427,8 @@ static json_t *cf_output_text(const json_t *d)
 		return json_stringn(data, json_string_length(json_object_get(d, "data")));
 	buf_init(&raw, CF_SSE_IN_MAX);
 	buf_init(&fixed, CF_SSE_IN_MAX * 3);
-	if (agent_cf_base64_decode(data, strlen(data), &raw) < 0 ||
-	    agent_utf8_fix(raw.data ? raw.data : "", raw.len, &fixed) < 0)
+	if (codec_base64_decode(data, strlen(data), &raw) < 0 ||
+	    codec_utf8_fix(raw.data ? raw.data : "", raw.len, &fixed) < 0)
 		v = json_string("");
 	else
 		v = json_stringn(fixed.data ? fixed.data : "", fixed.len);
@@ -704,10 +646,10 @@ static void cf_file_step(struct cf_req *c)
 	buf_init(&enc, CF_FILE_CHUNK * 3 + 16);
 	if (c->binary) {
 		send = total;
-		agent_base64(chunk, total, &enc);
+		codec_base64_encode(chunk, total, &enc);
 	} else {
-		send = c->left ? agent_utf8_complete_len(chunk, total) : total;
-		agent_utf8_fix(chunk, send, &enc);
+		send = c->left ? codec_utf8_complete_len(chunk, total) : total;
+		codec_utf8_fix(chunk, send, &enc);
 		memcpy(c->carry, chunk + send, total - send);
 		c->ncarry = total - send;
 	}
@@ -744,8 +686,8 @@ static int cf_sniff_binary(int fd, uint64_t offset)
 		return 0;
 	if (memchr(head, '\0', (size_t)n))
 		return 1;
-	ok = (size_t)n < sizeof(head) ? (size_t)n : agent_utf8_complete_len(head, (size_t)n);
-	return !agent_utf8_valid(head, ok);
+	ok = (size_t)n < sizeof(head) ? (size_t)n : codec_utf8_complete_len(head, (size_t)n);
+	return !codec_utf8_valid(head, ok);
 }
 
 static int cf_filter_fd(void *arg, struct httpd_req *r, int fd, uint64_t offset, uint64_t len)
@@ -872,7 +814,7 @@ static int cf_set_path(struct httpd_req *r, const char *p, struct sbx_err *e)
 	int rc;
 
 	buf_init(&b, FSPATH_MAX * 3 + 16);
-	if (agent_cf_pct_encode(p, strlen(p), &b) < 0 || buf_add(&b, "", 1) < 0) {
+	if (codec_pct_encode(p, strlen(p), &b) < 0 || buf_add(&b, "", 1) < 0) {
 		buf_release(&b);
 		return err_set(e, SBX_E_VALIDATION, "'path' is longer than %d bytes", FSPATH_MAX);
 	}
@@ -1048,7 +990,7 @@ void agent_cf_write(struct httpd_req *r)
 	content = json_string_value(json_object_get(body, "content"));
 	buf_init(&raw, HTTPD_MAX_JSON_BODY);
 	if (enc && strcmp(enc, "base64") == 0) {
-		if (agent_cf_base64_decode(content, strlen(content), &raw) < 0) {
+		if (codec_base64_decode(content, strlen(content), &raw) < 0) {
 			buf_release(&raw);
 			err_set(&e, SBX_E_VALIDATION, "'content' is not valid base64");
 			return cf_fail(r, body, &e);

@@ -38,12 +38,4 @@ void agent_cf_version(struct httpd_req *r);
 /* Any other path under …/cf/: the SDK's error shape, 404 NOT_FOUND. */
 void agent_cf_unsupported(struct httpd_req *r);
 
-/* Append the bytes of standard base64 s[0..n) (padding optional, no
- * whitespace) to out. 0, or -1 when s is not base64 or out is full. */
-int agent_cf_base64_decode(const char *s, size_t n, struct buf *out);
-
-/* Append s[0..n) percent-encoded (every byte but [A-Za-z0-9._~-]) to out,
- * as the raw tail of a files route. 0 or -1 (out full). */
-int agent_cf_pct_encode(const char *s, size_t n, struct buf *out);
-
 #endif

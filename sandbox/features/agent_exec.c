@@ -178,7 +178,7 @@ static void sse_output(struct exec_stream *s, const char *data, size_t n, int fl
 			s->ncarry = 0;
 		}
 	}
-	send = flush ? len : agent_utf8_complete_len(p, len);
+	send = flush ? len : codec_utf8_complete_len(p, len);
 	if (send > 0 && agent_sse_chunk(&x->sse, s->name, p, send) < 0)
 		log_error("exec '%s': output dropped (stream buffer full)", x->key);
 	if (len > send) {
@@ -320,7 +320,7 @@ static json_t *json_stream_text(struct exec_stream *s)
 	json_t *v;
 
 	buf_init(&fixed, s->cap.len * 3 + 16);
-	if (agent_utf8_fix(s->cap.data ? s->cap.data : "", s->cap.len, &fixed) < 0) {
+	if (codec_utf8_fix(s->cap.data ? s->cap.data : "", s->cap.len, &fixed) < 0) {
 		buf_release(&fixed);
 		return NULL;
 	}

@@ -369,7 +369,7 @@ static void reply_encoded(struct httpd_req *r, int fd, const struct fspath *fp, 
 				 (json_int_t)data.len, "mimeType", fspath_mime(fp->name), "isBinary", 0);
 	} else {
 		buf_init(&b64, (size_t)FILES_JSON_MAX * 2);
-		if (agent_base64(data.data ? data.data : "", data.len, &b64) < 0) {
+		if (codec_base64_encode(data.data ? data.data : "", data.len, &b64) < 0) {
 			buf_release(&data);
 			buf_release(&b64);
 			err_sys(e, ENOMEM, "base64 of '%s'", fp->abs);

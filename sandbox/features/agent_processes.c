@@ -171,7 +171,7 @@ static json_t *plog_line(const struct plog *l, size_t off, size_t mlen)
 		struct buf fixed;
 		json_t *v;
 		buf_init(&fixed, (b - a) * 3 + 16);
-		if (agent_utf8_fix(l->data + a, b - a, &fixed) < 0) {
+		if (codec_utf8_fix(l->data + a, b - a, &fixed) < 0) {
 			buf_release(&fixed);
 			return NULL;
 		}
@@ -198,7 +198,7 @@ static json_t *plog_text(const struct plog *l)
 	json_t *v;
 
 	buf_init(&fixed, l->len * 3 + 16);
-	if (agent_utf8_fix(l->data ? l->data : "", l->len, &fixed) < 0) {
+	if (codec_utf8_fix(l->data ? l->data : "", l->len, &fixed) < 0) {
 		buf_release(&fixed);
 		return NULL;
 	}

@@ -9,6 +9,7 @@
  *   SBX_ERROR_CODE \n SBX_ERROR_MESSAGE \n query-name
  */
 #include "fuzz.h"
+#include "codec.h"
 
 #include "api.h"
 #include "conf.h"
@@ -16,6 +17,7 @@
 #include "http.h"
 #include "util.h"
 
+#include <ctype.h>
 #include <fcgiapp.h>
 
 #define NFIELDS 8
@@ -28,26 +30,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
-static int hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-/* An independent model of http_pct_decode: 1 when in[0..n) decodes. */
+/* An independent model of codec_pct_decode: 1 when in[0..n) decodes. */
 static int model_decodes(const char *in, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		if (in[i] == '\0')
 			return 0;
 		if (in[i] == '%') {
-			if (i + 2 >= n || hexval(in[i + 1]) < 0 || hexval(in[i + 2]) < 0 ||
-			    (hexval(in[i + 1]) == 0 && hexval(in[i + 2]) == 0))
+			if (i + 2 >= n || !isxdigit((unsigned char)in[i + 1]) ||
+			    !isxdigit((unsigned char)in[i + 2]) ||
+			    (in[i + 1] == '0' && in[i + 2] == '0'))
 				return 0;
 			i += 2;
 		}
@@ -58,8 +50,8 @@ static int model_decodes(const char *in, size_t n)
 static void check_decode(const char *in, size_t n)
 {
 	char out[512], enc[3 * sizeof(out)], back[sizeof(out)];
-	long d = http_pct_decode(in, n, out, sizeof(out), 0);
-	long dp = http_pct_decode(in, n, back, sizeof(back), 1);
+	long d = codec_pct_decode(in, n, out, sizeof(out), 0);
+	long dp = codec_pct_decode(in, n, back, sizeof(back), 1);
 	size_t o = 0;
 
 	FUZZ_ASSERT((d >= 0) == (dp >= 0));
@@ -76,14 +68,14 @@ static void check_decode(const char *in, size_t n)
 	for (long i = 0; i < d; i++)
 		o += (size_t)snprintf(enc + o, sizeof(enc) - o, "%%%02X", (unsigned char)out[i]);
 	if (o < sizeof(out)) {
-		long r = http_pct_decode(enc, o, back, sizeof(back), 0);
+		long r = codec_pct_decode(enc, o, back, sizeof(back), 0);
 		FUZZ_ASSERT(r == d && memcmp(back, out, (size_t)d) == 0);
 	}
 	/* A buffer one byte short of the result must be refused, not overrun. */
 	if (d > 0) {
 		char *tight = malloc((size_t)d);
 		FUZZ_ASSERT(tight);
-		FUZZ_ASSERT(http_pct_decode(in, n, tight, (size_t)d, 0) == -1);
+		FUZZ_ASSERT(codec_pct_decode(in, n, tight, (size_t)d, 0) == -1);
 		free(tight);
 	}
 }

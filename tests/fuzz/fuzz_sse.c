@@ -2,9 +2,9 @@
  * fuzz_sse — the UTF-8, base64 and event framing helpers of the agent's
  * streamed answers (sandbox/agent/agent_sse.c). Input: program output bytes.
  *
- * Invariants: agent_utf8_valid agrees with ids_valid_utf8 on NUL-free
+ * Invariants: codec_utf8_valid agrees with ids_valid_utf8 on NUL-free
  * input; the repaired text is valid and equals the input when that was
- * valid; the bytes held back by agent_utf8_complete_len are a proper
+ * valid; the bytes held back by codec_utf8_complete_len are a proper
  * prefix of one sequence (at most 3) and what is sent of a valid text is
  * valid; base64 decodes back to the input; an event is one "event:" line,
  * one "data:" line holding a JSON object that gives the bytes back.
@@ -59,7 +59,7 @@ static long b64_decode(const char *s, size_t n, unsigned char *out)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	const char *s = (const char *)data;
-	int valid = agent_utf8_valid(s, size);
+	int valid = codec_utf8_valid(s, size);
 	struct buf fixed, b64, ev;
 	size_t keep;
 
@@ -67,30 +67,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_ASSERT(valid == ids_valid_utf8(s, size));
 
 	buf_init(&fixed, 4 * size + 16);
-	FUZZ_ASSERT(agent_utf8_fix(s, size, &fixed) == 0);
-	FUZZ_ASSERT(agent_utf8_valid(fixed.data ? fixed.data : "", fixed.len));
+	FUZZ_ASSERT(codec_utf8_fix(s, size, &fixed) == 0);
+	FUZZ_ASSERT(codec_utf8_valid(fixed.data ? fixed.data : "", fixed.len));
 	if (valid)
 		FUZZ_ASSERT(fixed.len == size && (size == 0 || memcmp(fixed.data, s, size) == 0));
 	else
 		FUZZ_ASSERT(fixed.len > 0);
 	buf_release(&fixed);
 
-	keep = agent_utf8_complete_len(s, size);
+	keep = codec_utf8_complete_len(s, size);
 	FUZZ_ASSERT(keep <= size && size - keep <= 3);
 	if (keep < size)
-		FUZZ_ASSERT(agent_utf8_seq(data + keep, size - keep) == -1);
+		FUZZ_ASSERT(codec_utf8_seq(data + keep, size - keep) == -1);
 	if (valid)
 		FUZZ_ASSERT(keep == size);
 	/* a valid text cut anywhere: what is sent now is valid */
 	if (valid && size > 1) {
 		size_t cut = data[0] % size;
-		size_t now = agent_utf8_complete_len(s, cut);
-		FUZZ_ASSERT(agent_utf8_valid(s, now));
+		size_t now = codec_utf8_complete_len(s, cut);
+		FUZZ_ASSERT(codec_utf8_valid(s, now));
 		FUZZ_ASSERT(cut - now <= 3);
 	}
 
 	buf_init(&b64, size / 3 * 4 + 8);
-	FUZZ_ASSERT(agent_base64(data, size, &b64) == 0);
+	FUZZ_ASSERT(codec_base64_encode(data, size, &b64) == 0);
 	FUZZ_ASSERT(b64.len == (size + 2) / 3 * 4);
 	{
 		unsigned char *back = malloc(size + 3);

@@ -10,27 +10,27 @@
 
 TEST(agent_utf8_valid_cases)
 {
-	CHECK_INT(agent_utf8_valid("hello", 5), 1);
-	CHECK_INT(agent_utf8_valid("a\0b", 3), 1);                 /* NUL is a character */
-	CHECK_INT(agent_utf8_valid("\xe2\x82\xac", 3), 1);         /* € */
-	CHECK_INT(agent_utf8_valid("\xf0\x9f\x98\x80", 4), 1);     /* emoji */
-	CHECK_INT(agent_utf8_valid("\xff", 1), 0);
-	CHECK_INT(agent_utf8_valid("\xc0\x80", 2), 0);             /* overlong */
-	CHECK_INT(agent_utf8_valid("\xed\xa0\x80", 3), 0);         /* surrogate */
-	CHECK_INT(agent_utf8_valid("\xf4\x90\x80\x80", 4), 0);     /* > U+10FFFF */
-	CHECK_INT(agent_utf8_valid("\xe2\x82", 2), 0);             /* truncated */
+	CHECK_INT(codec_utf8_valid("hello", 5), 1);
+	CHECK_INT(codec_utf8_valid("a\0b", 3), 1);                 /* NUL is a character */
+	CHECK_INT(codec_utf8_valid("\xe2\x82\xac", 3), 1);         /* € */
+	CHECK_INT(codec_utf8_valid("\xf0\x9f\x98\x80", 4), 1);     /* emoji */
+	CHECK_INT(codec_utf8_valid("\xff", 1), 0);
+	CHECK_INT(codec_utf8_valid("\xc0\x80", 2), 0);             /* overlong */
+	CHECK_INT(codec_utf8_valid("\xed\xa0\x80", 3), 0);         /* surrogate */
+	CHECK_INT(codec_utf8_valid("\xf4\x90\x80\x80", 4), 0);     /* > U+10FFFF */
+	CHECK_INT(codec_utf8_valid("\xe2\x82", 2), 0);             /* truncated */
 }
 
 TEST(agent_utf8_complete_len_cases)
 {
-	CHECK_INT(agent_utf8_complete_len("abc", 3), 3);
-	CHECK_INT(agent_utf8_complete_len("ab\xe2\x82", 4), 2);
-	CHECK_INT(agent_utf8_complete_len("ab\xe2", 3), 2);
-	CHECK_INT(agent_utf8_complete_len("ab\xe2\x82\xac", 5), 5);
-	CHECK_INT(agent_utf8_complete_len("ab\xf0\x9f\x98", 5), 2);
-	CHECK_INT(agent_utf8_complete_len("ab\xff", 3), 3);         /* invalid: not held back */
-	CHECK_INT(agent_utf8_complete_len("ab\xed\xa0", 4), 4);     /* can never be valid */
-	CHECK_INT(agent_utf8_complete_len("", 0), 0);
+	CHECK_INT(codec_utf8_complete_len("abc", 3), 3);
+	CHECK_INT(codec_utf8_complete_len("ab\xe2\x82", 4), 2);
+	CHECK_INT(codec_utf8_complete_len("ab\xe2", 3), 2);
+	CHECK_INT(codec_utf8_complete_len("ab\xe2\x82\xac", 5), 5);
+	CHECK_INT(codec_utf8_complete_len("ab\xf0\x9f\x98", 5), 2);
+	CHECK_INT(codec_utf8_complete_len("ab\xff", 3), 3);         /* invalid: not held back */
+	CHECK_INT(codec_utf8_complete_len("ab\xed\xa0", 4), 4);     /* can never be valid */
+	CHECK_INT(codec_utf8_complete_len("", 0), 0);
 }
 
 TEST(agent_utf8_fix_replaces)
@@ -38,10 +38,10 @@ TEST(agent_utf8_fix_replaces)
 	struct buf b;
 
 	buf_init(&b, 1024);
-	CHECK_INT(agent_utf8_fix("a\xff" "b\xe2\x82\xac", 6, &b), 0);
+	CHECK_INT(codec_utf8_fix("a\xff" "b\xe2\x82\xac", 6, &b), 0);
 	CHECK_STR(b.data, "a\xef\xbf\xbd" "b\xe2\x82\xac");
 	buf_reset(&b);
-	CHECK_INT(agent_utf8_fix("ok\xe2\x82", 4, &b), 0);
+	CHECK_INT(codec_utf8_fix("ok\xe2\x82", 4, &b), 0);
 	CHECK_STR(b.data, "ok\xef\xbf\xbd\xef\xbf\xbd");
 	buf_release(&b);
 }
@@ -56,12 +56,12 @@ TEST(agent_base64_vectors)
 
 	for (size_t i = 0; i < ARRAY_SIZE(v); i++) {
 		buf_init(&b, 64);
-		CHECK_INT(agent_base64(v[i].in, strlen(v[i].in), &b), 0);
+		CHECK_INT(codec_base64_encode(v[i].in, strlen(v[i].in), &b), 0);
 		CHECK_STR(b.data ? b.data : "", v[i].out);
 		buf_release(&b);
 	}
 	buf_init(&b, 64);
-	CHECK_INT(agent_base64("\xff\xfe", 2, &b), 0);
+	CHECK_INT(codec_base64_encode("\xff\xfe", 2, &b), 0);
 	CHECK_STR(b.data, "//4=");
 	buf_release(&b);
 }

@@ -1,6 +1,7 @@
 /* Unit tests of agent_compat.c's pure helpers: base64 decoding and the
  * percent-encoding of SDK paths into files-route tails. */
 #include "agent_compat.h"
+#include "codec.h"
 #include "agent_sse.h"
 #include "buf.h"
 #include "fspath.h"
@@ -12,7 +13,7 @@ static int decodes_to(const char *b64, const char *want, size_t wantlen)
 	int ok;
 
 	buf_init(&out, 1024);
-	ok = agent_cf_base64_decode(b64, strlen(b64), &out) == 0 && out.len == wantlen &&
+	ok = codec_base64_decode(b64, strlen(b64), &out) == 0 && out.len == wantlen &&
 	     (wantlen == 0 || memcmp(out.data, want, wantlen) == 0);
 	buf_release(&out);
 	return ok;
@@ -24,7 +25,7 @@ static int rejects(const char *b64)
 	int rc;
 
 	buf_init(&out, 1024);
-	rc = agent_cf_base64_decode(b64, strlen(b64), &out);
+	rc = codec_base64_decode(b64, strlen(b64), &out);
 	buf_release(&out);
 	return rc < 0;
 }
@@ -54,8 +55,8 @@ TEST(compat_base64_roundtrip)
 	for (size_t n = 0; n <= sizeof(bytes); n += 37) {
 		buf_init(&enc, 4096);
 		buf_init(&dec, 4096);
-		CHECK_INT(agent_base64(bytes, n, &enc), 0);
-		CHECK_INT(agent_cf_base64_decode(enc.data ? enc.data : "", enc.len, &dec), 0);
+		CHECK_INT(codec_base64_encode(bytes, n, &enc), 0);
+		CHECK_INT(codec_base64_decode(enc.data ? enc.data : "", enc.len, &dec), 0);
 		CHECK_INT(dec.len, n);
 		CHECK(n == 0 || memcmp(dec.data, bytes, n) == 0);
 		buf_release(&enc);
@@ -74,7 +75,7 @@ TEST(compat_path_encoding_roundtrips_through_fspath)
 		char decoded[FSPATH_MAX + 16];
 
 		buf_init(&tail, 4 * FSPATH_MAX);
-		CHECK_INT(agent_cf_pct_encode(paths[i], strlen(paths[i]), &tail), 0);
+		CHECK_INT(codec_pct_encode(paths[i], strlen(paths[i]), &tail), 0);
 		CHECK_INT(buf_add(&tail, "", 1), 0);
 		CHECK(strpbrk(tail.data, "/ ?#") == NULL);
 		CHECK_INT(fspath_decode(tail.data, tail.len - 1, decoded, sizeof(decoded), &e), 0);

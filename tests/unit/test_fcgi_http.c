@@ -1,25 +1,26 @@
 /* Query-string parsing and percent-decoding of sbx-api requests. */
 #include "unit.h"
+#include "codec.h"
 #include "http.h"
 
 TEST(fcgi_http_pct_decode)
 {
 	char out[16];
 
-	CHECK_INT(http_pct_decode("a%20b", 5, out, sizeof(out), 0), 3);
+	CHECK_INT(codec_pct_decode("a%20b", 5, out, sizeof(out), 0), 3);
 	CHECK_STR(out, "a b");
-	CHECK_INT(http_pct_decode("a+b", 3, out, sizeof(out), 0), 3);
+	CHECK_INT(codec_pct_decode("a+b", 3, out, sizeof(out), 0), 3);
 	CHECK_STR(out, "a+b");
-	CHECK_INT(http_pct_decode("a+b", 3, out, sizeof(out), 1), 3);
+	CHECK_INT(codec_pct_decode("a+b", 3, out, sizeof(out), 1), 3);
 	CHECK_STR(out, "a b");
-	CHECK_INT(http_pct_decode("%41%6a", 6, out, sizeof(out), 0), 2);
+	CHECK_INT(codec_pct_decode("%41%6a", 6, out, sizeof(out), 0), 2);
 	CHECK_STR(out, "Aj");
-	CHECK_INT(http_pct_decode("%", 1, out, sizeof(out), 0), -1);
-	CHECK_INT(http_pct_decode("%4", 2, out, sizeof(out), 0), -1);
-	CHECK_INT(http_pct_decode("%g0", 3, out, sizeof(out), 0), -1);
-	CHECK_INT(http_pct_decode("%00", 3, out, sizeof(out), 0), -1);
-	CHECK_INT(http_pct_decode("0123456789abcdef", 16, out, sizeof(out), 0), -1); /* no room for NUL */
-	CHECK_INT(http_pct_decode("", 0, out, sizeof(out), 0), 0);
+	CHECK_INT(codec_pct_decode("%", 1, out, sizeof(out), 0), CODEC_PCT_BAD);
+	CHECK_INT(codec_pct_decode("%4", 2, out, sizeof(out), 0), CODEC_PCT_BAD);
+	CHECK_INT(codec_pct_decode("%g0", 3, out, sizeof(out), 0), CODEC_PCT_BAD);
+	CHECK_INT(codec_pct_decode("%00", 3, out, sizeof(out), 0), CODEC_PCT_NUL);
+	CHECK_INT(codec_pct_decode("0123456789abcdef", 16, out, sizeof(out), 0), CODEC_PCT_ROOM); /* no room for NUL */
+	CHECK_INT(codec_pct_decode("", 0, out, sizeof(out), 0), 0);
 	CHECK_STR(out, "");
 }
 
