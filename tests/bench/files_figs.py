@@ -40,6 +40,7 @@ import time
 import urllib.parse
 
 from benchlib import Value
+from sbxproc import rss_kib
 
 MiB = 1024 * 1024
 FILE_MIB = int(os.environ.get("BENCH_FILE_MIB", "1024"))
@@ -48,17 +49,6 @@ BLOCK_MIB = 64
 SID = "bench-files"
 TARGET_RATIO = 0.5
 FLAT_MIB = 16
-
-
-def rss_kib(pid):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def children(ppid):

@@ -39,6 +39,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import stack_down, stack_up  # noqa: E402
 import sandbox_figs  # noqa: E402

@@ -15,6 +15,7 @@ Set SBX_KEEP=1 to keep the stack directory (logs) after the session.
 
 import os
 import re
+import sys
 import socket
 import subprocess
 import tempfile
@@ -24,6 +25,9 @@ import pytest
 import requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+from sbxproc import scaled  # noqa: E402
+
 STACK = os.path.join(ROOT, "deploy", "stack")
 DEFAULT_KEY = object()
 
@@ -180,7 +184,9 @@ class Stack:
     # -- waiting ----------------------------------------------------------
 
     def wait(self, what, cond, timeout=10.0, interval=0.1):
-        """Poll cond() until it is truthy; its value, or fail saying what."""
+        """Poll cond() until it is truthy; its value, or fail saying what.
+        timeout is scaled (sbxproc.scaled) under sanitizers."""
+        timeout = scaled(timeout)
         deadline = time.monotonic() + timeout
         last = None
         while True:

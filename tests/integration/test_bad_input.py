@@ -17,6 +17,7 @@ import uuid
 import pytest
 
 from conftest import assert_error, error_of
+from sbxproc import alive, children
 
 # (method, path template) of every route taking a JSON body; {id} is a
 # sandbox of the dev tenant.
@@ -77,34 +78,12 @@ def components(stack):
         return [l.strip() for l in f if l.strip()]
 
 
-def proc_alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def children(pid):
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    rest = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(rest[1]) == pid and rest[0] != "Z":
-                out.append(int(d))
-    return out
-
-
 def assert_all_alive(stack, workers_before=None):
     """Every component of the stack runs; the api master still has as many
     workers as before (a crashed worker would be replaced with a new pid)."""
     for name in components(stack):
         pid = stack.pid(name)
-        assert proc_alive(pid), "%s (pid %d) died:\n%s" % (name, pid, stack.log(name))
+        assert alive(pid), "%s (pid %d) died:\n%s" % (name, pid, stack.log(name))
     if workers_before is not None:
         now = set(children(stack.pid("api")))
         assert now == workers_before, \

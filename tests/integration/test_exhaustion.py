@@ -19,6 +19,8 @@ import uuid
 
 import pytest
 
+from sbxproc import rss_kib
+
 RESULTS = []
 
 
@@ -84,11 +86,7 @@ def sanitized(pid):
 
 
 def agent_rss_kib(stack, node):
-    with open("/proc/%d/status" % stack.pid(node)) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+    return rss_kib(stack.pid(node))
 
 
 @pytest.fixture(scope="module")

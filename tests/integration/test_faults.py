@@ -27,6 +27,7 @@ import pytest
 import requests
 
 from conftest import sandbox_procs, sanitizer_findings, stack_down, stack_down_cleanup, stack_up
+from sbxproc import scaled
 
 TENANT = "dev"
 
@@ -182,7 +183,7 @@ def test_redis_killed_during_a_burst(st):
     bad = [r for r in results if r[2] == "exception" or
            not (r[2] in (200, 201) or (r[2] == 503 and r[3] in
                 ("REDIS_UNAVAILABLE", "NODE_UNAVAILABLE", "NO_CAPACITY")))]
-    slow = [r for r in results if r[4] is not None and r[4] > 5.0]
+    slow = [r for r in results if r[4] is not None and r[4] > scaled(5.0)]
     n503 = sum(1 for r in results if r[2] == 503)
     print("redis killed: %d calls, %d answered 503, slowest %.2f s" % (
         len(results), n503, max(r[4] or 0 for r in results)))
@@ -219,7 +220,7 @@ def test_redis_paused_answers_503_fast_and_healthz_keeps_answering(st):
         # At most one command_timeout (500 ms) of waiting per worker, then
         # the worker answers at once: 12 calls on 4 workers end well
         # inside the pause.
-        assert secs < 1.5, "%s %s took %.2f s during a 3 s pause" % (method, path, secs)
+        assert secs < scaled(1.5), "%s %s took %.2f s during a 3 s pause" % (method, path, secs)
     # /healthz keeps answering all through the pause, fast.
     slow = []
     while time.monotonic() - t0 < 2.5:

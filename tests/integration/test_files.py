@@ -19,6 +19,7 @@ from urllib.parse import quote, urlparse
 import pytest
 
 from conftest import assert_error
+from sbxproc import rss_kib
 
 MiB = 1024 * 1024
 
@@ -396,14 +397,6 @@ def test_disk_full_answers_507_and_keeps_old_data(api):
         destroy(api, sid)
 
 
-def vm_rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 def test_200mb_streams_with_flat_agent_memory(stack, api, box):
     node = api("GET", "/v1/sandboxes/" + box).json()["node"]
     pid = stack.pid(node)
@@ -416,12 +409,12 @@ def test_200mb_streams_with_flat_agent_memory(stack, api, box):
             f.write(chunk)
             h.update(chunk)
         f.seek(0)
-        before = vm_rss_kib(pid)
+        before = rss_kib(pid)
         r = api("PUT", files(box, "big.bin"), data=f, timeout=300,
                 headers={"Content-Length": str(size)})
         assert r.status_code == 201, r.text
         assert r.json()["size"] == size
-    mid = vm_rss_kib(pid)
+    mid = rss_kib(pid)
     assert sh(api, box, "sha256sum /workspace/big.bin").split()[0] == h.hexdigest()
     d = hashlib.sha256()
     got = 0
@@ -430,7 +423,7 @@ def test_200mb_streams_with_flat_agent_memory(stack, api, box):
         for chunk in r.iter_content(256 * 1024):
             d.update(chunk)
             got += len(chunk)
-    after = vm_rss_kib(pid)
+    after = rss_kib(pid)
     assert got == size and d.hexdigest() == h.hexdigest()
     assert mid - before < 30 * 1024, "agent RSS grew %d KiB on upload" % (mid - before)
     assert after - before < 30 * 1024, "agent RSS grew %d KiB" % (after - before)

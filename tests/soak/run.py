@@ -23,42 +23,12 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 
 from conftest import stack_down, stack_up  # noqa: E402
+from sbxproc import children, fd_count, rss_kib  # noqa: E402
 
 SAMPLE_EVERY = 10.0
-
-
-def proc_rss_kib(pid):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def proc_fds(pid):
-    try:
-        return len(os.listdir("/proc/%d/fd" % pid))
-    except OSError:
-        return 0
-
-
-def children(pid):
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    rest = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(rest[1]) == pid and rest[0] != "Z":
-                out.append(int(d))
-    return sorted(out)
 
 
 class Load:
@@ -133,17 +103,17 @@ def sample(st):
     api = st.pid("api")
     workers = children(api)
     s = {
-        "api_master_rss": proc_rss_kib(api),
-        "api_master_fds": proc_fds(api),
+        "api_master_rss": rss_kib(api),
+        "api_master_fds": fd_count(api),
         "workers": len(workers),
-        "worker_rss_sum": sum(proc_rss_kib(w) for w in workers),
-        "worker_rss_max": max([proc_rss_kib(w) for w in workers] or [0]),
-        "worker_fds_max": max([proc_fds(w) for w in workers] or [0]),
+        "worker_rss_sum": sum(rss_kib(w) for w in workers),
+        "worker_rss_max": max([rss_kib(w) for w in workers] or [0]),
+        "worker_fds_max": max([fd_count(w) for w in workers] or [0]),
     }
     for i in range(1, st.agents + 1):
         pid = st.pid("agent-%d" % i)
-        s["agent%d_rss" % i] = proc_rss_kib(pid)
-        s["agent%d_fds" % i] = proc_fds(pid)
+        s["agent%d_rss" % i] = rss_kib(pid)
+        s["agent%d_fds" % i] = fd_count(pid)
     return s
 
 
