@@ -40,32 +40,6 @@ static const struct jsonv_field resource_fields[] = {
 	{ NULL, 0, 0 },
 };
 
-static int image_valid(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n == 0 || n > 63 || !((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= '0' && s[0] <= '9')))
-		return 0;
-	for (size_t i = 1; i < n; i++)
-		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '.' ||
-		      s[i] == '_' || s[i] == '-'))
-			return 0;
-	return 1;
-}
-
-static int env_key_valid(const char *k)
-{
-	size_t n = strlen(k);
-
-	if (n == 0 || n > LC_ENV_KEY_MAX || (k[0] >= '0' && k[0] <= '9'))
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (!((k[i] >= 'a' && k[i] <= 'z') || (k[i] >= 'A' && k[i] <= 'Z') ||
-		      (k[i] >= '0' && k[i] <= '9') || k[i] == '_'))
-			return 0;
-	return 1;
-}
-
 /* A numeric bound of the config table (the same limits as sbx.conf). */
 static void bounds(const char *key, int64_t *min, int64_t *max)
 {
@@ -169,7 +143,7 @@ int lifecycle_parse_spec(const json_t *body, const struct sbx_conf *c, struct lc
 		if (jsonv_string_map(v, "env", LC_ENV_MAX, LC_ENV_KEY_MAX, LC_ENV_VALUE_MAX, 0, e) < 0)
 			goto fail;
 		json_object_foreach(v, k, item) {
-			if (!env_key_valid(k)) {
+			if (!ids_valid_env_name(k)) {
 				err_set(e, SBX_E_VALIDATION,
 					"env name '%.64s' must match [A-Za-z_][A-Za-z0-9_]* (at most %d bytes)",
 					k, LC_ENV_KEY_MAX);
@@ -184,7 +158,7 @@ int lifecycle_parse_spec(const json_t *body, const struct sbx_conf *c, struct lc
 		s->has |= LC_HAS_ENV;
 	}
 	if ((v = json_object_get(body, "image"))) {
-		if (!image_valid(json_string_value(v))) {
+		if (!ids_valid_image(json_string_value(v))) {
 			err_set(e, SBX_E_VALIDATION, "'image' must match [a-z0-9][a-z0-9._-]{0,62}");
 			goto fail;
 		}

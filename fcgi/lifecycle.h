@@ -15,6 +15,7 @@
 
 #include "conf.h"
 #include "err.h"
+#include "ids.h"
 
 #include <hiredis/hiredis.h>
 #include <jansson.h>
@@ -22,7 +23,7 @@
 
 #define LC_LABELS_MAX 64
 #define LC_ENV_MAX 256
-#define LC_ENV_KEY_MAX 128
+#define LC_ENV_KEY_MAX IDS_ENV_NAME_MAX
 #define LC_ENV_VALUE_MAX 32768
 #define LC_SLEEP_MIN_MS 1000
 #define LC_SLEEP_MAX_MS 2592000000LL   /* 30 days */

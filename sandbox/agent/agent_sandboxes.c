@@ -16,7 +16,7 @@
 #include <string.h>
 
 #define ENV_MAX_ENTRIES 256
-#define ENV_MAX_KEY 255
+#define ENV_MAX_KEY IDS_ENV_NAME_MAX
 #define ENV_MAX_VALUE 32768
 #define LABELS_MAX 64
 
@@ -143,17 +143,6 @@ fail:
 	return NULL;
 }
 
-static int env_name_valid(const char *s)
-{
-	if (!*s || (*s >= '0' && *s <= '9'))
-		return 0;
-	for (; *s; s++)
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-		      (*s >= '0' && *s <= '9') || *s == '_'))
-			return 0;
-	return 1;
-}
-
 int agent_env_check(const json_t *env, int allow_null, struct sbx_err *e)
 {
 	const char *k;
@@ -163,7 +152,7 @@ int agent_env_check(const json_t *env, int allow_null, struct sbx_err *e)
 			     e) < 0)
 		return -1;
 	json_object_foreach((json_t *)env, k, v) {
-		if (!env_name_valid(k))
+		if (!ids_valid_env_name(k))
 			return err_set(e, SBX_E_VALIDATION, "'env' key '%.64s' is not a valid variable name",
 				       k);
 		if (json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v))
@@ -268,19 +257,6 @@ int agent_path_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err 
 	return 0;
 }
 
-static int image_valid(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n == 0 || n > 63 || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
-		return 0;
-	for (; *s; s++)
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '.' || *s == '_' ||
-		      *s == '-'))
-			return 0;
-	return 1;
-}
-
 static const struct jsonv_field put_fields[] = {
 	{ "generation", JV_INTEGER, 1 },
 	{ "epoch", JV_INTEGER, 1 },
@@ -357,7 +333,7 @@ static int parse_put(const struct sbx_conf *conf, json_t *body, struct put_req *
 	p->image = json_string_value(json_object_get(body, "image"));
 	if (!p->image)
 		p->image = "default";
-	if (!image_valid(p->image))
+	if (!ids_valid_image(p->image))
 		return err_set(e, SBX_E_VALIDATION, "'image' must be 1-63 of [a-z0-9._-]");
 	p->network = RT_NET_NONE;
 	if ((v = json_object_get(body, "network"))) {

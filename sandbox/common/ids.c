@@ -137,3 +137,29 @@ int ids_valid_utf8(const char *s, size_t n)
 	}
 	return 1;
 }
+
+int ids_valid_image(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	if (n == 0 || n > 63 || !((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= '0' && s[0] <= '9')))
+		return 0;
+	for (size_t i = 1; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '.' ||
+		      s[i] == '_' || s[i] == '-'))
+			return 0;
+	return 1;
+}
+
+int ids_valid_env_name(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	if (n == 0 || n > IDS_ENV_NAME_MAX || (s[0] >= '0' && s[0] <= '9'))
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+			return 0;
+	return 1;
+}

@@ -19,6 +19,13 @@ int ids_valid_token(const char *s);
 /* Label key/value: 1–63 / 0–255 printable ASCII without '{', '}', ':' in keys. */
 int ids_valid_label_key(const char *s);
 int ids_valid_label_value(const char *s);
+/* Image name: 1–63 of [a-z0-9._-], starting with [a-z0-9] (so never "."
+ * or "..", never a path). */
+int ids_valid_image(const char *s);
+/* Environment variable name: 1–IDS_ENV_NAME_MAX of [A-Za-z0-9_], not
+ * starting with a digit. */
+#define IDS_ENV_NAME_MAX 128
+int ids_valid_env_name(const char *s);
 /* A string that is valid UTF-8 of n bytes without NUL. */
 int ids_valid_utf8(const char *s, size_t n);
 

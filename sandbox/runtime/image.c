@@ -5,6 +5,7 @@
  */
 #define _XOPEN_SOURCE 700
 #include "image.h"
+#include "ids.h"
 #include "util.h"
 
 #include <dirent.h>
@@ -19,21 +20,6 @@
 #include <unistd.h>
 
 #define IMAGE_FORMAT "sbx-default-1"
-
-int image_valid_name(const char *name)
-{
-	size_t n = strlen(name);
-
-	if (n < 1 || n > 64 || name[0] == '.')
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-
-		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
-			return 0;
-	}
-	return 1;
-}
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -243,7 +229,7 @@ int image_resolve(const char *images_dir, const char *name, char *out, size_t si
 	char usr[PATH_MAX];
 	struct stat st;
 
-	if (!image_valid_name(name) || strcmp(name, "default") == 0)
+	if (!ids_valid_image(name) || strcmp(name, "default") == 0)
 		return err_set(e, SBX_E_VALIDATION, "unknown image '%.64s'", name);
 	if (snprintf(out, size, "%s/%s", images_dir, name) >= (int)size ||
 	    snprintf(usr, sizeof(usr), "%s/usr", out) >= (int)sizeof(usr))

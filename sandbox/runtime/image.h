@@ -20,9 +20,6 @@
 int image_prepare_default(const char *images_dir, uid_t owner, const char *dns, char *out,
 			  size_t size, struct sbx_err *e);
 
-/* 1 when name is a valid image name: 1-64 of [a-z0-9._-], not starting with '.'. */
-int image_valid_name(const char *name);
-
 /* Resolve a non-default image to its directory; SBX_E_VALIDATION "unknown
  * image" when it is not a directory with usr/. 0 or -1. */
 int image_resolve(const char *images_dir, const char *name, char *out, size_t size, struct sbx_err *e);

@@ -3,6 +3,8 @@
 #include "mounts.h"
 #include "unit.h"
 
+#include "ids.h"
+
 #include <sys/mount.h>
 
 static const struct mnt_op *find(const struct mnt_plan *p, const char *what, size_t *at)
@@ -80,11 +82,21 @@ TEST(rt_mounts_plan)
 
 TEST(rt_image_names)
 {
-	CHECK(image_valid_name("default"));
-	CHECK(image_valid_name("debian-12.1_py"));
-	CHECK(!image_valid_name(""));
-	CHECK(!image_valid_name(".."));
-	CHECK(!image_valid_name(".hidden"));
-	CHECK(!image_valid_name("a/b"));
-	CHECK(!image_valid_name("Upper"));
+	CHECK(ids_valid_image("default"));
+	CHECK(ids_valid_image("debian-12.1_py"));
+	CHECK(!ids_valid_image(""));
+	CHECK(!ids_valid_image(".."));
+	CHECK(!ids_valid_image(".hidden"));
+	CHECK(!ids_valid_image("a/b"));
+	CHECK(!ids_valid_image("Upper"));
+	/* One rule in both tiers and the runtime: the first character is
+	 * [a-z0-9], at most 63 characters. */
+	CHECK(!ids_valid_image("-x"));
+	CHECK(!ids_valid_image("_x"));
+	CHECK(ids_valid_image("0123456789012345678901234567890123456789012345678901234567890ab"));
+	CHECK(!ids_valid_image("0123456789012345678901234567890123456789012345678901234567890abc"));
+	CHECK(ids_valid_env_name("PATH_2"));
+	CHECK(!ids_valid_env_name("2PATH"));
+	CHECK(!ids_valid_env_name("A-B"));
+	CHECK(!ids_valid_env_name(""));
 }
