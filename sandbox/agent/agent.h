@@ -217,11 +217,5 @@ enum agent_lc_action agent_lc_decide(const char *me, int64_t epoch, int running,
 void agent_lc_report_stopped(struct agent *a, const struct agent_sb *sb, const char *why);
 
 /* Handlers. */
-void agent_h_sandbox_put(struct httpd_req *r);
-void agent_h_sandbox_patch(struct httpd_req *r);
-void agent_h_sandbox_get(struct httpd_req *r);
-void agent_h_sandbox_list(struct httpd_req *r);
-void agent_h_sandbox_stop(struct httpd_req *r);
-void agent_h_sandbox_delete(struct httpd_req *r);
 
 #endif

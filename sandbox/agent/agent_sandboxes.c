@@ -2,7 +2,7 @@
  * agent_sandboxes.c — the agent's sandbox table, fencing, and the internal
  * control routes sbx-api calls (/agent/v1/sandboxes/...).
  */
-#include "agent.h"
+#include "agent_sandboxes.h"
 #include "registry.h"
 #include "ids.h"
 #include "jsonv.h"
@@ -257,25 +257,6 @@ int agent_path_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err 
 	return 0;
 }
 
-static const struct jsonv_field put_fields[] = {
-	{ "generation", JV_INTEGER, 1 },
-	{ "epoch", JV_INTEGER, 1 },
-	{ "image", JV_STRING, 0 },
-	{ "network", JV_STRING, 0 },
-	{ "resources", JV_OBJECT, 0 },
-	{ "env", JV_OBJECT, 0 },
-	{ "labels", JV_OBJECT, 0 },
-	{ "sleepAfter", JV_INTEGER | JV_STRING, 0 },
-	{ "keepAlive", JV_BOOL, 0 },
-	{ NULL, 0, 0 },
-};
-
-static const struct jsonv_field patch_fields[] = {
-	{ "sleepAfter", JV_INTEGER | JV_STRING, 0 },
-	{ "keepAlive", JV_BOOL, 0 },
-	{ NULL, 0, 0 },
-};
-
 static const struct jsonv_field resource_fields[] = {
 	{ "memoryMiB", JV_INTEGER, 0 },
 	{ "cpus", JV_NUMBER, 0 },
@@ -325,7 +306,7 @@ static int parse_put(const struct sbx_conf *conf, json_t *body, struct put_req *
 	json_t *res, *v;
 	const char *k;
 
-	if (jsonv_check(body, put_fields, "the body", e) < 0 || parse_sleep(body, p, e) < 0)
+	if (parse_sleep(body, p, e) < 0)
 		return -1;
 	if (jsonv_int(body, "generation", 0, INT64_MAX, &p->generation, e) < 0 ||
 	    jsonv_int(body, "epoch", 0, INT64_MAX, &p->epoch, e) < 0)
@@ -389,68 +370,59 @@ static char **base_env_for(const char *id, const json_t *env)
 	return agent_env_merge(defaults, env);
 }
 
-void agent_h_sandbox_put(struct httpd_req *r)
+const struct jsonv_field agent_sandbox_put_fields[] = {
+	{ "generation", JV_INTEGER, 1 },
+	{ "epoch", JV_INTEGER, 1 },
+	{ "image", JV_STRING, 0 },
+	{ "network", JV_STRING, 0 },
+	{ "resources", JV_OBJECT, 0 },
+	{ "env", JV_OBJECT, 0 },
+	{ "labels", JV_OBJECT, 0 },
+	{ "sleepAfter", JV_INTEGER | JV_STRING, 0 },
+	{ "keepAlive", JV_BOOL, 0 },
+	{ NULL, 0, 0 },
+};
+
+const struct jsonv_field agent_sandbox_patch_fields[] = {
+	{ "sleepAfter", JV_INTEGER | JV_STRING, 0 },
+	{ "keepAlive", JV_BOOL, 0 },
+	{ NULL, 0, 0 },
+};
+
+int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
-	char key[AGENT_KEY_MAX];
+	struct agent *a = c->a;
 	struct put_req p = { 0 };
-	struct agent_sb *sb, *fresh = NULL;
+	struct agent_sb *sb = c->sb, *fresh = NULL;
 	struct rt_spec spec;
-	json_t *body;
-	size_t len;
-	const char *data;
 	unsigned running = 0;
 
-	if (a->shutting_down) {
-		err_set(&e, SBX_E_NODE_UNAVAILABLE, "this node is shutting down");
-		goto fail;
-	}
-	if (agent_path_key(r, key, sizeof(key), &e) < 0)
-		goto fail;
-	data = httpd_body(r, &len);
-	body = jsonv_parse(data, len, &e);
-	if (!body)
-		goto fail;
-	if (parse_put(a->conf, body, &p, &e) < 0 || agent_lease_check(a, &e) < 0 ||
-	    agent_fence(a, key, p.epoch, &e) < 0) {
-		json_decref(body);
-		goto fail;
-	}
-	sb = agent_sb_find(a, key);
-	if (sb && p.generation < sb->generation) {
-		json_decref(body);
-		err_set(&e, SBX_E_CONFLICT, "generation %lld is older than the current %lld",
-			(long long)p.generation, (long long)sb->generation);
-		goto fail;
-	}
+	if (parse_put(a->conf, c->body, &p, e) < 0 || agent_lease_check(a, e) < 0 ||
+	    agent_fence(a, c->key, p.epoch, e) < 0)
+		return -1;
+	if (sb && p.generation < sb->generation)
+		return err_set(e, SBX_E_CONFLICT, "generation %lld is older than the current %lld",
+			       (long long)p.generation, (long long)sb->generation);
 	if (sb && sb->rt && !sb->dead && p.generation == sb->generation) {
 		sb->epoch = p.epoch;
 		if (p.sleep_after_ms >= 0)
 			sb->sleep_after_ms = p.sleep_after_ms;
 		if (p.keep_alive >= 0)
 			sb->keep_alive = p.keep_alive;
-		json_decref(body);
-		httpd_reply_json(r, 200, agent_sb_json(sb));
-		return;
+		httpd_reply_json(c->r, 200, agent_sb_json(sb));
+		return 0;
 	}
 	for (struct agent_sb *s = a->sandboxes; s; s = s->next)
 		running += s->rt != NULL && s != sb;
-	if (running >= (unsigned)a->conf->agent.capacity) {
-		json_decref(body);
-		err_set(&e, SBX_E_NO_CAPACITY, "this node is full");
-		goto fail;
-	}
+	if (running >= (unsigned)a->conf->agent.capacity)
+		return err_set(e, SBX_E_NO_CAPACITY, "this node is full");
 	if (!sb) {
 		fresh = sb = calloc(1, sizeof(*sb));
-		if (!sb) {
-			json_decref(body);
-			err_sys(&e, ENOMEM, "sandbox entry");
-			goto fail;
-		}
-		snprintf(sb->key, sizeof(sb->key), "%s", key);
-		snprintf(sb->tenant, sizeof(sb->tenant), "%s", httpd_param(r, 0));
-		snprintf(sb->id, sizeof(sb->id), "%s", httpd_param(r, 1));
+		if (!sb)
+			return err_sys(e, ENOMEM, "sandbox entry");
+		snprintf(sb->key, sizeof(sb->key), "%s", c->key);
+		snprintf(sb->tenant, sizeof(sb->tenant), "%s", httpd_param(c->r, 0));
+		snprintf(sb->id, sizeof(sb->id), "%s", c->id);
 		sb->created_at = util_wall_ms();
 		sb->sleep_after_ms = a->conf->sandbox.sleep_after_ms;
 	}
@@ -468,12 +440,11 @@ void agent_h_sandbox_put(struct httpd_req *r)
 	sb->generation = p.generation;
 	sb->epoch = p.epoch;
 	snprintf(sb->image, sizeof(sb->image), "%s", p.image);
-	json_decref(body); /* p borrowed from it */
 	sb->network = p.network;
 	sb->limits = p.limits;
 	if (!sb->labels || !sb->env || !sb->base_env) {
-		err_sys(&e, ENOMEM, "sandbox entry");
-		goto fail_entry;
+		err_sys(e, ENOMEM, "sandbox entry");
+		goto fail;
 	}
 	spec = (struct rt_spec){ .key = sb->key, .hostname = sb->id, .image = sb->image,
 				 .network = sb->network, .limits = sb->limits, .env = sb->base_env };
@@ -482,11 +453,11 @@ void agent_h_sandbox_put(struct httpd_req *r)
 	sb->from_pool = sb->rt != NULL;
 	if (!sb->rt) {
 		pool_make_room(a->pool);
-		sb->rt = rt_create(a->rt, &spec, &e);
+		sb->rt = rt_create(a->rt, &spec, e);
 	}
 	if (!sb->rt) {
-		err_prefix(&e, "cannot start sandbox '%s'", sb->key);
-		goto fail_entry;
+		err_prefix(e, "cannot start sandbox '%s'", sb->key);
+		goto fail;
 	}
 	sb->started_at = sb->last_active_at = util_wall_ms();
 	/* Agent-wide, so that state keyed by (key, run) of a destroyed
@@ -498,43 +469,38 @@ void agent_h_sandbox_put(struct httpd_req *r)
 	}
 	log_info("sandbox '%s' started (generation %lld, epoch %lld)", sb->key,
 		 (long long)sb->generation, (long long)sb->epoch);
-	httpd_reply_json(r, 201, agent_sb_json(sb));
-	return;
-fail_entry:
+	httpd_reply_json(c->r, 201, agent_sb_json(sb));
+	return 0;
+fail:
 	if (fresh)
 		sb_free(fresh);
-fail:
-	httpd_reply_err(r, &e);
+	return -1;
 }
 
-void agent_h_sandbox_get(struct httpd_req *r)
+/* The sandbox of a control call that needs one on this node. */
+static struct agent_sb *found(struct agent_call *c, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
-	char key[AGENT_KEY_MAX];
-	struct agent_sb *sb;
-
-	if (agent_path_key(r, key, sizeof(key), &e) < 0) {
-		httpd_reply_err(r, &e);
-		return;
-	}
-	sb = agent_sb_find(a, key);
-	if (!sb) {
-		err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "sandbox not found on this node");
-		httpd_reply_err(r, &e);
-		return;
-	}
-	httpd_reply_json(r, 200, agent_sb_json(sb));
+	if (!c->sb)
+		err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox not found on this node");
+	return c->sb;
 }
 
-void agent_h_sandbox_list(struct httpd_req *r)
+int agent_sandbox_get(struct agent_call *c, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
+	if (!found(c, e))
+		return -1;
+	httpd_reply_json(c->r, 200, agent_sb_json(c->sb));
+	return 0;
+}
+
+int agent_sandbox_list(struct agent_call *c, struct sbx_err *e)
+{
 	json_t *arr = json_array();
 
-	for (struct agent_sb *sb = a->sandboxes; arr && sb; sb = sb->next)
+	for (struct agent_sb *sb = c->a->sandboxes; arr && sb; sb = sb->next)
 		json_array_append_new(arr, agent_sb_json(sb));
-	httpd_reply_json(r, 200, arr ? json_pack("{s:o}", "sandboxes", arr) : NULL);
+	httpd_reply_json(c->r, 200, arr ? json_pack("{s:o}", "sandboxes", arr) : NULL);
+	return 0;
 }
 
 int agent_fence_request(struct httpd_req *r, const char *key, struct sbx_err *e)
@@ -547,92 +513,40 @@ int agent_fence_request(struct httpd_req *r, const char *key, struct sbx_err *e)
 	return 0;
 }
 
-/* Common head of stop, patch and delete: key from the path, fenced. */
-static int fenced_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err *e)
+int agent_sandbox_stop(struct agent_call *c, struct sbx_err *e)
 {
-	if (agent_path_key(r, key, keysz, e) < 0 || agent_fence_request(r, key, e) < 0)
+	if (!found(c, e))
 		return -1;
+	agent_sb_stop(c->a, c->sb);
+	log_info("sandbox '%s' stopped", c->key);
+	httpd_reply_json(c->r, 200, agent_sb_json(c->sb));
 	return 0;
 }
 
-void agent_h_sandbox_stop(struct httpd_req *r)
+int agent_sandbox_patch(struct agent_call *c, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
-	char key[AGENT_KEY_MAX];
-	struct agent_sb *sb;
-
-	if (fenced_key(r, key, sizeof(key), &e) < 0) {
-		httpd_reply_err(r, &e);
-		return;
-	}
-	sb = agent_sb_find(a, key);
-	if (!sb) {
-		err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "sandbox not found on this node");
-		httpd_reply_err(r, &e);
-		return;
-	}
-	agent_sb_stop(a, sb);
-	log_info("sandbox '%s' stopped", key);
-	httpd_reply_json(r, 200, agent_sb_json(sb));
-}
-
-void agent_h_sandbox_patch(struct httpd_req *r)
-{
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
-	char key[AGENT_KEY_MAX];
 	struct put_req p = { 0 };
-	struct agent_sb *sb;
-	const char *data;
-	json_t *body;
-	size_t len;
 
-	if (fenced_key(r, key, sizeof(key), &e) < 0)
-		goto fail;
-	data = httpd_body(r, &len);
-	body = jsonv_parse(data, len, &e);
-	if (!body)
-		goto fail;
-	if (jsonv_check(body, patch_fields, "the body", &e) < 0 || parse_sleep(body, &p, &e) < 0) {
-		json_decref(body);
-		goto fail;
-	}
-	json_decref(body);
-	sb = agent_sb_find(a, key);
-	if (!sb) {
-		err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "sandbox not found on this node");
-		goto fail;
-	}
+	if (parse_sleep(c->body, &p, e) < 0 || !found(c, e))
+		return -1;
 	if (p.sleep_after_ms >= 0)
-		sb->sleep_after_ms = p.sleep_after_ms;
+		c->sb->sleep_after_ms = p.sleep_after_ms;
 	if (p.keep_alive >= 0)
-		sb->keep_alive = p.keep_alive;
-	log_info("sandbox '%s': sleepAfter %lld ms, keepAlive %d", key, (long long)sb->sleep_after_ms,
-		 sb->keep_alive);
-	httpd_reply_json(r, 200, agent_sb_json(sb));
-	return;
-fail:
-	httpd_reply_err(r, &e);
+		c->sb->keep_alive = p.keep_alive;
+	log_info("sandbox '%s': sleepAfter %lld ms, keepAlive %d", c->key,
+		 (long long)c->sb->sleep_after_ms, c->sb->keep_alive);
+	httpd_reply_json(c->r, 200, agent_sb_json(c->sb));
+	return 0;
 }
 
-void agent_h_sandbox_delete(struct httpd_req *r)
+int agent_sandbox_delete(struct agent_call *c, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
-	char key[AGENT_KEY_MAX];
-	struct agent_sb *sb;
-
-	if (fenced_key(r, key, sizeof(key), &e) < 0) {
-		httpd_reply_err(r, &e);
-		return;
+	if (c->sb) {
+		agent_sb_remove(c->a, c->sb);
+		log_info("sandbox '%s' destroyed", c->key);
 	}
-	sb = agent_sb_find(a, key);
-	if (sb) {
-		agent_sb_remove(a, sb);
-		log_info("sandbox '%s' destroyed", key);
-	}
-	httpd_reply_empty(r, 204);
+	httpd_reply_empty(c->r, 204);
+	return 0;
 }
 
 struct agent_sb *agent_sb_running(struct agent *a, const char *key, const char *id,
@@ -658,32 +572,4 @@ int agent_lease_check(struct agent *a, struct sbx_err *e)
 		return err_set(e, SBX_E_NODE_UNAVAILABLE,
 			       "this node's lease in the registry has lapsed; retry");
 	return 0;
-}
-
-struct agent_sb *agent_data_sandbox(struct httpd_req *r, struct sbx_err *e)
-{
-	struct agent *a = httpd_ctx(r);
-	const char *tenant = httpd_header(r, "X-Sbx-Tenant"), *id = httpd_param(r, 0);
-	char key[AGENT_KEY_MAX];
-	struct agent_sb *sb;
-
-	if (a->shutting_down) {
-		err_set(e, SBX_E_NODE_UNAVAILABLE, "this node is shutting down");
-		return NULL;
-	}
-	if (!tenant || !ids_valid_tenant(tenant)) {
-		err_set(e, SBX_E_VALIDATION, "missing or invalid X-Sbx-Tenant");
-		return NULL;
-	}
-	if (!ids_valid_sandbox(id) || agent_key(key, sizeof(key), tenant, id) < 0) {
-		err_set(e, SBX_E_VALIDATION, "invalid sandbox id");
-		return NULL;
-	}
-	if (agent_lease_check(a, e) < 0 || agent_fence_request(r, key, e) < 0)
-		return NULL;
-	sb = agent_sb_running(a, key, id, -1, e);
-	if (!sb)
-		return NULL;
-	sb->last_active_at = util_wall_ms();
-	return sb;
 }

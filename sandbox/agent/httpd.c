@@ -185,6 +185,11 @@ const char *httpd_path(const struct httpd_req *r)
 	return r->path;
 }
 
+const void *httpd_route_data(const struct httpd_req *r)
+{
+	return r->route ? r->route->data : NULL;
+}
+
 const char *httpd_param(const struct httpd_req *r, int i)
 {
 	return i >= 0 && i < HTTPD_MAX_PARAMS ? r->params[i] : "";

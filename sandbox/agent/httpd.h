@@ -47,6 +47,7 @@ struct httpd_route {
 	const char *pattern;
 	httpd_handler_fn fn;
 	unsigned flags;            /* HTTPD_ROUTE_* */
+	const void *data;          /* the handler's own, from the row (httpd_route_data) */
 };
 
 /* The handler runs as soon as the headers are in (the body is not
@@ -96,6 +97,8 @@ const char *httpd_body(const struct httpd_req *r, size_t *len);
 /* The raw (still percent-encoded) tail of a "{*}" route; "" otherwise. */
 const char *httpd_tail(const struct httpd_req *r);
 const char *httpd_request_id(const struct httpd_req *r);
+/* The data of the route that matched r (struct httpd_route.data). */
+const void *httpd_route_data(const struct httpd_req *r);
 
 /* --- answers: exactly one per request --- */
 /* JSON body (stolen reference) with status. */

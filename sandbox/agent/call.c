@@ -1,0 +1,87 @@
+/* call.c — see call.h. */
+#include "call.h"
+#include "ids.h"
+#include "registry.h"
+#include "util.h"
+
+static int data_head(struct agent_call *c, struct sbx_err *e)
+{
+	const char *tenant = httpd_header(c->r, "X-Sbx-Tenant");
+
+	c->id = httpd_param(c->r, 0);
+	if (!tenant || !ids_valid_tenant(tenant))
+		return err_set(e, SBX_E_VALIDATION, "missing or invalid X-Sbx-Tenant");
+	if (!ids_valid_sandbox(c->id) || agent_key(c->key, sizeof(c->key), tenant, c->id) < 0)
+		return err_set(e, SBX_E_VALIDATION, "invalid sandbox id");
+	if (agent_lease_check(c->a, e) < 0 || agent_fence_request(c->r, c->key, e) < 0)
+		return -1;
+	c->sb = agent_sb_running(c->a, c->key, c->id, -1, e);
+	if (!c->sb)
+		return -1;
+	c->sb->last_active_at = util_wall_ms();
+	return 0;
+}
+
+static int control_head(struct agent_call *c, unsigned flags, struct sbx_err *e)
+{
+	if (agent_path_key(c->r, c->key, sizeof(c->key), e) < 0)
+		return -1;
+	c->id = httpd_param(c->r, 1);
+	if ((flags & AGENT_CALL_FENCED) && agent_fence_request(c->r, c->key, e) < 0)
+		return -1;
+	c->sb = agent_sb_find(c->a, c->key);
+	return 0;
+}
+
+static int json_body(struct agent_call *c, const struct jsonv_field *fields, struct sbx_err *e)
+{
+	static const struct jsonv_field none[] = { { NULL, 0, 0 } };
+	size_t len;
+	const char *data = httpd_body(c->r, &len);
+
+	c->body = jsonv_parse(data, len, e);
+	if (!c->body)
+		return -1;
+	return jsonv_check(c->body, fields ? fields : none, "the body", e);
+}
+
+/* Resolve what spec's flags ask for into c. 0 or -1 with e. */
+static int call_prepare(const struct agent_call_spec *spec, struct agent_call *c,
+			struct sbx_err *e)
+{
+	int64_t port;
+
+	if ((spec->flags & (AGENT_CALL_LIVE | AGENT_CALL_DATA)) && c->a->shutting_down)
+		return err_set(e, SBX_E_NODE_UNAVAILABLE, "this node is shutting down");
+	if ((spec->flags & AGENT_CALL_DATA) && data_head(c, e) < 0)
+		return -1;
+	if ((spec->flags & AGENT_CALL_CONTROL) && control_head(c, spec->flags, e) < 0)
+		return -1;
+	if (spec->flags & AGENT_CALL_PORT) {
+		if (util_parse_i64(httpd_param(c->r, 2), 1, 65535, &port) < 0)
+			return err_set(e, SBX_E_INVALID_PORT, "port must be 1-65535");
+		c->port = (int)port;
+	}
+	if ((spec->flags & AGENT_CALL_JSON) && json_body(c, spec->fields, e) < 0)
+		return -1;
+	return 0;
+}
+
+void agent_call_run(struct httpd_req *r)
+{
+	const struct agent_call_spec *spec = httpd_route_data(r);
+	struct agent_call c = { .r = r, .a = httpd_ctx(r), .port = -1 };
+	struct sbx_err e = { 0 };
+
+	if (call_prepare(spec, &c, &e) < 0 || spec->fn(&c, &e) < 0)
+		httpd_reply_err(r, &e);
+	json_decref(c.body);
+}
+
+struct agent_sb *agent_data_sandbox(struct httpd_req *r, struct sbx_err *e)
+{
+	static const struct agent_call_spec data = { NULL, AGENT_CALL_DATA, NULL };
+	struct agent_call c = { .r = r, .a = httpd_ctx(r), .port = -1 };
+
+	return call_prepare(&data, &c, e) < 0 ? NULL : c.sb;
+}

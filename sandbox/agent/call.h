@@ -1,0 +1,68 @@
+/*
+ * call.h — the agent's one handler contract.
+ *
+ * A route row names a struct agent_call_spec: the handler and what the
+ * dispatcher resolves before calling it (its flags), and the JSON fields
+ * of its body. The dispatcher (agent_call_run, the row's httpd handler)
+ * checks the request as the flags say, fills a struct agent_call, and calls
+ *
+ *     int fn(struct agent_call *c, struct sbx_err *e);
+ *
+ * A handler answers through httpd_reply_*() (or takes the request over:
+ * a stream, a deferred answer) and returns 0; or it returns -1 with e
+ * filled and without having answered, and the dispatcher renders the error
+ * — once, in one place, as sbx-api's router does.
+ */
+#ifndef SBX_CALL_H
+#define SBX_CALL_H
+
+#include "agent.h"
+#include "jsonv.h"
+
+enum agent_call_flags {
+	/* /v1/sandboxes/{id}/…: the tenant from X-Sbx-Tenant, param 0 the
+	 * id; refused while the node shuts down or its lease has lapsed; the
+	 * epoch of X-Sbx-Epoch fenced; c->sb is the running sandbox and its
+	 * activity is recorded. */
+	AGENT_CALL_DATA = 1u << 0,
+	/* /agent/v1/sandboxes/{tenant}/{id}/…: c->key from params 0 and 1;
+	 * c->sb is the sandbox of that key on this node, or NULL. */
+	AGENT_CALL_CONTROL = 1u << 1,
+	/* With CONTROL: X-Sbx-Epoch is fenced against c->key. */
+	AGENT_CALL_FENCED = 1u << 2,
+	/* Refused (503) while the node shuts down. */
+	AGENT_CALL_LIVE = 1u << 3,
+	/* Param 2 is a port 1-65535 (c->port). */
+	AGENT_CALL_PORT = 1u << 4,
+	/* The body is a JSON object (empty = {}) checked against the spec's
+	 * fields: c->body, borrowed for the call. */
+	AGENT_CALL_JSON = 1u << 5,
+};
+
+struct agent_call {
+	struct httpd_req *r;
+	struct agent *a;
+	const char *id;              /* the sandbox id of the path */
+	char key[AGENT_KEY_MAX];     /* "<tenant>.<id>" */
+	struct agent_sb *sb;         /* see the flags; borrowed */
+	json_t *body;                /* AGENT_CALL_JSON; released after the call */
+	int port;                    /* AGENT_CALL_PORT; else -1 */
+};
+
+typedef int (*agent_call_fn)(struct agent_call *c, struct sbx_err *e);
+
+struct agent_call_spec {
+	agent_call_fn fn;
+	unsigned flags;                      /* enum agent_call_flags */
+	const struct jsonv_field *fields;    /* AGENT_CALL_JSON: NULL for {} only */
+};
+
+/* The httpd handler of every row that names a spec (the row's data). */
+void agent_call_run(struct httpd_req *r);
+
+/* A route row's handler and data for spec fields: { method, pattern,
+ * AGENT_CALL(fn, flags, fields) } or with route flags after it. */
+#define AGENT_CALL(fn_, flags_, fields_) \
+	.fn = agent_call_run, .data = &(const struct agent_call_spec){ (fn_), (flags_), (fields_) }
+
+#endif
