@@ -5,9 +5,11 @@
  * /v1/sandboxes/{id}/cf/api/… (docs/COMPAT.md).
  *
  * Nothing here runs a command or touches a file itself. Every compat route
- * is a view over one of the agent's own handlers:
- *   1. the SDK's request is checked and rewritten into the sbx request
- *      (body, path tail, query, Accept header: httpd_set_*);
+ * is a view over one of the agent's own handlers, one row of cf_routes[]
+ * (method, the path after …/cf/, the mapper of its request, the sbx
+ * handler), reached through one entry, agent_cf_dispatch:
+ *   1. the row's mapper checks the SDK's request and rewrites it into the
+ *      sbx request (body, path tail, query, Accept header: httpd_set_*);
  *   2. a filter (struct httpd_filter) is put on the answer;
  *   3. the sbx handler runs (agent_h_exec, agent_h_proc_*, agent_h_files_*,
  *      agent_h_session_*) exactly as for its own route, and the filter turns
@@ -73,6 +75,7 @@ enum cf_kind {
 /* One compat request: what the answer filter needs to know. */
 struct cf_req {
 	enum cf_kind kind;
+	httpd_handler_fn serve;    /* the sbx handler that serves the request */
 	int64_t t0;
 	char *command;
 	char *session;
@@ -842,450 +845,327 @@ static json_t *cf_exec_body(const json_t *body, const char *command, int with_ti
 	return b;
 }
 
-static void cf_fail(struct httpd_req *r, json_t *body, struct sbx_err *e)
-{
-	json_decref(body);
-	httpd_reply_err(r, e);
-}
+/* --- the routes: one row each, with the mapper of its request --- */
+
+/* Turn the SDK's request (body: its JSON object, borrowed; NULL for a
+ * route without CF_BODY) into the sbx request of c->serve: body, path
+ * tail, query, params. 0, or -1 with e (nothing answered). A mapper that
+ * answers itself sets c->serve to NULL. */
+typedef int (*cf_map_fn)(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e);
+
+enum cf_route_flags {
+	CF_BODY = 1u << 0,         /* the SDK sends a JSON body: parsed for map */
+	CF_PROC_ID = 1u << 1,      /* the "{}" of the tail is a process id (param 1) */
+	CF_ACCEPT_JSON = 1u << 2,  /* the sbx handler answers JSON (Accept dropped) */
+	CF_ACCEPT_SSE = 1u << 3,   /* the sbx handler answers an event stream */
+	CF_FEED = 1u << 4,         /* the sbx handler takes the body as a stream */
+};
+
+struct cf_route {
+	const char *method;
+	const char *tail;          /* after …/cf/, "{}" one segment */
+	enum cf_kind kind;
+	unsigned flags;
+	cf_map_fn map;             /* NULL: nothing to map */
+	httpd_handler_fn serve;    /* the sbx handler (the mapper may change it) */
+};
 
 /* execute / execute/stream: exec, in the session when sessionId is given;
  * background: true starts a process instead. */
-static void cf_exec(struct httpd_req *r, int stream)
+static int map_exec(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
 {
-	struct cf_req *c = cf_begin(r, stream ? CF_EXEC_STREAM : CF_EXEC);
-	struct sbx_err e = { 0 };
 	const char *command, *sid;
-	json_t *body, *b, *bg;
+	int stream = c->kind == CF_EXEC_STREAM;
+	json_t *b;
 
-	if (!c)
-		return;
-	body = cf_body(r, &e);
-	if (!body || cf_req_str(body, "command", &command, &e) < 0 ||
-	    cf_str(body, "sessionId", &sid, &e) < 0)
-		return cf_fail(r, body, &e);
+	if (cf_req_str(body, "command", &command, e) < 0 || cf_str(body, "sessionId", &sid, e) < 0)
+		return -1;
 	c->command = strdup(command);
-	c->session = sid && *sid ? strdup(sid) : NULL;
-	bg = json_object_get(body, "background");
-	if (!stream && json_is_true(bg)) {
+	if (!stream && json_is_true(json_object_get(body, "background"))) {
 		c->kind = CF_PROC_START;
-		free(c->session);
-		c->session = NULL;
-		b = cf_exec_body(body, command, 0, &e);
-		if (!b || cf_set_body(r, b, &e) < 0)
-			return cf_fail(r, body, &e);
-		json_decref(body);
+		c->serve = agent_h_proc_start;
 		httpd_set_header(r, "Accept", NULL);
-		agent_h_proc_start(r);
-		return;
+		return cf_set_body(r, cf_exec_body(body, command, 0, e), e);
 	}
-	b = cf_exec_body(body, command, 1, &e);
+	c->session = sid && *sid ? strdup(sid) : NULL;
+	b = cf_exec_body(body, command, 1, e);
 	if (b && c->session && json_object_set_new(b, "session", json_string(c->session)) < 0) {
 		json_decref(b);
-		b = NULL;
-		err_sys(&e, ENOMEM, "body");
+		return err_sys(e, ENOMEM, "body");
 	}
-	if (!b || cf_set_body(r, b, &e) < 0)
-		return cf_fail(r, body, &e);
-	json_decref(body);
 	httpd_set_header(r, "Accept", stream ? "text/event-stream" : NULL);
-	agent_h_exec(r);
-}
-
-void agent_cf_execute(struct httpd_req *r)
-{
-	cf_exec(r, 0);
-}
-
-void agent_cf_execute_stream(struct httpd_req *r)
-{
-	cf_exec(r, 1);
+	return b ? cf_set_body(r, b, e) : -1;
 }
 
 /* The path fields of a file call: field (required) into c->path, and
  * (when not NULL) field2 into c->new_path. */
-static json_t *cf_file_body(struct httpd_req *r, struct cf_req *c, const char *field,
-			    const char *field2, struct sbx_err *e)
+static int cf_file_paths(struct cf_req *c, const json_t *body, const char *field,
+			 const char *field2, struct sbx_err *e)
 {
-	json_t *body = cf_body(r, e);
 	const char *p, *p2 = NULL;
 
-	if (!body)
-		return NULL;
-	if (cf_req_str(body, field, &p, e) < 0 || (field2 && cf_req_str(body, field2, &p2, e) < 0)) {
-		json_decref(body);
-		return NULL;
-	}
+	if (cf_req_str(body, field, &p, e) < 0 || (field2 && cf_req_str(body, field2, &p2, e) < 0))
+		return -1;
 	c->path = strdup(p);
 	c->new_path = dup_or_null(p2);
-	if (!c->path || (p2 && !c->new_path)) {
-		json_decref(body);
-		err_sys(e, ENOMEM, "path");
-		return NULL;
-	}
-	return body;
+	if (!c->path || (p2 && !c->new_path))
+		return err_sys(e, ENOMEM, "path");
+	return 0;
 }
 
-void agent_cf_read(struct httpd_req *r)
+/* A file call on "path": it becomes the tail of the sbx files route. */
+static int map_path(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
 {
-	struct cf_req *c = cf_begin(r, CF_READ);
-	struct sbx_err e = { 0 };
-	const char *enc, *q;
-	json_t *body;
+	if (cf_file_paths(c, body, "path", NULL, e) < 0)
+		return -1;
+	return cf_set_path(r, c->path, e);
+}
 
-	if (!c)
-		return;
-	body = cf_file_body(r, c, "path", NULL, &e);
-	if (!body || cf_str(body, "encoding", &enc, &e) < 0)
-		return cf_fail(r, body, &e);
-	if (!enc) {
+/* The SDK's encoding names: 1 base64, 0 text, -1 (400) anything else. */
+static int cf_encoding(const char *enc, struct sbx_err *e)
+{
+	if (strcmp(enc, "base64") == 0)
+		return 1;
+	if (strcmp(enc, "utf-8") == 0 || strcmp(enc, "utf8") == 0)
+		return 0;
+	return err_set(e, SBX_E_VALIDATION, "encoding must be utf-8, utf8 or base64");
+}
+
+static int map_read(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	const char *enc;
+	int b64 = 1;
+
+	if (map_path(r, c, body, e) < 0 || cf_str(body, "encoding", &enc, e) < 0)
+		return -1;
+	if (!enc)
 		c->auto_encoding = 1;
-		q = "base64";
-	} else if (strcmp(enc, "utf-8") == 0 || strcmp(enc, "utf8") == 0) {
-		q = "utf-8";
-	} else if (strcmp(enc, "base64") == 0) {
-		q = "base64";
-	} else {
-		err_set(&e, SBX_E_VALIDATION, "encoding must be utf-8, utf8 or base64");
-		return cf_fail(r, body, &e);
-	}
-	json_decref(body);
-	if (cf_set_path(r, c->path, &e) < 0 || httpd_set_query(r, "encoding", q) < 0)
-		return cf_fail(r, NULL, &e);
-	agent_h_files_get(r);
+	else if ((b64 = cf_encoding(enc, e)) < 0)
+		return -1;
+	return httpd_set_query(r, "encoding", b64 ? "base64" : "utf-8") < 0
+		       ? err_sys(e, ENOMEM, "query") : 0;
 }
 
-void agent_cf_read_stream(struct httpd_req *r)
+static int map_write(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
 {
-	struct cf_req *c = cf_begin(r, CF_READ_STREAM);
-	struct sbx_err e = { 0 };
-	json_t *body;
-
-	if (!c)
-		return;
-	body = cf_file_body(r, c, "path", NULL, &e);
-	if (!body || cf_set_path(r, c->path, &e) < 0)
-		return cf_fail(r, body, &e);
-	json_decref(body);
-	agent_h_files_get(r);
-}
-
-void agent_cf_write(struct httpd_req *r)
-{
-	struct cf_req *c = cf_begin(r, CF_WRITE);
-	struct sbx_err e = { 0 };
-	const char *enc, *content;
-	json_t *body;
+	const json_t *content = json_object_get(body, "content");
+	const char *enc;
 	struct buf raw;
-	int rc;
+	int rc = 0;
 
-	if (!c)
-		return;
-	body = cf_file_body(r, c, "path", NULL, &e);
-	if (!body || cf_str(body, "encoding", &enc, &e) < 0)
-		return cf_fail(r, body, &e);
-	if (!json_is_string(json_object_get(body, "content"))) {
-		err_set(&e, SBX_E_VALIDATION, "'content' must be a string");
-		return cf_fail(r, body, &e);
-	}
-	content = json_string_value(json_object_get(body, "content"));
+	if (map_path(r, c, body, e) < 0 || cf_str(body, "encoding", &enc, e) < 0)
+		return -1;
+	if (!json_is_string(content))
+		return err_set(e, SBX_E_VALIDATION, "'content' must be a string");
 	buf_init(&raw, HTTPD_MAX_JSON_BODY);
-	if (enc && strcmp(enc, "base64") == 0) {
-		if (codec_base64_decode(content, strlen(content), &raw) < 0) {
-			buf_release(&raw);
-			err_set(&e, SBX_E_VALIDATION, "'content' is not valid base64");
-			return cf_fail(r, body, &e);
-		}
-	} else if (enc && strcmp(enc, "utf-8") != 0 && strcmp(enc, "utf8") != 0) {
-		buf_release(&raw);
-		err_set(&e, SBX_E_VALIDATION, "encoding must be utf-8, utf8 or base64");
-		return cf_fail(r, body, &e);
-	} else {
-		buf_add(&raw, content, json_string_length(json_object_get(body, "content")));
-	}
-	json_decref(body);
-	rc = httpd_set_body(r, raw.data ? raw.data : "", raw.len);
-	buf_release(&raw);
-	if (rc < 0 || cf_set_path(r, c->path, &e) < 0) {
+	if (enc && (rc = cf_encoding(enc, e)) < 0) {
+		rc = -1;
+	} else if (rc == 1) {
+		rc = codec_base64_decode(json_string_value(content), json_string_length(content), &raw);
 		if (rc < 0)
-			err_sys(&e, ENOMEM, "body");
-		return cf_fail(r, NULL, &e);
+			err_set(e, SBX_E_VALIDATION, "'content' is not valid base64");
+	} else if (buf_add(&raw, json_string_value(content), json_string_length(content)) < 0) {
+		rc = err_set(e, SBX_E_PAYLOAD_TOO_LARGE, "'content' is too large");
 	}
-	agent_h_files_put(r);
-	httpd_feed_body(r);
-}
-
-void agent_cf_delete(struct httpd_req *r)
-{
-	struct cf_req *c = cf_begin(r, CF_DELETE);
-	struct sbx_err e = { 0 };
-	json_t *body;
-
-	if (!c)
-		return;
-	body = cf_file_body(r, c, "path", NULL, &e);
-	if (!body || cf_set_path(r, c->path, &e) < 0)
-		return cf_fail(r, body, &e);
-	json_decref(body);
-	agent_h_files_delete(r);
+	if (rc >= 0 && httpd_set_body(r, raw.data ? raw.data : "", raw.len) < 0)
+		rc = err_sys(e, ENOMEM, "body");
+	buf_release(&raw);
+	return rc < 0 ? -1 : 0;
 }
 
 /* rename and move are one rename(2) in sbx (the target is replaced, as
  * mv does). */
-static void cf_rename(struct httpd_req *r, const char *from_field, const char *to_field)
+static int cf_move(struct httpd_req *r, struct cf_req *c, const json_t *body, const char *from,
+		   const char *to, struct sbx_err *e)
 {
-	struct cf_req *c = cf_begin(r, CF_RENAME);
-	struct sbx_err e = { 0 };
-	json_t *body;
-
-	if (!c)
-		return;
-	body = cf_file_body(r, c, from_field, to_field, &e);
-	if (!body)
-		return cf_fail(r, NULL, &e);
-	json_decref(body);
-	if (cf_set_body(r,
-			json_pack("{s:s, s:s, s:b}", "from", c->path, "to", c->new_path,
-				  "overwrite", 1),
-			&e) < 0)
-		return cf_fail(r, NULL, &e);
-	agent_h_move(r);
+	if (cf_file_paths(c, body, from, to, e) < 0)
+		return -1;
+	return cf_set_body(r,
+			   json_pack("{s:s, s:s, s:b}", "from", c->path, "to", c->new_path,
+				     "overwrite", 1),
+			   e);
 }
 
-void agent_cf_rename(struct httpd_req *r)
+static int map_rename(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
 {
-	cf_rename(r, "oldPath", "newPath");
+	return cf_move(r, c, body, "oldPath", "newPath", e);
 }
 
-void agent_cf_move(struct httpd_req *r)
+static int map_move(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
 {
-	cf_rename(r, "sourcePath", "destinationPath");
+	return cf_move(r, c, body, "sourcePath", "destinationPath", e);
 }
 
-void agent_cf_mkdir(struct httpd_req *r)
+static int map_mkdir(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
 {
-	struct cf_req *c = cf_begin(r, CF_MKDIR);
-	struct sbx_err e = { 0 };
-	json_t *body;
-
-	if (!c)
-		return;
-	body = cf_file_body(r, c, "path", NULL, &e);
-	if (!body || cf_set_path(r, c->path, &e) < 0)
-		return cf_fail(r, body, &e);
 	c->recursive = json_is_true(json_object_get(body, "recursive"));
-	json_decref(body);
-	agent_h_dirs_put(r);
+	return map_path(r, c, body, e);
 }
 
-void agent_cf_list_files(struct httpd_req *r)
+static int map_list(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
 {
-	struct cf_req *c = cf_begin(r, CF_LIST);
-	struct sbx_err e = { 0 };
-	json_t *body, *opts;
+	json_t *opts = json_object_get(body, "options");
 
-	if (!c)
-		return;
-	body = cf_file_body(r, c, "path", NULL, &e);
-	if (!body || cf_set_path(r, c->path, &e) < 0)
-		return cf_fail(r, body, &e);
-	opts = json_object_get(body, "options");
-	if (opts && !json_is_object(opts) && !json_is_null(opts)) {
-		err_set(&e, SBX_E_VALIDATION, "'options' must be an object");
-		return cf_fail(r, body, &e);
-	}
+	if (map_path(r, c, body, e) < 0)
+		return -1;
+	if (opts && !json_is_object(opts) && !json_is_null(opts))
+		return err_set(e, SBX_E_VALIDATION, "'options' must be an object");
 	if (httpd_set_query(r, "recursive",
 			    json_is_true(json_object_get(opts, "recursive")) ? "true" : "false") < 0 ||
 	    httpd_set_query(r, "hidden",
 			    json_is_true(json_object_get(opts, "includeHidden")) ? "true" : "false") < 0 ||
-	    httpd_set_query(r, "limit", CF_LIST_LIMIT) < 0) {
-		err_sys(&e, ENOMEM, "query");
-		return cf_fail(r, body, &e);
-	}
-	json_decref(body);
-	agent_h_dirs_get(r);
+	    httpd_set_query(r, "limit", CF_LIST_LIMIT) < 0)
+		return err_sys(e, ENOMEM, "query");
+	return 0;
 }
 
-void agent_cf_exists(struct httpd_req *r)
+static int map_proc_start(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
 {
-	struct cf_req *c = cf_begin(r, CF_EXISTS);
-	struct sbx_err e = { 0 };
-	json_t *body;
-
-	if (!c)
-		return;
-	body = cf_file_body(r, c, "path", NULL, &e);
-	if (!body || cf_set_path(r, c->path, &e) < 0)
-		return cf_fail(r, body, &e);
-	json_decref(body);
-	agent_h_stat_get(r);
-}
-
-void agent_cf_proc_start(struct httpd_req *r)
-{
-	struct cf_req *c = cf_begin(r, CF_PROC_START);
-	struct sbx_err e = { 0 };
 	const char *command;
-	json_t *body, *b;
+	json_t *b;
 
-	if (!c)
-		return;
-	body = cf_body(r, &e);
-	if (!body || cf_req_str(body, "command", &command, &e) < 0)
-		return cf_fail(r, body, &e);
+	if (cf_req_str(body, "command", &command, e) < 0)
+		return -1;
 	c->command = strdup(command);
-	b = cf_exec_body(body, command, 0, &e);
-	if (b && cf_copy(b, body, "processId", "id", JV_STRING, &e) < 0) {
+	b = cf_exec_body(body, command, 0, e);
+	if (b && cf_copy(b, body, "processId", "id", JV_STRING, e) < 0) {
 		json_decref(b);
-		b = NULL;
+		return -1;
 	}
-	if (!b || cf_set_body(r, b, &e) < 0)
-		return cf_fail(r, body, &e);
-	json_decref(body);
-	agent_h_proc_start(r);
+	return b ? cf_set_body(r, b, e) : -1;
 }
 
-void agent_cf_proc_list(struct httpd_req *r)
+static int map_session_create(struct httpd_req *r, struct cf_req *c, json_t *body,
+			      struct sbx_err *e)
 {
-	if (cf_begin(r, CF_PROC_LIST))
-		agent_h_proc_list(r);
-}
+	json_t *b = json_object();
 
-void agent_cf_proc_kill_all(struct httpd_req *r)
-{
-	if (cf_begin(r, CF_PROC_KILL_ALL))
-		agent_h_proc_kill_all(r);
-}
-
-/* A route with the process id as path param 1: remember it for answers. */
-static struct cf_req *cf_begin_proc(struct httpd_req *r, enum cf_kind kind)
-{
-	struct cf_req *c = cf_begin(r, kind);
-
-	if (c)
-		c->proc_id = strdup(httpd_param(r, 1));
-	return c;
-}
-
-void agent_cf_proc_get(struct httpd_req *r)
-{
-	if (cf_begin_proc(r, CF_PROC_GET))
-		agent_h_proc_get(r);
-}
-
-void agent_cf_proc_kill(struct httpd_req *r)
-{
-	if (cf_begin_proc(r, CF_PROC_KILL))
-		agent_h_proc_kill(r);
-}
-
-void agent_cf_proc_logs(struct httpd_req *r)
-{
-	if (!cf_begin_proc(r, CF_PROC_LOGS))
-		return;
-	httpd_set_header(r, "Accept", NULL);
-	agent_h_proc_logs(r);
-}
-
-void agent_cf_proc_stream(struct httpd_req *r)
-{
-	if (!cf_begin_proc(r, CF_PROC_STREAM))
-		return;
-	httpd_set_header(r, "Accept", "text/event-stream");
-	agent_h_proc_logs(r);
-}
-
-void agent_cf_session_create(struct httpd_req *r)
-{
-	struct cf_req *c = cf_begin(r, CF_SESS_CREATE);
-	struct sbx_err e = { 0 };
-	json_t *body, *b;
-
-	if (!c)
-		return;
-	body = cf_body(r, &e);
-	if (!body)
-		return cf_fail(r, NULL, &e);
 	if (json_is_string(json_object_get(body, "id")))
 		c->session = strdup(json_string_value(json_object_get(body, "id")));
-	b = json_object();
-	if (!b || cf_copy(b, body, "id", "id", JV_STRING, &e) < 0 ||
-	    cf_copy(b, body, "env", "env", JV_OBJECT, &e) < 0 ||
-	    cf_copy(b, body, "cwd", "cwd", JV_STRING, &e) < 0) {
+	if (!b)
+		return err_sys(e, ENOMEM, "body");
+	if (cf_copy(b, body, "id", "id", JV_STRING, e) < 0 ||
+	    cf_copy(b, body, "env", "env", JV_OBJECT, e) < 0 ||
+	    cf_copy(b, body, "cwd", "cwd", JV_STRING, e) < 0) {
 		json_decref(b);
-		if (!b)
-			err_sys(&e, ENOMEM, "body");
-		return cf_fail(r, body, &e);
+		return -1;
 	}
-	json_decref(body);
-	if (cf_set_body(r, b, &e) < 0)
-		return cf_fail(r, NULL, &e);
-	agent_h_session_create(r);
+	return cf_set_body(r, b, e);
 }
 
-void agent_cf_session_list(struct httpd_req *r)
+static int map_session_delete(struct httpd_req *r, struct cf_req *c, json_t *body,
+			      struct sbx_err *e)
 {
-	if (cf_begin(r, CF_SESS_LIST))
-		agent_h_session_list(r);
-}
-
-void agent_cf_session_delete(struct httpd_req *r)
-{
-	struct cf_req *c = cf_begin(r, CF_SESS_DELETE);
-	struct sbx_err e = { 0 };
 	const char *sid;
-	json_t *body;
 
-	if (!c)
-		return;
-	body = cf_body(r, &e);
-	if (!body || cf_req_str(body, "sessionId", &sid, &e) < 0)
-		return cf_fail(r, body, &e);
+	if (cf_req_str(body, "sessionId", &sid, e) < 0)
+		return -1;
 	c->session = strdup(sid);
-	json_decref(body);
-	if (!c->session || httpd_set_param(r, 1, c->session) < 0) {
-		err_set(&e, SBX_E_VALIDATION, "'sessionId' must be 1-64 of [A-Za-z0-9_.-]");
-		return cf_fail(r, NULL, &e);
-	}
-	agent_h_session_delete(r);
+	if (!c->session || httpd_set_param(r, 1, c->session) < 0)
+		return err_set(e, SBX_E_VALIDATION, "'sessionId' must be 1-64 of [A-Za-z0-9_.-]");
+	return 0;
 }
 
-void agent_cf_ping(struct httpd_req *r)
+static int map_ping(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
 {
-	struct sbx_err e = { 0 };
-	struct agent_sb *sb;
+	struct agent_sb *sb = agent_data_sandbox(r, e);
 
-	if (!cf_begin(r, CF_PLAIN))
-		return;
-	sb = agent_data_sandbox(r, &e);
-	if (!sb) {
-		httpd_reply_err(r, &e);
-		return;
-	}
+	if (!sb)
+		return -1;
+	c->serve = NULL;
 	httpd_reply_json(r, 200,
 			 json_pack("{s:s, s:I}", "message", "pong", "uptime",
 				   (json_int_t)((util_wall_ms() - sb->started_at) / 1000)));
+	return 0;
 }
 
-void agent_cf_version(struct httpd_req *r)
+static int map_version(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
 {
-	struct sbx_err e = { 0 };
-
-	if (!cf_begin(r, CF_PLAIN))
-		return;
-	if (!agent_data_sandbox(r, &e)) {
-		httpd_reply_err(r, &e);
-		return;
-	}
+	if (!agent_data_sandbox(r, e))
+		return -1;
+	c->serve = NULL;
 	httpd_reply_json(r, 200, json_pack("{s:s}", "version", CF_VERSION));
+	return 0;
 }
 
-void agent_cf_unsupported(struct httpd_req *r)
-{
-	struct sbx_err e;
+static const struct cf_route cf_routes[] = {
+	{ "POST", "api/execute", CF_EXEC, CF_BODY, map_exec, agent_h_exec },
+	{ "POST", "api/execute/stream", CF_EXEC_STREAM, CF_BODY, map_exec, agent_h_exec },
+	{ "POST", "api/read", CF_READ, CF_BODY, map_read, agent_h_files_get },
+	{ "POST", "api/read/stream", CF_READ_STREAM, CF_BODY, map_path, agent_h_files_get },
+	{ "POST", "api/write", CF_WRITE, CF_BODY | CF_FEED, map_write, agent_h_files_put },
+	{ "POST", "api/delete", CF_DELETE, CF_BODY, map_path, agent_h_files_delete },
+	{ "POST", "api/rename", CF_RENAME, CF_BODY, map_rename, agent_h_move },
+	{ "POST", "api/move", CF_RENAME, CF_BODY, map_move, agent_h_move },
+	{ "POST", "api/mkdir", CF_MKDIR, CF_BODY, map_mkdir, agent_h_dirs_put },
+	{ "POST", "api/list-files", CF_LIST, CF_BODY, map_list, agent_h_dirs_get },
+	{ "POST", "api/exists", CF_EXISTS, CF_BODY, map_path, agent_h_stat_get },
+	{ "POST", "api/process/start", CF_PROC_START, CF_BODY, map_proc_start, agent_h_proc_start },
+	{ "GET", "api/process/list", CF_PROC_LIST, 0, NULL, agent_h_proc_list },
+	{ "DELETE", "api/process/kill-all", CF_PROC_KILL_ALL, 0, NULL, agent_h_proc_kill_all },
+	{ "GET", "api/process/{}", CF_PROC_GET, CF_PROC_ID, NULL, agent_h_proc_get },
+	{ "DELETE", "api/process/{}", CF_PROC_KILL, CF_PROC_ID, NULL, agent_h_proc_kill },
+	{ "GET", "api/process/{}/logs", CF_PROC_LOGS, CF_PROC_ID | CF_ACCEPT_JSON, NULL,
+	  agent_h_proc_logs },
+	{ "GET", "api/process/{}/stream", CF_PROC_STREAM, CF_PROC_ID | CF_ACCEPT_SSE, NULL,
+	  agent_h_proc_logs },
+	{ "POST", "api/session/create", CF_SESS_CREATE, CF_BODY, map_session_create,
+	  agent_h_session_create },
+	{ "GET", "api/session/list", CF_SESS_LIST, 0, NULL, agent_h_session_list },
+	{ "POST", "api/session/delete", CF_SESS_DELETE, CF_BODY, map_session_delete,
+	  agent_h_session_delete },
+	{ "GET", "api/ping", CF_PLAIN, 0, map_ping, NULL },
+	{ "GET", "api/version", CF_PLAIN, 0, map_version, NULL },
+};
 
-	if (!cf_begin(r, CF_PLAIN))
+static const struct cf_route *cf_route_find(const char *method, const char *tail,
+					    char params[][HTTPD_PARAM_MAX])
+{
+	for (size_t i = 0; i < ARRAY_SIZE(cf_routes); i++)
+		if (strcmp(cf_routes[i].method, method) == 0 &&
+		    httpd_match(cf_routes[i].tail, tail, params) >= 0)
+			return &cf_routes[i];
+	return NULL;
+}
+
+void agent_cf_dispatch(struct httpd_req *r)
+{
+	char params[HTTPD_MAX_PARAMS][HTTPD_PARAM_MAX];
+	const struct cf_route *rt = cf_route_find(httpd_method(r), httpd_tail(r), params);
+	struct sbx_err e = { 0 };
+	httpd_handler_fn serve;
+	struct cf_req *c;
+	json_t *body = NULL;
+
+	c = cf_begin(r, rt ? rt->kind : CF_PLAIN);
+	if (!c)
 		return;
-	err_set(&e, SBX_E_ROUTE_NOT_FOUND,
-		"this endpoint of the Cloudflare Sandbox API is not supported by sbx (docs/COMPAT.md)");
+	if (!rt) {
+		err_set(&e, SBX_E_ROUTE_NOT_FOUND,
+			"this endpoint of the Cloudflare Sandbox API is not supported by sbx (docs/COMPAT.md)");
+		goto fail;
+	}
+	if ((rt->flags & CF_PROC_ID) &&
+	    (!(c->proc_id = strdup(params[0])) || httpd_set_param(r, 1, params[0]) < 0)) {
+		err_sys(&e, ENOMEM, "process id");
+		goto fail;
+	}
+	if ((rt->flags & CF_BODY) && !(body = cf_body(r, &e)))
+		goto fail;
+	c->serve = rt->serve;
+	if (rt->map && rt->map(r, c, body, &e) < 0)
+		goto fail;
+	json_decref(body);
+	if (rt->flags & (CF_ACCEPT_JSON | CF_ACCEPT_SSE))
+		httpd_set_header(r, "Accept", (rt->flags & CF_ACCEPT_SSE) ? "text/event-stream" : NULL);
+	serve = c->serve;   /* c belongs to r's filter from here on */
+	if (serve) {
+		serve(r);
+		if (rt->flags & CF_FEED)
+			httpd_feed_body(r);
+	}
+	return;
+fail:
+	json_decref(body);
 	httpd_reply_err(r, &e);
 }

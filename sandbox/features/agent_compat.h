@@ -12,30 +12,9 @@
 
 #include <stddef.h>
 
-void agent_cf_execute(struct httpd_req *r);
-void agent_cf_execute_stream(struct httpd_req *r);
-void agent_cf_read(struct httpd_req *r);
-void agent_cf_read_stream(struct httpd_req *r);
-void agent_cf_write(struct httpd_req *r);
-void agent_cf_delete(struct httpd_req *r);
-void agent_cf_rename(struct httpd_req *r);
-void agent_cf_move(struct httpd_req *r);
-void agent_cf_mkdir(struct httpd_req *r);
-void agent_cf_list_files(struct httpd_req *r);
-void agent_cf_exists(struct httpd_req *r);
-void agent_cf_proc_start(struct httpd_req *r);
-void agent_cf_proc_list(struct httpd_req *r);
-void agent_cf_proc_kill_all(struct httpd_req *r);
-void agent_cf_proc_get(struct httpd_req *r);
-void agent_cf_proc_kill(struct httpd_req *r);
-void agent_cf_proc_logs(struct httpd_req *r);
-void agent_cf_proc_stream(struct httpd_req *r);
-void agent_cf_session_create(struct httpd_req *r);
-void agent_cf_session_list(struct httpd_req *r);
-void agent_cf_session_delete(struct httpd_req *r);
-void agent_cf_ping(struct httpd_req *r);
-void agent_cf_version(struct httpd_req *r);
-/* Any other path under …/cf/: the SDK's error shape, 404 NOT_FOUND. */
-void agent_cf_unsupported(struct httpd_req *r);
+/* Every route under /v1/sandboxes/{id}/cf/ (GET, POST, DELETE): the
+ * compat table finds the SDK's route by its tail, maps the request and
+ * runs the sbx handler; any other path is the SDK's 404 NOT_FOUND. */
+void agent_cf_dispatch(struct httpd_req *r);
 
 #endif
