@@ -210,6 +210,26 @@ def test_tenant_memory_total(st):
     assert limits(st, tenant).json()["usage"] == {"sandboxes": 0, "memoryMiB": 0, "cpus": 0}
 
 
+def test_stale_usage_entry_gives_no_credit(st):
+    """A usage entry left by a create that failed (its id no longer in the
+    tenant's set) is no credit when that id is created again: the create is
+    checked in full; entries of ids not in the set are dropped."""
+    tenant, key = tenant_key(st, "ts")
+    assert limits(st, tenant, {"memoryMiB": 1024}).status_code == 200
+    a, b, x = uid("a"), uid("b"), uid("x")
+    ukey = "sbx:tenant:{%s}:usage" % tenant
+    create(st, key, a, memoryMiB=512)
+    try:
+        st.redis_cli("HSET", ukey, x, "512 1000")
+        create(st, key, b, memoryMiB=512)        # x's entry is not counted
+        assert st.redis_cli("HEXISTS", ukey, x) == "0"
+        st.redis_cli("HSET", ukey, x, "512 1000")
+        assert_error(create(st, key, x, expect=None, memoryMiB=16), 429, "QUOTA_EXCEEDED")
+        assert st.redis_cli("ZSCORE", "sbx:tenant:{%s}:sandboxes" % tenant, x) == ""
+    finally:
+        destroy(st, key, a, b, x)
+
+
 def test_tenant_cpus_total(st):
     tenant, key = tenant_key(st, "tu")
     assert limits(st, tenant, {"cpus": 2}).status_code == 200
