@@ -188,6 +188,7 @@ int placement_pick(const struct placement_need *need, struct placement_node *out
 	auto_reply redisReply *members = NULL;
 	auto_free struct placement_node *nodes = NULL;
 	auto_free redisReply **reps = NULL;
+	auto_free unsigned char *known = NULL;   /* committed sums read, per node */
 	const char *names[PLACEMENT_NODES_MAX];
 	uint32_t rnd[2] = { 0, 0 };
 	size_t n = 0;
@@ -217,14 +218,22 @@ int placement_pick(const struct placement_need *need, struct placement_node *out
 	for (size_t i = 0; i < n; i++)
 		parse_node(names[i], reps + 3 * i, &nodes[i]);
 	store_free_replies(reps, 3 * n);
-	for (size_t i = 0; i < n; i++)
-		if (placement_has_room(&nodes[i]) && fetch_committed(&nodes[i], e) < 0)
-			return -1;
 	if (util_random(rnd, sizeof(rnd)) < 0) {
 		rnd[0] = (uint32_t)util_now_ms();
 		rnd[1] = rnd[0] >> 7;
 	}
-	k = placement_choose_fit(nodes, n, need, rnd[0], rnd[1]);
+	/* What a node commits costs a read per sandbox placed there, so only
+	 * the chosen node's is read: a node found full drops out of the next
+	 * choice, until a node whose sums are known is chosen, or none is left. */
+	known = calloc(n, 1);
+	if (!known)
+		return err_set(e, SBX_E_INTERNAL, "out of memory placing a sandbox");
+	while ((k = placement_choose_fit(nodes, n, need, rnd[0], rnd[1])) >= 0 && need &&
+	       !known[k]) {
+		if (fetch_committed(&nodes[k], e) < 0)
+			return -1;
+		known[k] = 1;
+	}
 	if (k < 0 && need)
 		return err_set(e, SBX_E_NO_CAPACITY,
 			       "no live node has room for another sandbox of %lld MiB and %g cpus",

@@ -11,8 +11,9 @@
  * (agent.memory_mib, agent.cpus_milli) takes a sandbox only while the
  * limits committed there plus the new one's stay within them. Committed is
  * summed from the records of the node's set that run there (starting or
- * running; a sleeping sandbox commits nothing), read at placement time —
- * one pipelined HMGET per sandbox of the node, on creates, wakes and
+ * running; a sleeping sandbox commits nothing), read at placement time for
+ * the chosen node only (and again for the next choice when it is full) —
+ * one pipelined HMGET per sandbox of that node, on creates, wakes and
  * re-placements only. Two placements at the same moment may both see the
  * same room: the sums are a placement rule, not a reservation.
  */
