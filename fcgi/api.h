@@ -25,6 +25,8 @@ int api_ports_preview(struct http_req *r, struct sbx_err *e);        /* /_sbx_pr
 int api_tunnels_create(struct http_req *r, struct sbx_err *e);       /* POST …/{id}/tunnels/{port} */
 int api_tunnels_list(struct http_req *r, struct sbx_err *e);         /* GET …/{id}/tunnels */
 int api_tunnels_delete(struct http_req *r, struct sbx_err *e);       /* DELETE …/{id}/tunnels/{port} */
+int api_tenants_limits_get(struct http_req *r, struct sbx_err *e);   /* GET /v1/tenants/{tenant}/limits */
+int api_tenants_limits_put(struct http_req *r, struct sbx_err *e);   /* PUT /v1/tenants/{tenant}/limits */
 /* The /_sbx_preview decision for a tunnel host "t-<tunnel_id>": 0 with
  * forward (host:port of the agent's forwarder, 128 bytes) filled, or -1
  * with e (404 INVALID_TOKEN, 410 STALE_PREVIEW_URL). */

@@ -49,6 +49,8 @@ static json_t *node_json(const char *name, const redisReply *h, int alive)
 	json_object_set_new(o, "capacity", number_field(h, "capacity"));
 	json_object_set_new(o, "load", number_field(h, "load"));
 	json_object_set_new(o, "sandboxes", number_field(h, "sandboxes"));
+	json_object_set_new(o, "memoryMiB", number_field(h, "memoryMiB"));
+	json_object_set_new(o, "cpusMilli", number_field(h, "cpusMilli"));
 	if (hb && util_parse_i64(hb, 0, INT64_MAX / 2, &ms) == 0) {
 		char iso[32];
 		util_iso8601(ms, iso);

@@ -1,5 +1,6 @@
 #include "lifecycle.h"
 #include "agentc.h"
+#include "ceilings.h"
 #include "ids.h"
 #include "jsonv.h"
 #include "log.h"
@@ -9,7 +10,6 @@
 #include "store.h"
 #include "util.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -64,7 +64,6 @@ static int parse_resources(const json_t *res, const struct sbx_conf *c, struct l
 {
 	int64_t mem = c->sandbox.memory_mib, cpus = c->sandbox.cpus_milli, pids = c->sandbox.pids;
 	int64_t disk = c->sandbox.disk_mib, lo, hi;
-	json_t *v;
 
 	if (jsonv_check(res, resource_fields, "'resources'", e) < 0)
 		return -1;
@@ -78,15 +77,9 @@ static int parse_resources(const json_t *res, const struct sbx_conf *c, struct l
 	if (jsonv_int(res, "diskMiB", lo, hi, &disk, e) < 0)
 		return -1;
 	bounds("cpus_milli", &lo, &hi);
-	if ((v = json_object_get(res, "cpus"))) {
-		double d = json_number_value(v);
-		if (!(d > 0) || !isfinite(d) || d * 1000.0 + 0.5 < (double)lo ||
-		    d * 1000.0 + 0.5 >= (double)hi + 1)
-			return err_set(e, SBX_E_VALIDATION,
-				       "field 'cpus' in 'resources' must be between %g and %g",
-				       (double)lo / 1000.0, (double)hi / 1000.0);
-		cpus = (int64_t)(d * 1000.0 + 0.5);
-	}
+	if (ceilings_json_milli(res, "cpus", "'resources'", lo, hi, &cpus, e) < 0 ||
+	    ceilings_check_sandbox(c, mem, cpus, pids, disk, e) < 0)
+		return -1;
 	s->resources = lifecycle_resources_json(mem, cpus, pids, disk);
 	if (!s->resources)
 		return err_set(e, SBX_E_INTERNAL, "out of memory");
@@ -665,6 +658,7 @@ int lifecycle_ensure_running(const char *tenant, const char *id, struct lc_owner
 	for (int attempt = 0; attempt < LC_ATTEMPTS; attempt++) {
 		auto_json json_t *rec = NULL;
 		struct placement_node pn, target;
+		struct placement_need need;
 		int rc;
 
 		if (load_with_node(tenant, id, &rec, &pn, e) < 0)
@@ -692,9 +686,10 @@ int lifecycle_ensure_running(const char *tenant, const char *id, struct lc_owner
 			return 0;
 		}
 		/* Asleep, or its node is gone: a new container, where there is room. */
-		if (pn.alive && placement_has_room(&pn))
+		ceilings_record_need(rec, &need);
+		if (pn.alive && placement_room_for(&pn, &need))
 			target = pn;
-		else if (placement_pick(&target, e) < 0)
+		else if (placement_pick(&need, &target, e) < 0)
 			return -1;
 		rc = start_new(tenant, id, rec, target.name,
 			       pn.alive || !pn.name[0] || strcmp(pn.name, target.name) == 0 ? "started"
@@ -729,6 +724,9 @@ static int update_record(const char *tenant, const char *id, const struct lc_spe
 		struct placement_node pn;
 
 		if (load_existing(tenant, id, &rec, e) < 0)
+			return -1;
+		if ((s->has & LC_HAS_RESOURCES) &&
+		    ceilings_tenant_resize(tenant, id, rec, s->resources, e) < 0)
 			return -1;
 		old_pending = fstr(rec, "pending") ? fstr(rec, "pending") : "{}";
 		applied = json_pack("{s:o,s:o,s:o,s:s,s:s}", "labels", fjson(rec, "labels"),
@@ -867,15 +865,18 @@ int lifecycle_restart(const char *tenant, const char *id, struct sbx_err *e)
 	for (int attempt = 0; attempt < LC_ATTEMPTS; attempt++) {
 		auto_json json_t *rec = NULL;
 		struct placement_node pn, target;
+		struct placement_need need;
 		int rc;
 
 		if (load_with_node(tenant, id, &rec, &pn, e) < 0)
 			return -1;
 		/* Its own node if alive (a running one already holds its slot). */
+		ceilings_record_need(rec, &need);
 		if (pn.alive && pn.address[0] &&
-		    (is_state(rec, "running") || is_state(rec, "starting") || placement_has_room(&pn)))
+		    (is_state(rec, "running") || is_state(rec, "starting") ||
+		     placement_room_for(&pn, &need)))
 			target = pn;
-		else if (placement_pick(&target, e) < 0)
+		else if (placement_pick(&need, &target, e) < 0)
 			return -1;
 		rc = start_new(tenant, id, rec, target.name, "restarted", e);
 		if (rc < 0)
@@ -932,14 +933,14 @@ int lifecycle_sleep(const char *tenant, const char *id, struct sbx_err *e)
 }
 
 /* Reserve a quota slot for id. 1 reserved now, 0 it already had one, -1 with e. */
-static int quota_reserve(const struct sbx_conf *c, const char *tenant, const char *id,
+static int quota_reserve(int64_t quota_sandboxes, const char *tenant, const char *id,
 			 struct sbx_err *e)
 {
 	char key[128], quota[32];
 	auto_reply redisReply *r = NULL;
 
 	snprintf(key, sizeof(key), "sbx:tenant:{%s}:sandboxes", tenant);
-	snprintf(quota, sizeof(quota), "%lld", (long long)c->api.quota_sandboxes);
+	snprintf(quota, sizeof(quota), "%lld", (long long)quota_sandboxes);
 	r = scripts_run(SCRIPT_QUOTA_RESERVE, 1, (const char *[]){ key }, 2,
 			(const char *[]){ id, quota }, e);
 	if (!r)
@@ -948,7 +949,7 @@ static int quota_reserve(const struct sbx_conf *c, const char *tenant, const cha
 		return err_set(e, SBX_E_INTERNAL, "quota: unexpected reply");
 	if (r->integer < 0)
 		return err_set(e, SBX_E_QUOTA_EXCEEDED, "tenant '%s' has %lld sandboxes, its quota",
-			       tenant, (long long)c->api.quota_sandboxes);
+			       tenant, (long long)quota_sandboxes);
 	return (int)r->integer;
 }
 
@@ -1020,6 +1021,8 @@ int lifecycle_put(const struct sbx_conf *c, const char *tenant, const char *id,
 	for (int attempt = 0; attempt < 3; attempt++) {
 		auto_json json_t *rec = NULL;
 		struct placement_node target;
+		struct placement_need need;
+		struct ceilings_tenant lim;
 		char epoch[32];
 		int reserved, rc;
 
@@ -1034,10 +1037,17 @@ int lifecycle_put(const struct sbx_conf *c, const char *tenant, const char *id,
 			}
 			return 0;
 		}
-		reserved = quota_reserve(c, tenant, id, e);
+		if (ceilings_tenant_load(tenant, &lim, NULL, e) < 0)
+			return -1;
+		reserved = quota_reserve(lim.sandboxes, tenant, id, e);
 		if (reserved < 0)
 			return -1;
-		if (placement_pick(&target, e) < 0) {
+		need.memory_mib = c->sandbox.memory_mib;
+		need.cpus_milli = c->sandbox.cpus_milli;
+		if (s->resources)
+			ceilings_resources_need(s->resources, &need);
+		if (ceilings_tenant_reserve(&lim, tenant, id, &need, e) < 0 ||
+		    placement_pick(&need, &target, e) < 0) {
 			if (reserved)
 				quota_release(tenant, id);
 			return -1;

@@ -1,4 +1,5 @@
 #include "master.h"
+#include "ceilings.h"
 #include "log.h"
 #include "store.h"
 #include "util.h"
@@ -59,7 +60,7 @@ int master_load_conf(const struct master_opts *o, struct sbx_conf *c, struct sbx
 	for (int i = 0; i < o->noverrides; i++)
 		if (conf_override(c, o->overrides[i], e) < 0)
 			return -1;
-	return 0;
+	return ceilings_conf_check(c, e);
 }
 
 /* Remove a stale unix socket at path; refuse when something answers there

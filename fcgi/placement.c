@@ -1,5 +1,6 @@
 #include "placement.h"
 #include "agentc.h"
+#include "ceilings.h"
 #include "ids.h"
 #include "log.h"
 #include "store.h"
@@ -9,18 +10,39 @@
 #include <string.h>
 
 #define PLACEMENT_NODES_MAX 1024
+#define PLACEMENT_BATCH 256          /* records read per pipelined round */
+#define PLACEMENT_MEMBERS_MAX 100000 /* sandboxes of one node looked at */
 
 int placement_has_room(const struct placement_node *n)
 {
 	return n->alive && agentc_address_ok(n->address) && n->running < n->capacity;
 }
 
+int placement_fits(const struct placement_node *n, const struct placement_need *need)
+{
+	if (!placement_has_room(n))
+		return 0;
+	if (!need)
+		return 1;
+	if (n->memory_mib > 0 && n->memory_committed + need->memory_mib > n->memory_mib)
+		return 0;
+	if (n->cpus_milli > 0 && n->cpus_committed + need->cpus_milli > n->cpus_milli)
+		return 0;
+	return 1;
+}
+
 int placement_choose(const struct placement_node *nodes, size_t n, uint32_t r1, uint32_t r2)
+{
+	return placement_choose_fit(nodes, n, NULL, r1, r2);
+}
+
+int placement_choose_fit(const struct placement_node *nodes, size_t n,
+			 const struct placement_need *need, uint32_t r1, uint32_t r2)
 {
 	size_t cand[PLACEMENT_NODES_MAX], m = 0, i, j;
 
 	for (size_t k = 0; k < n && m < PLACEMENT_NODES_MAX; k++)
-		if (placement_has_room(&nodes[k]))
+		if (placement_fits(&nodes[k], need))
 			cand[m++] = k;
 	if (m == 0)
 		return -1;
@@ -48,7 +70,8 @@ static int64_t int_of(const redisReply *r, int64_t def)
 static int append_node(const char *name, struct sbx_err *e)
 {
 	if (store_append(e, "EXISTS sbx:node:{%s}:alive", name) < 0 ||
-	    store_append(e, "HMGET sbx:node:{%s} address capacity sandboxes", name) < 0 ||
+	    store_append(e, "HMGET sbx:node:{%s} address capacity sandboxes memoryMiB cpusMilli",
+			 name) < 0 ||
 	    store_append(e, "SCARD sbx:node:{%s}:sandboxes", name) < 0)
 		return -1;
 	return 0;
@@ -62,12 +85,14 @@ static void parse_node(const char *name, redisReply **rep, struct placement_node
 	memset(out, 0, sizeof(*out));
 	snprintf(out->name, sizeof(out->name), "%s", name);
 	out->alive = rep[0]->type == REDIS_REPLY_INTEGER && rep[0]->integer > 0;
-	if (h->type == REDIS_REPLY_ARRAY && h->elements == 3) {
+	if (h->type == REDIS_REPLY_ARRAY && h->elements == 5) {
 		if (h->element[0]->type == REDIS_REPLY_STRING &&
 		    (size_t)h->element[0]->len < sizeof(out->address))
 			snprintf(out->address, sizeof(out->address), "%s", h->element[0]->str);
 		out->capacity = int_of(h->element[1], 0);
 		out->running = int_of(h->element[2], 0);
+		out->memory_mib = int_of(h->element[3], 0);
+		out->cpus_milli = int_of(h->element[4], 0);
 	}
 	out->load = int_of(rep[2], 0);
 }
@@ -85,11 +110,85 @@ int placement_fetch_node(const char *name, struct placement_node *out, struct sb
 	return 0;
 }
 
-int placement_pick(struct placement_node *out, struct sbx_err *e)
+/* Add to n the limits of one record's HMGET node state resources reply
+ * when it runs on n. */
+static void add_committed(struct placement_node *n, const redisReply *r)
+{
+	struct placement_need need;
+	const char *state;
+	json_t *res;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
+		return;
+	for (size_t i = 0; i < 3; i++)
+		if (r->element[i]->type != REDIS_REPLY_STRING)
+			return;
+	state = r->element[1]->str;
+	if (strcmp(r->element[0]->str, n->name) != 0 ||
+	    (strcmp(state, "running") != 0 && strcmp(state, "starting") != 0))
+		return;
+	res = json_loads(r->element[2]->str, 0, NULL);
+	ceilings_resources_need(res, &need);
+	json_decref(res);
+	n->memory_committed += need.memory_mib;
+	n->cpus_committed += need.cpus_milli;
+}
+
+/* Sum what the sandboxes of n's set that run there commit. 0 or -1 with e. */
+static int fetch_committed(struct placement_node *n, struct sbx_err *e)
+{
+	auto_reply redisReply *members = NULL;
+	redisReply *reps[PLACEMENT_BATCH];
+	size_t total;
+
+	n->memory_committed = n->cpus_committed = 0;
+	if (n->memory_mib <= 0 && n->cpus_milli <= 0)
+		return 0;
+	members = store_command(e, "SMEMBERS sbx:node:{%s}:sandboxes", n->name);
+	if (!members)
+		return -1;
+	if (members->type != REDIS_REPLY_ARRAY)
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: a node's sandboxes are no set");
+	total = members->elements < PLACEMENT_MEMBERS_MAX ? members->elements : PLACEMENT_MEMBERS_MAX;
+	for (size_t at = 0; at < total; at += PLACEMENT_BATCH) {
+		size_t k = total - at < PLACEMENT_BATCH ? total - at : PLACEMENT_BATCH;
+
+		for (size_t i = 0; i < k; i++) {
+			const redisReply *m = members->element[at + i];
+			/* "tenant/id": never a brace, which would change the key's slot. */
+			const char *key = m->type == REDIS_REPLY_STRING && !strpbrk(m->str, "{}") ? m->str : "-";
+			if (store_append(e, "HMGET sbx:sb:{%s} node state resources", key) < 0)
+				return -1;
+		}
+		if (store_collect(reps, k, 0, e) < 0)
+			return -1;
+		for (size_t i = 0; i < k; i++)
+			add_committed(n, reps[i]);
+		store_free_replies(reps, k);
+	}
+	return 0;
+}
+
+int placement_room_for(struct placement_node *n, const struct placement_need *need)
+{
+	struct sbx_err e = { 0 };
+
+	if (!placement_has_room(n))
+		return 0;
+	if (fetch_committed(n, &e) < 0) {
+		log_warn("cannot read what node '%s' commits: %s", n->name, e.msg);
+		return 0;
+	}
+	return placement_fits(n, need);
+}
+
+int placement_pick(const struct placement_need *need, struct placement_node *out,
+		   struct sbx_err *e)
 {
 	auto_reply redisReply *members = NULL;
 	auto_free struct placement_node *nodes = NULL;
 	auto_free redisReply **reps = NULL;
+	auto_free unsigned char *known = NULL;   /* committed sums read, per node */
 	const char *names[PLACEMENT_NODES_MAX];
 	uint32_t rnd[2] = { 0, 0 };
 	size_t n = 0;
@@ -123,7 +222,22 @@ int placement_pick(struct placement_node *out, struct sbx_err *e)
 		rnd[0] = (uint32_t)util_now_ms();
 		rnd[1] = rnd[0] >> 7;
 	}
-	k = placement_choose(nodes, n, rnd[0], rnd[1]);
+	/* What a node commits costs a read per sandbox placed there, so only
+	 * the chosen node's is read: a node found full drops out of the next
+	 * choice, until a node whose sums are known is chosen, or none is left. */
+	known = calloc(n, 1);
+	if (!known)
+		return err_set(e, SBX_E_INTERNAL, "out of memory placing a sandbox");
+	while ((k = placement_choose_fit(nodes, n, need, rnd[0], rnd[1])) >= 0 && need &&
+	       !known[k]) {
+		if (fetch_committed(&nodes[k], e) < 0)
+			return -1;
+		known[k] = 1;
+	}
+	if (k < 0 && need)
+		return err_set(e, SBX_E_NO_CAPACITY,
+			       "no live node has room for another sandbox of %lld MiB and %g cpus",
+			       (long long)need->memory_mib, (double)need->cpus_milli / 1000.0);
 	if (k < 0)
 		return err_set(e, SBX_E_NO_CAPACITY, "no live node has room for another sandbox");
 	*out = nodes[k];

@@ -12,6 +12,8 @@
 const struct route router_routes[] = {
 	{ "GET", "/healthz", api_health_get, 0 },
 	{ "GET", "/v1/nodes", api_nodes_list, ROUTE_AUTH | ROUTE_ADMIN },
+	{ "GET", "/v1/tenants/{tenant}/limits", api_tenants_limits_get, ROUTE_AUTH | ROUTE_ADMIN },
+	{ "PUT", "/v1/tenants/{tenant}/limits", api_tenants_limits_put, ROUTE_AUTH | ROUTE_ADMIN },
 	{ "GET", "/v1/sandboxes", api_sandboxes_list, ROUTE_AUTH },
 	{ "PUT", "/v1/sandboxes/{id}", api_sandboxes_put, ROUTE_AUTH },
 	{ "GET", "/v1/sandboxes/{id}", api_sandboxes_get, ROUTE_AUTH },

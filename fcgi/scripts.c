@@ -102,6 +102,28 @@ static const char *const sources[SCRIPT__COUNT] = {
 		"redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])\n"
 		"redis.call('DEL', KEYS[2])\n"
 		"return 1\n",
+	[SCRIPT_TENANT_USAGE] =
+		"local um, uc = 0, 0\n"
+		"local all = redis.call('HGETALL', KEYS[2])\n"
+		"for i = 1, #all, 2 do\n"
+		"  if not redis.call('ZSCORE', KEYS[1], all[i]) then\n"
+		"    redis.call('HDEL', KEYS[2], all[i])\n"
+		"  elseif all[i] ~= ARGV[1] then\n"
+		"    local m, c = string.match(all[i + 1], '^(%d+) (%d+)$')\n"
+		"    um = um + (tonumber(m) or 0)\n"
+		"    uc = uc + (tonumber(c) or 0)\n"
+		"  end\n"
+		"end\n"
+		"local n = redis.call('ZCARD', KEYS[1])\n"
+		"if ARGV[1] == '' then return {2, um, uc, n} end\n"
+		"if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {0, um, uc, n} end\n"
+		"local m, c = tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+		"local om, oc = string.match(redis.call('HGET', KEYS[2], ARGV[1]) or '', '^(%d+) (%d+)$')\n"
+		"local grows = ARGV[6] ~= '1' or not om or m > tonumber(om) or c > tonumber(oc)\n"
+		"if grows and um + m > tonumber(ARGV[4]) then return {-2, um, uc, n} end\n"
+		"if grows and uc + c > tonumber(ARGV[5]) then return {-3, um, uc, n} end\n"
+		"redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ' ' .. ARGV[3])\n"
+		"return {1, um, uc, n}\n",
 };
 
 static const char *const names[SCRIPT__COUNT] = {
@@ -109,7 +131,7 @@ static const char *const names[SCRIPT__COUNT] = {
 	[SCRIPT_UPDATE] = "update", [SCRIPT_DESTROY] = "destroy",
 	[SCRIPT_QUOTA_RESERVE] = "quota_reserve", [SCRIPT_CAD] = "cad", [SCRIPT_HCAD] = "hcad",
 	[SCRIPT_PREVIEW_CLAIM] = "preview_claim", [SCRIPT_TUNNEL_CLAIM] = "tunnel_claim",
-	[SCRIPT_TUNNEL_COMMIT] = "tunnel_commit",
+	[SCRIPT_TUNNEL_COMMIT] = "tunnel_commit", [SCRIPT_TENANT_USAGE] = "tenant_usage",
 };
 
 /* Digests of the loaded scripts of this process ("" = not loaded). */

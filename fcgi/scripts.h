@@ -51,6 +51,13 @@ enum script_id {
 	/* KEYS tunnels-hash claim; ARGV port nonce record: store the record
 	 * when the claim is still ours -> 1 stored, 0 lost the claim */
 	SCRIPT_TUNNEL_COMMIT,
+	/* KEYS tenant's sandboxes zset, its usage hash; ARGV id memoryMiB
+	 * cpusMilli limitMemory limitCpus resize(0|1) (id '': only sum). Drops
+	 * usage of ids not in the zset, sums the others but id -> {status,
+	 * usedMemory, usedCpus, zcard}; status 1 recorded, 2 summed, 0 id not
+	 * in the zset, -2 memory or -3 cpus over the limit (a resize that does
+	 * not grow is always recorded). */
+	SCRIPT_TENANT_USAGE,
 	SCRIPT__COUNT
 };
 

@@ -1,6 +1,7 @@
 #include "worker.h"
 #include "agentc.h"
 #include "http.h"
+#include "ceilings.h"
 #include "log.h"
 #include "store.h"
 #include "util.h"
@@ -108,6 +109,7 @@ int worker_run(int listen_fd, const struct sbx_conf *conf, pid_t master)
 	if (getppid() != master)
 		return 0;
 	err_clear(&e);
+	ceilings_init(conf);
 	if (store_init(conf, &e) < 0 || agentc_init(conf, &e) < 0) {
 		log_error("worker setup failed: %s", e.msg);
 		return 1;

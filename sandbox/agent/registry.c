@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
@@ -24,6 +25,8 @@ struct registry {
 	char hash_key[CONF_STR_MAX + 16];
 	char alive_key[CONF_STR_MAX + 24];
 	char started_at[32];
+	long long memory_mib;      /* what placement may commit here (heartbeat) */
+	long long cpus_milli;
 	registry_stats_fn stats;
 	void *stats_arg;
 
@@ -124,9 +127,10 @@ static void write_entry(struct registry *reg)
 		reg->stats(reg->stats_arg, &sandboxes, &load);
 	snprintf(now, sizeof(now), "%lld", (long long)util_wall_ms());
 	send_cmd(reg, "HSET", "HSET %s name %s address %s capacity %lld load %lld sandboxes %lld "
-		 "version %s startedAt %s lastHeartbeat %s", reg->hash_key, reg->conf->agent.name,
-		 reg->conf->agent.listen, (long long)reg->conf->agent.capacity, load, sandboxes,
-		 reg->version, reg->started_at, now);
+		 "memoryMiB %lld cpusMilli %lld version %s startedAt %s lastHeartbeat %s",
+		 reg->hash_key, reg->conf->agent.name, reg->conf->agent.listen,
+		 (long long)reg->conf->agent.capacity, load, sandboxes, reg->memory_mib,
+		 reg->cpus_milli, reg->version, reg->started_at, now);
 	send_cmd(reg, "SADD", "SADD sbx:nodes %s", reg->conf->agent.name);
 	{
 		int64_t *sent = malloc(sizeof(*sent));
@@ -298,6 +302,27 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 		write_entry(reg);
 }
 
+/* The memory and cpus placement may commit on this node: agent.memory_mib
+ * and agent.cpus_milli, or for 0 the host's MemTotal and 16 x its online
+ * CPUs (a cpu limit is a share of time, not a reservation). */
+static void node_size(const struct sbx_conf *conf, long long *memory_mib, long long *cpus_milli)
+{
+	auto_free char *meminfo = NULL;
+	long cpus;
+
+	*memory_mib = conf->agent.memory_mib;
+	*cpus_milli = conf->agent.cpus_milli;
+	if (*memory_mib == 0 && (meminfo = util_read_file("/proc/meminfo", 1 << 16, NULL))) {
+		const char *p = strstr(meminfo, "MemTotal:");
+		long long kib = 0;
+		if (p && sscanf(p, "MemTotal: %lld kB", &kib) == 1 && kib > 0)
+			*memory_mib = kib / 1024;
+	}
+	cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	if (*cpus_milli == 0 && cpus > 0)
+		*cpus_milli = 16000LL * cpus;
+}
+
 struct registry *registry_new(struct event_base *base, const struct sbx_conf *conf,
 			      const char *version, registry_stats_fn stats, void *arg,
 			      struct sbx_err *e)
@@ -318,6 +343,7 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 	reg->backoff_ms = BACKOFF_MIN_MS;
 	snprintf(reg->version, sizeof(reg->version), "%s", version);
 	util_iso8601(util_wall_ms(), reg->started_at);
+	node_size(conf, &reg->memory_mib, &reg->cpus_milli);
 	n1 = snprintf(reg->hash_key, sizeof(reg->hash_key), "sbx:node:{%s}", conf->agent.name);
 	n2 = snprintf(reg->alive_key, sizeof(reg->alive_key), "sbx:node:{%s}:alive", conf->agent.name);
 	if (n1 < 0 || (size_t)n1 >= sizeof(reg->hash_key) || n2 < 0 ||

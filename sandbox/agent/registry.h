@@ -3,7 +3,7 @@
  *
  * One asynchronous hiredis connection on the agent's event loop. On every
  * (re)connect it writes sbx:node:{name} (name, address, capacity, load,
- * sandboxes, version, startedAt, lastHeartbeat), SADD sbx:nodes and the
+ * sandboxes, memoryMiB, cpusMilli, version, startedAt, lastHeartbeat), SADD sbx:nodes and the
  * liveness key sbx:node:{name}:alive (PX cluster.node_ttl); every
  * cluster.heartbeat it refreshes the alive key and the changing fields.
  * When Redis is down it reconnects with back-off; the agent keeps running.

@@ -40,6 +40,8 @@ static const struct conf_entry entries[] = {
 	{ "api", "agent_timeout", T_DURATION, OFF(api.agent_timeout_ms), "10s", 100, 600000, NULL },
 	{ "api", "key_cache", T_DURATION, OFF(api.key_cache_ms), "1s", 0, 10000, NULL },
 	{ "api", "tunnel_provider", T_ENUM, OFF(api.tunnel_provider), "builtin", 0, 0, "builtin|cloudflared" },
+	{ "api", "tenant_memory_mib", T_INT, OFF(api.tenant_memory_mib), "51200", 16, 1073741824, NULL },
+	{ "api", "tenant_cpus_milli", T_INT, OFF(api.tenant_cpus_milli), "100000", 10, 256000000, NULL },
 
 	{ "agent", "name", T_STR, OFF(agent.name), "agent-1", 0, 0, NULL },
 	{ "agent", "listen", T_STR, OFF(agent.listen), "127.0.0.1:7070", 0, 0, NULL },
@@ -58,12 +60,18 @@ static const struct conf_entry entries[] = {
 	{ "agent", "cloudflared_path", T_STR, OFF(agent.cloudflared_path), "cloudflared", 0, 0, NULL },
 	{ "agent", "tunnel_timeout", T_DURATION, OFF(agent.tunnel_timeout_ms), "30s", 1000, 300000, NULL },
 	{ "agent", "tunnel_stop_grace", T_DURATION, OFF(agent.tunnel_stop_grace_ms), "5s", 0, 60000, NULL },
+	{ "agent", "memory_mib", T_INT, OFF(agent.memory_mib), "0", 0, 1073741824, NULL },
+	{ "agent", "cpus_milli", T_INT, OFF(agent.cpus_milli), "0", 0, 256000000, NULL },
 
 	{ "sandbox", "memory_mib", T_INT, OFF(sandbox.memory_mib), "512", 16, 1048576, NULL },
 	{ "sandbox", "cpus_milli", T_INT, OFF(sandbox.cpus_milli), "1000", 10, 256000, NULL },
 	{ "sandbox", "pids", T_INT, OFF(sandbox.pids), "256", 8, 1000000, NULL },
 	{ "sandbox", "disk_mib", T_INT, OFF(sandbox.disk_mib), "256", 1, 1048576, NULL },
 	{ "sandbox", "sleep_after", T_DURATION, OFF(sandbox.sleep_after_ms), "10m", 1000, 2592000000LL, NULL },
+	{ "sandbox", "max_memory_mib", T_INT, OFF(sandbox.max_memory_mib), "4096", 16, 1048576, NULL },
+	{ "sandbox", "max_cpus_milli", T_INT, OFF(sandbox.max_cpus_milli), "2000", 10, 256000, NULL },
+	{ "sandbox", "max_pids", T_INT, OFF(sandbox.max_pids), "1024", 8, 1000000, NULL },
+	{ "sandbox", "max_disk_mib", T_INT, OFF(sandbox.max_disk_mib), "2048", 1, 1048576, NULL },
 };
 
 int conf_parse_duration(const char *s, int64_t *ms)

@@ -39,6 +39,8 @@ struct sbx_conf {
 		int64_t agent_timeout_ms;       /* control calls to agents */
 		int64_t key_cache_ms;           /* per-worker cache of checked API keys; 0 = off */
 		char tunnel_provider[CONF_STR_MAX]; /* builtin | cloudflared: POST …/tunnels without a provider */
+		int64_t tenant_memory_mib;      /* default total memory of a tenant's sandboxes */
+		int64_t tenant_cpus_milli;      /* default total cpus of a tenant's sandboxes */
 	} api;
 	struct {
 		char name[CONF_STR_MAX];
@@ -58,6 +60,8 @@ struct sbx_conf {
 		char cloudflared_path[CONF_STR_MAX]; /* the cloudflared binary (name: looked up in PATH) */
 		int64_t tunnel_timeout_ms;      /* a tunnel process has this long to print its URL and be ready */
 		int64_t tunnel_stop_grace_ms;   /* SIGTERM, then SIGKILL after this */
+		int64_t memory_mib;             /* memory limits placement may commit here; 0 = MemTotal */
+		int64_t cpus_milli;             /* cpu limits placement may commit here; 0 = 16 x online cpus */
 	} agent;
 	struct {
 		int64_t memory_mib;
@@ -65,6 +69,10 @@ struct sbx_conf {
 		int64_t pids;
 		int64_t disk_mib;
 		int64_t sleep_after_ms;
+		int64_t max_memory_mib;         /* operator ceilings of one sandbox */
+		int64_t max_cpus_milli;
+		int64_t max_pids;
+		int64_t max_disk_mib;
 	} sandbox;
 };
 

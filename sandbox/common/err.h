@@ -22,6 +22,7 @@ enum sbx_ecode {
 	SBX_E_NOT_DIRECTORY,
 	SBX_E_NOT_REGULAR_FILE,
 	SBX_E_INVALID_PORT,
+	SBX_E_LIMIT_EXCEEDED,      /* 400: above an operator ceiling */
 	SBX_E_UNAUTHORIZED,        /* 401 */
 	SBX_E_FORBIDDEN,           /* 403 */
 	SBX_E_ROUTE_NOT_FOUND,     /* 404 NOT_FOUND: no such route */

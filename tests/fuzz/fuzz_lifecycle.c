@@ -5,8 +5,9 @@
  *
  * Invariants: an accepted body holds only valid labels (every key and
  * value, not just the first), valid env names without NUL, a valid image
- * and network, resources and sleepAfter within the config's bounds; a
- * refusal is VALIDATION. The client view of a record built from the body's
+ * and network, resources within the config's bounds and at or below the
+ * operator's ceilings (sandbox.max_*), sleepAfter within its bounds; a
+ * refusal is VALIDATION or LIMIT_EXCEEDED. The client view of a record built from the body's
  * string fields never shows pending env values.
  */
 #include "fuzz.h"
@@ -25,7 +26,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
-static void check_bound(const json_t *res, const char *name, const char *key)
+static void check_bound(const json_t *res, const char *name, const char *key, int64_t ceiling)
 {
 	json_t *v = json_object_get(res, name);
 	int64_t lo, hi;
@@ -33,6 +34,7 @@ static void check_bound(const json_t *res, const char *name, const char *key)
 	FUZZ_ASSERT(json_is_integer(v));
 	FUZZ_ASSERT(conf_bounds("sandbox", key, &lo, &hi) == 0);
 	FUZZ_ASSERT(json_integer_value(v) >= lo && json_integer_value(v) <= hi);
+	FUZZ_ASSERT(json_integer_value(v) <= ceiling);
 }
 
 static void check_spec(const struct lc_spec *s)
@@ -67,13 +69,14 @@ static void check_spec(const struct lc_spec *s)
 		int64_t lo, hi;
 		double milli;
 
-		check_bound(s->resources, "memoryMiB", "memory_mib");
-		check_bound(s->resources, "pids", "pids");
-		check_bound(s->resources, "diskMiB", "disk_mib");
+		check_bound(s->resources, "memoryMiB", "memory_mib", conf.sandbox.max_memory_mib);
+		check_bound(s->resources, "pids", "pids", conf.sandbox.max_pids);
+		check_bound(s->resources, "diskMiB", "disk_mib", conf.sandbox.max_disk_mib);
 		FUZZ_ASSERT(json_is_number(cpus));
 		FUZZ_ASSERT(conf_bounds("sandbox", "cpus_milli", &lo, &hi) == 0);
 		milli = json_number_value(cpus) * 1000.0;
 		FUZZ_ASSERT(milli >= (double)lo - 0.5 && milli <= (double)hi + 0.5);
+		FUZZ_ASSERT(milli <= (double)conf.sandbox.max_cpus_milli + 0.5);
 	}
 	if (s->has & LC_HAS_SLEEP_AFTER)
 		FUZZ_ASSERT(s->sleep_after_ms >= LC_SLEEP_MIN_MS && s->sleep_after_ms <= LC_SLEEP_MAX_MS);
@@ -110,7 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		json_decref(merged);
 		lifecycle_spec_release(&s);
 	} else {
-		FUZZ_ASSERT(e.code == SBX_E_VALIDATION);
+		FUZZ_ASSERT(e.code == SBX_E_VALIDATION || e.code == SBX_E_LIMIT_EXCEEDED);
 		FUZZ_ASSERT(s.labels == NULL && s.env == NULL && s.resources == NULL);
 	}
 

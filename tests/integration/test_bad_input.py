@@ -47,6 +47,7 @@ ALL_ROUTES = JSON_ROUTES + [
     ("GET", "/v1/sandboxes/{id}/ports"),
     ("GET", "/v1/sandboxes/{id}/tunnels"),
     ("GET", "/v1/nodes"),
+    ("GET", "/v1/tenants/dev/limits"),
     ("GET", "/healthz"),
 ]
 
