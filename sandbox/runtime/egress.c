@@ -8,6 +8,7 @@
 #include "egress.h"
 #include "log.h"
 #include "netns.h"
+#include "spawn.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -15,7 +16,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +23,6 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define EGRESS_LOCK_ROOT "/run/sbx/egress"
@@ -136,37 +134,27 @@ int egress_ruleset(const char *table, const char *subnet, const char *iface, cha
 static int run_nft(const char *nft, const char *text, struct sbx_err *e)
 {
 	static char *const env[] = { (char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
-	char *const argv[] = { (char *)"nft", (char *)"-f", (char *)"-", NULL };
-	int p[2], st;
-	pid_t pid;
+	static char *const argv[] = { (char *)"nft", (char *)"-f", (char *)"-", NULL };
+	struct spawn_host_cmd cmd = { .path = nft, .argv = argv, .envp = env, .out = 1, .err = 2 };
+	int p[2], pidfd, rc;
 
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return err_sys(e, errno, "pipe");
-	pid = fork();
-	if (pid < 0) {
-		int err = errno;
-
-		close(p[0]);
-		close(p[1]);
-		return err_sys(e, err, "fork");
-	}
-	if (pid == 0) {
-		signal(SIGPIPE, SIG_DFL);
-		if (dup2(p[0], 0) < 0)
-			_exit(126);
-		syscall(SYS_close_range, 3U, ~0U, 0U);
-		execve(nft, argv, env);
-		_exit(127);
-	}
+	cmd.in = p[0];
+	rc = spawn_host(&cmd, &pidfd, e) < 0 ? -1 : 0;
 	close(p[0]);
-	(void)util_write_all(p[1], text, strlen(text));
+	if (rc == 0)
+		(void)util_write_all(p[1], text, strlen(text));   /* EPIPE: nft's status says why */
 	close(p[1]);
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return err_sys(e, errno, "waitpid nft");
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+	if (rc < 0)
+		return -1;
+	rc = spawn_host_wait(pidfd, e);
+	close(pidfd);
+	if (rc < 0)
+		return -1;
+	if (rc != 0)
 		return err_set(e, SBX_E_INTERNAL, "'%s -f -' failed (status %d; see the agent's stderr)",
-			       nft, st);
+			       nft, rc);
 	return 0;
 }
 
