@@ -220,7 +220,8 @@ def stack_up(agents=2, overrides=()):
     directory = tempfile.mkdtemp(prefix="sbx-it-", dir="/tmp")
     port = free_port()
     args = [STACK, "up", "--dir", directory, "--port", str(port), "--agents", str(agents)]
-    for o in overrides:
+    # the stand-in for the internet of test_egress.py's lab (TEST-NET-2, blocked by default)
+    for o in ["agent.egress_allow=198.51.100.1/32"] + list(overrides):
         args += ["-o", o]
     r = subprocess.run(args, capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, SBX_BUILD=build))
