@@ -232,8 +232,11 @@ def stack_up(agents=2, overrides=()):
     return Stack(directory, build)
 
 
-SANITIZER_ERRORS = ("ERROR: AddressSanitizer", "runtime error:")
-SANITIZER_WARNINGS = ("ERROR: LeakSanitizer",)
+# A leak report fails the session like any other report; so does a leak
+# check that could not run (it would otherwise hide every leak).
+SANITIZER_ERRORS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer",
+                    "LeakSanitizer has encountered a fatal error")
+SANITIZER_WARNINGS = ("WARNING: AddressSanitizer",)
 
 
 def sanitizer_findings(directory):
