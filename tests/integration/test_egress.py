@@ -474,7 +474,13 @@ OTHER_CONN_MAX = 8
 @pytest.fixture(scope="module")
 def other(stack):
     """A one-agent stack with its own subnet and a small connection limit,
-    running beside the session stack (whose agents use the default subnet)."""
+    running beside the session stack (whose agents use the default subnet).
+    Skipped while an sbx agent of an older build runs on this host: its
+    rules, matching every "sbx*" link, drop every other subnet's traffic."""
+    ours = set(agent_tables(stack))
+    for t in re.findall(r"^table inet (\S+)$", sh("nft", "list", "tables"), re.M):
+        if t not in ours and 'iifname "sbx*" ip saddr !=' in sh("nft", "list", "table", "inet", t, check=False):
+            pytest.skip("table inet %s of another agent on this host drops other subnets" % t)
     st = stack_up(agents=1, overrides=["agent.egress_subnet=" + OTHER_SUBNET,
                                        "agent.egress_conn_max=%d" % OTHER_CONN_MAX])
     try:
