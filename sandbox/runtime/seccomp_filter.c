@@ -3,8 +3,9 @@
  *
  * Default allow, with a deny list: Docker's default deny list plus the
  * kernel interfaces a sandbox never needs and that carry most of the
- * kernel's recent exploit history. Non-native architectures (32-bit x86
- * entry on x86_64) kill the process.
+ * kernel's recent exploit history; sockets only of an allow-list of
+ * address families and netlink protocols. Non-native architectures (32-bit
+ * x86 entry on x86_64) kill the process.
  */
 #include "seccomp_filter.h"
 #include "util.h"

@@ -314,6 +314,7 @@ fail:
 pid_t spawn_host(const struct spawn_host_cmd *cmd, int *pidfd, struct sbx_err *e)
 {
 	auto_close int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	const char *what = cmd->fn ? "a host child" : cmd->path;
 	pid_t parent = getpid();
 	sigset_t all, old;
 	int rep[2], fd = -1, child_err = 0, err;
@@ -336,7 +337,7 @@ pid_t spawn_host(const struct spawn_host_cmd *cmd, int *pidfd, struct sbx_err *e
 	close(rep[1]);
 	if (pid < 0) {
 		close(rep[0]);
-		return err_sys(e, err, "cannot start '%s'", cmd->path);
+		return err_sys(e, err, "cannot start '%s'", what);
 	}
 	/* EOF when the exec succeeded (CLOEXEC), the child's errno if not */
 	do
@@ -347,7 +348,7 @@ pid_t spawn_host(const struct spawn_host_cmd *cmd, int *pidfd, struct sbx_err *e
 		spawn_reap(fd, 1);
 		close(fd);
 		return err_sys(e, n == (ssize_t)sizeof(child_err) ? child_err : EPROTO,
-			       "cannot run '%s'", cmd->path);
+			       "cannot run '%s'", what);
 	}
 	*pidfd = fd;
 	return (pid_t)pid;
