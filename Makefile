@@ -9,6 +9,8 @@
 #   make test-multihost   three hosts in network namespaces sharing one Redis
 #   make bench            benchmarks, written to docs/PERFORMANCE.md
 #   make fuzz             libFuzzer harnesses (tests/fuzz/), FUZZ_SECONDS each
+#   make clang            the tree and unit tests with clang -Werror (build/clang/)
+#   make shellcheck       lint every shell script
 
 CC      ?= cc
 PKGS    := jansson hiredis libcurl libevent libmicrohttpd libseccomp
@@ -154,6 +156,21 @@ clean:
 	rm -rf build
 
 .PHONY: all deps unit integration test test-multihost run bench soak clean
+
+# The second compiler and the shell linter of CI (.ci/run):
+#   make clang        the tree and the unit tests with clang -Werror, in build/clang/
+#   make shellcheck   every shell script of the tree
+SHELL_SCRIPTS := deploy/stack deploy/deps deploy/images/build-debian .ci/run tests/fuzz/run \
+                 tests/multihost/hosts
+
+clang:
+	$(MAKE) CC=clang DEVELOPER=1 BUILD=build/clang all build/clang/unit-tests
+	build/clang/unit-tests
+
+shellcheck:
+	shellcheck $(SHELL_SCRIPTS)
+
+.PHONY: clang shellcheck
 
 # --- fuzzing (libFuzzer harnesses in tests/fuzz/) ---------------------------
 #   make fuzz             build every harness, run each for FUZZ_SECONDS

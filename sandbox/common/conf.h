@@ -56,6 +56,9 @@ struct sbx_conf {
 		int64_t max_exec_output_bytes;  /* JSON exec answers cap each stream here */
 		char egress_subnet[CONF_STR_MAX];    /* IPv4 CIDR of egress sandboxes; "" = no egress */
 		char egress_interface[CONF_STR_MAX]; /* egress only out of this link; "" = any */
+		char egress_allow[CONF_STR_MAX];     /* IPv4 CIDRs exempt from the block list; "" = none */
+		int64_t egress_conn_max;        /* tracked connections per egress sandbox; 0 = no limit */
+		int64_t egress_rate_mbit;       /* Mbit/s per egress sandbox and direction; 0 = no limit */
 		int64_t warm_pool;              /* pre-built default sandboxes kept ready (0 = off) */
 		char cloudflared_path[CONF_STR_MAX]; /* the cloudflared binary (name: looked up in PATH) */
 		int64_t tunnel_timeout_ms;      /* a tunnel process has this long to print its URL and be ready */

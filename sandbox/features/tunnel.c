@@ -348,77 +348,6 @@ static void out_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-/* Fork and exec argv with stdin /dev/null and stdout+stderr into out_w,
- * in its own process group, SIGPIPE default, every other fd closed,
- * dying with the agent. The child's pid, its pidfd into *pidfd; -1 with e. */
-static pid_t spawn_tool(const char *prog, const char **argv, int out_w, int *pidfd,
-			struct sbx_err *e)
-{
-	auto_close int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	int rep[2], saved, child_errno = 0;
-	pid_t parent = getpid(), pid;
-	sigset_t all, old, none;
-	ssize_t n;
-
-	if (devnull < 0)
-		return err_sys(e, errno, "open /dev/null");
-	if (pipe2(rep, O_CLOEXEC) < 0)
-		return err_sys(e, errno, "pipe");
-	sigfillset(&all);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &all, &old);
-	pid = fork();
-	if (pid == 0) {
-		struct sigaction dfl;
-
-		memset(&dfl, 0, sizeof(dfl));
-		dfl.sa_handler = SIG_DFL;
-		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
-			_exit(127);
-		setpgid(0, 0);
-		if (dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(out_w, 2) < 0)
-			goto fail;
-		if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
-			for (int fd = 3; fd < 1024; fd++)
-				if (fd != rep[1])
-					close(fd);
-		}
-		for (int sig = 1; sig < NSIG; sig++)
-			sigaction(sig, &dfl, NULL);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		execve(prog, (char *const *)argv, environ);
-	fail:
-		child_errno = errno;
-		n = write(rep[1], &child_errno, sizeof(child_errno));
-		(void)n;
-		_exit(127);
-	}
-	saved = errno;
-	sigprocmask(SIG_SETMASK, &old, NULL);
-	close(rep[1]);
-	if (pid < 0) {
-		close(rep[0]);
-		return err_sys(e, saved, "fork");
-	}
-	/* EOF when the exec succeeded (CLOEXEC), the child's errno if not. */
-	do
-		n = read(rep[0], &child_errno, sizeof(child_errno));
-	while (n < 0 && errno == EINTR);
-	close(rep[0]);
-	*pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (n == (ssize_t)sizeof(child_errno) || *pidfd < 0) {
-		saved = n == (ssize_t)sizeof(child_errno) ? child_errno : errno;
-		kill(pid, SIGKILL);
-		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-			;
-		if (*pidfd >= 0)
-			close(*pidfd);
-		*pidfd = -1;
-		return err_sys(e, saved, "cannot run '%s'", prog);
-	}
-	return pid;
-}
-
 /* Start prov's process for sb's forwarder upstream of port. New tunnel
  * (in the table, starting) or NULL with e. */
 static struct tun *tun_start(struct agent *a, struct agent_sb *sb,
@@ -462,7 +391,16 @@ static struct tun *tun_start(struct agent *a, struct agent_sb *sb,
 	}
 	/* The child's end must block: a tool may not expect EAGAIN on stderr. */
 	fcntl(out[1], F_SETFL, 0);
-	t->pid = spawn_tool(prog, argv, out[1], &t->pidfd, e);
+	/* stdin /dev/null, stdout+stderr into the pipe, its own process group
+	 * (tun_signal), dying with the agent */
+	{
+		struct spawn_host_cmd cmd = {
+			.path = prog, .argv = (char *const *)argv, .in = -1, .out = out[1], .err = out[1],
+			.flags = SPAWN_HOST_PGROUP | SPAWN_HOST_PDEATHSIG,
+		};
+
+		t->pid = spawn_host(&cmd, &t->pidfd, e);
+	}
 	close(out[1]);
 	t->out_fd = out[0];
 	if (t->pid < 0) {

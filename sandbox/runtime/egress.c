@@ -1,13 +1,15 @@
 /*
  * egress.c — see egress.h. Links, addresses and routes go through netns.h
  * (rtnetlink, no iproute2 at run time); the filter is one nftables table per
- * node, loaded atomically with `nft -f -` at start and deleted at exit. Its
- * rules match every sandbox veth by the name prefix "sbx", so they need no
- * change per sandbox and also cover sandboxes of other agents on the host.
+ * agent, loaded atomically with `nft -f -` at start and deleted at exit. Its
+ * rules match this agent's veths by their name prefix "sbx<tag>" (tag: a hash
+ * of the subnet), so they need no change per sandbox, and agents of another
+ * subnet on the same host keep their own rules.
  */
 #include "egress.h"
 #include "log.h"
 #include "netns.h"
+#include "spawn.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -15,7 +17,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,14 +24,12 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define EGRESS_LOCK_ROOT "/run/sbx/egress"
 #define EGRESS_PREFIX "sbx"
 #define EGRESS_MAX_SLOTS (1u << 20)   /* five hex digits in the link name */
-#define EGRESS_RULESET_MAX 4096
+#define EGRESS_RULESET_MAX 16384
 
 struct egress {
 	char table[64];
@@ -46,11 +45,55 @@ struct egress {
 	char nft[32];
 };
 
-/* Private, shared, link-local (cloud metadata), loopback, "this network",
- * multicast and reserved IPv4 ranges: never reachable from a sandbox. */
-static const char *const blocked4[] = {
-	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-	"172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
+/* Destinations no egress sandbox reaches: the IANA IPv4 and IPv6
+ * Special-Purpose Address Registries (RFC 6890 and later), multicast, and
+ * the metadata and platform addresses of cloud providers (some lie inside a
+ * range above; the set merges them). One row per entry of the table in
+ * docs/SECURITY.md ("Blocked destinations"). */
+static const struct {
+	int family;                /* 4 or 6 */
+	const char *cidr;
+} blocked[] = {
+	{ 4, "0.0.0.0/8" },            /* "this network" */
+	{ 4, "10.0.0.0/8" },           /* private */
+	{ 4, "100.64.0.0/10" },        /* shared address space (carrier-grade NAT) */
+	{ 4, "127.0.0.0/8" },          /* loopback */
+	{ 4, "169.254.0.0/16" },       /* link-local */
+	{ 4, "172.16.0.0/12" },        /* private */
+	{ 4, "192.0.0.0/24" },         /* IETF protocol assignments */
+	{ 4, "192.0.2.0/24" },         /* documentation (TEST-NET-1) */
+	{ 4, "192.31.196.0/24" },      /* AS112-v4 */
+	{ 4, "192.52.193.0/24" },      /* AMT */
+	{ 4, "192.88.99.0/24" },       /* deprecated 6to4 relay anycast */
+	{ 4, "192.168.0.0/16" },       /* private */
+	{ 4, "192.175.48.0/24" },      /* direct delegation AS112 service */
+	{ 4, "198.18.0.0/15" },        /* benchmarking */
+	{ 4, "198.51.100.0/24" },      /* documentation (TEST-NET-2) */
+	{ 4, "203.0.113.0/24" },       /* documentation (TEST-NET-3) */
+	{ 4, "224.0.0.0/4" },          /* multicast */
+	{ 4, "240.0.0.0/4" },          /* reserved, limited broadcast */
+	{ 4, "169.254.169.254/32" },   /* instance metadata: AWS, GCP, Azure, OCI, OpenStack, DigitalOcean */
+	{ 4, "168.63.129.16/32" },     /* Azure platform (WireServer, DNS, health probes) */
+	{ 4, "100.100.100.200/32" },   /* Alibaba Cloud metadata */
+	{ 4, "161.26.0.0/16" },        /* IBM Cloud service network (DNS, NTP, metadata) */
+	{ 6, "::/128" },               /* unspecified */
+	{ 6, "::1/128" },              /* loopback */
+	{ 6, "::ffff:0:0/96" },        /* IPv4-mapped */
+	{ 6, "64:ff9b::/96" },         /* IPv4-IPv6 translation (NAT64 reaches private IPv4) */
+	{ 6, "64:ff9b:1::/48" },       /* local-use IPv4-IPv6 translation */
+	{ 6, "100::/64" },             /* discard-only */
+	{ 6, "100:0:0:1::/64" },       /* dummy prefix */
+	{ 6, "2001::/23" },            /* IETF protocol assignments (Teredo, ORCHID, …) */
+	{ 6, "2001:db8::/32" },        /* documentation */
+	{ 6, "2002::/16" },            /* 6to4 */
+	{ 6, "3fff::/20" },            /* documentation */
+	{ 6, "5f00::/16" },            /* segment routing (SRv6) SIDs */
+	{ 6, "fc00::/7" },             /* unique-local */
+	{ 6, "fe80::/10" },            /* link-local */
+	{ 6, "fec0::/10" },            /* deprecated site-local */
+	{ 6, "ff00::/8" },             /* multicast */
+	{ 6, "fd00:ec2::254/128" },    /* AWS instance metadata over IPv6 */
+	{ 6, "fd00:ec2::23/128" },     /* AWS DNS resolver over IPv6 */
 };
 
 int egress_parse_subnet(const char *s, uint32_t *net, int *prefix)
@@ -76,25 +119,119 @@ int egress_parse_subnet(const char *s, uint32_t *net, int *prefix)
 	return 0;
 }
 
-int egress_ruleset(const char *table, const char *subnet, const char *iface, char *out, size_t size)
+int egress_parse_allow(const char *s, char *out, size_t size)
 {
-	char set[256] = "", only_iface[160] = "";
 	size_t used = 0;
-	int n;
 
-	for (size_t i = 0; i < ARRAY_SIZE(blocked4); i++) {
-		n = snprintf(set + used, sizeof(set) - used, "%s%s", i ? ", " : "", blocked4[i]);
-		if (n < 0 || (size_t)n >= sizeof(set) - used)
+	out[0] = '\0';
+	while (*s) {
+		char item[INET_ADDRSTRLEN + 4], ip[INET_ADDRSTRLEN];
+		size_t len = strcspn(s, ",");
+		const char *slash;
+		struct in_addr a;
+		int64_t bits = 32;
+		int n;
+
+		while (len && (*s == ' ' || *s == '\t'))
+			s++, len--;
+		while (len && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+			len--;
+		if (len == 0 || len >= sizeof(item))
+			return -1;
+		memcpy(item, s, len);
+		item[len] = '\0';
+		slash = strchr(item, '/');
+		n = slash ? (int)(slash - item) : (int)len;
+		if (n >= (int)sizeof(ip))
+			return -1;
+		memcpy(ip, item, (size_t)n);
+		ip[n] = '\0';
+		if (inet_pton(AF_INET, ip, &a) != 1 || (slash && util_parse_i64(slash + 1, 0, 32, &bits) < 0))
+			return -1;
+		if (bits < 32 && (ntohl(a.s_addr) & ~(bits ? ~0u << (32 - bits) : 0u)))
+			return -1;   /* host bits set */
+		n = snprintf(out + used, size - used, "%s%s/%d", used ? ", " : "", ip, (int)bits);
+		if (n < 0 || (size_t)n >= size - used)
+			return -1;
+		used += (size_t)n;
+		s += strcspn(s, ",");
+		if (*s == ',' && !*++s)
+			return -1;   /* trailing comma */
+	}
+	return 0;
+}
+
+/* The elements of blocked[] of one family, comma-separated, into out. */
+static int blocked_list(int family, char *out, size_t size)
+{
+	size_t used = 0;
+
+	out[0] = '\0';
+	for (size_t i = 0; i < ARRAY_SIZE(blocked); i++) {
+		int n;
+
+		if (blocked[i].family != family)
+			continue;
+		n = snprintf(out + used, size - used, "%s%s", used ? ", " : "", blocked[i].cidr);
+		if (n < 0 || (size_t)n >= size - used)
 			return -1;
 		used += (size_t)n;
 	}
-	if (iface[0]) {
-		n = snprintf(only_iface, sizeof(only_iface), "\t\tiifname \"sbx*\" oifname != \"%s\" drop\n", iface);
+	return 0;
+}
+
+int egress_ruleset(const struct egress_rules *r, char *out, size_t size)
+{
+	char set4[1024], set6[1024], allow[CONF_STR_MAX + 64] = "";
+	char only_iface[160] = "", conns[256] = "", conn_set[128] = "", rate[512] = "", rate_sets[256] = "";
+	const char *L = r->links;
+	int n;
+
+	if (blocked_list(4, set4, sizeof(set4)) < 0 || blocked_list(6, set6, sizeof(set6)) < 0)
+		return -1;
+	if (r->allow[0]) {
+		n = snprintf(allow, sizeof(allow), "\t\telements = { %s }\n", r->allow);
+		if (n < 0 || (size_t)n >= sizeof(allow))
+			return -1;
+	}
+	if (r->iface[0]) {
+		n = snprintf(only_iface, sizeof(only_iface), "\t\tiifname \"%s*\" oifname != \"%s\" drop\n", L,
+			     r->iface);
 		if (n < 0 || (size_t)n >= sizeof(only_iface))
 			return -1;
 	}
+	/* per sandbox address: tracked connections, then bytes per second each way */
+	if (r->conn_max > 0) {
+		n = snprintf(conn_set, sizeof(conn_set),
+			     "\tset conns4 {\n\t\ttype ipv4_addr\n\t\tsize 65535\n\t\tflags dynamic\n\t}\n");
+		if (n < 0 || (size_t)n >= sizeof(conn_set))
+			return -1;
+		n = snprintf(conns, sizeof(conns),
+			     "\t\tiifname \"%s*\" ct state new add @conns4 { ip saddr ct count over %lld } "
+			     "counter reject with icmpx type admin-prohibited\n",
+			     L, (long long)r->conn_max);
+		if (n < 0 || (size_t)n >= sizeof(conns))
+			return -1;
+	}
+	if (r->rate_mbit > 0) {
+		long long kbytes = (long long)r->rate_mbit * 125, burst = kbytes / 10 > 64 ? kbytes / 10 : 64;
+
+		n = snprintf(rate_sets, sizeof(rate_sets),
+			     "\tset rate_out4 {\n\t\ttype ipv4_addr\n\t\tsize 65535\n\t\tflags dynamic,timeout\n\t\ttimeout 1m\n\t}\n"
+			     "\tset rate_in4 {\n\t\ttype ipv4_addr\n\t\tsize 65535\n\t\tflags dynamic,timeout\n\t\ttimeout 1m\n\t}\n");
+		if (n < 0 || (size_t)n >= sizeof(rate_sets))
+			return -1;
+		n = snprintf(rate, sizeof(rate),
+			     "\t\tiifname \"%1$s*\" update @rate_out4 { ip saddr limit rate over %2$lld kbytes/second burst %3$lld kbytes } counter drop\n"
+			     "\t\toifname \"%1$s*\" update @rate_in4 { ip daddr limit rate over %2$lld kbytes/second burst %3$lld kbytes } counter drop\n",
+			     L, kbytes, burst);
+		if (n < 0 || (size_t)n >= sizeof(rate))
+			return -1;
+	}
 	/* "table; delete table; table {…}" in one transaction: replaces a table
-	 * left by an earlier run atomically and never fails when there is none */
+	 * left by an earlier run atomically and never fails when there is none.
+	 * Every rule names this agent's links only ("<links>*"): agents of other
+	 * subnets on the host have tables of their own. */
 	n = snprintf(out, size,
 		"table inet %1$s\n"
 		"delete table inet %1$s\n"
@@ -102,30 +239,44 @@ int egress_ruleset(const char *table, const char *subnet, const char *iface, cha
 		"\tset blocked4 {\n"
 		"\t\ttype ipv4_addr\n"
 		"\t\tflags interval\n"
+		"\t\tauto-merge\n"
 		"\t\telements = { %2$s }\n"
 		"\t}\n"
+		"\tset blocked6 {\n"
+		"\t\ttype ipv6_addr\n"
+		"\t\tflags interval\n"
+		"\t\tauto-merge\n"
+		"\t\telements = { %3$s }\n"
+		"\t}\n"
+		"\tset allowed4 {\n"
+		"\t\ttype ipv4_addr\n"
+		"\t\tflags interval\n"
+		"%4$s"
+		"\t}\n"
+		"%5$s%6$s"
 		"\tchain input {\n"
 		"\t\ttype filter hook input priority -10; policy accept;\n"
-		"\t\tiifname \"sbx*\" drop\n"
+		"\t\tiifname \"%7$s*\" drop\n"
 		"\t}\n"
 		"\tchain forward {\n"
 		"\t\ttype filter hook forward priority -10; policy accept;\n"
-		"\t\tiifname \"sbx*\" meta nfproto ipv6 drop\n"
-		"\t\toifname \"sbx*\" meta nfproto ipv6 drop\n"
-		"\t\tiifname \"sbx*\" oifname \"sbx*\" drop\n"
-		"\t\tiifname \"sbx*\" ip saddr != %3$s drop\n"
-		"\t\tiifname \"sbx*\" ip daddr %3$s drop\n"
-		"\t\tiifname \"sbx*\" ip daddr @blocked4 drop\n"
-		"%4$s"
-		"\t\toifname \"sbx*\" ct state established,related accept\n"
-		"\t\toifname \"sbx*\" drop\n"
+		"\t\tiifname \"%7$s*\" meta nfproto ipv6 drop\n"
+		"\t\toifname \"%7$s*\" meta nfproto ipv6 drop\n"
+		"\t\tiifname \"%7$s*\" oifname \"sbx*\" drop\n"
+		"\t\tiifname \"%7$s*\" ip saddr != %8$s drop\n"
+		"\t\tiifname \"%7$s*\" ip daddr %8$s drop\n"
+		"\t\tiifname \"%7$s*\" ip daddr @blocked4 ip daddr != @allowed4 drop\n"
+		"\t\tiifname \"%7$s*\" ip6 daddr @blocked6 drop\n"
+		"%9$s%10$s%11$s"
+		"\t\toifname \"%7$s*\" ct state established,related accept\n"
+		"\t\toifname \"%7$s*\" drop\n"
 		"\t}\n"
 		"\tchain postrouting {\n"
 		"\t\ttype nat hook postrouting priority 100; policy accept;\n"
-		"\t\tip saddr %3$s oifname != \"sbx*\" masquerade\n"
+		"\t\tip saddr %8$s oifname != \"sbx*\" masquerade\n"
 		"\t}\n"
 		"}\n",
-		table, set, subnet, only_iface);
+		r->table, set4, set6, allow, conn_set, rate_sets, L, r->subnet, only_iface, conns, rate);
 	if (n < 0 || (size_t)n >= size)
 		return -1;
 	return 0;
@@ -136,37 +287,27 @@ int egress_ruleset(const char *table, const char *subnet, const char *iface, cha
 static int run_nft(const char *nft, const char *text, struct sbx_err *e)
 {
 	static char *const env[] = { (char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
-	char *const argv[] = { (char *)"nft", (char *)"-f", (char *)"-", NULL };
-	int p[2], st;
-	pid_t pid;
+	static char *const argv[] = { (char *)"nft", (char *)"-f", (char *)"-", NULL };
+	struct spawn_host_cmd cmd = { .path = nft, .argv = argv, .envp = env, .out = 1, .err = 2 };
+	int p[2], pidfd, rc;
 
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return err_sys(e, errno, "pipe");
-	pid = fork();
-	if (pid < 0) {
-		int err = errno;
-
-		close(p[0]);
-		close(p[1]);
-		return err_sys(e, err, "fork");
-	}
-	if (pid == 0) {
-		signal(SIGPIPE, SIG_DFL);
-		if (dup2(p[0], 0) < 0)
-			_exit(126);
-		syscall(SYS_close_range, 3U, ~0U, 0U);
-		execve(nft, argv, env);
-		_exit(127);
-	}
+	cmd.in = p[0];
+	rc = spawn_host(&cmd, &pidfd, e) < 0 ? -1 : 0;
 	close(p[0]);
-	(void)util_write_all(p[1], text, strlen(text));
+	if (rc == 0)
+		(void)util_write_all(p[1], text, strlen(text));   /* EPIPE: nft's status says why */
 	close(p[1]);
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return err_sys(e, errno, "waitpid nft");
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+	if (rc < 0)
+		return -1;
+	rc = spawn_host_wait(pidfd, e);
+	close(pidfd);
+	if (rc < 0)
+		return -1;
+	if (rc != 0)
 		return err_set(e, SBX_E_INTERNAL, "'%s -f -' failed (status %d; see the agent's stderr)",
-			       nft, st);
+			       nft, rc);
 	return 0;
 }
 
@@ -282,6 +423,8 @@ struct egress *egress_new(const struct sbx_conf *conf, struct sbx_err *e)
 	struct egress *eg;
 	char dir[PATH_MAX];
 	auto_free char *rules = NULL;
+	char allow[CONF_STR_MAX + 64];
+	struct egress_rules spec;
 	size_t n = 0;
 
 	eg = calloc(1, sizeof(*eg));
@@ -352,9 +495,20 @@ struct egress *egress_new(const struct sbx_conf *conf, struct sbx_err *e)
 		err_sys(e, errno, "cannot set net.ipv4.ip_forward");
 		goto fail;
 	}
+	if (egress_parse_allow(conf->agent.egress_allow, allow, sizeof(allow)) < 0) {
+		err_set(e, SBX_E_INTERNAL, "agent.egress_allow '%s' is not a comma-separated list of IPv4 CIDRs",
+			conf->agent.egress_allow);
+		goto fail;
+	}
+	spec.table = eg->table;
+	spec.subnet = conf->agent.egress_subnet;
+	spec.links = eg->prefix;
+	spec.iface = conf->agent.egress_interface;
+	spec.allow = allow;
+	spec.conn_max = conf->agent.egress_conn_max;
+	spec.rate_mbit = conf->agent.egress_rate_mbit;
 	rules = malloc(EGRESS_RULESET_MAX);
-	if (!rules || egress_ruleset(eg->table, conf->agent.egress_subnet,
-				     conf->agent.egress_interface, rules, EGRESS_RULESET_MAX) < 0) {
+	if (!rules || egress_ruleset(&spec, rules, EGRESS_RULESET_MAX) < 0) {
 		err_set(e, SBX_E_INTERNAL, "cannot build the nftables ruleset");
 		goto fail;
 	}
@@ -364,8 +518,10 @@ struct egress *egress_new(const struct sbx_conf *conf, struct sbx_err *e)
 	}
 	if (netns_link_each(&eg->nl, eg->prefix, remove_stale, eg) < 0)
 		log_warn("egress: cannot list links: %s", strerror(errno));
-	log_info("egress: subnet %s, links %s*, mtu %d, nftables table inet %s",
-		 conf->agent.egress_subnet, eg->prefix, eg->mtu, eg->table);
+	log_info("egress: subnet %s, links %s*, mtu %d, nftables table inet %s, %lld connections "
+		 "and %lld Mbit/s per sandbox (0: no limit)",
+		 conf->agent.egress_subnet, eg->prefix, eg->mtu, eg->table,
+		 (long long)conf->agent.egress_conn_max, (long long)conf->agent.egress_rate_mbit);
 	return eg;
 fail:
 	egress_close(eg);

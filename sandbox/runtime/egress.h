@@ -3,9 +3,11 @@
  * "sbx<tag><slot>", sandbox side "eth0"), a /30 of agent.egress_subnet per
  * sandbox (gateway .1 on the host side, the sandbox .2 with the default
  * route), NAT out of the host, and an nftables table
- * `inet sbx_<node>_<4 hex digits of a hash of agent.state_dir>` that drops everything from sandboxes to the host itself, to other sandboxes, to
- * private, shared, link-local, loopback, multicast and reserved IPv4 ranges,
- * and all IPv6.
+ * `inet sbx_<node>_<4 hex digits of a hash of agent.state_dir>` that drops
+ * everything from this agent's sandboxes to the host itself, to other
+ * sandboxes, to the special-purpose ranges and cloud platform addresses
+ * (agent.egress_allow excepted), and all IPv6, and limits each sandbox's
+ * tracked connections and rate (agent.egress_conn_max, egress_rate_mbit).
  *
  * Slots are allocated host-wide (agents on one host may share the subnet):
  * a slot is taken while its lock file in /run/sbx/egress/<tag>/ is flock'ed
@@ -52,8 +54,24 @@ void egress_release(struct egress *eg, struct egress_link *link);
  * net and prefix. 0, or -1. */
 int egress_parse_subnet(const char *s, uint32_t *net, int *prefix);
 
-/* The nftables ruleset of a node (table name, subnet, interface or ""),
- * into out. 0, or -1 when it does not fit. */
-int egress_ruleset(const char *table, const char *subnet, const char *iface, char *out, size_t size);
+/* What the nftables ruleset of an agent is made of. Strings are borrowed
+ * and already validated (they go into nft's input as they are). */
+struct egress_rules {
+	const char *table;        /* nftables table name */
+	const char *subnet;       /* agent.egress_subnet */
+	const char *links;        /* this agent's link name prefix, "sbx<tag>" */
+	const char *iface;        /* agent.egress_interface, or "" */
+	const char *allow;        /* egress_parse_allow's output, or "" */
+	int64_t conn_max;         /* tracked connections per sandbox; 0: no limit */
+	int64_t rate_mbit;        /* Mbit/s per sandbox and direction; 0: no limit */
+};
+
+/* The ruleset text for r into out. 0, or -1 when it does not fit. */
+int egress_ruleset(const struct egress_rules *r, char *out, size_t size);
+
+/* Check agent.egress_allow ("a.b.c.d[/n], …", may be empty) and write it in
+ * nft's syntax ("a.b.c.d/n, …") into out. 0, or -1 when an item is not an
+ * IPv4 address or CIDR with zero host bits, or out is too small. */
+int egress_parse_allow(const char *s, char *out, size_t size);
 
 #endif

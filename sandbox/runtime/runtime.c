@@ -125,20 +125,24 @@ static int valid_hostname(const char *h)
 	return 1;
 }
 
+static int try_userns(void *arg)
+{
+	(void)arg;
+	return unshare(CLONE_NEWUSER) == 0 ? 0 : 1;
+}
+
 /* Can this host create user namespaces? Probed once in a throwaway child. */
 static int probe_userns(void)
 {
-	pid_t pid = fork();
-	int st;
+	struct spawn_host_cmd cmd = { .in = -1, .out = -1, .err = -1, .fn = try_userns };
+	struct sbx_err e = { 0 };
+	int pidfd, rc;
 
-	if (pid < 0)
+	if (spawn_host(&cmd, &pidfd, &e) < 0)
 		return 0;
-	if (pid == 0)
-		_exit(unshare(CLONE_NEWUSER) == 0 ? 0 : 1);
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return 0;
-	return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	rc = spawn_host_wait(pidfd, &e);
+	close(pidfd);
+	return rc == 0;
 }
 
 static void close_fds(int *fds, int n)

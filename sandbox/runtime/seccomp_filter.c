@@ -3,13 +3,15 @@
  *
  * Default allow, with a deny list: Docker's default deny list plus the
  * kernel interfaces a sandbox never needs and that carry most of the
- * kernel's recent exploit history. Non-native architectures (32-bit x86
- * entry on x86_64) kill the process.
+ * kernel's recent exploit history; sockets only of an allow-list of
+ * address families and netlink protocols. Non-native architectures (32-bit
+ * x86 entry on x86_64) kill the process.
  */
 #include "seccomp_filter.h"
 #include "util.h"
 
 #include <errno.h>
+#include <linux/netlink.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <stdlib.h>
@@ -56,6 +58,30 @@ static const unsigned long ns_flags[] = {
 	CLONE_NEWCGROUP, CLONE_NEWTIME,
 };
 
+/* Address families a sandbox may open a socket (or socketpair) of; every
+ * other value of the argument is refused with EAFNOSUPPORT, the kernel's
+ * own answer for a family it does not have, so programs fall back as they
+ * would on a kernel without it. The reasons, family by family, are in
+ * docs/SECURITY.md ("Address families"). */
+static const uint32_t families[] = { AF_UNIX, AF_INET, AF_INET6, AF_NETLINK };
+
+/* Netlink protocols a sandbox may open: rtnetlink (getaddrinfo,
+ * if_nameindex, `ip addr`) and sock_diag (`ss`), both scoped to the
+ * sandbox's network namespace. Others: EPROTONOSUPPORT, the kernel's
+ * answer for a netlink protocol it does not have. */
+static const uint32_t netlink_protocols[] = { NETLINK_ROUTE, NETLINK_SOCK_DIAG };
+
+/* (argument arg & mask) == value. The kernel reads socket()'s int
+ * arguments from the low 32 bits of a 64-bit register, so every check of
+ * them masks: a plain SCMP_CMP_EQ compares all 64 bits and is passed by a
+ * value with junk in the high half. */
+static struct scmp_arg_cmp cmp_masked(unsigned arg, uint64_t mask, uint64_t value)
+{
+	struct scmp_arg_cmp c = { .arg = arg, .op = SCMP_CMP_MASKED_EQ, .datum_a = mask, .datum_b = value };
+
+	return c;
+}
+
 static int add(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned cnt,
 	       const struct scmp_arg_cmp *cmp, struct sbx_err *e)
 {
@@ -67,6 +93,38 @@ static int add(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned 
 	rc = seccomp_rule_add_array(ctx, action, nr, cnt, cmp);
 	if (rc < 0)
 		return err_sys(e, -rc, "seccomp rule for '%s'", name);
+	return 0;
+}
+
+/* Refuse syscall name with err whenever the low 32 bits of argument arg
+ * are not one of allowed[] (each below 64), and (when also is set) the
+ * comparison also holds: one rule per value 0..63 outside the list, and one
+ * per bit 6..31, which together cover every other 32-bit value. libseccomp
+ * 2.5 takes one comparison per argument and rule, hence the enumeration. */
+static int deny_outside(scmp_filter_ctx ctx, const char *name, unsigned arg, const uint32_t *allowed,
+			size_t n, int err, const struct scmp_arg_cmp *also, struct sbx_err *e)
+{
+	struct scmp_arg_cmp c[2];
+	unsigned cnt = also ? 2 : 1;
+
+	if (also)
+		c[1] = *also;
+	for (uint32_t v = 0; v < 64; v++) {
+		size_t i = 0;
+
+		while (i < n && allowed[i] != v)
+			i++;
+		if (i < n)
+			continue;
+		c[0] = cmp_masked(arg, 0xffffffffu, v);
+		if (add(ctx, SCMP_ACT_ERRNO((uint32_t)err), name, cnt, c, e) < 0)
+			return -1;
+	}
+	for (unsigned b = 6; b < 32; b++) {
+		c[0] = cmp_masked(arg, 1ULL << b, 1ULL << b);
+		if (add(ctx, SCMP_ACT_ERRNO((uint32_t)err), name, cnt, c, e) < 0)
+			return -1;
+	}
 	return 0;
 }
 
@@ -82,7 +140,7 @@ static int build_rules(scmp_filter_ctx ctx, struct sbx_err *e)
 		return -1;
 	/* clone and unshare with any namespace flag (the flags are argument 0). */
 	for (size_t i = 0; i < ARRAY_SIZE(ns_flags); i++) {
-		struct scmp_arg_cmp c = SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]);
+		struct scmp_arg_cmp c = cmp_masked(0, ns_flags[i], ns_flags[i]);
 
 		if (add(ctx, eperm, "clone", 1, &c, e) < 0 || add(ctx, eperm, "unshare", 1, &c, e) < 0)
 			return -1;
@@ -91,12 +149,12 @@ static int build_rules(scmp_filter_ctx ctx, struct sbx_err *e)
 	 * libseccomp 2.5 takes one comparison per argument and rule, so: above
 	 * 0x20008 (this includes the 0xffffffff query), then every other bit. */
 	{
-		struct scmp_arg_cmp high = SCMP_A0(SCMP_CMP_GT, 0x20008UL);
+		struct scmp_arg_cmp high = { .arg = 0, .op = SCMP_CMP_GT, .datum_a = 0x20008UL };
 
 		if (add(ctx, eperm, "personality", 1, &high, e) < 0)
 			return -1;
 		for (unsigned b = 0; b < 17; b++) {
-			struct scmp_arg_cmp c = SCMP_A0(SCMP_CMP_MASKED_EQ, 1UL << b, 1UL << b);
+			struct scmp_arg_cmp c = cmp_masked(0, 1UL << b, 1UL << b);
 
 			if (b == 3)
 				continue;
@@ -104,12 +162,25 @@ static int build_rules(scmp_filter_ctx ctx, struct sbx_err *e)
 				return -1;
 		}
 	}
-	/* packet sockets and raw sockets of any family */
-	{
-		struct scmp_arg_cmp pkt = SCMP_A0(SCMP_CMP_EQ, AF_PACKET);
-		struct scmp_arg_cmp raw = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW);
+	/* raw IP sockets (the low four bits of the type are the type); netlink
+	 * sockets are SOCK_RAW by nature and stay allowed */
+	for (int fam = 0; fam < 2; fam++) {
+		struct scmp_arg_cmp raw[2] = {
+			cmp_masked(0, 0xffffffffu, fam ? AF_INET6 : AF_INET),
+			cmp_masked(1, 0xf, SOCK_RAW),
+		};
 
-		if (add(ctx, eperm, "socket", 1, &pkt, e) < 0 || add(ctx, eperm, "socket", 1, &raw, e) < 0)
+		if (add(ctx, eperm, "socket", 2, raw, e) < 0)
+			return -1;
+	}
+	if (deny_outside(ctx, "socket", 0, families, ARRAY_SIZE(families), EAFNOSUPPORT, NULL, e) < 0 ||
+	    deny_outside(ctx, "socketpair", 0, families, ARRAY_SIZE(families), EAFNOSUPPORT, NULL, e) < 0)
+		return -1;
+	{
+		struct scmp_arg_cmp nl = cmp_masked(0, 0xffffffffu, AF_NETLINK);
+
+		if (deny_outside(ctx, "socket", 2, netlink_protocols, ARRAY_SIZE(netlink_protocols),
+				 EPROTONOSUPPORT, &nl, e) < 0)
 			return -1;
 	}
 	return 0;

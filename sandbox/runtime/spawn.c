@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -254,4 +255,114 @@ pid_t spawn_sandbox(const struct spawn_plan *sp, spawn_attach_fn attach, void *a
 	close(sv[0]);
 	*pidfd = fd;
 	return (pid_t)pid;
+}
+
+/* ---- host programs ------------------------------------------------------ */
+
+/* The child of spawn_host; rep is the write end of the report pipe. */
+static __attribute__((noreturn)) void host_child(const struct spawn_host_cmd *cmd, pid_t parent,
+						  int devnull, int rep, const sigset_t *old)
+{
+	/* the kernel's struct sigaction: glibc's sigaction() refuses its two
+	 * internal signals (32, 33), which may arrive ignored from our parent */
+	struct { void *handler; unsigned long flags; void *restorer; uint64_t mask; } dfl = { 0 };
+	const int src[3] = { cmd->in, cmd->out, cmd->err };
+	int moved[3], err;
+
+	dfl.handler = SIG_DFL;
+	for (int sig = 1; sig <= 64; sig++)
+		(void)syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(dfl.mask));
+	if ((cmd->flags & SPAWN_HOST_PDEATHSIG) &&
+	    (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent))
+		goto fail;
+	if ((cmd->flags & SPAWN_HOST_PGROUP) && setpgid(0, 0) < 0)
+		goto fail;
+	/* copies above 2 first, so that no source is overwritten by another's dup2 */
+	for (int i = 0; i < 3; i++)
+		if ((moved[i] = fcntl(src[i] >= 0 ? src[i] : devnull, F_DUPFD_CLOEXEC, 3)) < 0)
+			goto fail;
+	for (int i = 0; i < 3; i++)
+		if (dup2(moved[i], i) < 0)
+			goto fail;
+	/* every other fd closes at the exec; rep reports until then */
+	if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+		struct rlimit rl;
+		int max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 1048576 ? (int)rl.rlim_cur : 1048576;
+
+		for (int fd = 3; fd < max; fd++)
+			if (fd != rep)
+				(void)close(fd);
+	}
+	if (cmd->fn) {
+		close(rep);
+		sigprocmask(SIG_SETMASK, old, NULL);
+		_exit(cmd->fn(cmd->arg));
+	}
+	{
+		sigset_t none;
+
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+	}
+	execve(cmd->path, cmd->argv, cmd->envp ? cmd->envp : environ);
+fail:
+	err = errno;
+	(void)!write(rep, &err, sizeof(err));
+	_exit(127);
+}
+
+pid_t spawn_host(const struct spawn_host_cmd *cmd, int *pidfd, struct sbx_err *e)
+{
+	auto_close int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	const char *what = cmd->fn ? "a host child" : cmd->path;
+	pid_t parent = getpid();
+	sigset_t all, old;
+	int rep[2], fd = -1, child_err = 0, err;
+	long pid;
+	ssize_t n;
+
+	*pidfd = -1;
+	if (devnull < 0)
+		return err_sys(e, errno, "cannot open /dev/null");
+	if (pipe2(rep, O_CLOEXEC) < 0)
+		return err_sys(e, errno, "pipe");
+	/* no handler of ours may run in the child between fork and exec */
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &old);
+	pid = syscall(SYS_clone, CLONE_PIDFD | SIGCHLD, NULL, &fd, NULL, NULL);
+	if (pid == 0)
+		host_child(cmd, parent, devnull, rep[1], &old);
+	err = errno;
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	close(rep[1]);
+	if (pid < 0) {
+		close(rep[0]);
+		return err_sys(e, err, "cannot start '%s'", what);
+	}
+	/* EOF when the exec succeeded (CLOEXEC), the child's errno if not */
+	do
+		n = read(rep[0], &child_err, sizeof(child_err));
+	while (n < 0 && errno == EINTR);
+	close(rep[0]);
+	if (n != 0) {
+		spawn_reap(fd, 1);
+		close(fd);
+		return err_sys(e, n == (ssize_t)sizeof(child_err) ? child_err : EPROTO,
+			       "cannot run '%s'", what);
+	}
+	*pidfd = fd;
+	return (pid_t)pid;
+}
+
+int spawn_host_wait(int pidfd, struct sbx_err *e)
+{
+	siginfo_t si;
+
+	memset(&si, 0, sizeof(si));
+	while (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED) < 0)
+		if (errno != EINTR)
+			return err_sys(e, errno, "waitid");
+	if (si.si_code == CLD_EXITED)
+		return si.si_status;
+	return 128 + si.si_status;
 }

@@ -7,6 +7,12 @@
  * place it in its cgroup, reports a failing step over a CLOEXEC socket
  * ("mount /proc: Operation not permitted") and closes every fd but init's
  * socket (fd INITPROTO_FD) and /dev/null on 0-2 before the exec.
+ *
+ * Also the one way the agent runs a program on the host (spawn_host: nft,
+ * tunnel tools, probes), in the manner of git's run-command.c: everything
+ * is prepared before the fork, signals are blocked across it, the child
+ * closes every fd but 0-2, and an exec failure comes back as the child's
+ * errno over a CLOEXEC pipe.
  */
 #ifndef SBX_SPAWN_H
 #define SBX_SPAWN_H
@@ -42,5 +48,32 @@ pid_t spawn_sandbox(const struct spawn_plan *sp, spawn_attach_fn attach, void *a
 
 /* Reap a child through its pidfd (blocking when wait is set). */
 void spawn_reap(int pidfd, int wait);
+
+#define SPAWN_HOST_PGROUP    1u   /* the child leads a process group of its own */
+#define SPAWN_HOST_PDEATHSIG 2u   /* SIGKILL to the child when the agent dies */
+
+/* A program to run on the host. Every pointer is borrowed for the call. */
+struct spawn_host_cmd {
+	const char *path;            /* absolute path, no PATH search */
+	char *const *argv;
+	char *const *envp;           /* NULL: the caller's environ */
+	int in, out, err;            /* the child's fds 0, 1, 2; -1: /dev/null */
+	unsigned flags;              /* SPAWN_HOST_* */
+	/* Instead of an exec: run fn(arg) in the child and exit with its
+	 * value. After fork: async-signal-safe calls only. */
+	int (*fn)(void *arg);
+	void *arg;
+};
+
+/* Start cmd with every signal at its default and unblocked (SIGPIPE too)
+ * and no fd but 0-2. The child's pid, its pidfd (O_CLOEXEC, the caller's)
+ * in *pidfd; or -1 with e filled (the exec's errno, ENOENT for a missing
+ * program; the child is reaped). Returns once the exec has happened (or
+ * fn has started). */
+pid_t spawn_host(const struct spawn_host_cmd *cmd, int *pidfd, struct sbx_err *e);
+
+/* Wait for a spawn_host child through its pidfd (which stays open): its
+ * exit code, 128 + the signal that killed it, or -1 with e filled. */
+int spawn_host_wait(int pidfd, struct sbx_err *e);
 
 #endif

@@ -226,7 +226,8 @@ def stack_up(agents=2, overrides=()):
     directory = tempfile.mkdtemp(prefix="sbx-it-", dir="/tmp")
     port = free_port()
     args = [STACK, "up", "--dir", directory, "--port", str(port), "--agents", str(agents)]
-    for o in overrides:
+    # the stand-in for the internet of test_egress.py's lab (TEST-NET-2, blocked by default)
+    for o in ["agent.egress_allow=198.51.100.1/32"] + list(overrides):
         args += ["-o", o]
     r = subprocess.run(args, capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, SBX_BUILD=build))
@@ -237,8 +238,11 @@ def stack_up(agents=2, overrides=()):
     return Stack(directory, build)
 
 
-SANITIZER_ERRORS = ("ERROR: AddressSanitizer", "runtime error:")
-SANITIZER_WARNINGS = ("ERROR: LeakSanitizer",)
+# A leak report fails the session like any other report; so does a leak
+# check that could not run (it would otherwise hide every leak).
+SANITIZER_ERRORS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer",
+                    "LeakSanitizer has encountered a fatal error")
+SANITIZER_WARNINGS = ("WARNING: AddressSanitizer",)
 
 
 def sanitizer_findings(directory):

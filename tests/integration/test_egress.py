@@ -4,16 +4,21 @@
 Traffic only ever goes to loopback or to network namespaces this module
 creates itself, never to the internet: a namespace "lab" joined to the host
 by a veth stands in for the world. It holds a public-looking address
-(198.51.100.1, TEST-NET-2, never routed on the internet) and, behind the same
-veth, addresses of every range a sandbox must not reach (10.x, 172.16.x,
-192.168.x, 100.64.x, 169.254.169.254), each with an HTTP listener. The host
-reaches all of them (checked first), so a failure from inside a sandbox is
-the filter's doing, not a missing route.
+(198.51.100.1, TEST-NET-2, never routed on the internet: every test stack
+allows it with agent.egress_allow, conftest.stack_up) and, behind the same
+veth, an address of every blocked range that can be routed at all (private,
+shared, link-local, documentation, benchmarking, AS112, cloud platform
+addresses…), each with an HTTP listener. The host reaches all of them
+(checked first), so a failure from inside a sandbox is the filter's doing,
+not a missing route. Ranges that cannot be routed into a namespace
+(loopback, "this network", multicast, reserved, all IPv6: egress has no
+IPv6) are checked in the loaded ruleset instead.
 
 Sandboxes are made through the public API (PUT /v1/sandboxes/{id}); where
 that route is not there yet, straight on the first agent.
 """
 
+import ipaddress
 import json
 import os
 import re
@@ -27,13 +32,40 @@ import uuid
 import pytest
 import requests
 
+from conftest import stack_down, stack_up
+
 LAB_PORT = 18080
 PUBLIC = "198.51.100.1"
-PRIVATE = ["10.99.0.1", "172.16.99.1", "192.168.99.1", "100.64.99.1", "169.254.169.254"]
-LAB_ADDRS = ["198.51.100.1/24", "10.99.0.1/24", "172.16.99.1/24", "192.168.99.1/24",
-             "100.64.99.1/24", "169.254.169.254/32"]
-HOST_ADDRS = ["198.51.100.254/24", "10.99.0.254/24", "172.16.99.254/24", "192.168.99.254/24",
-              "100.64.99.254/24"]
+# Every blocked IPv4 range a namespace can hold an address of: range -> the
+# lab's address in it (docs/SECURITY.md "Blocked destinations").
+BLOCKED = {
+    "10.0.0.0/8": "10.99.0.1",
+    "100.64.0.0/10": "100.64.99.1",
+    "169.254.0.0/16": "169.254.99.1",
+    "172.16.0.0/12": "172.16.99.1",
+    "192.0.0.0/24": "192.0.0.170",
+    "192.0.2.0/24": "192.0.2.1",
+    "192.31.196.0/24": "192.31.196.1",
+    "192.52.193.0/24": "192.52.193.1",
+    "192.88.99.0/24": "192.88.99.1",
+    "192.168.0.0/16": "192.168.99.1",
+    "192.175.48.0/24": "192.175.48.1",
+    "198.18.0.0/15": "198.18.0.1",
+    "198.51.100.0/24": "198.51.100.2",   # TEST-NET-2 but the allowed PUBLIC
+    "203.0.113.0/24": "203.0.113.1",
+    "169.254.169.254/32": "169.254.169.254",
+    "168.63.129.16/32": "168.63.129.16",
+    "100.100.100.200/32": "100.100.100.200",
+    "161.26.0.0/16": "161.26.0.10",
+}
+PRIVATE = sorted(set(BLOCKED.values()))
+# Blocked ranges no namespace can be made to answer on: asserted in the ruleset.
+RULE_ONLY4 = ["0.0.0.0/8", "127.0.0.0/8", "224.0.0.0/4", "240.0.0.0/4", "255.255.255.255/32"]
+RULE_ONLY6 = ["::/128", "::1/128", "::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64",
+              "100:0:0:1::/64", "2001::/23", "2001:db8::/32", "2002::/16", "3fff::/20",
+              "5f00::/16", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
+              "fd00:ec2::254/128", "fd00:ec2::23/128"]
+HOST_ADDR = "198.51.100.254"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
                                 reason="needs root and iproute2 for the test namespaces")
@@ -77,7 +109,7 @@ def conf_value(stack, section, key):
 
 @pytest.fixture(scope="module")
 def lab():
-    """A network namespace with a listener on every LAB_ADDRS address, routed
+    """A network namespace with a listener on PUBLIC and every BLOCKED address, routed
     from the host. Removed at the end, also when tests fail."""
     tag = uuid.uuid4().hex[:4]
     ns, host_if = "sbxtest-lab-" + tag, "xtl" + tag   # never "sbx…": that prefix is a sandbox's
@@ -85,15 +117,17 @@ def lab():
     try:
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "add", host_if, "type", "veth", "peer", "name", "lab0", "netns", ns)
-        for a in HOST_ADDRS:
-            sh("ip", "addr", "add", a, "dev", host_if)
+        sh("ip", "addr", "add", HOST_ADDR + "/24", "dev", host_if)
         sh("ip", "link", "set", host_if, "up")
-        sh("ip", "route", "add", "169.254.169.254/32", "dev", host_if)
         sh("ip", "-n", ns, "link", "set", "lo", "up")
-        for a in LAB_ADDRS:
-            sh("ip", "-n", ns, "addr", "add", a, "dev", "lab0")
+        sh("ip", "-n", ns, "addr", "add", PUBLIC + "/24", "dev", "lab0")
+        for a in PRIVATE:
+            sh("ip", "-n", ns, "addr", "add", a + "/32", "dev", "lab0")
+            if not a.startswith("198.51.100."):
+                # a host route into the lab; it goes with the link
+                sh("ip", "route", "add", a + "/32", "dev", host_if)
         sh("ip", "-n", ns, "link", "set", "lab0", "up")
-        sh("ip", "-n", ns, "route", "add", "default", "via", "198.51.100.254")
+        sh("ip", "-n", ns, "route", "add", "default", "via", HOST_ADDR)
         server = subprocess.Popen(
             ["ip", "netns", "exec", ns, "/usr/bin/python3", "-m", "http.server", str(LAB_PORT),
              "--bind", "0.0.0.0", "--directory", "/nonexistent-dir-for-404s"],
@@ -286,13 +320,58 @@ def test_egress_reaches_a_public_address(boxes, lab):
     assert reach(boxes, sid, ["%s:%d" % (PUBLIC, LAB_PORT)]) == {"%s:%d" % (PUBLIC, LAB_PORT): "ok"}
 
 
-def test_egress_cannot_reach_private_shared_or_metadata_ranges(boxes, lab):
-    sid = boxes.create()
-    targets = ["%s:%d" % (a, LAB_PORT) for a in PRIVATE]
-    res = reach(boxes, sid, targets + ["%s:%d" % (PUBLIC, LAB_PORT)])
-    assert res.pop("%s:%d" % (PUBLIC, LAB_PORT)) == "ok"
-    for t, r in res.items():
-        assert r == "timeout", "%s from an egress sandbox: %s (must be dropped)" % (t, r)
+@pytest.fixture(scope="module")
+def blocked_reach(stack, lab):
+    """From one egress sandbox: PUBLIC and every BLOCKED address at once."""
+    b = Boxes(stack)
+    sid = b.create()
+    try:
+        yield reach(b, sid, ["%s:%d" % (a, LAB_PORT) for a in [PUBLIC] + PRIVATE])
+    finally:
+        b.destroy(sid)
+
+
+@pytest.mark.parametrize("cidr", sorted(BLOCKED))
+def test_egress_cannot_reach_blocked_range(blocked_reach, cidr):
+    assert blocked_reach["%s:%d" % (PUBLIC, LAB_PORT)] == "ok", "the lab itself: %r" % blocked_reach
+    r = blocked_reach["%s:%d" % (BLOCKED[cidr], LAB_PORT)]
+    assert r == "timeout", "%s (%s) from an egress sandbox: %s (must be dropped)" % (
+        BLOCKED[cidr], cidr, r)
+
+
+def nft_set(table, name):
+    """The elements of an nftables set as ip_network objects (ranges split)."""
+    out = json.loads(sh("nft", "-j", "list", "set", "inet", table, name))
+    nets = []
+    for item in out["nftables"]:
+        for el in item.get("set", {}).get("elem", []):
+            if isinstance(el, str):
+                nets.append(ipaddress.ip_network(el))
+            elif "prefix" in el:
+                nets.append(ipaddress.ip_network("%s/%d" % (el["prefix"]["addr"], el["prefix"]["len"])))
+            elif "range" in el:
+                lo, hi = (ipaddress.ip_address(x) for x in el["range"])
+                nets.extend(ipaddress.summarize_address_range(lo, hi))
+    return nets
+
+
+def agent_tables(st):
+    names = []
+    for i in range(1, st.agents + 1):
+        m = re.findall(r"nftables table inet (sbx_agent_%d_[0-9a-f]{4})" % i,
+                       st.log("agent-%d" % i, 2000))
+        assert m, "agent-%d logged no nftables table" % i
+        names.append(m[-1])
+    return names
+
+
+@pytest.mark.parametrize("cidr", RULE_ONLY4 + RULE_ONLY6 + sorted(BLOCKED))
+def test_blocked_range_is_in_the_ruleset(stack, cidr):
+    net = ipaddress.ip_network(cidr)
+    for table in agent_tables(stack):
+        nets = nft_set(table, "blocked%d" % net.version)
+        assert any(net.subnet_of(n) for n in nets if n.version == net.version), \
+            "%s is not in %s's blocked%d: %s" % (cidr, table, net.version, nets)
 
 
 def test_egress_cannot_reach_the_host(stack, boxes, lab, host_listener):
@@ -372,15 +451,98 @@ def test_destroy_removes_the_veth_and_none_makes_none(boxes):
 
 def test_nftables_table_of_each_agent(stack):
     tables = sh("nft", "list", "tables")
-    names = []
-    for i in range(1, stack.agents + 1):
-        m = re.findall(r"nftables table inet (sbx_agent_%d_[0-9a-f]{4})" % i,
-                       stack.log("agent-%d" % i, 2000))
-        assert m, "agent-%d logged no nftables table" % i
-        assert "table inet %s" % m[-1] in tables, tables
-        names.append(m[-1])
+    names = agent_tables(stack)
+    for n in names:
+        assert "table inet %s" % n in tables, tables
     assert len(set(names)) == len(names)
+    links = re.findall(r"links (sbx[0-9a-f]{4})\*", stack.log("agent-1", 2000))[-1]
     rules = sh("nft", "list", "table", "inet", names[0])
-    for needle in ('iifname "sbx*" drop', "masquerade", "169.254.0.0/16", "10.0.0.0/8",
-                   "192.168.0.0/16", "nfproto ipv6 drop"):
+    for needle in ('iifname "%s*" drop' % links, "masquerade", "169.254.0.0/16", "10.0.0.0/8",
+                   "192.168.0.0/16", "198.18.0.0/15", "nfproto ipv6 drop",
+                   "ct count over 1024", "limit rate over 25000 kbytes/second"):
         assert needle in rules, "%r missing from the ruleset:\n%s" % (needle, rules)
+    # every match on where a packet comes from names this agent's links
+    assert 'iifname "sbx*"' not in rules, rules
+
+
+# -- a second stack of another subnet on the same host ------------------------------
+
+OTHER_SUBNET = "10.87.0.0/16"
+OTHER_CONN_MAX = 8
+
+
+@pytest.fixture(scope="module")
+def other(stack):
+    """A one-agent stack with its own subnet and a small connection limit,
+    running beside the session stack (whose agents use the default subnet).
+    Skipped while an sbx agent of an older build runs on this host: its
+    rules, matching every "sbx*" link, drop every other subnet's traffic."""
+    ours = set(agent_tables(stack))
+    for t in re.findall(r"^table inet (\S+)$", sh("nft", "list", "tables"), re.M):
+        if t not in ours and 'iifname "sbx*" ip saddr !=' in sh("nft", "list", "table", "inet", t, check=False):
+            pytest.skip("table inet %s of another agent on this host drops other subnets" % t)
+    st = stack_up(agents=1, overrides=["agent.egress_subnet=" + OTHER_SUBNET,
+                                       "agent.egress_conn_max=%d" % OTHER_CONN_MAX])
+    try:
+        yield st
+    finally:
+        stack_down(st)
+
+
+def test_agents_of_two_subnets_keep_their_own_rules(stack, other, lab):
+    mine, theirs = Boxes(stack), Boxes(other)
+    try:
+        a, b = mine.create(), theirs.create()
+        target = "%s:%d" % (PUBLIC, LAB_PORT)
+        assert reach(theirs, b, [target]) == {target: "ok"}, "the other subnet's sandbox"
+        assert reach(mine, a, [target]) == {target: "ok"}, "the session stack's sandbox"
+        # each still drops what it must for its own sandboxes
+        blocked = "%s:%d" % (BLOCKED["10.0.0.0/8"], LAB_PORT)
+        assert reach(theirs, b, [blocked]) == {blocked: "timeout"}
+        # and neither reaches the other's sandboxes
+        addr_a = box_addr(mine, a)
+        assert reach(theirs, b, ["%s:%d" % (addr_a, LAB_PORT)]) == {"%s:%d" % (addr_a, LAB_PORT): "timeout"}
+    finally:
+        for bx in (mine, theirs):
+            for sid in list(bx.made):
+                bx.destroy(sid)
+    t_other = agent_tables(other)[0]
+    assert t_other not in agent_tables(stack)
+    rules = sh("nft", "list", "table", "inet", t_other)
+    assert "ip saddr != %s drop" % OTHER_SUBNET in rules
+    assert "ct count over %d" % OTHER_CONN_MAX in rules
+
+
+# Hold n connections to the target open, then try one more: the results.
+HOLD = r"""
+import errno, json, socket, sys
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+held, res = [], []
+for i in range(n + 1):
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect((host, port))
+        res.append("ok")
+        held.append(s)
+    except socket.timeout:
+        res.append("timeout")
+    except OSError as ex:
+        res.append(errno.errorcode.get(ex.errno, str(ex.errno)))
+print(json.dumps(res))
+"""
+
+
+def test_connection_beyond_the_limit_fails(other, lab):
+    bx = Boxes(other)
+    sid = bx.create()
+    try:
+        res = json.loads(bx.py(sid, HOLD, PUBLIC, str(LAB_PORT), str(OTHER_CONN_MAX)))
+        assert res[:OTHER_CONN_MAX] == ["ok"] * OTHER_CONN_MAX, res
+        assert res[OTHER_CONN_MAX] == "EHOSTUNREACH", "connection %d: %s" % (OTHER_CONN_MAX + 1, res)
+        # the held ones closed with the probe: connections are possible again
+        target = "%s:%d" % (PUBLIC, LAB_PORT)
+        other.wait("a connection after the probe closed its sockets",
+                   lambda: reach(bx, sid, [target]) == {target: "ok"}, timeout=30)
+    finally:
+        bx.destroy(sid)
