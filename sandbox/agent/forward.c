@@ -14,20 +14,30 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 
 struct fwd;
 
+enum conn_state {
+	CONN_HEAD,     /* reading the first request head (not yet counted) */
+	CONN_RELAY,    /* connected to the sandbox: counted, a live stream */
+	CONN_REFUSED,  /* our answer is queued; the rest of the request is dropped */
+};
+
 struct fwd_conn {
 	struct fwd_conn *next;
 	struct fwd *f;
-	struct bufferevent *down;    /* the client (nginx) side */
+	enum conn_state state;
+	int local;                   /* accepted on the local (tunnel) listener */
+	struct bufferevent *down;    /* the client (nginx, a tunnel process) side */
 	struct bufferevent *up;      /* the sandbox side */
 	int connected;               /* the sandbox side's connect finished */
 	int down_eof, up_eof;        /* EOF read from that side */
@@ -40,15 +50,19 @@ struct fwd {
 	struct agent *a;
 	struct agent_sb *sb;         /* borrowed: fwd_container_gone frees f first */
 	char key[AGENT_KEY_MAX];
+	char tenant[64];
 	int64_t generation, run;
 	int port;                    /* inside the sandbox */
-	char address[80];            /* host:port of the listener */
-	struct evconnlistener *lev;
+	char address[80];            /* host:port of the listener (secret required) */
+	char local_address[80];      /* 127.0.0.1:port of the local listener, "" if none */
+	struct evconnlistener *lev, *lev_local;
 	struct fwd_conn *conns;
-	unsigned nconns;
+	unsigned nconns;             /* relaying connections */
 };
 
 static struct fwd *forwarders;
+static unsigned node_conns;     /* relaying connections of every forwarder */
+static unsigned node_pending;   /* connections still sending their head */
 
 static void conn_free(struct fwd_conn *c)
 {
@@ -58,8 +72,13 @@ static void conn_free(struct fwd_conn *c)
 		pp = &(*pp)->next;
 	if (*pp)
 		*pp = c->next;
-	c->f->nconns--;
-	agent_sb_stream_end(c->f->a, &c->st);
+	if (c->state == CONN_RELAY) {
+		c->f->nconns--;
+		node_conns--;
+		agent_sb_stream_end(c->f->a, &c->st);
+	} else if (c->state == CONN_HEAD) {
+		node_pending--;
+	}
 	if (c->down)
 		bufferevent_free(c->down);
 	if (c->up)
@@ -79,6 +98,8 @@ static void fwd_free(struct fwd *f)
 		conn_free(f->conns);
 	if (f->lev)
 		evconnlistener_free(f->lev);
+	if (f->lev_local)
+		evconnlistener_free(f->lev_local);
 	free(f);
 }
 
@@ -114,11 +135,17 @@ static void relay(struct bufferevent *from, struct bufferevent *to)
 		bufferevent_disable(from, EV_READ);
 }
 
+static void head_read(struct fwd_conn *c);
+
 static void read_cb(struct bufferevent *bev, void *arg)
 {
 	struct fwd_conn *c = arg;
 
-	if (bev == c->down)
+	if (c->state == CONN_HEAD)
+		head_read(c);
+	else if (c->state == CONN_REFUSED)
+		evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+	else if (bev == c->down)
 		relay(c->down, c->up);
 	else
 		relay(c->up, c->down);
@@ -128,9 +155,21 @@ static void read_cb(struct bufferevent *bev, void *arg)
 static void write_cb(struct bufferevent *bev, void *arg)
 {
 	struct fwd_conn *c = arg;
-	struct bufferevent *other = bev == c->down ? c->up : c->down;
-	int other_eof = bev == c->down ? c->up_eof : c->down_eof;
+	struct bufferevent *other;
+	int other_eof;
 
+	if (c->state == CONN_REFUSED) {
+		/* The answer is out: end our side, drop the rest until EOF. */
+		if (!c->down_shut && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+			shutdown(bufferevent_getfd(bev), SHUT_WR);
+			c->down_shut = 1;
+		}
+		return;
+	}
+	if (c->state != CONN_RELAY)
+		return;
+	other = bev == c->down ? c->up : c->down;
+	other_eof = bev == c->down ? c->up_eof : c->down_eof;
 	if (!other_eof && !(bufferevent_get_enabled(other) & EV_READ))
 		bufferevent_enable(other, EV_READ);
 	conn_progress(c);
@@ -141,6 +180,12 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 	struct fwd_conn *c = arg;
 	int is_down = bev == c->down;
 
+	if (c->state != CONN_RELAY) {
+		/* A head that never came, a refused client gone or too slow. */
+		if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
+			conn_free(c);
+		return;
+	}
 	if (what & BEV_EVENT_CONNECTED) {
 		c->connected = 1;
 		conn_progress(c);
@@ -208,70 +253,253 @@ static int socket_in_netns(int netns_fd)
 	return s.fd;
 }
 
+/* --- the first request head: the secret and the caps --- */
+
+int fwd_head_take(char *head, size_t *len, const char *name, char *value, size_t vsz)
+{
+	size_t nlen = strlen(name), w, r;
+	int found = 0;
+	char *eol;
+
+	if (vsz)
+		value[0] = '\0';
+	/* The request line stays. */
+	eol = memmem(head, *len, "\r\n", 2);
+	if (!eol)
+		return 0;
+	w = r = (size_t)(eol - head) + 2;
+	while (r < *len) {
+		size_t end, l;
+
+		eol = memmem(head + r, *len - r, "\r\n", 2);
+		end = eol ? (size_t)(eol - head) + 2 : *len;
+		l = end - r;
+		if (l > nlen && head[r + nlen] == ':' && strncasecmp(head + r, name, nlen) == 0) {
+			if (!found++ && vsz) {
+				const char *v = head + r + nlen + 1;
+				size_t vl = l - nlen - 1 - (eol ? 2 : 0);
+
+				while (vl && (*v == ' ' || *v == '\t'))
+					v++, vl--;
+				while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
+					vl--;
+				if (vl >= vsz)
+					vl = vsz - 1;
+				memcpy(value, v, vl);
+				value[vl] = '\0';
+			}
+		} else {
+			memmove(head + w, head + r, l);
+			w += l;
+		}
+		r = end;
+	}
+	*len = w;
+	return found;
+}
+
+/* Answer the client of c ourselves (status and JSON error, connection
+ * close) and drop whatever else it sends; c is freed at its EOF or after
+ * FWD_HEAD_TIMEOUT_S. */
+static void conn_refuse(struct fwd_conn *c, enum sbx_ecode code, json_t *details, const char *fmt,
+			...)
+{
+	struct evbuffer *out = bufferevent_get_output(c->down);
+	struct timeval tv = { FWD_HEAD_TIMEOUT_S, 0 };
+	char msg[256];
+	char *body;
+	json_t *j;
+	va_list ap;
+	int status = err_status(code);
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	j = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", err_name(code), "message", msg,
+		      "details", details ? details : json_object());
+	body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (c->state == CONN_HEAD)
+		node_pending--;
+	c->state = CONN_REFUSED;
+	evbuffer_add_printf(out,
+			    "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+			    "Content-Length: %zu\r\n%sConnection: close\r\n\r\n%s\n",
+			    status, status == 503 ? "Service Unavailable" : status == 401 ? "Unauthorized" : "Bad Request",
+			    body ? strlen(body) + 1 : 0, status == 503 ? "Retry-After: 1\r\n" : "",
+			    body ? body : "");
+	free(body);
+	bufferevent_set_timeouts(c->down, &tv, &tv);
+	bufferevent_enable(c->down, EV_READ | EV_WRITE);
+}
+
+/* Which cap a new connection of f would pass; NULL when none. */
+static const char *conn_over_cap(const struct fwd *f, int64_t *limit, unsigned *open)
+{
+	const struct sbx_conf *cf = f->a->conf;
+	unsigned sandbox = 0, tenant = 0;
+
+	for (const struct fwd *o = forwarders; o; o = o->next) {
+		if (strcmp(o->tenant, f->tenant) != 0)
+			continue;
+		tenant += o->nconns;
+		if (strcmp(o->key, f->key) == 0)
+			sandbox += o->nconns;
+	}
+	if (sandbox >= cf->agent.max_forward_conns_per_sandbox) {
+		*limit = cf->agent.max_forward_conns_per_sandbox;
+		*open = sandbox;
+		return "sandbox";
+	}
+	if (tenant >= cf->agent.max_forward_conns_per_tenant) {
+		*limit = cf->agent.max_forward_conns_per_tenant;
+		*open = tenant;
+		return "tenant";
+	}
+	if (node_conns >= cf->agent.max_forward_conns) {
+		*limit = cf->agent.max_forward_conns;
+		*open = node_conns;
+		return "node";
+	}
+	return NULL;
+}
+
+/* The head is complete (head, len: secret line removed): check the caps,
+ * connect to the sandbox's port and start relaying. */
+static void conn_start(struct fwd_conn *c, const char *head, size_t len)
+{
+	struct fwd *f = c->f;
+	struct sockaddr_in to;
+	const char *scope;
+	unsigned open;
+	int64_t limit;
+	int upfd;
+
+	scope = conn_over_cap(f, &limit, &open);
+	if (scope) {
+		log_warn("forwarder %s port %d: %u connections open for the %s, its limit; refusing one",
+			 f->key, f->port, open, scope);
+		conn_refuse(c, SBX_E_NO_CAPACITY,
+			    json_pack("{s:s, s:I}", "scope", scope, "limit", (json_int_t)limit),
+			    "too many open preview connections (%s limit %lld)", scope,
+			    (long long)limit);
+		return;
+	}
+	if (!agent_sb_container(f->sb)) {
+		conn_refuse(c, SBX_E_NODE_UNAVAILABLE, NULL, "the sandbox is not running");
+		return;
+	}
+	upfd = socket_in_netns(rt_netns_fd(f->sb->rt));
+	if (upfd < 0) {
+		log_warn("forwarder %s port %d: no socket in the sandbox: %s", f->key, f->port,
+			 strerror(errno));
+		conn_refuse(c, SBX_E_NODE_UNAVAILABLE, NULL, "the sandbox cannot be reached");
+		return;
+	}
+	c->up = bufferevent_socket_new(f->a->base, upfd, BEV_OPT_CLOSE_ON_FREE);
+	if (!c->up) {
+		close(upfd);
+		conn_refuse(c, SBX_E_NODE_UNAVAILABLE, NULL, "out of memory");
+		return;
+	}
+	node_pending--;
+	c->state = CONN_RELAY;
+	f->nconns++;
+	node_conns++;
+	agent_sb_stream_begin(f->sb, &c->st);
+	bufferevent_set_timeouts(c->down, NULL, NULL);
+	bufferevent_setcb(c->up, read_cb, write_cb, event_cb, c);
+	bufferevent_setwatermark(c->up, EV_READ, 0, FWD_BUF_HIGH);
+	bufferevent_setwatermark(c->up, EV_WRITE, FWD_BUF_HIGH / 2, 0);
+	memset(&to, 0, sizeof(to));
+	to.sin_family = AF_INET;
+	to.sin_port = htons((uint16_t)f->port);
+	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (evbuffer_add(bufferevent_get_output(c->up), head, len) < 0 ||
+	    bufferevent_socket_connect(c->up, (struct sockaddr *)&to, sizeof(to)) < 0) {
+		conn_free(c);
+		return;
+	}
+	relay(c->down, c->up);
+	bufferevent_enable(c->up, EV_READ | EV_WRITE);
+}
+
+/* More of the first request head arrived: once it is complete, check the
+ * node secret (not on the local listener) and remove it, then start. */
+static void head_read(struct fwd_conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->down);
+	struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
+	char secret[256];
+	auto_free char *head = NULL;
+	size_t len;
+	int n;
+
+	if (end.pos < 0) {
+		if (evbuffer_get_length(in) >= FWD_HEAD_MAX)
+			conn_refuse(c, SBX_E_VALIDATION, NULL, "request head too large");
+		return;
+	}
+	len = (size_t)end.pos + 4;
+	if (len > FWD_HEAD_MAX) {
+		conn_refuse(c, SBX_E_VALIDATION, NULL, "request head too large");
+		return;
+	}
+	head = malloc(len);
+	if (!head || evbuffer_remove(in, head, len) != (int)len) {
+		conn_refuse(c, SBX_E_NODE_UNAVAILABLE, NULL, "out of memory");
+		return;
+	}
+	n = fwd_head_take(head, &len, "X-Sbx-Node-Secret", secret, sizeof(secret));
+	if (!c->local && (n != 1 || !httpd_secret_equal(secret, c->f->a->conf->cluster.secret))) {
+		log_warn("forwarder %s port %d: a connection without the node secret; refused",
+			 c->f->key, c->f->port);
+		conn_refuse(c, SBX_E_UNAUTHORIZED, NULL, "missing or wrong node secret");
+		return;
+	}
+	conn_start(c, head, len);
+}
+
 static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
 		      int salen, void *arg)
 {
 	struct fwd *f = arg;
-	struct agent_sb *sb = f->sb;
-	struct sockaddr_in to;
+	struct timeval tv = { FWD_HEAD_TIMEOUT_S, 0 };
 	struct fwd_conn *c;
-	int upfd;
 
 	/* Init died: the container is released (and f with it) at the next
 	 * turn of the loop; until then its network namespace is not usable. */
-	if (!agent_sb_container(sb)) {
+	if (!agent_sb_container(f->sb)) {
 		close(fd);
 		return;
 	}
-	if (f->nconns >= FWD_MAX_CONNS) {
-		log_warn("forwarder %s port %d: %d connections open; refusing one", f->key, f->port,
-			 FWD_MAX_CONNS);
-		close(fd);
-		return;
-	}
-	upfd = socket_in_netns(rt_netns_fd(sb->rt));
-	if (upfd < 0) {
-		log_warn("forwarder %s port %d: no socket in the sandbox: %s", f->key, f->port,
-			 strerror(errno));
+	if (node_pending >= FWD_MAX_PENDING) {
+		log_warn("forwarder %s port %d: %u connections still sending their head; closing one",
+			 f->key, f->port, node_pending);
 		close(fd);
 		return;
 	}
 	c = calloc(1, sizeof(*c));
 	if (!c) {
 		close(fd);
-		close(upfd);
 		return;
 	}
 	c->f = f;
-	c->down = bufferevent_socket_new(f->a->base, fd, BEV_OPT_CLOSE_ON_FREE);
-	if (!c->down)
-		close(fd);
-	c->up = bufferevent_socket_new(f->a->base, upfd, BEV_OPT_CLOSE_ON_FREE);
-	if (!c->up)
-		close(upfd);
+	c->state = CONN_HEAD;
+	c->local = lev == f->lev_local;
+	node_pending++;
 	c->next = f->conns;
 	f->conns = c;
-	f->nconns++;
-	if (!c->down || !c->up) {
+	c->down = bufferevent_socket_new(f->a->base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (!c->down) {
+		close(fd);
 		conn_free(c);
 		return;
 	}
-	agent_sb_stream_begin(sb, &c->st);
 	bufferevent_setcb(c->down, read_cb, write_cb, event_cb, c);
-	bufferevent_setcb(c->up, read_cb, write_cb, event_cb, c);
 	bufferevent_setwatermark(c->down, EV_READ, 0, FWD_BUF_HIGH);
-	bufferevent_setwatermark(c->up, EV_READ, 0, FWD_BUF_HIGH);
 	bufferevent_setwatermark(c->down, EV_WRITE, FWD_BUF_HIGH / 2, 0);
-	bufferevent_setwatermark(c->up, EV_WRITE, FWD_BUF_HIGH / 2, 0);
-	memset(&to, 0, sizeof(to));
-	to.sin_family = AF_INET;
-	to.sin_port = htons((uint16_t)f->port);
-	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bufferevent_socket_connect(c->up, (struct sockaddr *)&to, sizeof(to)) < 0) {
-		conn_free(c);
-		return;
-	}
-	bufferevent_enable(c->up, EV_READ | EV_WRITE);
+	bufferevent_set_timeouts(c->down, &tv, &tv);
 	bufferevent_enable(c->down, EV_READ | EV_WRITE);
 }
 
@@ -296,8 +524,10 @@ static struct fwd *fwd_find(const char *key, int port)
 	return NULL;
 }
 
-/* A listener on host:0; its address into f->address. 0 or -1 with e. */
-static int fwd_listen(struct fwd *f, const char *host, struct sbx_err *e)
+/* A listener of f on host:0 into *lev, its address into addr[80]. 0 or -1
+ * with e. */
+static int fwd_listen(struct fwd *f, const char *host, struct evconnlistener **lev, char *addr,
+		      struct sbx_err *e)
 {
 	struct sockaddr_storage ss;
 	struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
@@ -318,28 +548,28 @@ static int fwd_listen(struct fwd *f, const char *host, struct sbx_err *e)
 	} else {
 		return err_set(e, SBX_E_INTERNAL, "agent.listen host '%s' is not numeric", host);
 	}
-	f->lev = evconnlistener_new_bind(f->a->base, accept_cb, f,
+	*lev = evconnlistener_new_bind(f->a->base, accept_cb, f,
 					 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
 						 LEV_OPT_REUSEABLE,
 					 128, (struct sockaddr *)&ss, (int)len);
-	if (!f->lev)
+	if (!*lev)
 		return err_sys(e, errno, "cannot listen for a forwarder on '%s'", host);
-	evconnlistener_set_error_cb(f->lev, accept_error_cb);
+	evconnlistener_set_error_cb(*lev, accept_error_cb);
 	len = sizeof(ss);
-	if (getsockname(evconnlistener_get_fd(f->lev), (struct sockaddr *)&ss, &len) < 0)
+	if (getsockname(evconnlistener_get_fd(*lev), (struct sockaddr *)&ss, &len) < 0)
 		return err_sys(e, errno, "getsockname of a forwarder");
 	if (!inet_ntop(v6 ? AF_INET6 : AF_INET, v6 ? (void *)&in6->sin6_addr : (void *)&in4->sin_addr,
 		       ip, sizeof(ip)))
 		return err_sys(e, errno, "inet_ntop");
-	n = snprintf(f->address, sizeof(f->address), v6 ? "[%s]:%u" : "%s:%u", ip,
+	n = snprintf(addr, 80, v6 ? "[%s]:%u" : "%s:%u", ip,
 		     (unsigned)ntohs(v6 ? in6->sin6_port : in4->sin_port));
-	if (n < 0 || (size_t)n >= sizeof(f->address))
+	if (n < 0 || n >= 80)
 		return err_set(e, SBX_E_INTERNAL, "forwarder address too long");
 	return 0;
 }
 
-int fwd_open(struct agent *a, struct agent_sb *sb, int port, char *address, size_t addrsz,
-	     int *created, struct sbx_err *e)
+int fwd_open(struct agent *a, struct agent_sb *sb, int port, int local, char *address,
+	     size_t addrsz, int *created, struct sbx_err *e)
 {
 	char host[INET6_ADDRSTRLEN + 2];
 	int lport, count = 0, n;
@@ -366,10 +596,11 @@ int fwd_open(struct agent *a, struct agent_sb *sb, int port, char *address, size
 		f->a = a;
 		f->sb = sb;
 		snprintf(f->key, sizeof(f->key), "%s", sb->key);
+		snprintf(f->tenant, sizeof(f->tenant), "%s", sb->tenant);
 		f->generation = sb->generation;
 		f->run = sb->run;
 		f->port = port;
-		if (fwd_listen(f, host, e) < 0) {
+		if (fwd_listen(f, host, &f->lev, f->address, e) < 0) {
 			fwd_free(f);
 			return -1;
 		}
@@ -379,7 +610,14 @@ int fwd_open(struct agent *a, struct agent_sb *sb, int port, char *address, size
 		log_info("forwarder %s port %d listening on %s (generation %lld)", f->key, port,
 			 f->address, (long long)f->generation);
 	}
-	n = snprintf(address, addrsz, "%s", f->address);
+	if (local && !f->lev_local) {
+		if (fwd_listen(f, "127.0.0.1", &f->lev_local, f->local_address, e) < 0) {
+			f->local_address[0] = '\0';
+			return -1;
+		}
+		log_info("forwarder %s port %d: local listener on %s", f->key, port, f->local_address);
+	}
+	n = snprintf(address, addrsz, "%s", local ? f->local_address : f->address);
 	if (n < 0 || (size_t)n >= addrsz)
 		return err_set(e, SBX_E_INTERNAL, "forwarder address too long");
 	return 0;
@@ -403,8 +641,9 @@ json_t *fwd_list_json(struct agent *a, const char *key)
 	for (struct fwd *f = forwarders; arr && f; f = f->next) {
 		if (strcmp(f->key, key) != 0)
 			continue;
-		if (json_array_append_new(arr, json_pack("{s:i, s:s, s:I, s:i}", "port", f->port,
-							 "address", f->address, "generation",
+		if (json_array_append_new(arr, json_pack("{s:i, s:s, s:s, s:I, s:i}", "port", f->port,
+							 "address", f->address, "localAddress",
+							 f->local_address, "generation",
 							 (json_int_t)f->generation, "connections",
 							 (int)f->nconns)) < 0) {
 			json_decref(arr);
@@ -412,6 +651,26 @@ json_t *fwd_list_json(struct agent *a, const char *key)
 		}
 	}
 	return arr;
+}
+
+json_t *fwd_counts_json(struct agent *a, const char *key, const char *tenant)
+{
+	const struct sbx_conf *cf = a->conf;
+	unsigned sandbox = 0, ten = 0;
+
+	for (const struct fwd *f = forwarders; f; f = f->next) {
+		if (strcmp(f->tenant, tenant) != 0)
+			continue;
+		ten += f->nconns;
+		if (strcmp(f->key, key) == 0)
+			sandbox += f->nconns;
+	}
+	return json_pack("{s:{s:i, s:I}, s:{s:i, s:I}, s:{s:i, s:I, s:i}}", "sandbox", "open",
+			 (int)sandbox, "limit", (json_int_t)cf->agent.max_forward_conns_per_sandbox,
+			 "tenant", "open", (int)ten, "limit",
+			 (json_int_t)cf->agent.max_forward_conns_per_tenant, "node", "open",
+			 (int)node_conns, "limit", (json_int_t)cf->agent.max_forward_conns,
+			 "pending", (int)node_pending);
 }
 
 void fwd_release_all(void)

@@ -12,6 +12,20 @@
  * stops reading the other), half-close passed on with shutdown(SHUT_WR).
  * Being plain TCP, HTTP, WebSocket upgrades and SSE need nothing special.
  *
+ * The listener is reachable from the agents' network, so the first request
+ * head of every connection must carry the node secret (X-Sbx-Node-Secret,
+ * which nginx adds on preview routes): it is checked and removed before a
+ * byte reaches the sandbox; without it the answer is 401 UNAUTHORIZED and
+ * the sandbox is never contacted. Tunnel processes of this host (which
+ * cannot add a header) use a second listener of the forwarder on
+ * 127.0.0.1, made on demand, that does not ask for it.
+ *
+ * Caps (agent.max_forward_conns, _per_tenant, _per_sandbox): a connection
+ * that would pass one, once its head is read, gets 503 NO_CAPACITY (JSON,
+ * Retry-After: 1, details {scope, limit}) from the forwarder itself; a
+ * connection still sending its head has FWD_HEAD_TIMEOUT_S and there are
+ * at most FWD_MAX_PENDING of them.
+ *
  * A forwarder belongs to one container (key, generation, run): it is closed
  * with its connections once that container is gone (fwd_container_gone,
  * see agent.h). Each open connection is a live stream
@@ -26,23 +40,37 @@
 #include <jansson.h>
 
 #define FWD_MAX_PER_SANDBOX 64      /* forwarded ports per container */
-#define FWD_MAX_CONNS 1024          /* open connections per forwarder */
+#define FWD_MAX_PENDING 1024        /* connections of the node still sending their head */
+#define FWD_HEAD_MAX (64 * 1024)    /* bytes of the first request head */
+#define FWD_HEAD_TIMEOUT_S 10       /* to send that head, or to go after our own answer */
 #define FWD_BUF_HIGH (256 * 1024)   /* bytes queued per direction before reading pauses */
 
 /* The forwarder of sb's running container for port (1..65535), made if
- * there is none; address is "host:port" of its listener (out[80]).
- * 0 (*created 1 when new) or -1 with e (CONFLICT when the sandbox has too
- * many, INTERNAL). */
-int fwd_open(struct agent *a, struct agent_sb *sb, int port, char *address, size_t addrsz,
-	     int *created, struct sbx_err *e);
+ * there is none; address is "host:port" of its listener (out[80]) or, when
+ * local is set, of its local listener on 127.0.0.1 (made if needed; for
+ * tunnel processes of this host). 0 (*created 1 when the forwarder is
+ * new) or -1 with e (CONFLICT when the sandbox has too many, INTERNAL). */
+int fwd_open(struct agent *a, struct agent_sb *sb, int port, int local, char *address,
+	     size_t addrsz, int *created, struct sbx_err *e);
 
 /* Close the forwarder of key's container for port, with its connections.
  * 1 closed, 0 there was none. */
 int fwd_close(struct agent *a, const char *key, int port);
 
-/* The live forwarders of key: [{port, address, generation, connections}];
- * new reference, NULL when out of memory. */
+/* The live forwarders of key: [{port, address, localAddress, generation,
+ * connections}]; new reference, NULL when out of memory. */
 json_t *fwd_list_json(struct agent *a, const char *key);
+
+/* Open forwarded connections against their caps: {sandbox: {open, limit},
+ * tenant: {open, limit}, node: {open, limit, pending}} for sandbox key of
+ * tenant; new reference, NULL when out of memory. */
+json_t *fwd_counts_json(struct agent *a, const char *key, const char *tenant);
+
+/* Remove every header line called name (case-insensitive) from the request
+ * head (len bytes, the request line is kept) and copy the first one's
+ * value, trimmed, into value (cut to vsz-1). Updates *len; returns how many
+ * lines there were. Pure (unit-tested). */
+int fwd_head_take(char *head, size_t *len, const char *name, char *value, size_t vsz);
 
 /* The forwarders' module (module.h): a gone container's forwarders close
  * with their connections. */

@@ -65,6 +65,9 @@ static const struct conf_entry entries[] = {
 	{ "agent", "tunnel_stop_grace", T_DURATION, OFF(agent.tunnel_stop_grace_ms), "5s", 0, 60000, NULL },
 	{ "agent", "memory_mib", T_INT, OFF(agent.memory_mib), "0", 0, 1073741824, NULL },
 	{ "agent", "cpus_milli", T_INT, OFF(agent.cpus_milli), "0", 0, 256000000, NULL },
+	{ "agent", "max_forward_conns", T_INT, OFF(agent.max_forward_conns), "4096", 1, 1000000, NULL },
+	{ "agent", "max_forward_conns_per_tenant", T_INT, OFF(agent.max_forward_conns_per_tenant), "1024", 1, 1000000, NULL },
+	{ "agent", "max_forward_conns_per_sandbox", T_INT, OFF(agent.max_forward_conns_per_sandbox), "256", 1, 1000000, NULL },
 
 	{ "sandbox", "memory_mib", T_INT, OFF(sandbox.memory_mib), "512", 16, 1048576, NULL },
 	{ "sandbox", "cpus_milli", T_INT, OFF(sandbox.cpus_milli), "1000", 10, 256000, NULL },

@@ -5,7 +5,9 @@
  *   PUT    /agent/v1/sandboxes/{tenant}/{id}/forwards/{port}   body {generation}?
  *          -> 200 {port, address, generation, created}
  *   DELETE /agent/v1/sandboxes/{tenant}/{id}/forwards/{port}   -> 204 (idempotent)
- *   GET    /agent/v1/sandboxes/{tenant}/{id}/forwards          -> {forwards:[…]}
+ *   GET    /agent/v1/sandboxes/{tenant}/{id}/forwards          -> {forwards:[…], connections}
+ *          (connections: open forwarded connections against their caps,
+ *          of the sandbox, its tenant and the node: fwd_counts_json)
  *
  * PUT and DELETE carry X-Sbx-Epoch and are fenced like every control call.
  * A PUT naming a generation other than the running container's is a 409
@@ -67,7 +69,7 @@ void agent_h_forward_put(struct httpd_req *r)
 	sb = agent_sb_running(a, key, httpd_param(r, 1), generation, &e);
 	if (!sb)
 		goto fail;
-	if (fwd_open(a, sb, port, address, sizeof(address), &created, &e) < 0)
+	if (fwd_open(a, sb, port, 0, address, sizeof(address), &created, &e) < 0)
 		goto fail;
 	sb->last_active_at = util_wall_ms();
 	httpd_reply_json(r, 200, json_pack("{s:i, s:s, s:I, s:b}", "port", port, "address", address,
@@ -105,5 +107,7 @@ void agent_h_forward_list(struct httpd_req *r)
 		return;
 	}
 	arr = fwd_list_json(a, key);
-	httpd_reply_json(r, 200, arr ? json_pack("{s:o}", "forwards", arr) : NULL);
+	httpd_reply_json(r, 200, arr ? json_pack("{s:o, s:o*}", "forwards", arr, "connections",
+						 fwd_counts_json(a, key, httpd_param(r, 0)))
+				     : NULL);
 }

@@ -503,7 +503,7 @@ void agent_h_tunnel_put(struct httpd_req *r)
 	sb = agent_sb_running(a, key, httpd_param(r, 1), generation, &e);
 	if (!sb)
 		goto fail;
-	if (fwd_open(a, sb, port, upstream, sizeof(upstream), &created, &e) < 0)
+	if (fwd_open(a, sb, port, 1, upstream, sizeof(upstream), &created, &e) < 0)
 		goto fail;
 	sb->last_active_at = util_wall_ms();
 	t = tun_find(key, port);

@@ -1,12 +1,22 @@
-"""What a preview app cannot do through nginx (docs/SECURITY.md): steer
-nginx with X-Accel-* headers, show our X-Sbx-* headers to a client, or set
-cookies for other previews.
+"""What a preview app cannot do through nginx and the agent's forwarders
+(docs/SECURITY.md "Preview URLs and forwarders"): steer nginx with
+X-Accel-* headers, show our X-Sbx-* headers to a client, set cookies for
+other previews, be reached without the node secret, or hold an unbounded
+number of the agent's connections.
 
 The app runs inside a sandbox (python3 from the host's /usr), as in
 test_ports.py.
 """
 
-from test_ports import expose, host_of, make_sandbox, via, wait_serving
+import json
+import socket
+import time
+
+import pytest
+import requests
+
+from conftest import assert_error, stack_down, stack_up
+from test_ports import agent_forwards, expose, host_of, make_sandbox, via, wait_serving
 
 APP = r'''
 import http.server, json, socketserver, sys, time
@@ -98,6 +108,19 @@ def start(st, sid, key=None):
     return p
 
 
+def raw(address, request, timeout=5):
+    """Send request bytes to host:port, return everything read until EOF."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(request)
+        out = b""
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return out
+            out += data
+
+
 def test_app_cannot_steer_nginx_or_show_our_headers(stack):
     p = start(stack, "edge-accel")
     r = via(stack, p["url"], "/accel")
@@ -117,3 +140,96 @@ def test_cookie_domain_is_removed(stack):
                        "u=3; Path=/"], cookies
     # The preview domain (and any parent of the host) is never set.
     assert stack.env["SBX_PREVIEW_DOMAIN"] not in ";".join(cookies).replace(host, "")
+
+
+def test_forwarder_needs_the_node_secret(stack):
+    p = start(stack, "edge-direct")
+    [fwd] = [f for f in agent_forwards(stack, "edge-direct") if f["port"] == PORT]
+    req = b"GET /headers HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s\r\n"
+    for extra in (b"", b"X-Sbx-Node-Secret: wrong\r\n",
+                  b"X-Sbx-Node-Secret: " + stack.secret.encode() + b"x\r\n"):
+        out = raw(fwd["address"], req % extra)
+        head, _, body = out.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 401 "), out[:300]
+        assert json.loads(body)["error"]["code"] == "UNAUTHORIZED"
+        assert b"app-body" not in out and b"x-forwarded" not in out
+    # With it, the app answers, and never sees the secret.
+    out = raw(fwd["address"], req % (b"X-Sbx-Node-Secret: " + stack.secret.encode() + b"\r\n"))
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), out[:300]
+    assert not any(k.startswith("x-sbx-") for k in json.loads(body)), body
+    # Through nginx the preview works as ever.
+    r = via(stack, p["url"], "/headers")
+    assert r.status_code == 200 and not any(k.startswith("x-sbx-") for k in r.json())
+
+
+# ---- caps on forwarded connections ------------------------------------------
+
+CAPS = {"sandbox": 2, "tenant": 3, "node": 4}
+
+
+@pytest.fixture(scope="module")
+def capped():
+    st = stack_up(agents=1, overrides=[
+        "agent.max_forward_conns_per_sandbox=%d" % CAPS["sandbox"],
+        "agent.max_forward_conns_per_tenant=%d" % CAPS["tenant"],
+        "agent.max_forward_conns=%d" % CAPS["node"]])
+    try:
+        yield st
+    finally:
+        stack_down(st)
+
+
+def hold(st, url):
+    """A preview request the app keeps open; the streaming response."""
+    r = requests.get(st.url + "/hold", headers={"Host": host_of(url)}, stream=True, timeout=10)
+    if r.status_code == 200:
+        assert r.raw.readline() == b"held\n"
+    return r
+
+
+def counts(st, sid, tenant="dev"):
+    addr = st.env["SBX_AGENT_1"]
+    r = requests.get("http://%s/agent/v1/sandboxes/%s/%s/forwards" % (addr, tenant, sid),
+                     headers={"X-Sbx-Node-Secret": st.secret}, timeout=5)
+    assert r.status_code == 200, r.text
+    return r.json()["connections"]
+
+
+def refused(r, scope):
+    err = assert_error(r, 503, "NO_CAPACITY")
+    assert r.headers.get("Retry-After") == "1"
+    assert err["details"] == {"scope": scope, "limit": CAPS[scope]}, err
+
+
+def test_connections_are_capped_per_sandbox_tenant_and_node(capped):
+    other = capped.new_key("edge-other")
+    a = start(capped, "cap-a")
+    b = start(capped, "cap-b")
+    c = start(capped, "cap-c", key=other)
+    held = []
+    try:
+        held += [hold(capped, a["url"]) for _ in range(CAPS["sandbox"])]
+        assert all(r.status_code == 200 for r in held)
+        refused(hold(capped, a["url"]), "sandbox")
+        n = counts(capped, "cap-a")
+        assert n["sandbox"] == {"open": 2, "limit": 2}
+        assert n["tenant"] == {"open": 2, "limit": 3}
+        assert n["node"]["open"] == 2 and n["node"]["limit"] == 4
+
+        held.append(hold(capped, b["url"]))
+        assert held[-1].status_code == 200
+        refused(hold(capped, b["url"]), "tenant")
+
+        held.append(hold(capped, c["url"]))
+        assert held[-1].status_code == 200
+        refused(hold(capped, c["url"]), "node")
+        assert counts(capped, "cap-c", tenant="edge-other")["node"]["open"] == 4
+    finally:
+        for r in held:
+            r.close()
+    # Once they are closed, there is room again.
+    capped.wait("the held connections to close",
+                lambda: counts(capped, "cap-a")["node"]["open"] == 0)
+    r = via(capped, a["url"], "/")
+    assert r.status_code == 200 and r.text == "app-body\n"
