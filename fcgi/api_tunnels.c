@@ -190,7 +190,13 @@ static int agent_error(const struct agentc_reply *rep, const char *what, struct 
 {
 	json_t *err = json_object_get(rep->body, "error");
 	const char *msg = json_string_value(json_object_get(err, "message"));
+	const char *code = json_string_value(json_object_get(err, "code"));
+	enum sbx_ecode c = code ? err_from_name(code) : SBX_E_NONE;
 
+	/* The node's caps on tunnel processes reach the client as they are. */
+	if ((c == SBX_E_QUOTA_EXCEEDED || c == SBX_E_NO_CAPACITY) && rep->status == err_status(c) &&
+	    msg)
+		return err_set(e, c, "%s", msg);
 	if (rep->status == 404 || rep->status == 409)
 		return err_set(e, SBX_E_CONFLICT, "the sandbox changed while its tunnel was made");
 	if (rep->status == 400 && msg)

@@ -65,6 +65,9 @@ struct sbx_conf {
 		int64_t tunnel_stop_grace_ms;   /* SIGTERM, then SIGKILL after this */
 		int64_t memory_mib;             /* memory limits placement may commit here; 0 = MemTotal */
 		int64_t cpus_milli;             /* cpu limits placement may commit here; 0 = 16 x online cpus */
+		int64_t max_tunnels;            /* tunnel processes on this node */
+		int64_t max_tunnels_per_sandbox;
+		char tunnel_user[CONF_STR_MAX]; /* tunnel processes run as this user (name or uid) */
 		int64_t max_forward_conns;      /* open forwarded connections on this node */
 		int64_t max_forward_conns_per_tenant;  /* ... of one tenant on this node */
 		int64_t max_forward_conns_per_sandbox;

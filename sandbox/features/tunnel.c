@@ -2,6 +2,7 @@
  * tunnel.c — tunnel processes and their agent routes; see tunnel.h.
  */
 #include "tunnel.h"
+#include "caps.h"
 #include "forward.h"
 #include "jsonv.h"
 #include "log.h"
@@ -13,7 +14,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
+#include <linux/capability.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -348,6 +352,71 @@ static void out_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* --- confinement of a tunnel process --- */
+
+/* Everything the child needs, prepared by the parent. */
+struct tun_jail {
+	int cg_fds[RT_CGROUP_FDS];   /* cgroup.procs of the sandbox's cgroups */
+	int ncg;
+	uid_t uid;
+	gid_t gid;
+	int last_cap;
+};
+
+/* In the child, before the exec (syscalls only): join the sandbox's
+ * cgroups, then become uid:gid with no groups, no capabilities (bounding,
+ * ambient, inheritable sets empty too) and no_new_privs. The bounding set
+ * goes first: dropping it needs CAP_SETPCAP, while setresuid() to a
+ * non-root uid clears the permitted and effective sets itself. 0 or -1. */
+static int jail_enter(const void *arg)
+{
+	const struct tun_jail *j = arg;
+	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct d[2];
+
+	for (int i = 0; i < j->ncg; i++)
+		if (write(j->cg_fds[i], "0", 1) != 1)
+			return -1;
+	for (int c = 0; c <= j->last_cap; c++)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
+			return -1;
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+		return -1;
+	if (setgroups(0, NULL) < 0 || setresgid(j->gid, j->gid, j->gid) < 0 ||
+	    setresuid(j->uid, j->uid, j->uid) < 0)
+		return -1;
+	memset(d, 0, sizeof(d));
+	if (syscall(SYS_capset, &h, d) < 0)
+		return -1;
+	return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+}
+
+/* agent.tunnel_user (a name, or a numeric uid with its passwd entry's
+ * group, or the same number as gid when it has none) into j. Never root.
+ * 0 or -1 with e. */
+static int jail_user(const struct sbx_conf *c, struct tun_jail *j, struct sbx_err *e)
+{
+	const char *name = c->agent.tunnel_user;
+	struct passwd pw, *res = NULL;
+	char buf[4096];
+	int64_t n;
+
+	if (util_parse_i64(name, 1, 4294967294LL, &n) == 0) {
+		j->uid = (uid_t)n;
+		j->gid = (gid_t)n;
+		if (getpwuid_r(j->uid, &pw, buf, sizeof(buf), &res) == 0 && res)
+			j->gid = pw.pw_gid;
+	} else {
+		if (getpwnam_r(name, &pw, buf, sizeof(buf), &res) != 0 || !res)
+			return err_set(e, SBX_E_INTERNAL, "agent.tunnel_user '%s' does not exist", name);
+		j->uid = pw.pw_uid;
+		j->gid = pw.pw_gid;
+	}
+	if (j->uid == 0 || j->gid == 0)
+		return err_set(e, SBX_E_INTERNAL, "agent.tunnel_user '%s' must not be root", name);
+	return 0;
+}
+
 /* Start prov's process for sb's forwarder upstream of port. New tunnel
  * (in the table, starting) or NULL with e. */
 static struct tun *tun_start(struct agent *a, struct agent_sb *sb,
@@ -356,6 +425,7 @@ static struct tun *tun_start(struct agent *a, struct agent_sb *sb,
 {
 	char prog[PATH_MAX], upurl[128];
 	const char *argv[TUNNEL_MAX_ARGV];
+	struct tun_jail jail = { .ncg = 0 };
 	int out[2], w;
 	struct tun *t;
 	int64_t ms = a->conf->agent.tunnel_timeout_ms;
@@ -391,16 +461,28 @@ static struct tun *tun_start(struct agent *a, struct agent_sb *sb,
 	}
 	/* The child's end must block: a tool may not expect EAGAIN on stderr. */
 	fcntl(out[1], F_SETFL, 0);
+	jail.last_cap = caps_last_cap();
+	if (jail_user(a->conf, &jail, e) < 0 ||
+	    (jail.ncg = rt_cgroup_procs_open(sb->rt, jail.cg_fds, RT_CGROUP_FDS, e)) < 0) {
+		log_error("tunnel %s port %d: %s", t->key, port, e->msg);
+		close(out[0]);
+		close(out[1]);
+		free(t);
+		return NULL;
+	}
 	/* stdin /dev/null, stdout+stderr into the pipe, its own process group
-	 * (tun_signal), dying with the agent */
+	 * (tun_signal), dying with the agent, confined (jail_enter) */
 	{
 		struct spawn_host_cmd cmd = {
 			.path = prog, .argv = (char *const *)argv, .in = -1, .out = out[1], .err = out[1],
 			.flags = SPAWN_HOST_PGROUP | SPAWN_HOST_PDEATHSIG,
+			.pre_exec = jail_enter, .pre_arg = &jail,
 		};
 
 		t->pid = spawn_host(&cmd, &t->pidfd, e);
 	}
+	for (int i = 0; i < jail.ncg; i++)
+		close(jail.cg_fds[i]);
 	close(out[1]);
 	t->out_fd = out[0];
 	if (t->pid < 0) {
@@ -432,6 +514,26 @@ static void tunnel_container_gone(struct agent *a, struct agent_sb *sb)
 	for (struct tun *t = tunnels; t; t = t->next)
 		if (!t->stopping && t->run == sb->run && strcmp(t->key, sb->key) == 0)
 			tun_stop(t, 0, "its container is gone");
+}
+
+/* A new tunnel process for key would pass a cap: 0, or -1 with e
+ * (QUOTA_EXCEEDED for the sandbox's, NO_CAPACITY for the node's; every
+ * live process counts for the node, also those being stopped). */
+static int tun_room(const struct sbx_conf *c, const char *key, struct sbx_err *e)
+{
+	int64_t mine = 0, all = 0;
+
+	for (const struct tun *t = tunnels; t; t = t->next) {
+		all++;
+		mine += !t->stopping && strcmp(t->key, key) == 0;
+	}
+	if (mine >= c->agent.max_tunnels_per_sandbox)
+		return err_set(e, SBX_E_QUOTA_EXCEEDED, "a sandbox runs at most %lld tunnel processes",
+			       (long long)c->agent.max_tunnels_per_sandbox);
+	if (all >= c->agent.max_tunnels)
+		return err_set(e, SBX_E_NO_CAPACITY, "this node runs %lld tunnel processes, its limit",
+			       (long long)all);
+	return 0;
 }
 
 static struct tun *tun_find(const char *key, int port)
@@ -512,7 +614,8 @@ void agent_h_tunnel_put(struct httpd_req *r)
 		t = NULL;
 	}
 	created = !t;
-	if (!t && !(t = tun_start(a, sb, prov, port, upstream, &e)))
+	if (!t && (tun_room(a->conf, key, &e) < 0 ||
+		   !(t = tun_start(a, sb, prov, port, upstream, &e))))
 		goto fail;
 	if (t->ready) {
 		httpd_reply_json(r, 200, tun_json(t, 0));

@@ -15,6 +15,15 @@
  * readiness line, or 503 after agent.tunnel_timeout (the program is then
  * killed). Concurrent PUTs for one port share one process.
  *
+ * Caps: a new process beyond agent.max_tunnels_per_sandbox is a 429
+ * QUOTA_EXCEEDED, beyond agent.max_tunnels (every live process of the
+ * node) a 503 NO_CAPACITY. Confinement: between fork and exec the child
+ * joins the sandbox's cgroups (its memory, CPU and pids limits count it),
+ * drops the bounding and ambient capability sets, becomes
+ * agent.tunnel_user (never root) without supplementary groups or any
+ * capability, and sets no_new_privs. Its upstream is the forwarder's
+ * local listener (127.0.0.1), which needs no node secret.
+ *
  * Providers are behind struct tunnel_provider, one file each
  * (tunnel_cloudflared.c). "builtin" tunnels need nothing on the agent —
  * their URLs are hosts of our own nginx routed to the forwarder — so the

@@ -709,6 +709,30 @@ int64_t rt_oom_kills(const struct rt_sandbox *sb)
 	return sb->rt->cg->ops->oom_kills(sb->rt->cg, sb->cg_key);
 }
 
+int rt_cgroup_procs_open(const struct rt_sandbox *sb, int *fds, int max, struct sbx_err *e)
+{
+	const struct cg *cg = sb->rt->cg;
+	char p[PATH_MAX];
+	int n;
+
+	for (n = 0; n < cg->nroots && n < max; n++) {
+		if (cg_path(p, sizeof(p), cg->base[n], sb->cg_key, "cgroup.procs") < 0) {
+			err_set(e, SBX_E_INTERNAL, "cgroup path too long");
+			goto fail;
+		}
+		fds[n] = open(p, O_WRONLY | O_CLOEXEC);
+		if (fds[n] < 0) {
+			err_sys(e, errno, "cannot open the cgroup of '%s'", sb->key);
+			goto fail;
+		}
+	}
+	return n;
+fail:
+	while (n-- > 0)
+		close(fds[n]);
+	return -1;
+}
+
 /* ---- processes ------------------------------------------------------------ */
 
 int64_t rt_spawn(struct rt_sandbox *sb, const struct rt_proc_spec *ps, rt_started_cb on_started,

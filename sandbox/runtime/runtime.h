@@ -64,6 +64,14 @@ int rt_netns_fd(const struct rt_sandbox *sb);         /* for port forwarders */
 int rt_root_fd(const struct rt_sandbox *sb);          /* O_PATH fd of the sandbox's / (for openat2) */
 int64_t rt_memory_bytes(const struct rt_sandbox *sb); /* current usage from the cgroup */
 int64_t rt_oom_kills(const struct rt_sandbox *sb);    /* OOM kills so far */
+/* Open (O_WRONLY | O_CLOEXEC) the cgroup.procs file of each of the
+ * sandbox's cgroups (one per v1 hierarchy, at most max, RT_CGROUP_FDS is
+ * enough): writing "0" to them moves the writer in, so a host process
+ * started for the sandbox can join them between fork and exec and be
+ * charged to its limits. The number of fds (caller closes them), or -1
+ * with e filled. */
+#define RT_CGROUP_FDS 3
+int rt_cgroup_procs_open(const struct rt_sandbox *sb, int *fds, int max, struct sbx_err *e);
 unsigned rt_count(const struct rt *rt);
 
 /* ---- warm pool support (sandbox/pool.c builds on these) ----------------

@@ -284,6 +284,8 @@ static __attribute__((noreturn)) void host_child(const struct spawn_host_cmd *cm
 	for (int i = 0; i < 3; i++)
 		if (dup2(moved[i], i) < 0)
 			goto fail;
+	if (cmd->pre_exec && cmd->pre_exec(cmd->pre_arg) < 0)
+		goto fail;
 	/* every other fd closes at the exec; rep reports until then */
 	if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
 		struct rlimit rl;

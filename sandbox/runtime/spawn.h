@@ -63,6 +63,12 @@ struct spawn_host_cmd {
 	 * value. After fork: async-signal-safe calls only. */
 	int (*fn)(void *arg);
 	void *arg;
+	/* Run in the child once fds 0-2 are in place, before the exec (the
+	 * caller's fds are still open; async-signal-safe calls only): 0, or
+	 * -1 with errno, which then fails the spawn with that errno. For
+	 * confinement: joining cgroups, dropping privileges. */
+	int (*pre_exec)(const void *arg);
+	const void *pre_arg;
 };
 
 /* Start cmd with every signal at its default and unblocked (SIGPIPE too)

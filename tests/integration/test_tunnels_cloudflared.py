@@ -15,6 +15,7 @@ import concurrent.futures
 import glob
 import json
 import os
+import pwd
 import shutil
 import signal
 import tempfile
@@ -23,10 +24,13 @@ import time
 import pytest
 import requests
 
-from conftest import ROOT, assert_error, processes_mentioning, stack_down, stack_up
+from conftest import (ROOT, assert_error, processes_mentioning, sandbox_procs, stack_down,
+                      stack_up)
 
 STANDIN = os.path.join(ROOT, "tests", "standin", "cloudflared")
 GRACE_S = 2
+PER_SANDBOX = 2     # agent.max_tunnels_per_sandbox of this module's stack
+PER_NODE = 24       # agent.max_tunnels
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +39,15 @@ def cf():
     link = os.path.join(tmp, "cloudflared")
     os.symlink(STANDIN, link)
     os.mkdir(link + ".d")
+    # Tunnel processes run as agent.tunnel_user (nobody): they must reach
+    # the link and write their notes.
+    os.chmod(tmp, 0o755)
+    os.chmod(link + ".d", 0o777)
     st = stack_up(agents=1, overrides=["agent.cloudflared_path=" + link,
                                        "agent.tunnel_stop_grace=%ds" % GRACE_S,
-                                       "agent.tunnel_timeout=10s"])
+                                       "agent.tunnel_timeout=10s",
+                                       "agent.max_tunnels_per_sandbox=%d" % PER_SANDBOX,
+                                       "agent.max_tunnels=%d" % PER_NODE])
     st.standin = link
     try:
         yield st
@@ -231,3 +241,76 @@ def test_builtin_and_cloudflared_do_not_mix_on_one_port(cf):
     assert cf.api("DELETE", "/v1/sandboxes/cf-mix/tunnels/8000").status_code == 204
     c = tunnel(cf, "cf-mix")
     assert c.status_code == 200 and c.json()["provider"] == "cloudflared"
+
+
+# ---- confinement and caps ----------------------------------------------------
+
+
+def proc_status(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+def test_process_is_unprivileged_and_in_the_sandboxs_cgroups(cf):
+    make(cf, "cf-jail")
+    assert tunnel(cf, "cf-jail").status_code == 200
+    [proc] = standins(cf, record(cf, "cf-jail")["upstream"])
+    pid = int(proc.split()[0])
+    st = proc_status(pid)
+    nobody = pwd.getpwnam("nobody")
+    assert st["Uid"].split() == [str(nobody.pw_uid)] * 4, st["Uid"]
+    assert st["Gid"].split() == [str(nobody.pw_gid)] * 4, st["Gid"]
+    assert st["Groups"].strip() == "", st["Groups"]
+    for field in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(st[field], 16) == 0, (field, st[field])
+    assert st["NoNewPrivs"].strip() == "1"
+    # Charged to the sandbox: its memory, CPU and pids cgroups hold it.
+    assert pid in [p for p, _, _ in sandbox_procs("dev.cf-jail")]
+    with open("/proc/%d/cgroup" % pid) as f:
+        lines = [l for l in f.read().splitlines() if any(c in l.split(":")[1].split(",")
+                                                         for c in ("memory", "pids", "cpu"))]
+    assert lines and all(l.endswith("/dev.cf-jail") for l in lines), lines
+
+
+def test_tunnels_per_sandbox_are_capped(cf):
+    make(cf, "cf-cap")
+    for port in range(8000, 8000 + PER_SANDBOX):
+        r = tunnel(cf, "cf-cap", port=port)
+        assert r.status_code == 200, r.text
+    before = len(processes_mentioning(cf.standin))
+    r = tunnel(cf, "cf-cap", port=8000 + PER_SANDBOX)
+    err = assert_error(r, 429, "QUOTA_EXCEEDED")
+    assert "at most %d tunnel processes" % PER_SANDBOX in err["message"]
+    assert record(cf, "cf-cap", 8000 + PER_SANDBOX) is None
+    assert len(processes_mentioning(cf.standin)) == before
+    # The same port again is the cached tunnel, not a new process.
+    assert tunnel(cf, "cf-cap", port=8000).status_code == 200
+    assert cf.api("DELETE", "/v1/sandboxes/cf-cap/tunnels/8000").status_code == 204
+    assert tunnel(cf, "cf-cap", port=8000 + PER_SANDBOX).status_code == 200
+
+
+def test_tunnels_per_node_are_capped(cf):
+    made, refused = [], None
+    before = len(processes_mentioning(cf.standin))
+    try:
+        for i in range(PER_NODE):
+            sid = "cf-node-%d" % i
+            make(cf, sid)
+            made.append(sid)
+            for port in range(8000, 8000 + PER_SANDBOX):
+                r = tunnel(cf, sid, port=port)
+                if r.status_code != 200:
+                    refused = r
+                    break
+            if refused is not None:
+                break
+        assert refused is not None, "no refusal after %d sandboxes" % len(made)
+        err = assert_error(refused, 503, "NO_CAPACITY")
+        assert refused.headers.get("Retry-After") == "1"
+        assert "tunnel processes, its limit" in err["message"]
+        assert len(processes_mentioning(cf.standin)) <= PER_NODE
+    finally:
+        for sid in made:
+            cf.api("DELETE", "/v1/sandboxes/" + sid)
+        cf.wait("the node's tunnel processes to end",
+                lambda: len(processes_mentioning(cf.standin)) <= before, timeout=GRACE_S + 10)
