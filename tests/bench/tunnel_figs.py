@@ -130,8 +130,9 @@ def fig_preview(st, run):
         os.unlink(script)
     rec = json.loads(st.redis_cli("HGET", "sbx:sb:{dev/%s}:ports" % SID, str(PORT)))
     fwd = run.Result("preview-forwarder", "the agent's forwarder of that port hit directly "
-                     "(wrk keep-alive; no nginx, no auth_request)", baseline="preview-direct")
-    run.peak(fwd, "http://%s/" % rec["forward"])
+                     "(wrk keep-alive with the node secret; no nginx, no auth_request)",
+                     baseline="preview-direct")
+    run.peak(fwd, "http://%s/" % rec["forward"], headers=("X-Sbx-Node-Secret: " + st.secret,))
     via = run.Result("preview", "GET through a preview URL: nginx -> auth_request "
                      "(/_sbx_preview, Redis) -> agent forwarder -> the server in the "
                      "sandbox's netns", baseline="preview-direct")
