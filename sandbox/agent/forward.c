@@ -27,9 +27,9 @@
 struct fwd;
 
 enum conn_state {
-	CONN_HEAD,     /* reading the first request head (not yet counted) */
+	CONN_HEAD,     /* reading the first request head (node_pending) */
 	CONN_RELAY,    /* connected to the sandbox: counted, a live stream */
-	CONN_REFUSED,  /* our answer is queued; the rest of the request is dropped */
+	CONN_REFUSED,  /* our answer is queued; the rest is dropped (node_pending) */
 };
 
 struct fwd_conn {
@@ -42,6 +42,7 @@ struct fwd_conn {
 	int connected;               /* the sandbox side's connect finished */
 	int down_eof, up_eof;        /* EOF read from that side */
 	int down_shut, up_shut;      /* SHUT_WR sent to that side */
+	size_t drained;              /* bytes dropped since it was refused */
 	struct agent_stream st;
 };
 
@@ -62,7 +63,7 @@ struct fwd {
 
 static struct fwd *forwarders;
 static unsigned node_conns;     /* relaying connections of every forwarder */
-static unsigned node_pending;   /* connections still sending their head */
+static unsigned node_pending;   /* connections still sending their head, or refused */
 
 static void conn_free(struct fwd_conn *c)
 {
@@ -76,7 +77,7 @@ static void conn_free(struct fwd_conn *c)
 		c->f->nconns--;
 		node_conns--;
 		agent_sb_stream_end(c->f->a, &c->st);
-	} else if (c->state == CONN_HEAD) {
+	} else {
 		node_pending--;
 	}
 	if (c->down)
@@ -137,6 +138,19 @@ static void relay(struct bufferevent *from, struct bufferevent *to)
 
 static void head_read(struct fwd_conn *c);
 
+/* Drop what a refused client still sends (the rest of its request, so that
+ * it reads our answer rather than a reset), up to FWD_REFUSED_DRAIN bytes;
+ * beyond, it is closed. */
+static void refused_drain(struct fwd_conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->down);
+
+	c->drained += evbuffer_get_length(in);
+	evbuffer_drain(in, evbuffer_get_length(in));
+	if (c->drained > FWD_REFUSED_DRAIN)
+		conn_free(c);
+}
+
 static void read_cb(struct bufferevent *bev, void *arg)
 {
 	struct fwd_conn *c = arg;
@@ -144,7 +158,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
 	if (c->state == CONN_HEAD)
 		head_read(c);
 	else if (c->state == CONN_REFUSED)
-		evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+		refused_drain(c);
 	else if (bev == c->down)
 		relay(c->down, c->up);
 	else
@@ -301,13 +315,14 @@ int fwd_head_take(char *head, size_t *len, const char *name, char *value, size_t
 /* Answer the client of c ourselves (status and JSON error, connection
  * close) and drop whatever else it sends; c is freed at its EOF or after
  * FWD_HEAD_TIMEOUT_S. */
-static void conn_refuse(struct fwd_conn *c, enum sbx_ecode code, json_t *details, const char *fmt,
-			...)
+static void __attribute__((format(printf, 4, 5)))
+conn_refuse(struct fwd_conn *c, enum sbx_ecode code, json_t *details, const char *fmt, ...)
 {
 	struct evbuffer *out = bufferevent_get_output(c->down);
 	struct timeval tv = { FWD_HEAD_TIMEOUT_S, 0 };
 	char msg[256];
-	char *body;
+	auto_free char *body = NULL;
+	const char *reason, *txt;
 	json_t *j;
 	va_list ap;
 	int status = err_status(code);
@@ -319,16 +334,14 @@ static void conn_refuse(struct fwd_conn *c, enum sbx_ecode code, json_t *details
 		      "details", details ? details : json_object());
 	body = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
-	if (c->state == CONN_HEAD)
-		node_pending--;
+	txt = body ? body : "";
+	reason = status == 503 ? "Service Unavailable" : status == 401 ? "Unauthorized" : "Bad Request";
 	c->state = CONN_REFUSED;
 	evbuffer_add_printf(out,
 			    "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
 			    "Content-Length: %zu\r\n%sConnection: close\r\n\r\n%s\n",
-			    status, status == 503 ? "Service Unavailable" : status == 401 ? "Unauthorized" : "Bad Request",
-			    body ? strlen(body) + 1 : 0, status == 503 ? "Retry-After: 1\r\n" : "",
-			    body ? body : "");
-	free(body);
+			    status, reason, strlen(txt) + 1,
+			    status == 503 ? "Retry-After: 1\r\n" : "", txt);
 	bufferevent_set_timeouts(c->down, &tv, &tv);
 	bufferevent_enable(c->down, EV_READ | EV_WRITE);
 }

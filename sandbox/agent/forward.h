@@ -22,9 +22,11 @@
  *
  * Caps (agent.max_forward_conns, _per_tenant, _per_sandbox): a connection
  * that would pass one, once its head is read, gets 503 NO_CAPACITY (JSON,
- * Retry-After: 1, details {scope, limit}) from the forwarder itself; a
- * connection still sending its head has FWD_HEAD_TIMEOUT_S and there are
- * at most FWD_MAX_PENDING of them.
+ * Retry-After: 1, details {scope, limit}) from the forwarder itself. A
+ * connection still sending its head, or refused and not yet gone, has
+ * FWD_HEAD_TIMEOUT_S of silence at most, a refused one may send
+ * FWD_REFUSED_DRAIN more bytes, and there are at most FWD_MAX_PENDING of
+ * them on the node (more are closed at once).
  *
  * A forwarder belongs to one container (key, generation, run): it is closed
  * with its connections once that container is gone (fwd_container_gone,
@@ -40,9 +42,10 @@
 #include <jansson.h>
 
 #define FWD_MAX_PER_SANDBOX 64      /* forwarded ports per container */
-#define FWD_MAX_PENDING 1024        /* connections of the node still sending their head */
+#define FWD_MAX_PENDING 1024        /* connections of the node sending their head or refused */
 #define FWD_HEAD_MAX (64 * 1024)    /* bytes of the first request head */
 #define FWD_HEAD_TIMEOUT_S 10       /* to send that head, or to go after our own answer */
+#define FWD_REFUSED_DRAIN (1024 * 1024) /* bytes a refused connection may still send */
 #define FWD_BUF_HIGH (256 * 1024)   /* bytes queued per direction before reading pauses */
 
 /* The forwarder of sb's running container for port (1..65535), made if

@@ -153,6 +153,16 @@ def test_forwarder_needs_the_node_secret(stack):
         assert head.startswith(b"HTTP/1.1 401 "), out[:300]
         assert json.loads(body)["error"]["code"] == "UNAUTHORIZED"
         assert b"app-body" not in out and b"x-forwarded" not in out
+    # A refused client that goes on sending is cut off after a bounded drain.
+    host, port = fwd["address"].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"PUT /up HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n")
+        sent, chunk = 0, b"x" * 65536
+        with pytest.raises(OSError):
+            while sent < 64 * 1024 * 1024:
+                s.sendall(chunk)
+                sent += len(chunk)
+        assert sent < 64 * 1024 * 1024
     # With it, the app answers, and never sees the secret.
     out = raw(fwd["address"], req % (b"X-Sbx-Node-Secret: " + stack.secret.encode() + b"\r\n"))
     head, _, body = out.partition(b"\r\n\r\n")
