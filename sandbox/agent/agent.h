@@ -120,11 +120,6 @@ struct rt_sandbox *agent_sb_container(const struct agent_sb *sb);
  * request held across the gap carries an epoch nobody has fenced here yet. */
 int agent_lease_check(struct agent *a, struct sbx_err *e);
 
-/* For data routes (/v1/sandboxes/{id}/...): the running sandbox named by
- * X-Sbx-Tenant and path param 0, after the epoch check of X-Sbx-Epoch;
- * records activity. NULL with e filled (400, 404 SANDBOX_NOT_FOUND, 409). */
-struct agent_sb *agent_data_sandbox(struct httpd_req *r, struct sbx_err *e);
-
 /* The status record of a sandbox; new reference. */
 json_t *agent_sb_json(const struct agent_sb *sb);
 
@@ -165,14 +160,6 @@ void agent_sb_remove(struct agent *a, struct agent_sb *sb);
  * the gone container, and the entry may be freed right after the hook.
  * A hook must not start or stop a container. */
 void agent_container_gone(struct agent *a, struct agent_sb *sb);
-
-/* For control routes /agent/v1/sandboxes/{tenant}/{id}/...: "<tenant>.<id>"
- * of path params 0 and 1 into key. 0 or -1 (400 VALIDATION). */
-int agent_path_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err *e);
-
-/* Fence key at the request's X-Sbx-Epoch (agent_parse_epoch, agent_fence).
- * 0 or -1 with e (400, 409 STALE_EPOCH). */
-int agent_fence_request(struct httpd_req *r, const char *key, struct sbx_err *e);
 
 /* The sandbox of key when its container runs, and, when generation >= 0,
  * is of that generation. NULL with e filled: 404 SANDBOX_NOT_FOUND (id

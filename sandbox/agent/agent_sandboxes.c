@@ -244,19 +244,6 @@ void agent_sb_destroy_all(struct agent *a)
 		agent_sb_remove(a, a->sandboxes);
 }
 
-int agent_path_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err *e)
-{
-	const char *tenant = httpd_param(r, 0), *id = httpd_param(r, 1);
-
-	if (!ids_valid_tenant(tenant))
-		return err_set(e, SBX_E_VALIDATION, "invalid tenant name");
-	if (!ids_valid_sandbox(id))
-		return err_set(e, SBX_E_VALIDATION, "invalid sandbox id");
-	if (agent_key(key, keysz, tenant, id) < 0)
-		return err_set(e, SBX_E_VALIDATION, "tenant and id are too long");
-	return 0;
-}
-
 static const struct jsonv_field resource_fields[] = {
 	{ "memoryMiB", JV_INTEGER, 0 },
 	{ "cpus", JV_NUMBER, 0 },
@@ -500,16 +487,6 @@ int agent_sandbox_list(struct agent_call *c, struct sbx_err *e)
 	for (struct agent_sb *sb = c->a->sandboxes; arr && sb; sb = sb->next)
 		json_array_append_new(arr, agent_sb_json(sb));
 	httpd_reply_json(c->r, 200, arr ? json_pack("{s:o}", "sandboxes", arr) : NULL);
-	return 0;
-}
-
-int agent_fence_request(struct httpd_req *r, const char *key, struct sbx_err *e)
-{
-	int64_t epoch;
-
-	if (agent_parse_epoch(httpd_header(r, "X-Sbx-Epoch"), &epoch, e) < 0 ||
-	    agent_fence(httpd_ctx(r), key, epoch, e) < 0)
-		return -1;
 	return 0;
 }
 

@@ -4,6 +4,33 @@
 #include "registry.h"
 #include "util.h"
 
+/* "<tenant>.<id>" of path params 0 and 1 into key. 0 or -1 (400). */
+static int path_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err *e)
+{
+	const char *tenant = httpd_param(r, 0), *id = httpd_param(r, 1);
+
+	if (!ids_valid_tenant(tenant))
+		return err_set(e, SBX_E_VALIDATION, "invalid tenant name");
+	if (!ids_valid_sandbox(id))
+		return err_set(e, SBX_E_VALIDATION, "invalid sandbox id");
+	if (agent_key(key, keysz, tenant, id) < 0)
+		return err_set(e, SBX_E_VALIDATION, "tenant and id are too long");
+	return 0;
+}
+
+
+/* Fence key at the request's X-Sbx-Epoch. 0 or -1 (400, 409 STALE_EPOCH). */
+static int fence_request(struct httpd_req *r, const char *key, struct sbx_err *e)
+{
+	int64_t epoch;
+
+	if (agent_parse_epoch(httpd_header(r, "X-Sbx-Epoch"), &epoch, e) < 0 ||
+	    agent_fence(httpd_ctx(r), key, epoch, e) < 0)
+		return -1;
+	return 0;
+}
+
+
 static int data_head(struct agent_call *c, struct sbx_err *e)
 {
 	const char *tenant = httpd_header(c->r, "X-Sbx-Tenant");
@@ -13,7 +40,7 @@ static int data_head(struct agent_call *c, struct sbx_err *e)
 		return err_set(e, SBX_E_VALIDATION, "missing or invalid X-Sbx-Tenant");
 	if (!ids_valid_sandbox(c->id) || agent_key(c->key, sizeof(c->key), tenant, c->id) < 0)
 		return err_set(e, SBX_E_VALIDATION, "invalid sandbox id");
-	if (agent_lease_check(c->a, e) < 0 || agent_fence_request(c->r, c->key, e) < 0)
+	if (agent_lease_check(c->a, e) < 0 || fence_request(c->r, c->key, e) < 0)
 		return -1;
 	c->sb = agent_sb_running(c->a, c->key, c->id, -1, e);
 	if (!c->sb)
@@ -24,10 +51,10 @@ static int data_head(struct agent_call *c, struct sbx_err *e)
 
 static int control_head(struct agent_call *c, unsigned flags, struct sbx_err *e)
 {
-	if (agent_path_key(c->r, c->key, sizeof(c->key), e) < 0)
+	if (path_key(c->r, c->key, sizeof(c->key), e) < 0)
 		return -1;
 	c->id = httpd_param(c->r, 1);
-	if ((flags & AGENT_CALL_FENCED) && agent_fence_request(c->r, c->key, e) < 0)
+	if ((flags & AGENT_CALL_FENCED) && fence_request(c->r, c->key, e) < 0)
 		return -1;
 	c->sb = agent_sb_find(c->a, c->key);
 	return 0;

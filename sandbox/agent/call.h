@@ -57,6 +57,11 @@ struct agent_call_spec {
 	const struct jsonv_field *fields;    /* AGENT_CALL_JSON: NULL for {} only */
 };
 
+/* What AGENT_CALL_DATA resolves, for handlers not yet written as calls:
+ * the running sandbox of a data route, or NULL with e filled (400, 404
+ * SANDBOX_NOT_FOUND, 409 STALE_EPOCH, 503 NODE_UNAVAILABLE). */
+struct agent_sb *agent_data_sandbox(struct httpd_req *r, struct sbx_err *e);
+
 /* The httpd handler of every row that names a spec (the row's data). */
 void agent_call_run(struct httpd_req *r);
 

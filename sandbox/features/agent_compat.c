@@ -23,6 +23,7 @@
  * Cloudflare container ignores what it does not use.
  */
 #include "agent.h"
+#include "call.h"
 #include "codec.h"
 #include "agent_compat.h"
 #include "agent_exec.h"

@@ -6,6 +6,7 @@
  * sessions build on the engine without an include cycle.
  */
 #include "agent.h"
+#include "call.h"
 #include "agent_exec.h"
 #include "agent_sessions.h"
 #include "ids.h"

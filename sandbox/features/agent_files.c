@@ -25,6 +25,7 @@
  *   the old file and no temp file; ENOSPC / EDQUOT answer 507.
  */
 #include "agent.h"
+#include "call.h"
 #include "agent_files.h"
 #include "agent_sse.h"
 #include "buf.h"

@@ -22,6 +22,7 @@
  * PROC_MAX_FINISHED finished ones are kept (the oldest dropped).
  */
 #include "agent_processes.h"
+#include "call.h"
 #include "agent_exec.h"
 #include "agent_sse.h"
 #include "buf.h"

@@ -33,6 +33,7 @@
  * Sessions live until deleted or until the sandbox's container stops.
  */
 #include "agent_sessions.h"
+#include "call.h"
 #include "agent_exec.h"
 #include "buf.h"
 #include "ids.h"

@@ -546,133 +546,75 @@ static struct tun *tun_find(const char *key, int port)
 
 /* --- routes --- */
 
-static const struct jsonv_field put_fields[] = {
+const struct jsonv_field agent_tunnel_put_fields[] = {
 	{ "provider", JV_STRING, 1 },
 	{ "generation", JV_INTEGER, 0 },
 	{ NULL, 0, 0 },
 };
 
-/* Key and port of the path (and fencing when fenced). 0 or -1 with e. */
-static int tun_head(struct httpd_req *r, int fenced, char *key, size_t keysz, int *port,
-		    struct sbx_err *e)
+int agent_tunnel_put(struct agent_call *c, struct sbx_err *e)
 {
-	int64_t p;
-
-	if (agent_path_key(r, key, keysz, e) < 0)
-		return -1;
-	if (util_parse_i64(httpd_param(r, 2), 1, 65535, &p) < 0)
-		return err_set(e, SBX_E_INVALID_PORT, "port must be 1-65535");
-	*port = (int)p;
-	return fenced ? agent_fence_request(r, key, e) : 0;
-}
-
-void agent_h_tunnel_put(struct httpd_req *r)
-{
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
-	char key[AGENT_KEY_MAX], upstream[80];
+	char upstream[80];
 	const struct tunnel_provider *prov;
 	int64_t generation = -1;
 	struct agent_sb *sb;
 	struct tun_wait *w;
 	struct tun *t;
-	const char *data;
-	json_t *body;
-	size_t len;
-	int port, created;
+	int created;
 
-	if (a->shutting_down) {
-		err_set(&e, SBX_E_NODE_UNAVAILABLE, "this node is shutting down");
-		goto fail;
-	}
-	if (tun_head(r, 1, key, sizeof(key), &port, &e) < 0)
-		goto fail;
-	data = httpd_body(r, &len);
-	body = jsonv_parse(data, len, &e);
-	if (!body)
-		goto fail;
-	if (jsonv_check(body, put_fields, "the body", &e) < 0 ||
-	    jsonv_int(body, "generation", 0, INT64_MAX, &generation, &e) < 0) {
-		json_decref(body);
-		goto fail;
-	}
-	prov = tunnel_provider_find(json_string_value(json_object_get(body, "provider")));
-	json_decref(body);
-	if (!prov) {
-		err_set(&e, SBX_E_VALIDATION, "unknown tunnel provider (this node runs: cloudflared)");
-		goto fail;
-	}
-	sb = agent_sb_running(a, key, httpd_param(r, 1), generation, &e);
-	if (!sb)
-		goto fail;
-	if (fwd_open(a, sb, port, 1, upstream, sizeof(upstream), &created, &e) < 0)
-		goto fail;
+	if (jsonv_int(c->body, "generation", 0, INT64_MAX, &generation, e) < 0)
+		return -1;
+	prov = tunnel_provider_find(json_string_value(json_object_get(c->body, "provider")));
+	if (!prov)
+		return err_set(e, SBX_E_VALIDATION, "unknown tunnel provider (this node runs: cloudflared)");
+	sb = agent_sb_running(c->a, c->key, c->id, generation, e);
+	if (!sb || fwd_open(c->a, sb, c->port, 1, upstream, sizeof(upstream), &created, e) < 0)
+		return -1;
 	sb->last_active_at = util_wall_ms();
-	t = tun_find(key, port);
+	t = tun_find(c->key, c->port);
 	if (t && (t->prov != prov || strcmp(t->upstream, upstream) != 0)) {
 		tun_stop(t, 0, "replaced");
 		t = NULL;
 	}
 	created = !t;
-	if (!t && (tun_room(a->conf, key, &e) < 0 ||
-		   !(t = tun_start(a, sb, prov, port, upstream, &e))))
-		goto fail;
+	if (!t && (tun_room(c->a->conf, c->key, e) < 0 ||
+		   !(t = tun_start(c->a, sb, prov, c->port, upstream, e))))
+		return -1;
 	if (t->ready) {
-		httpd_reply_json(r, 200, tun_json(t, 0));
-		return;
+		httpd_reply_json(c->r, 200, tun_json(t, 0));
+		return 0;
 	}
 	w = calloc(1, sizeof(*w));
-	if (!w) {
-		err_sys(&e, ENOMEM, "tunnel waiter");
-		goto fail;
-	}
-	w->r = r;
+	if (!w)
+		return err_sys(e, ENOMEM, "tunnel waiter");
+	w->r = c->r;
 	w->t = t;
 	w->created = created;
 	w->next = t->waiters;
 	t->waiters = w;
-	httpd_on_close(r, wait_closed, w);
-	httpd_defer(r);
-	return;
-fail:
-	httpd_reply_err(r, &e);
+	httpd_on_close(c->r, wait_closed, w);
+	httpd_defer(c->r);
+	return 0;
 }
 
-void agent_h_tunnel_get(struct httpd_req *r)
+int agent_tunnel_get(struct agent_call *c, struct sbx_err *e)
 {
-	struct sbx_err e = { 0 };
-	char key[AGENT_KEY_MAX];
-	struct tun *t;
-	int port;
+	struct tun *t = tun_find(c->key, c->port);
 
-	if (tun_head(r, 0, key, sizeof(key), &port, &e) < 0) {
-		httpd_reply_err(r, &e);
-		return;
-	}
-	t = tun_find(key, port);
-	if (!t) {
-		err_set(&e, SBX_E_ROUTE_NOT_FOUND, "no tunnel process for port %d", port);
-		httpd_reply_err(r, &e);
-		return;
-	}
-	httpd_reply_json(r, 200, tun_json(t, 0));
+	if (!t)
+		return err_set(e, SBX_E_ROUTE_NOT_FOUND, "no tunnel process for port %d", c->port);
+	httpd_reply_json(c->r, 200, tun_json(t, 0));
+	return 0;
 }
 
-void agent_h_tunnel_delete(struct httpd_req *r)
+int agent_tunnel_delete(struct agent_call *c, struct sbx_err *e)
 {
-	struct sbx_err e = { 0 };
-	char key[AGENT_KEY_MAX];
-	struct tun *t;
-	int port;
+	struct tun *t = tun_find(c->key, c->port);
 
-	if (tun_head(r, 1, key, sizeof(key), &port, &e) < 0) {
-		httpd_reply_err(r, &e);
-		return;
-	}
-	t = tun_find(key, port);
 	if (t)
 		tun_stop(t, 0, "deleted");
-	httpd_reply_empty(r, 204);
+	httpd_reply_empty(c->r, 204);
+	return 0;
 }
 
 const struct agent_module tunnel_module = { "tunnels", tunnel_container_gone };

@@ -42,6 +42,7 @@
 #define SBX_TUNNEL_H
 
 #include "agent.h"
+#include "call.h"
 
 #include <stddef.h>
 
@@ -83,8 +84,12 @@ int tunnel_which(const char *name, char *out, size_t n);
 /* The tunnels' module (module.h): a gone container's tunnel processes stop. */
 extern const struct agent_module tunnel_module;
 
-void agent_h_tunnel_put(struct httpd_req *r);
-void agent_h_tunnel_get(struct httpd_req *r);
-void agent_h_tunnel_delete(struct httpd_req *r);
+/* The tunnel routes …/tunnels/{port} (call.h): PUT (CONTROL | FENCED |
+ * LIVE | PORT | JSON) starts or confirms the process and answers when its
+ * URL is known; GET (CONTROL | PORT); DELETE (CONTROL | FENCED | PORT). */
+extern const struct jsonv_field agent_tunnel_put_fields[];
+int agent_tunnel_put(struct agent_call *c, struct sbx_err *e);
+int agent_tunnel_get(struct agent_call *c, struct sbx_err *e);
+int agent_tunnel_delete(struct agent_call *c, struct sbx_err *e);
 
 #endif
