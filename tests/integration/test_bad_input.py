@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from conftest import assert_error, error_of
-from sbxproc import alive, children
+from sbxproc import alive, api_workers
 
 # (method, path template) of every route taking a JSON body; {id} is a
 # sandbox of the dev tenant.
@@ -86,7 +86,7 @@ def assert_all_alive(stack, workers_before=None):
         pid = stack.pid(name)
         assert alive(pid), "%s (pid %d) died:\n%s" % (name, pid, stack.log(name))
     if workers_before is not None:
-        now = set(children(stack.pid("api")))
+        now = set(api_workers(stack.pid("api")))
         assert now == workers_before, \
             "sbx-api workers changed (one crashed?): before %s, now %s\n%s" % (
                 sorted(workers_before), sorted(now), stack.log("api"))
@@ -107,7 +107,7 @@ def box(stack):
 
 @pytest.fixture(scope="module")
 def workers(stack, box):
-    return set(children(stack.pid("api")))
+    return set(api_workers(stack.pid("api")))
 
 
 def http_get_raw(stack, path):
