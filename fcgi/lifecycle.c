@@ -12,9 +12,14 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 /* Rounds of re-reading a record that another worker changed meanwhile. */
 #define LC_ATTEMPTS 6
+/* How long a call waits for another one's sleep of the same sandbox to
+ * finish (state stopping), and how often it looks. */
+#define LC_TRANSITION_WAIT_MS 5000
+#define LC_TRANSITION_POLL_MS 20
 
 /* jansson's own cleanup helper (json_auto_t) under our naming. */
 #define auto_json __attribute__((cleanup(json_decrefp)))
@@ -615,12 +620,39 @@ static int running_owner(const char *tenant, const char *id, struct lc_owner *o,
 	return 1;
 }
 
+/* Wait, bounded, while another call puts tenant/id to sleep (state
+ * stopping on a live node). 0 when it is no longer stopping at epoch (or
+ * the wait is over: the caller takes over), -1 with e. */
+static int wait_stopping(const char *tenant, const char *id, const char *epoch,
+			 struct sbx_err *e)
+{
+	int64_t deadline = util_now_ms() + LC_TRANSITION_WAIT_MS;
+
+	while (util_now_ms() < deadline) {
+		auto_reply redisReply *r = NULL;
+		struct timespec ts = { .tv_sec = 0, .tv_nsec = LC_TRANSITION_POLL_MS * 1000000L };
+
+		nanosleep(&ts, NULL);
+		r = store_command(e, "HMGET sbx:sb:{%s/%s} state epoch", tenant, id);
+		if (!r)
+			return -1;
+		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+		    r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING ||
+		    strcmp(r->element[0]->str, "stopping") != 0 || strcmp(r->element[1]->str, epoch) != 0)
+			return 0;
+	}
+	log_info("sandbox %s/%s is still stopping after %d ms; starting it anyway", tenant, id,
+		 LC_TRANSITION_WAIT_MS);
+	return 0;
+}
+
 /* lifecycle_ensure_running; with seen, the record last read (new reference
  * or NULL) and never the fast path. */
 static int ensure_running(const char *tenant, const char *id, struct lc_owner *o, json_t **seen,
 			  struct sbx_err *e)
 {
 	int fast = seen ? 0 : running_owner(tenant, id, o, e);
+	int waited = 0;
 
 	if (fast != 0)
 		return fast < 0 ? -1 : 0;
@@ -657,6 +689,15 @@ static int ensure_running(const char *tenant, const char *id, struct lc_owner *o
 			o->epoch = fint(rec, "epoch", 0);
 			o->generation = fint(rec, "generation", 0);
 			return 0;
+		}
+		/* Being put to sleep by another call: let it finish, then wake it
+		 * (once; a sleep that never finishes is taken over). */
+		if (pn.alive && pn.address[0] && is_state(rec, "stopping") && !waited) {
+			waited = 1;
+			if (wait_stopping(tenant, id, fstr(rec, "epoch"), e) < 0)
+				return -1;
+			attempt--;
+			continue;
 		}
 		/* Asleep, or its node is gone: a new container, where there is room. */
 		ceilings_record_need(rec, &need);
@@ -863,6 +904,29 @@ int lifecycle_restart(const char *tenant, const char *id, struct sbx_err *e)
 	return err_set(e, SBX_E_CONFLICT, "sandbox '%s' keeps changing; try again", id);
 }
 
+/* Ask the agent at address to stop the container of rec. 0 stopped (or
+ * not there), 1 the agent knows a newer epoch, -1 with e. */
+static int agent_stop(const char *tenant, const char *id, const json_t *rec, const char *address,
+		      struct sbx_err *e)
+{
+	struct agentc_reply rep = { 0 };
+	char path[256];
+	int stale;
+
+	if (agent_path(path, sizeof(path), tenant, id, "/stop") < 0)
+		return err_set(e, SBX_E_INTERNAL, "agent path too long");
+	if (agentc_call("POST", address, path, NULL, fint(rec, "epoch", 0), &rep, e) < 0)
+		return -1;
+	stale = rep.status == 409 && agent_code_is(&rep, "STALE_EPOCH");
+	if (!stale && rep.status != 200 && rep.status != 204 && rep.status != 404) {
+		agent_error(address, &rep, e);
+		agentc_reply_release(&rep);
+		return -1;
+	}
+	agentc_reply_release(&rep);
+	return stale;
+}
+
 int lifecycle_sleep(const char *tenant, const char *id, struct sbx_err *e)
 {
 	for (int attempt = 0; attempt < LC_ATTEMPTS; attempt++) {
@@ -877,22 +941,25 @@ int lifecycle_sleep(const char *tenant, const char *id, struct sbx_err *e)
 		if (record_node(rec, &pn, e) < 0)
 			return -1;
 		if (pn.alive && pn.address[0]) {
-			struct agentc_reply rep = { 0 };
-			char path[256];
-			int stale;
-
-			if (agent_path(path, sizeof(path), tenant, id, "/stop") < 0)
-				return err_set(e, SBX_E_INTERNAL, "agent path too long");
-			if (agentc_call("POST", pn.address, path, NULL, fint(rec, "epoch", 0), &rep, e) < 0)
-				return -1;
-			stale = rep.status == 409 && agent_code_is(&rep, "STALE_EPOCH");
-			if (!stale && rep.status != 200 && rep.status != 204 && rep.status != 404) {
-				agent_error(pn.address, &rep, e);
-				agentc_reply_release(&rep);
+			/* Stopping first: data calls routed from now on wait for
+			 * the sleep instead of reaching a container that is going. */
+			if (!is_state(rec, "stopping")) {
+				rc = set_state(tenant, id, fstr(rec, "epoch"), "stopping", 0, e);
+				if (rc < 0)
+					return -1;
+				if (rc == 0)
+					continue;
+			}
+			rc = agent_stop(tenant, id, rec, pn.address, e);
+			if (rc < 0) {
+				/* The container may still run: say so again (the
+				 * agent's sweep reports it if it stopped). */
+				struct sbx_err re = { 0 };
+				if (set_state(tenant, id, fstr(rec, "epoch"), "running", 0, &re) < 0)
+					log_warn("sandbox %s/%s stays stopping: %s", tenant, id, re.msg);
 				return -1;
 			}
-			agentc_reply_release(&rep);
-			if (stale)
+			if (rc > 0)
 				continue;
 		}
 		rc = set_state(tenant, id, fstr(rec, "epoch"), "sleeping", 0, e);

@@ -112,7 +112,9 @@ int lifecycle_ensure_running(const char *tenant, const char *id, struct lc_owner
 /* A new container: new generation, pending applied. -1 with e. */
 int lifecycle_restart(const char *tenant, const char *id, struct sbx_err *e);
 
-/* Stop the container now; state sleeping. -1 with e. */
+/* Stop the container now: state stopping while its node stops it (a data
+ * call routed meanwhile waits for that, then wakes it), then sleeping.
+ * -1 with e. */
 int lifecycle_sleep(const char *tenant, const char *id, struct sbx_err *e);
 
 /* Destroy (idempotent: 0 also when there is nothing). -1 with e. */

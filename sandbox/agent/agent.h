@@ -122,7 +122,10 @@ int agent_lease_check(struct agent *a, struct sbx_err *e);
 
 /* For data routes (/v1/sandboxes/{id}/...): the running sandbox named by
  * X-Sbx-Tenant and path param 0, after the epoch check of X-Sbx-Epoch;
- * records activity. NULL with e filled (400, 404 SANDBOX_NOT_FOUND, 409). */
+ * records activity. NULL with e filled: 400, or 503 NODE_UNAVAILABLE when
+ * the sandbox changed since sbx-api routed the call (an older epoch: it was
+ * restarted or re-placed; not here: put to sleep, restarted or deleted) —
+ * a retry is routed afresh and finds it, or answers 404 when it is gone. */
 struct agent_sb *agent_data_sandbox(struct httpd_req *r, struct sbx_err *e);
 
 /* The status record of a sandbox; new reference. */

@@ -23,7 +23,9 @@ enum agent_call_flags {
 	/* /v1/sandboxes/{id}/…: the tenant from X-Sbx-Tenant, param 0 the
 	 * id; refused while the node shuts down or its lease has lapsed; the
 	 * epoch of X-Sbx-Epoch fenced; c->sb is the running sandbox and its
-	 * activity is recorded. */
+	 * activity is recorded. An older epoch or no running sandbox is 503
+	 * NODE_UNAVAILABLE: it changed since sbx-api routed the call, and a
+	 * retry is routed afresh. */
 	AGENT_CALL_DATA = 1u << 0,
 	/* /agent/v1/sandboxes/{tenant}/{id}/…: c->key from params 0 and 1;
 	 * c->sb is the sandbox of that key on this node, or NULL. */

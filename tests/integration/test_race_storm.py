@@ -1,14 +1,41 @@
-"""The tenant indexes of Redis on a stack of its own (docs/REDIS.md "The
-reconciler"): `api.quota_sandboxes = 3` and a reconciler every second.
+"""Concurrent lifecycle calls on a low-quota tenant (docs/API.md "Answers
+during transitions", docs/REDIS.md "The tenant indexes").
+
+A stack of its own with `api.quota_sandboxes = 3` and a fast reconciler.
+Threads run PUT / DELETE / exec / sleep / restart on a handful of ids of one
+tenant at once; every answer must be one the API documents for that call
+(PUT never 404, nothing ever 500), and when the storm is over the quota set,
+the records, the listing and the sandbox containers alive on the host must
+all agree — a sandbox that runs is counted and listed, and never more than
+the quota exist. A second storm runs exec against one sandbox while other
+clients sleep and restart it: the sandbox exists throughout, so every exec
+answers 200 (or 503 with Retry-After), never 404 or 409.
 """
 
+import collections
+import socket
+import threading
+import time
 import uuid
 
 import pytest
+import requests
 
-from conftest import stack_down, stack_up
+from conftest import sandbox_procs, stack_down, stack_up
 
 QUOTA = 3
+IDS = 5
+THREADS = 6
+STORM_S = 15
+
+# What each call may answer during the storm (besides 2xx documented below).
+ALLOWED = {
+    "PUT": {200, 201, 409, 429, 503},
+    "DELETE": {204, 409, 503},
+    "EXEC": {200, 404, 503},      # 404: a DELETE of another thread won
+    "SLEEP": {200, 404, 409, 503},
+    "RESTART": {200, 404, 409, 503},
+}
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +46,218 @@ def st():
         yield s
     finally:
         stack_down(s)
+
+
+SAMPLE = """
+local m = redis.call('ZRANGE', KEYS[1], 0, -1)
+local r = {}
+for i = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then r[#r + 1] = ARGV[i - 1] end
+end
+return {table.concat(m, ' '), table.concat(r, ' ')}
+"""
+
+
+class Resp:
+    """A minimal Redis client (RESP2 over one socket): no subprocess per call,
+    so a sampler can look many times a second."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.f = self.sock.makefile("rb")
+
+    def close(self):
+        self.f.close()
+        self.sock.close()
+
+    def __call__(self, *args):
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        self.sock.sendall(out)
+        return self.reply()
+
+    def reply(self):
+        line = self.f.readline()[:-2]
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.f.read(n + 2)[:-2]
+            return data.decode()
+        if kind == b"*":
+            return [self.reply() for _ in range(int(rest))]
+        raise AssertionError("redis error: %r" % line)
+
+
+def sampler(st, tenant, sids, stop, seen):
+    """Until stop is set, read (quota members, records) of tenant in one
+    atomic script and append every sample where they differ or exceed the
+    quota to seen; the number of samples taken is seen[0]."""
+    r = Resp(st.redis_port)
+    keys = ["sbx:tenant:{%s}:sandboxes" % tenant] + ["sbx:sb:{%s/%s}" % (tenant, s) for s in sids]
+    try:
+        while not stop.is_set():
+            m, rec = r("EVAL", SAMPLE, len(keys), *(keys + sids))
+            members, records = set(m.split()), set(rec.split())
+            seen[0] += 1
+            if members != records or len(records) > QUOTA:
+                seen.append((sorted(members), sorted(records)))
+            time.sleep(0.002)
+    finally:
+        r.close()
+
+
+def tenant_state(st, tenant, key):
+    """(quota members, record ids, listed ids, ids with live processes, running ids)."""
+    members = set(st.redis_cli("ZRANGE", "sbx:tenant:{%s}:sandboxes" % tenant, "0", "-1").split())
+    keys = st.redis_cli("--scan", "--pattern", "sbx:sb:{%s/*}" % tenant).split()
+    records = {k[len("sbx:sb:{%s/" % tenant):-1] for k in keys}
+    r = st.api("GET", "/v1/sandboxes?limit=100", key=key)
+    assert r.status_code == 200, r.text
+    listed = {s["id"] for s in r.json()["sandboxes"]}
+    running = {s["id"] for s in r.json()["sandboxes"] if s["state"] == "running"}
+    live = {sid for sid in records | members | listed | {"rs-%d" % i for i in range(IDS)}
+            if sandbox_procs("%s.%s" % (tenant, sid))}
+    return members, records, listed, live, running
+
+
+def consistent(st, tenant, key):
+    """The state when quota set, records and listing agree and every live
+    container belongs to a listed running sandbox; else None."""
+    s = tenant_state(st, tenant, key)
+    members, records, listed, live, running = s
+    if members == records == listed and live == running:
+        return s
+    return None
+
+
+def storm(st, key, worker, seconds):
+    """Run worker(session, rnd, answers) in THREADS threads for seconds;
+    answers: a list of (call, status, body) collected from all threads."""
+    stop = time.monotonic() + seconds
+    answers, errors = [], []
+    lock = threading.Lock()
+
+    def run(n):
+        import random
+        rnd = random.Random(n)
+        http = requests.Session()
+        mine = []
+        try:
+            while time.monotonic() < stop:
+                worker(http, rnd, mine)
+        except Exception as ex:  # a test failure, reported below
+            errors.append(repr(ex))
+        with lock:
+            answers.extend(mine)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 120)
+    assert not errors, errors
+    return answers
+
+
+def call(st, http, key, method, path, json=None, timeout=60):
+    return http.request(method, st.url + path, json=json, timeout=timeout,
+                        headers={"Authorization": "Bearer " + key})
+
+
+def test_put_delete_storm_keeps_quota_listing_and_containers_in_step(st):
+    tenant = "rs-" + uuid.uuid4().hex[:8]
+    key = st.new_key(tenant)
+    sids = ["rs-%d" % i for i in range(IDS)]
+
+    def worker(http, rnd, out):
+        sid = rnd.choice(sids)
+        base = "/v1/sandboxes/" + sid
+        op = rnd.choice(["PUT", "PUT", "PUT", "DELETE", "DELETE", "EXEC", "SLEEP", "RESTART"])
+        if op == "PUT":
+            r = call(st, http, key, "PUT", base, json={})
+        elif op == "DELETE":
+            r = call(st, http, key, "DELETE", base)
+        elif op == "EXEC":
+            r = call(st, http, key, "POST", base + "/exec", json={"command": "true"})
+        elif op == "SLEEP":
+            r = call(st, http, key, "POST", base + "/sleep")
+        else:
+            r = call(st, http, key, "POST", base + "/restart")
+        out.append((op, r.status_code, r.text[:200]))
+
+    stop, seen = threading.Event(), [0]
+    watch = threading.Thread(target=sampler, args=(st, tenant, sids, stop, seen))
+    watch.start()
+    try:
+        try:
+            answers = storm(st, key, worker, STORM_S)
+        finally:
+            stop.set()
+            watch.join(30)
+        by = collections.Counter((op, status) for op, status, _ in answers)
+        bad = [a for a in answers if a[1] not in ALLOWED[a[0]]]
+        assert not bad, "unexpected answers (%s): %r" % (sorted(by.items()), bad[:10])
+        assert by[("PUT", 201)] > 0 and by[("DELETE", 204)] > 0, sorted(by.items())
+        # Quota set and records change together: no sample ever saw them differ.
+        assert seen[0] > 100 and len(seen) == 1, \
+            "%d of %d samples: quota set != records, e.g. %r" % (len(seen) - 1, seen[0], seen[1:6])
+        members, records, listed, live, running = st.wait(
+            "quota set, records, listing and containers to agree",
+            lambda: consistent(st, tenant, key), timeout=20, interval=0.5)
+        assert len(members) <= QUOTA, (members, records, listed, live)
+    finally:
+        for sid in sids:
+            st.api("DELETE", "/v1/sandboxes/" + sid, key=key, timeout=60)
+    assert consistent(st, tenant, key) == (set(), set(), set(), set(), set())
+
+
+def test_exec_during_sleep_and_restart_never_answers_not_found(st):
+    """One sandbox, never deleted: while other threads sleep, restart and
+    PUT it, exec answers 200, or 503 with Retry-After — never 404
+    SANDBOX_NOT_FOUND or 409 STALE_EPOCH (the sandbox exists throughout)."""
+    tenant = "rx-" + uuid.uuid4().hex[:8]
+    key = st.new_key(tenant)
+    sid = "rx-box"
+    base = "/v1/sandboxes/" + sid
+    r = st.api("PUT", base, key=key, json={}, timeout=60)
+    assert r.status_code == 201, r.text
+
+    def worker(http, rnd, out):
+        op = rnd.choice(["EXEC", "EXEC", "EXEC", "SLEEP", "RESTART", "PUT"])
+        if op == "EXEC":
+            r = call(st, http, key, "POST", base + "/exec", json={"command": "echo ok"})
+            if r.status_code == 200:
+                assert r.json()["stdout"] == "ok\n", r.text
+        elif op == "SLEEP":
+            r = call(st, http, key, "POST", base + "/sleep")
+        elif op == "RESTART":
+            r = call(st, http, key, "POST", base + "/restart")
+        else:
+            r = call(st, http, key, "PUT", base, json={})
+        retry = r.headers.get("Retry-After")
+        out.append((op, r.status_code, r.text[:200], retry))
+
+    try:
+        answers = storm(st, key, worker, STORM_S / 2)
+        by = collections.Counter((a[0], a[1]) for a in answers)
+        # Lifecycle calls may lose every round to the others ("keeps
+        # changing; try again"); exec may only wait or say "retry".
+        good = {"EXEC": {200}, "SLEEP": {200, 409}, "RESTART": {200, 409}, "PUT": {200, 409}}
+        bad = [a for a in answers
+               if (a[1] not in good[a[0]] or (a[1] == 409 and '"CONFLICT"' not in a[2]))
+               and not (a[1] == 503 and a[3] is not None)]
+        assert not bad, "unexpected answers (%s): %r" % (sorted(by.items()), bad[:10])
+        assert by[("EXEC", 200)] > 0 and by[("SLEEP", 200)] > 0 and by[("RESTART", 200)] > 0, by
+    finally:
+        st.api("DELETE", base, key=key, timeout=60)
 
 
 def test_reconciler_repairs_index_entries_and_records(st):
