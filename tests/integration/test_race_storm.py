@@ -203,6 +203,8 @@ def test_put_delete_storm_keeps_quota_listing_and_containers_in_step(st):
             stop.set()
             watch.join(30)
         by = collections.Counter((op, status) for op, status, _ in answers)
+        print("PUT/DELETE storm: %r; %d samples of quota set and records" %
+              (sorted(by.items()), seen[0]))
         bad = [a for a in answers if a[1] not in ALLOWED[a[0]]]
         assert not bad, "unexpected answers (%s): %r" % (sorted(by.items()), bad[:10])
         assert by[("PUT", 201)] > 0 and by[("DELETE", 204)] > 0, sorted(by.items())
@@ -248,6 +250,7 @@ def test_exec_during_sleep_and_restart_never_answers_not_found(st):
     try:
         answers = storm(st, key, worker, STORM_S / 2)
         by = collections.Counter((a[0], a[1]) for a in answers)
+        print("exec storm: %r" % sorted(by.items()))
         # Lifecycle calls may lose every round to the others ("keeps
         # changing; try again"); exec may only wait or say "retry".
         good = {"EXEC": {200}, "SLEEP": {200, 409}, "RESTART": {200, 409}, "PUT": {200, 409}}
