@@ -1060,7 +1060,7 @@ int lifecycle_put(const struct sbx_conf *c, const char *tenant, const char *id,
 			return -1;
 		if (rec) {
 			if (update_record(tenant, id, s, e) < 0 ||
-			    ensure_running(tenant, id, &o, &seen, e) < 0) {
+			    ensure_running(tenant, id, &o, NULL, e) < 0) {
 				if (e->code == SBX_E_SANDBOX_NOT_FOUND)
 					continue;   /* destroyed meanwhile: create it again */
 				return -1;
@@ -1104,7 +1104,8 @@ int lifecycle_put(const struct sbx_conf *c, const char *tenant, const char *id,
 			*created = 1;
 		}
 		/* The answer is the record now; when a DELETE has won since, the
-		 * record as this call saw it run (the PUT happened first). */
+		 * record as this call saw it run (the PUT happened first): for a
+		 * new one the last the start read, else the one read above. */
 		if (lifecycle_load(tenant, id, &now, e) < 0)
 			return -1;
 		*view = now ? steal_ptr(&now) : running_view(seen ? seen : rec, &o);
