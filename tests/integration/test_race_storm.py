@@ -21,7 +21,7 @@ import uuid
 import pytest
 import requests
 
-from conftest import sandbox_procs, stack_down, stack_up
+from conftest import sandbox_procs, sanitizer_findings, stack_down, stack_down_cleanup, stack_up
 
 QUOTA = 3
 IDS = 5
@@ -45,7 +45,10 @@ def st():
     try:
         yield s
     finally:
-        stack_down(s)
+        stack_down(s, keep=True)
+    errors, _ = sanitizer_findings(s.dir)
+    stack_down_cleanup(s)
+    assert not errors, "sanitizer reports: %r" % errors[:20]
 
 
 SAMPLE = """
@@ -307,3 +310,43 @@ def test_reconciler_repairs_index_entries_and_records(st):
     finally:
         st.api("DELETE", "/v1/sandboxes/" + sid, key=key, timeout=60)
     assert st.redis_cli("--scan", "--pattern", "sbx:tenant:{%s}:*" % tenant) == ""
+
+
+def test_data_call_waits_for_a_sleep_in_progress(st):
+    """A sleep in progress (state stopping at the current epoch) holds data
+    calls until it is over, then they wake the sandbox; one that never ends
+    (its worker died) is taken over after a bounded wait."""
+    tenant = "rw-" + uuid.uuid4().hex[:8]
+    key = st.new_key(tenant)
+    sid = "rw-box"
+    base = "/v1/sandboxes/" + sid
+    rkey = "sbx:sb:{%s/%s}" % (tenant, sid)
+    r = st.api("PUT", base, key=key, json={}, timeout=60)
+    assert r.status_code == 201, r.text
+    gen = r.json()["generation"]
+    try:
+        for finish in (True, False):
+            assert st.api("POST", base + "/sleep", key=key, timeout=60).status_code == 200
+            # As a sleep between its two writes: the container is gone, the
+            # record still says stopping.
+            st.redis_cli("HSET", rkey, "state", "stopping")
+            out = {}
+
+            def run():
+                out["r"] = st.api("POST", base + "/exec", key=key, timeout=60,
+                                  json={"command": "echo woke"})
+            t = threading.Thread(target=run)
+            t.start()
+            t.join(1.0)
+            assert t.is_alive(), "exec did not wait for the sleep: %r" % out["r"].text
+            if finish:
+                st.redis_cli("HSET", rkey, "state", "sleeping")
+            t.join(30)
+            assert not t.is_alive()
+            assert out["r"].status_code == 200 and out["r"].json()["stdout"] == "woke\n", \
+                out["r"].text
+            gen += 1
+            rec = st.api("GET", base, key=key).json()
+            assert rec["state"] == "running" and rec["generation"] == gen, rec
+    finally:
+        st.api("DELETE", base, key=key, timeout=60)
