@@ -106,12 +106,16 @@ static const char *const sources[SCRIPT__COUNT] = {
 		"if cur[1] ~= ARGV[1] then return {0} end\n"
 		"redis.call('DEL', KEYS[1])\n"
 		"redis.call('ZREM', KEYS[2], ARGV[3])\n"
+		"redis.call('HDEL', 'sbx:tenant:{' .. ARGV[2] .. '}:usage', ARGV[3])\n"
 		"label_index('ZREM', ARGV[2], ARGV[3], cur[2])\n"
 		"node_set('SREM', cur[3], ARGV[2] .. '/' .. ARGV[3])\n"
 		"return {1, cur[3] or '', cur[4] or ''}\n",
 	[SCRIPT_REPAIR] = LUA_INDEX
 		"local cur = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'labels', 'node')\n"
-		"if not cur[1] or not cur[2] then return -redis.call('ZREM', KEYS[2], ARGV[2]) end\n"
+		"if not cur[1] or not cur[2] then\n"
+		"  redis.call('HDEL', 'sbx:tenant:{' .. ARGV[1] .. '}:usage', ARGV[2])\n"
+		"  return -redis.call('ZREM', KEYS[2], ARGV[2])\n"
+		"end\n"
 		"local n = redis.call('ZADD', KEYS[2], 0, ARGV[2])\n"
 		"n = n + label_index('ZADD', ARGV[1], ARGV[2], cur[3])\n"
 		"return n + node_set('SADD', cur[4], ARGV[1] .. '/' .. ARGV[2])\n",

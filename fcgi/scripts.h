@@ -35,12 +35,13 @@ enum script_id {
 	 * keepAlive (empty: unchanged) -> 1, 0 changed meanwhile, -1 gone */
 	SCRIPT_UPDATE,
 	/* KEYS record, tenant's set; ARGV expectedEpoch tenant id -> {1, node,
-	 * generation} the record and every index entry removed, {0} moved on,
-	 * {-1} gone */
+	 * generation} the record, every index entry and its usage entry (the
+	 * tenant's totals) removed, {0} moved on, {-1} gone */
 	SCRIPT_DESTROY,
 	/* KEYS record, tenant's set; ARGV tenant id: a record gets every index
 	 * entry it lacks (-> the number added); without a record its member of
-	 * the tenant's set goes (-> -1 removed, 0 there was none) */
+	 * the tenant's set and its usage entry go (-> -1 removed, 0 there was
+	 * no member) */
 	SCRIPT_REPAIR,
 	/* KEYS index record; ARGV kind(label|node) member value: remove member
 	 * from the label set / node set unless the record holds the label
