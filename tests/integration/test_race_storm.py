@@ -1,8 +1,8 @@
 """Concurrent lifecycle calls on a low-quota tenant (docs/API.md "Answers
-during transitions", docs/REDIS.md "The tenant indexes").
+during transitions", docs/REDIS.md "The reconciler").
 
-A stack of its own with `api.quota_sandboxes = 3` and a fast reconciler.
-Threads run PUT / DELETE / exec / sleep / restart on a handful of ids of one
+A stack of its own with a reconciler every second; the tenant's quota is 3
+(set by an admin, PUT /v1/tenants/{t}/limits). Threads run PUT / DELETE / exec / sleep / restart on a handful of ids of one
 tenant at once; every answer must be one the API documents for that call
 (PUT never 404, nothing ever 500), and when the storm is over the quota set,
 the records, the listing and the sandbox containers alive on the host must
@@ -40,8 +40,7 @@ ALLOWED = {
 
 @pytest.fixture(scope="module")
 def st():
-    s = stack_up(agents=2, overrides=["api.quota_sandboxes=%d" % QUOTA,
-                                      "api.reconcile_interval=1s"])
+    s = stack_up(agents=2, overrides=["api.reconcile_interval=1s"])
     try:
         yield s
     finally:
@@ -175,9 +174,18 @@ def call(st, http, key, method, path, json=None, timeout=60):
                         headers={"Authorization": "Bearer " + key})
 
 
-def test_put_delete_storm_keeps_quota_listing_and_containers_in_step(st):
-    tenant = "rs-" + uuid.uuid4().hex[:8]
+def low_quota_tenant(st, prefix):
+    """A new tenant whose quota an admin set to QUOTA; (tenant, key)."""
+    tenant = prefix + uuid.uuid4().hex[:8]
     key = st.new_key(tenant)
+    r = st.api("PUT", "/v1/tenants/%s/limits" % tenant, key=st.admin_key,
+               json={"sandboxes": QUOTA})
+    assert r.status_code == 200 and r.json()["limits"]["sandboxes"] == QUOTA, r.text
+    return tenant, key
+
+
+def test_put_delete_storm_keeps_quota_listing_and_containers_in_step(st):
+    tenant, key = low_quota_tenant(st, "rs-")
     sids = ["rs-%d" % i for i in range(IDS)]
 
     def worker(http, rnd, out):
