@@ -8,7 +8,6 @@
  * refusal to /_sbx_error, which renders the JSON error with the real status.
  */
 #include "agentc.h"
-#include "codec.h"
 #include "api.h"
 #include "auth.h"
 #include "ids.h"
@@ -21,46 +20,22 @@
 
 #define ROUTE_PREFIX "/v1/sandboxes/"
 
-/* 1 when the raw path (before '?') has a '.' / '..' segment (also when
- * percent-encoded) or an empty one before its end: nginx matched the
- * normalized URI, the agent gets the raw one; both must name the same thing. */
-static int dot_or_empty_segment(const char *uri)
-{
-	size_t end = strcspn(uri, "?");
-	const char *p = uri + 1;
-
-	while (p < uri + end) {
-		size_t len = strcspn(p, "/?");
-		char seg[8];
-		long d;
-
-		if (len == 0 && p + len < uri + end)
-			return 1;
-		if (len <= 6) {   /* "%2e%2e" at most */
-			d = codec_pct_decode(p, len, seg, sizeof(seg), 0);
-			if (d > 0 && (strcmp(seg, ".") == 0 || strcmp(seg, "..") == 0))
-				return 1;
-		}
-		p += len;
-		if (*p == '/')
-			p++;
-		else
-			break;
-	}
-	return 0;
-}
-
 /* The sandbox id of an original data-path URI ("/v1/sandboxes/{id}/…"). */
 static int original_id(const char *uri, char *id, size_t idsz, struct sbx_err *e)
 {
 	const char *p;
 	size_t len;
 
-	if (!uri || strncmp(uri, ROUTE_PREFIX, strlen(ROUTE_PREFIX)) != 0)
+	if (!uri || uri[0] != '/')
 		return err_set(e, SBX_E_INTERNAL, "/_sbx_route without a usable SBX_ORIGINAL_URI");
-	if (dot_or_empty_segment(uri))
+	if (http_path_bad_segment(uri))
 		return err_set(e, SBX_E_VALIDATION,
 			       "the path must not contain empty, '.' or '..' segments");
+	/* nginx matched the decoded URI ("/v1/%73andboxes/…" too): the raw
+	 * one the agent gets must spell the route plainly. */
+	if (strncmp(uri, ROUTE_PREFIX, strlen(ROUTE_PREFIX)) != 0)
+		return err_set(e, SBX_E_VALIDATION,
+			       "the path must start with '" ROUTE_PREFIX "' written without escapes");
 	p = uri + strlen(ROUTE_PREFIX);
 	len = strcspn(p, "/?");
 	/* Taken literally, never decoded: the agent sees the same raw bytes. */

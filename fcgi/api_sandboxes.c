@@ -21,22 +21,29 @@
 #define LIST_BATCH 100
 #define LIST_SCAN_MAX 2000    /* index entries looked at per page, at most */
 
-/* Answer status with the current record of tenant/id. */
-static int respond_record(struct http_req *r, int status, const char *id, struct sbx_err *e)
+/* Answer status with the record rec (hash fields; stolen). */
+static int respond_with(struct http_req *r, int status, json_t *rec, struct sbx_err *e)
 {
-	json_t *rec = NULL, *out;
+	json_t *out = lifecycle_record_json(rec);
 
-	if (lifecycle_load(r->tenant, id, &rec, e) < 0)
-		return -1;
-	if (!rec)
-		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
-	out = lifecycle_record_json(rec);
 	json_decref(rec);
 	if (!out)
 		return err_set(e, SBX_E_INTERNAL, "out of memory");
 	http_respond_json(r, status, out);
 	json_decref(out);
 	return 0;
+}
+
+/* Answer status with the current record of tenant/id. */
+static int respond_record(struct http_req *r, int status, const char *id, struct sbx_err *e)
+{
+	json_t *rec = NULL;
+
+	if (lifecycle_load(r->tenant, id, &rec, e) < 0)
+		return -1;
+	if (!rec)
+		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
+	return respond_with(r, status, rec, e);
 }
 
 /* Read and validate the body into s. 0 or -1 with e. */
@@ -56,15 +63,16 @@ int api_sandboxes_put(struct http_req *r, struct sbx_err *e)
 {
 	const char *id = router_cap(&r->match, "id");
 	struct lc_spec s;
+	json_t *view = NULL;
 	int created = 0, rc;
 
 	if (read_spec(r, &s, e) < 0)
 		return -1;
-	rc = lifecycle_put(r->conf, r->tenant, id, &s, &created, e);
+	rc = lifecycle_put(r->conf, r->tenant, id, &s, &created, &view, e);
 	lifecycle_spec_release(&s);
 	if (rc < 0)
 		return -1;
-	return respond_record(r, created ? 201 : 200, id, e);
+	return respond_with(r, created ? 201 : 200, view, e);
 }
 
 int api_sandboxes_get(struct http_req *r, struct sbx_err *e)

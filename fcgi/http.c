@@ -339,3 +339,29 @@ int http_query_get(const char *query, const char *name, char *out, size_t outsz,
 	}
 	return found;
 }
+
+int http_path_bad_segment(const char *uri)
+{
+	size_t end = strcspn(uri, "?");
+	const char *p = uri + 1;
+
+	while (p < uri + end) {
+		size_t len = strcspn(p, "/?");
+		char seg[8];
+		long d;
+
+		if (len == 0 && p + len < uri + end)
+			return 1;
+		if (len <= 6) {   /* "%2e%2e" at most */
+			d = codec_pct_decode(p, len, seg, sizeof(seg), 0);
+			if (d > 0 && (strcmp(seg, ".") == 0 || strcmp(seg, "..") == 0))
+				return 1;
+		}
+		p += len;
+		if (*p == '/')
+			p++;
+		else
+			break;
+	}
+	return 0;
+}

@@ -79,6 +79,12 @@ int http_respond_json(struct http_req *r, int status, const json_t *body);
  * the answer is a 403 carrying X-Sbx-Status / X-Sbx-Code / X-Sbx-Message. */
 void http_respond_error(struct http_req *r, const struct sbx_err *e);
 
+/* 1 when the raw path of uri (before '?') has an empty segment before its
+ * end ("//v1/…", "/v1//…") or a '.' / '..' one (also percent-encoded).
+ * nginx routes by the normalized URI while the raw one travels on (to an
+ * agent, in logs): such a path is refused (400) so both name one thing. */
+int http_path_bad_segment(const char *uri);
+
 /* Find name in a raw query string "a=1&b=x%20y" and decode its value into
  * out. 1 found, 0 absent, -1 with e (400) when the query or value is
  * invalid or too long. A name without '=' has the value "". */

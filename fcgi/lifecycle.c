@@ -12,9 +12,14 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 /* Rounds of re-reading a record that another worker changed meanwhile. */
 #define LC_ATTEMPTS 6
+/* How long a call waits for another one's sleep of the same sandbox to
+ * finish (state stopping), and how often it looks. */
+#define LC_TRANSITION_WAIT_MS 5000
+#define LC_TRANSITION_POLL_MS 20
 
 /* jansson's own cleanup helper (json_auto_t) under our naming. */
 #define auto_json __attribute__((cleanup(json_decrefp)))
@@ -299,6 +304,19 @@ static void record_key(char *out, size_t n, const char *tenant, const char *id)
 	snprintf(out, n, "sbx:sb:{%s/%s}", tenant, id);
 }
 
+/* Run a script that changes the record of tenant/id together with its
+ * index entries: KEYS the record and the tenant's set (quota and listing).
+ * New reply or NULL with e. */
+static redisReply *run_indexed(enum script_id script, const char *tenant, const char *id,
+			       int nargs, const char **args, struct sbx_err *e)
+{
+	char key[160], tkey[128];
+
+	record_key(key, sizeof(key), tenant, id);
+	snprintf(tkey, sizeof(tkey), "sbx:tenant:{%s}:sandboxes", tenant);
+	return scripts_run(script, 2, (const char *[]){ key, tkey }, nargs, args, e);
+}
+
 json_t *lifecycle_hash_json(const redisReply *r)
 {
 	json_t *o;
@@ -366,33 +384,6 @@ static void flush_batch(size_t n, const char *what)
 		if (reps[i]->type == REDIS_REPLY_ERROR)
 			log_warn("%s: %.200s", what, reps[i]->str);
 	store_free_replies(reps, n);
-}
-
-/* Append ZADD/ZREM of the label index for every label of labels (a JSON
- * text); returns the number of commands appended or -1. */
-static int append_label_index(const char *verb, const char *tenant, const char *id,
-			      const char *labels_text, size_t room, struct sbx_err *e)
-{
-	auto_json json_t *l = labels_text ? json_loads(labels_text, 0, NULL) : NULL;
-	const char *k;
-	json_t *v;
-	int n = 0;
-
-	if (!json_is_object(l))
-		return 0;
-	json_object_foreach(l, k, v) {
-		const char *val = json_string_value(v);
-		if (!val || (size_t)n >= room)
-			continue;
-		if (strcmp(verb, "ZADD") == 0) {
-			if (store_append(e, "ZADD sbx:tenant:{%s}:label:%s=%s 0 %s", tenant, k, val, id) < 0)
-				return -1;
-		} else if (store_append(e, "ZREM sbx:tenant:{%s}:label:%s=%s %s", tenant, k, val, id) < 0) {
-			return -1;
-		}
-		n++;
-	}
-	return n;
 }
 
 /* ---- the agent --------------------------------------------------------------- */
@@ -530,16 +521,13 @@ static int set_state(const char *tenant, const char *id, const char *epoch, cons
 	return (int)r->integer;
 }
 
-/* start.lua: a new container of the record on node. 1 done (epoch and
- * generation of the new one in ep/gen), 0 the record moved on, -1 with e. */
+/* The start script: a new container of the record on node. 1 done, 0 the
+ * record moved on, -1 with e. */
 static int start_new(const char *tenant, const char *id, const json_t *rec, const char *node,
 		     const char *event, struct sbx_err *e)
 {
 	char key[160], now[32];
-	const char *old_node = fstr(rec, "node");
 	auto_reply redisReply *r = NULL;
-	size_t n = 0;
-	int k;
 
 	record_key(key, sizeof(key), tenant, id);
 	now_iso(now);
@@ -554,28 +542,12 @@ static int start_new(const char *tenant, const char *id, const json_t *rec, cons
 			return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' does not exist", id);
 		return 0;
 	}
-	if (r->elements != 4)
+	if (r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
+	    r->element[1]->type != REDIS_REPLY_STRING)
 		return err_set(e, SBX_E_INTERNAL, "start: unexpected reply");
-	/* Indexes follow the record: node sets, label sets, the event. */
-	if (old_node && *old_node && strcmp(old_node, node) != 0 && ids_valid_node(old_node)) {
-		if (store_append(e, "SREM sbx:node:{%s}:sandboxes %s/%s", old_node, tenant, id) < 0)
-			return 1;
-		n++;
-	}
-	if (store_append(e, "SADD sbx:node:{%s}:sandboxes %s/%s", node, tenant, id) < 0)
-		return 1;
-	n++;
-	if (strcmp(r->element[2]->str, r->element[3]->str) != 0) {
-		if ((k = append_label_index("ZREM", tenant, id, r->element[2]->str, 60 - n, e)) < 0)
-			return 1;
-		n += (size_t)k;
-		if ((k = append_label_index("ZADD", tenant, id, r->element[3]->str, 62 - n, e)) < 0)
-			return 1;
-		n += (size_t)k;
-	}
-	if (append_event(event, tenant, id, node, r->element[1]->str, r->element[0]->str, e) < 0)
-		return 1;
-	flush_batch(n + 1, "indexes after a start");
+	/* The script moved the label and node sets with the record. */
+	if (append_event(event, tenant, id, node, r->element[1]->str, r->element[0]->str, e) == 0)
+		flush_batch(1, "event after a start");
 	return 1;
 }
 
@@ -648,10 +620,39 @@ static int running_owner(const char *tenant, const char *id, struct lc_owner *o,
 	return 1;
 }
 
-int lifecycle_ensure_running(const char *tenant, const char *id, struct lc_owner *o,
-			     struct sbx_err *e)
+/* Wait, bounded, while another call puts tenant/id to sleep (state
+ * stopping on a live node). 0 when it is no longer stopping at epoch (or
+ * the wait is over: the caller takes over), -1 with e. */
+static int wait_stopping(const char *tenant, const char *id, const char *epoch,
+			 struct sbx_err *e)
 {
-	int fast = running_owner(tenant, id, o, e);
+	int64_t deadline = util_now_ms() + LC_TRANSITION_WAIT_MS;
+
+	while (util_now_ms() < deadline) {
+		auto_reply redisReply *r = NULL;
+		struct timespec ts = { .tv_sec = 0, .tv_nsec = LC_TRANSITION_POLL_MS * 1000000L };
+
+		nanosleep(&ts, NULL);
+		r = store_command(e, "HMGET sbx:sb:{%s/%s} state epoch", tenant, id);
+		if (!r)
+			return -1;
+		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+		    r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING ||
+		    strcmp(r->element[0]->str, "stopping") != 0 || strcmp(r->element[1]->str, epoch) != 0)
+			return 0;
+	}
+	log_info("sandbox %s/%s is still stopping after %d ms; starting it anyway", tenant, id,
+		 LC_TRANSITION_WAIT_MS);
+	return 0;
+}
+
+/* lifecycle_ensure_running; with seen, the record last read (new reference
+ * or NULL) and never the fast path. */
+static int ensure_running(const char *tenant, const char *id, struct lc_owner *o, json_t **seen,
+			  struct sbx_err *e)
+{
+	int fast = seen ? 0 : running_owner(tenant, id, o, e);
+	int waited = 0;
 
 	if (fast != 0)
 		return fast < 0 ? -1 : 0;
@@ -663,6 +664,10 @@ int lifecycle_ensure_running(const char *tenant, const char *id, struct lc_owner
 
 		if (load_with_node(tenant, id, &rec, &pn, e) < 0)
 			return -1;
+		if (seen) {
+			json_decref(*seen);
+			*seen = json_incref(rec);
+		}
 		if (pn.alive && pn.address[0] && (is_state(rec, "running") || is_state(rec, "starting"))) {
 			if (is_state(rec, "starting")) {
 				rc = agent_start(tenant, id, rec, pn.address, e);
@@ -685,6 +690,15 @@ int lifecycle_ensure_running(const char *tenant, const char *id, struct lc_owner
 			o->generation = fint(rec, "generation", 0);
 			return 0;
 		}
+		/* Being put to sleep by another call: let it finish, then wake it
+		 * (once; a sleep that never finishes is taken over). */
+		if (pn.alive && pn.address[0] && is_state(rec, "stopping") && !waited) {
+			waited = 1;
+			if (wait_stopping(tenant, id, fstr(rec, "epoch"), e) < 0)
+				return -1;
+			attempt--;
+			continue;
+		}
 		/* Asleep, or its node is gone: a new container, where there is room. */
 		ceilings_record_need(rec, &need);
 		if (pn.alive && placement_room_for(&pn, &need))
@@ -699,6 +713,12 @@ int lifecycle_ensure_running(const char *tenant, const char *id, struct lc_owner
 			return -1;
 	}
 	return err_set(e, SBX_E_NODE_UNAVAILABLE, "sandbox '%s' keeps changing; try again", id);
+}
+
+int lifecycle_ensure_running(const char *tenant, const char *id, struct lc_owner *o,
+			     struct sbx_err *e)
+{
+	return ensure_running(tenant, id, o, NULL, e);
 }
 
 /* Settings at once, container fields to pending; CAS on pending+generation.
@@ -785,18 +805,14 @@ int lifecycle_update(const char *tenant, const char *id, const struct lc_spec *s
 	return update_record(tenant, id, s, e);
 }
 
-/* Remove a sandbox whose record says epoch (CAS), with its index entries.
- * 1 removed, 0 the record moved on, -1 with e (gone is 1). */
+/* Remove a sandbox whose record says epoch (CAS), with its index entries
+ * (one script). 1 removed, 0 the record moved on, -1 with e (gone is 1). */
 static int destroy_record(const char *tenant, const char *id, const char *epoch,
 			  struct sbx_err *e)
 {
-	char key[160];
-	auto_reply redisReply *r = NULL;
-	size_t n = 0;
-	int k;
+	auto_reply redisReply *r = run_indexed(SCRIPT_DESTROY, tenant, id, 3,
+						(const char *[]){ epoch, tenant, id }, e);
 
-	record_key(key, sizeof(key), tenant, id);
-	r = scripts_run(SCRIPT_DESTROY, 1, (const char *[]){ key }, 1, (const char *[]){ epoch }, e);
 	if (!r)
 		return -1;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
@@ -804,25 +820,25 @@ static int destroy_record(const char *tenant, const char *id, const char *epoch,
 		return err_set(e, SBX_E_INTERNAL, "destroy: unexpected reply");
 	if (r->element[0]->integer == 0)
 		return 0;
-	if (store_append(e, "ZREM sbx:tenant:{%s}:sandboxes %s", tenant, id) < 0)
-		return 1;
-	n++;
-	if (r->element[0]->integer == 1 && r->elements == 4) {
-		const char *node = r->element[2]->str;
-		if (node && ids_valid_node(node)) {
-			if (store_append(e, "SREM sbx:node:{%s}:sandboxes %s/%s", node, tenant, id) < 0)
-				return 1;
-			n++;
-		}
-		if ((k = append_label_index("ZREM", tenant, id, r->element[1]->str, 60, e)) < 0)
-			return 1;
-		n += (size_t)k;
-		if (append_event("destroyed", tenant, id, node, r->element[3]->str, epoch, e) < 0)
-			return 1;
-		n++;
-	}
-	flush_batch(n, "indexes after a destroy");
+	if (r->element[0]->integer == 1 && r->elements == 3 &&
+	    r->element[1]->type == REDIS_REPLY_STRING && r->element[2]->type == REDIS_REPLY_STRING &&
+	    append_event("destroyed", tenant, id, r->element[1]->str, r->element[2]->str, epoch, e) == 0)
+		flush_batch(1, "event after a destroy");
 	return 1;
+}
+
+int lifecycle_repair_index(const char *tenant, const char *id, long long *changed,
+			   struct sbx_err *e)
+{
+	auto_reply redisReply *r = run_indexed(SCRIPT_REPAIR, tenant, id, 2,
+						(const char *[]){ tenant, id }, e);
+
+	if (!r)
+		return -1;
+	if (r->type != REDIS_REPLY_INTEGER)
+		return err_set(e, SBX_E_INTERNAL, "repair: unexpected reply");
+	*changed = r->integer;
+	return 0;
 }
 
 int lifecycle_destroy(const char *tenant, const char *id, struct sbx_err *e)
@@ -835,10 +851,11 @@ int lifecycle_destroy(const char *tenant, const char *id, struct sbx_err *e)
 		if (lifecycle_load(tenant, id, &rec, e) < 0)
 			return -1;
 		if (!rec) {
-			/* Nothing (left) to destroy; a quota member of a failed create goes too. */
-			auto_reply redisReply *z = store_command(e, "ZREM sbx:tenant:{%s}:sandboxes %s",
-								  tenant, id);
-			return z ? 0 : -1;
+			/* Nothing (left) to destroy. An index entry without a record
+			 * goes too — in the script that sees the record absent, so a
+			 * create that just won keeps its entry. */
+			long long changed;
+			return lifecycle_repair_index(tenant, id, &changed, e);
 		}
 		if (record_node(rec, &pn, e) < 0)
 			return -1;
@@ -887,6 +904,29 @@ int lifecycle_restart(const char *tenant, const char *id, struct sbx_err *e)
 	return err_set(e, SBX_E_CONFLICT, "sandbox '%s' keeps changing; try again", id);
 }
 
+/* Ask the agent at address to stop the container of rec. 0 stopped (or
+ * not there), 1 the agent knows a newer epoch, -1 with e. */
+static int agent_stop(const char *tenant, const char *id, const json_t *rec, const char *address,
+		      struct sbx_err *e)
+{
+	struct agentc_reply rep = { 0 };
+	char path[256];
+	int stale;
+
+	if (agent_path(path, sizeof(path), tenant, id, "/stop") < 0)
+		return err_set(e, SBX_E_INTERNAL, "agent path too long");
+	if (agentc_call("POST", address, path, NULL, fint(rec, "epoch", 0), &rep, e) < 0)
+		return -1;
+	stale = rep.status == 409 && agent_code_is(&rep, "STALE_EPOCH");
+	if (!stale && rep.status != 200 && rep.status != 204 && rep.status != 404) {
+		agent_error(address, &rep, e);
+		agentc_reply_release(&rep);
+		return -1;
+	}
+	agentc_reply_release(&rep);
+	return stale;
+}
+
 int lifecycle_sleep(const char *tenant, const char *id, struct sbx_err *e)
 {
 	for (int attempt = 0; attempt < LC_ATTEMPTS; attempt++) {
@@ -901,22 +941,25 @@ int lifecycle_sleep(const char *tenant, const char *id, struct sbx_err *e)
 		if (record_node(rec, &pn, e) < 0)
 			return -1;
 		if (pn.alive && pn.address[0]) {
-			struct agentc_reply rep = { 0 };
-			char path[256];
-			int stale;
-
-			if (agent_path(path, sizeof(path), tenant, id, "/stop") < 0)
-				return err_set(e, SBX_E_INTERNAL, "agent path too long");
-			if (agentc_call("POST", pn.address, path, NULL, fint(rec, "epoch", 0), &rep, e) < 0)
-				return -1;
-			stale = rep.status == 409 && agent_code_is(&rep, "STALE_EPOCH");
-			if (!stale && rep.status != 200 && rep.status != 204 && rep.status != 404) {
-				agent_error(pn.address, &rep, e);
-				agentc_reply_release(&rep);
+			/* Stopping first: data calls routed from now on wait for
+			 * the sleep instead of reaching a container that is going. */
+			if (!is_state(rec, "stopping")) {
+				rc = set_state(tenant, id, fstr(rec, "epoch"), "stopping", 0, e);
+				if (rc < 0)
+					return -1;
+				if (rc == 0)
+					continue;
+			}
+			rc = agent_stop(tenant, id, rec, pn.address, e);
+			if (rc < 0) {
+				/* The container may still run: say so again (the
+				 * agent's sweep reports it if it stopped). */
+				struct sbx_err re = { 0 };
+				if (set_state(tenant, id, fstr(rec, "epoch"), "running", 0, &re) < 0)
+					log_warn("sandbox %s/%s stays stopping: %s", tenant, id, re.msg);
 				return -1;
 			}
-			agentc_reply_release(&rep);
-			if (stale)
+			if (rc > 0)
 				continue;
 		}
 		rc = set_state(tenant, id, fstr(rec, "epoch"), "sleeping", 0, e);
@@ -932,47 +975,17 @@ int lifecycle_sleep(const char *tenant, const char *id, struct sbx_err *e)
 	return err_set(e, SBX_E_CONFLICT, "sandbox '%s' keeps changing; try again", id);
 }
 
-/* Reserve a quota slot for id. 1 reserved now, 0 it already had one, -1 with e. */
-static int quota_reserve(int64_t quota_sandboxes, const char *tenant, const char *id,
-			 struct sbx_err *e)
-{
-	char key[128], quota[32];
-	auto_reply redisReply *r = NULL;
-
-	snprintf(key, sizeof(key), "sbx:tenant:{%s}:sandboxes", tenant);
-	snprintf(quota, sizeof(quota), "%lld", (long long)quota_sandboxes);
-	r = scripts_run(SCRIPT_QUOTA_RESERVE, 1, (const char *[]){ key }, 2,
-			(const char *[]){ id, quota }, e);
-	if (!r)
-		return -1;
-	if (r->type != REDIS_REPLY_INTEGER)
-		return err_set(e, SBX_E_INTERNAL, "quota: unexpected reply");
-	if (r->integer < 0)
-		return err_set(e, SBX_E_QUOTA_EXCEEDED, "tenant '%s' has %lld sandboxes, its quota",
-			       tenant, (long long)quota_sandboxes);
-	return (int)r->integer;
-}
-
-static void quota_release(const char *tenant, const char *id)
-{
-	struct sbx_err e = { 0 };
-	auto_reply redisReply *r = store_command(&e, "ZREM sbx:tenant:{%s}:sandboxes %s", tenant, id);
-
-	if (!r)
-		log_warn("cannot release the quota slot of %s/%s: %s", tenant, id, e.msg);
-}
-
-/* The create script for a new sandbox on node. 1 created, 0 it existed, -1. */
+/* The create script for a new sandbox on node: the record, its quota slot
+ * (the tenant's set holds fewer than quota_sandboxes others) and its index
+ * entries at once. 1 created, 0 it existed, -1 with e (QUOTA_EXCEEDED, …). */
 static int create_record(const struct sbx_conf *c, const char *tenant, const char *id,
-			 const struct lc_spec *s, const char *node, char epoch[32],
-			 struct sbx_err *e)
+			 const struct lc_spec *s, const char *node, int64_t quota_sandboxes,
+			 char epoch[32], struct sbx_err *e)
 {
-	char key[160], now[32], sleep_ms[32];
+	char now[32], sleep_ms[32], quota[32];
 	auto_free char *labels = NULL, *resources = NULL, *env = NULL;
 	auto_json json_t *defres = NULL;
 	auto_reply redisReply *r = NULL;
-	size_t n = 0;
-	int k;
 
 	defres = lifecycle_resources_json(c->sandbox.memory_mib, c->sandbox.cpus_milli,
 					  c->sandbox.pids, c->sandbox.disk_mib);
@@ -981,97 +994,123 @@ static int create_record(const struct sbx_conf *c, const char *tenant, const cha
 	resources = json_dumps(s->resources ? s->resources : defres, JSON_COMPACT | JSON_SORT_KEYS);
 	if (!labels || !env || !resources)
 		return err_set(e, SBX_E_INTERNAL, "out of memory");
-	record_key(key, sizeof(key), tenant, id);
 	now_iso(now);
 	snprintf(sleep_ms, sizeof(sleep_ms), "%lld",
 		 (long long)((s->has & LC_HAS_SLEEP_AFTER) ? s->sleep_after_ms : c->sandbox.sleep_after_ms));
-	r = scripts_run(SCRIPT_CREATE, 1, (const char *[]){ key }, 11,
+	snprintf(quota, sizeof(quota), "%lld", (long long)quota_sandboxes);
+	r = run_indexed(SCRIPT_CREATE, tenant, id, 12,
 			(const char *[]){ tenant, id, node, sleep_ms,
 					  (s->has & LC_HAS_KEEP_ALIVE) && s->keep_alive ? "1" : "0",
 					  labels, resources,
 					  (s->has & LC_HAS_NETWORK) ? s->network : "none",
-					  (s->has & LC_HAS_IMAGE) ? s->image : "default", env, now },
+					  (s->has & LC_HAS_IMAGE) ? s->image : "default", env, now,
+					  quota },
 			e);
 	if (!r)
 		return -1;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
 	    r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_STRING)
 		return err_set(e, SBX_E_INTERNAL, "create: unexpected reply");
+	if (r->element[0]->integer < 0)
+		return err_set(e, SBX_E_QUOTA_EXCEEDED, "tenant '%s' has %lld sandboxes, its quota",
+			       tenant, (long long)quota_sandboxes);
 	if (r->element[0]->integer == 0)
 		return 0;
 	snprintf(epoch, 32, "%s", r->element[1]->str);
-	if (store_append(e, "SADD sbx:node:{%s}:sandboxes %s/%s", node, tenant, id) < 0)
-		return 1;
-	n++;
-	if ((k = append_label_index("ZADD", tenant, id, labels, 60, e)) < 0)
-		return 1;
-	n += (size_t)k;
-	if (append_event("created", tenant, id, node, "1", epoch, e) < 0)
-		return 1;
-	flush_batch(n + 1, "indexes after a create");
+	if (append_event("created", tenant, id, node, "1", epoch, e) == 0)
+		flush_batch(1, "event after a create");
 	return 1;
 }
 
+/* The record as a caller saw it run: the fields of rec with the state,
+ * node, epoch and generation of owner o. New reference, NULL when out of
+ * memory. */
+static json_t *running_view(const json_t *rec, const struct lc_owner *o)
+{
+	json_t *v = json_deep_copy(rec);
+	char num[32];
+
+	if (!v)
+		return NULL;
+	json_object_set_new(v, "state", json_string("running"));
+	json_object_set_new(v, "node", json_string(o->node));
+	snprintf(num, sizeof(num), "%lld", (long long)o->epoch);
+	json_object_set_new(v, "epoch", json_string(num));
+	snprintf(num, sizeof(num), "%lld", (long long)o->generation);
+	json_object_set_new(v, "generation", json_string(num));
+	return v;
+}
+
 int lifecycle_put(const struct sbx_conf *c, const char *tenant, const char *id,
-		  const struct lc_spec *s, int *created, struct sbx_err *e)
+		  const struct lc_spec *s, int *created, json_t **view, struct sbx_err *e)
 {
 	struct lc_owner o;
 
 	*created = 0;
-	for (int attempt = 0; attempt < 3; attempt++) {
-		auto_json json_t *rec = NULL;
+	*view = NULL;
+	for (int attempt = 0; attempt < LC_ATTEMPTS; attempt++) {
+		auto_json json_t *rec = NULL, *seen = NULL, *now = NULL;
 		struct placement_node target;
 		struct placement_need need;
 		struct ceilings_tenant lim;
 		char epoch[32];
-		int reserved, rc;
+		int rc;
 
 		if (lifecycle_load(tenant, id, &rec, e) < 0)
 			return -1;
 		if (rec) {
 			if (update_record(tenant, id, s, e) < 0 ||
-			    lifecycle_ensure_running(tenant, id, &o, e) < 0) {
+			    ensure_running(tenant, id, &o, NULL, e) < 0) {
 				if (e->code == SBX_E_SANDBOX_NOT_FOUND)
 					continue;   /* destroyed meanwhile: create it again */
 				return -1;
 			}
-			return 0;
+		} else {
+			if (ceilings_tenant_load(tenant, &lim, NULL, e) < 0)
+				return -1;
+			need.memory_mib = c->sandbox.memory_mib;
+			need.cpus_milli = c->sandbox.cpus_milli;
+			if (s->resources)
+				ceilings_resources_need(s->resources, &need);
+			if (placement_pick(&need, &target, e) < 0)
+				return -1;
+			rc = create_record(c, tenant, id, s, target.name, lim.sandboxes, epoch, e);
+			if (rc < 0)
+				return -1;
+			if (rc == 0)
+				continue;   /* another call created it first: take the existing path */
+			/* A member of the tenant's set now: its memory and cpus count
+			 * against the tenant's sums, or it goes again. */
+			if (ceilings_tenant_reserve(&lim, tenant, id, &need, e) < 0) {
+				struct sbx_err de = { 0 };
+				if (lifecycle_destroy(tenant, id, &de) < 0)
+					log_warn("cannot remove %s/%s: %s", tenant, id, de.msg);
+				return -1;
+			}
+			if (ensure_running(tenant, id, &o, &seen, e) < 0) {
+				struct sbx_err de = { 0 };
+				int64_t ep = 0;
+
+				if (e->code == SBX_E_SANDBOX_NOT_FOUND)
+					continue;   /* a DELETE won meanwhile: create it again */
+				/* Leave nothing half-created behind. */
+				log_warn("first start of %s/%s failed (%s); removing it", tenant, id, e->msg);
+				(void)util_parse_i64(epoch, 0, INT64_MAX, &ep);
+				agent_delete(tenant, id, target.address, ep);
+				if (destroy_record(tenant, id, epoch, &de) < 0)
+					log_warn("cannot remove %s/%s: %s", tenant, id, de.msg);
+				return -1;
+			}
+			*created = 1;
 		}
-		if (ceilings_tenant_load(tenant, &lim, NULL, e) < 0)
+		/* The answer is the record now; when a DELETE has won since, the
+		 * record as this call saw it run (the PUT happened first): for a
+		 * new one the last the start read, else the one read above. */
+		if (lifecycle_load(tenant, id, &now, e) < 0)
 			return -1;
-		reserved = quota_reserve(lim.sandboxes, tenant, id, e);
-		if (reserved < 0)
-			return -1;
-		need.memory_mib = c->sandbox.memory_mib;
-		need.cpus_milli = c->sandbox.cpus_milli;
-		if (s->resources)
-			ceilings_resources_need(s->resources, &need);
-		if (ceilings_tenant_reserve(&lim, tenant, id, &need, e) < 0 ||
-		    placement_pick(&need, &target, e) < 0) {
-			if (reserved)
-				quota_release(tenant, id);
-			return -1;
-		}
-		rc = create_record(c, tenant, id, s, target.name, epoch, e);
-		if (rc < 0) {
-			if (reserved)
-				quota_release(tenant, id);
-			return -1;
-		}
-		if (rc == 0)
-			continue;   /* another call created it first: take the existing path */
-		if (lifecycle_ensure_running(tenant, id, &o, e) < 0) {
-			/* Leave nothing half-created behind. */
-			struct sbx_err de = { 0 };
-			log_warn("first start of %s/%s failed (%s); removing it", tenant, id, e->msg);
-			int64_t ep = 0;
-			(void)util_parse_i64(epoch, 0, INT64_MAX, &ep);
-			agent_delete(tenant, id, target.address, ep);
-			if (destroy_record(tenant, id, epoch, &de) < 0)
-				log_warn("cannot remove %s/%s: %s", tenant, id, de.msg);
-			return -1;
-		}
-		*created = 1;
+		*view = now ? steal_ptr(&now) : running_view(seen ? seen : rec, &o);
+		if (!*view)
+			return err_set(e, SBX_E_INTERNAL, "out of memory");
 		return 0;
 	}
 	return err_set(e, SBX_E_CONFLICT, "sandbox '%s' keeps changing; try again", id);

@@ -6,9 +6,11 @@
  * change of it is a Lua script (scripts.h) that compares the epoch (fencing
  * token) it read, so concurrent workers never undo each other. The agents
  * are told with libcurl (agentc.h) and refuse a lower epoch than they saw.
- * The tenant indexes (quota and listing set, label sets, node sets) are kept
- * next to the record; listings re-check the record, so a stale index entry
- * never shows a wrong sandbox.
+ * The tenant indexes (quota and listing set, label sets, node sets) change
+ * in the same script as the record (create, start, destroy), so no
+ * interleaving of calls separates them; the reconciler (reconcile.h)
+ * repairs what something else broke. Listings re-check the record, so a
+ * stale index entry never shows a wrong sandbox.
  */
 #ifndef SBX_LIFECYCLE_H
 #define SBX_LIFECYCLE_H
@@ -90,9 +92,12 @@ json_t *lifecycle_hash_json(const redisReply *r);
 int lifecycle_load(const char *tenant, const char *id, json_t **rec, struct sbx_err *e);
 
 /* Get-or-create and make sure it runs (PUT). *created 1 when this call made
- * it. -1 with e: QUOTA_EXCEEDED, NO_CAPACITY, NODE_UNAVAILABLE, … */
+ * it; *view the record to answer with (new reference): the record now, or
+ * the record as this call saw it run when a DELETE won meanwhile — never
+ * nothing. -1 with e: QUOTA_EXCEEDED, NO_CAPACITY, NODE_UNAVAILABLE, …
+ * (never SANDBOX_NOT_FOUND). */
 int lifecycle_put(const struct sbx_conf *c, const char *tenant, const char *id,
-		  const struct lc_spec *s, int *created, struct sbx_err *e);
+		  const struct lc_spec *s, int *created, json_t **view, struct sbx_err *e);
 
 /* Apply s to an existing sandbox (PATCH): settings at once, container fields
  * to pending. Never starts anything. -1 with e (SANDBOX_NOT_FOUND, …). */
@@ -107,10 +112,20 @@ int lifecycle_ensure_running(const char *tenant, const char *id, struct lc_owner
 /* A new container: new generation, pending applied. -1 with e. */
 int lifecycle_restart(const char *tenant, const char *id, struct sbx_err *e);
 
-/* Stop the container now; state sleeping. -1 with e. */
+/* Stop the container now: state stopping while its node stops it (a data
+ * call routed meanwhile waits for that, then wakes it), then sleeping.
+ * -1 with e. */
 int lifecycle_sleep(const char *tenant, const char *id, struct sbx_err *e);
 
 /* Destroy (idempotent: 0 also when there is nothing). -1 with e. */
 int lifecycle_destroy(const char *tenant, const char *id, struct sbx_err *e);
+
+/* Bring the index entries of tenant/id in step with its record, in one
+ * script: a record gets each entry it lacks (tenant's set, label sets, node
+ * set), a missing record loses its member of the tenant's set. *changed:
+ * entries added, or -1 when a member without a record was removed. 0 or -1
+ * with e. */
+int lifecycle_repair_index(const char *tenant, const char *id, long long *changed,
+			   struct sbx_err *e);
 
 #endif

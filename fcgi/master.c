@@ -1,6 +1,7 @@
 #include "master.h"
 #include "ceilings.h"
 #include "log.h"
+#include "reconcile.h"
 #include "store.h"
 #include "util.h"
 #include "worker.h"
@@ -50,6 +51,8 @@ static struct {
 	int64_t next_spawn_ms;
 	int listen_fd;
 	char unix_path[CONF_STR_MAX];
+	pid_t reconciler;          /* the running reconciler child, 0: none */
+	int64_t next_reconcile_ms;
 } m;
 
 int master_load_conf(const struct master_opts *o, struct sbx_conf *c, struct sbx_err *e)
@@ -208,6 +211,12 @@ static void reap(int stopping)
 	pid_t pid;
 
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		if (pid == m.reconciler) {
+			m.reconciler = 0;
+			if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+				log_warn("reconciler %d ended with status 0x%x", (int)pid, status);
+			continue;
+		}
 		for (int i = 0; i < MAX_WORKERS; i++) {
 			struct slot *s = &m.w[i];
 			int64_t lived;
@@ -234,6 +243,28 @@ static void reap(int stopping)
 			break;
 		}
 	}
+}
+
+/* Every api.reconcile_interval, one reconciler child (never two at once):
+ * the master itself holds no Redis connection. */
+static void maybe_reconcile(const struct sbx_conf *c)
+{
+	int64_t now = util_now_ms();
+	pid_t pid;
+
+	if (c->api.reconcile_interval_ms <= 0 || m.reconciler || now < m.next_reconcile_ms)
+		return;
+	m.next_reconcile_ms = now + c->api.reconcile_interval_ms;
+	pid = fork();
+	if (pid < 0) {
+		log_error("fork of the reconciler: %s", strerror(errno));
+		return;
+	}
+	if (pid == 0) {
+		close(m.listen_fd);
+		_exit(reconcile_run(c));
+	}
+	m.reconciler = pid;
 }
 
 static void reload(const struct master_opts *o, struct sbx_conf *c)
@@ -270,10 +301,13 @@ static void shutdown_workers(void)
 
 	sigemptyset(&none);
 	signal_gen(0, 1, SIGTERM);
+	if (m.reconciler)
+		kill(m.reconciler, SIGTERM);
 	for (;;) {
 		int any = 0;
 		struct timespec ts = { .tv_sec = 0, .tv_nsec = 50 * 1000000 };
 		reap(1);
+		any = m.reconciler != 0;
 		for (int i = 0; i < MAX_WORKERS; i++)
 			any |= m.w[i].pid != 0;
 		if (!any)
@@ -326,6 +360,7 @@ int master_run(const struct master_opts *o, struct sbx_conf *c)
 	log_info("listening on %s with %lld workers", c->api.listen, (long long)c->api.workers);
 	for (int64_t i = 0; i < c->api.workers; i++)
 		spawn(c);
+	m.next_reconcile_ms = util_now_ms() + c->api.reconcile_interval_ms;
 
 	sigemptyset(&none);
 	while (!got_term) {
@@ -353,6 +388,7 @@ int master_run(const struct master_opts *o, struct sbx_conf *c)
 		if (missing > 0 && util_now_ms() >= m.next_spawn_ms)
 			for (int i = 0; i < missing; i++)
 				spawn(c);
+		maybe_reconcile(c);
 	}
 	log_info("stopping");
 	close(m.listen_fd);

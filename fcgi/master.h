@@ -5,7 +5,9 @@
  * and keeps that many alive (respawn with back-off when they die young).
  * SIGHUP re-reads the config (kept when invalid), starts a fresh set of
  * workers and then stops the old ones; SIGTERM/SIGINT stop everything
- * within a bounded wait.
+ * within a bounded wait. Every api.reconcile_interval it forks one
+ * short-lived reconciler child (reconcile.h): the master itself never
+ * holds a Redis connection.
  */
 #ifndef SBX_MASTER_H
 #define SBX_MASTER_H

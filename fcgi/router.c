@@ -176,9 +176,18 @@ const char *router_cap(const struct router_match *m, const char *name)
 static void dispatch(struct http_req *r, struct sbx_err *e)
 {
 	const struct route *rt;
-	const char *internal;
+	const char *internal, *uri;
 	int64_t clen;
 
+	/* nginx gives the normalized path; the raw one (the client's, also in
+	 * the subrequests nginx makes for it) must not differ in segments. */
+	internal = http_param(r, "SBX_INTERNAL");
+	internal = internal && strcmp(internal, "1") == 0 ? internal : NULL;
+	if (!internal && (uri = http_param(r, "REQUEST_URI")) && http_path_bad_segment(uri)) {
+		err_set(e, SBX_E_VALIDATION, "the path must not contain empty, '.' or '..' segments");
+		http_respond_error(r, e);
+		return;
+	}
 	if (router_match(router_routes, router_nroutes, r->method, r->path, &r->match, e) < 0) {
 		if (e->code == SBX_E_METHOD_NOT_ALLOWED)
 			(void)http_add_header(r, "Allow", r->match.allow);
@@ -187,8 +196,7 @@ static void dispatch(struct http_req *r, struct sbx_err *e)
 	}
 	rt = r->match.route;
 	if (rt->flags & ROUTE_INTERNAL) {
-		internal = http_param(r, "SBX_INTERNAL");
-		if (!internal || strcmp(internal, "1") != 0) {
+		if (!internal) {
 			err_set(e, SBX_E_ROUTE_NOT_FOUND, "no route for this path");
 			http_respond_error(r, e);
 			return;

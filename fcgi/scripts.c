@@ -7,12 +7,40 @@
 
 #define SCRIPT_MAX_ARGV 48
 
+/*
+ * The Lua shared by the scripts that keep a sandbox's index entries in step
+ * with its record: the tenant's set (quota and listing), the label sets of
+ * its applied labels and the set of its node. The keys are built here from
+ * the record's own tenant, id, labels and node (validated names: no '{' or
+ * '}'), so the record and every index entry change in one script.
+ */
+#define LUA_INDEX \
+	"local function label_index(verb, tenant, id, labels)\n" \
+	"  local ok, l = pcall(cjson.decode, labels or '{}')\n" \
+	"  local n = 0\n" \
+	"  if not ok or type(l) ~= 'table' then return 0 end\n" \
+	"  for k, v in pairs(l) do\n" \
+	"    if type(k) == 'string' and type(v) == 'string' then\n" \
+	"      local key = 'sbx:tenant:{' .. tenant .. '}:label:' .. k .. '=' .. v\n" \
+	"      if verb == 'ZADD' then n = n + redis.call('ZADD', key, 0, id)\n" \
+	"      else n = n + redis.call('ZREM', key, id) end\n" \
+	"    end\n" \
+	"  end\n" \
+	"  return n\n" \
+	"end\n" \
+	"local function node_set(verb, node, member)\n" \
+	"  if not node or node == '' then return 0 end\n" \
+	"  return redis.call(verb, 'sbx:node:{' .. node .. '}:sandboxes', member)\n" \
+	"end\n"
+
 static const char *const sources[SCRIPT__COUNT] = {
-	[SCRIPT_CREATE] =
+	[SCRIPT_CREATE] = LUA_INDEX
 		"if redis.call('EXISTS', KEYS[1]) == 1 then\n"
 		"  local c = redis.call('HMGET', KEYS[1], 'epoch', 'generation')\n"
 		"  return {0, c[1] or '0', c[2] or '0'}\n"
 		"end\n"
+		"if not redis.call('ZSCORE', KEYS[2], ARGV[2]) and\n"
+		"   redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[12]) then return {-1, '', ''} end\n"
 		"local t = redis.call('TIME')\n"
 		"local epoch = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))\n"
 		"redis.call('HSET', KEYS[1], 'id', ARGV[2], 'tenant', ARGV[1], 'state', 'starting',\n"
@@ -20,16 +48,19 @@ static const char *const sources[SCRIPT__COUNT] = {
 		"  'keepAlive', ARGV[5], 'labels', ARGV[6], 'resources', ARGV[7], 'network', ARGV[8],\n"
 		"  'image', ARGV[9], 'env', ARGV[10], 'pending', '{}', 'createdAt', ARGV[11],\n"
 		"  'startedAt', '', 'lastActiveAt', ARGV[11])\n"
+		"redis.call('ZADD', KEYS[2], 0, ARGV[2])\n"
+		"label_index('ZADD', ARGV[1], ARGV[2], ARGV[6])\n"
+		"node_set('SADD', ARGV[3], ARGV[1] .. '/' .. ARGV[2])\n"
 		"return {1, epoch, '1'}\n",
-	[SCRIPT_START] =
-		"local cur = redis.call('HMGET', KEYS[1], 'epoch', 'generation', 'pending', 'labels')\n"
+	[SCRIPT_START] = LUA_INDEX
+		"local cur = redis.call('HMGET', KEYS[1], 'epoch', 'generation', 'pending', 'labels',\n"
+		"  'node', 'tenant', 'id')\n"
 		"if not cur[1] then return {-1} end\n"
 		"if cur[1] ~= ARGV[1] then return {-2} end\n"
 		"local t = redis.call('TIME')\n"
 		"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
 		"local epoch = math.max(tonumber(cur[1]) + 1, now)\n"
 		"local gen = tonumber(cur[2]) + 1\n"
-		"local old = cur[4] or '{}'\n"
 		"if ARGV[3] == '1' and cur[3] and cur[3] ~= '{}' and cur[3] ~= '' then\n"
 		"  local p = cjson.decode(cur[3])\n"
 		"  for _, f in ipairs({'labels', 'resources', 'env'}) do\n"
@@ -44,7 +75,17 @@ static const char *const sources[SCRIPT__COUNT] = {
 		"local g = string.format('%d', gen)\n"
 		"redis.call('HSET', KEYS[1], 'state', 'starting', 'node', ARGV[2], 'epoch', e,\n"
 		"  'generation', g, 'lastActiveAt', ARGV[4])\n"
-		"return {e, g, old, redis.call('HGET', KEYS[1], 'labels') or '{}'}\n",
+		"if cur[6] and cur[7] then\n"
+		"  local labels = redis.call('HGET', KEYS[1], 'labels')\n"
+		"  local member = cur[6] .. '/' .. cur[7]\n"
+		"  if (cur[4] or '{}') ~= labels then\n"
+		"    label_index('ZREM', cur[6], cur[7], cur[4])\n"
+		"    label_index('ZADD', cur[6], cur[7], labels)\n"
+		"  end\n"
+		"  if cur[5] ~= ARGV[2] then node_set('SREM', cur[5], member) end\n"
+		"  node_set('SADD', ARGV[2], member)\n"
+		"end\n"
+		"return {e, g}\n",
 	[SCRIPT_SET_STATE] =
 		"local ep = redis.call('HGET', KEYS[1], 'epoch')\n"
 		"if not ep then return -1 end\n"
@@ -59,17 +100,42 @@ static const char *const sources[SCRIPT__COUNT] = {
 		"if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'sleepAfter', ARGV[4]) end\n"
 		"if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'keepAlive', ARGV[5]) end\n"
 		"return 1\n",
-	[SCRIPT_DESTROY] =
+	[SCRIPT_DESTROY] = LUA_INDEX
 		"local cur = redis.call('HMGET', KEYS[1], 'epoch', 'labels', 'node', 'generation')\n"
 		"if not cur[1] then return {-1} end\n"
 		"if cur[1] ~= ARGV[1] then return {0} end\n"
 		"redis.call('DEL', KEYS[1])\n"
-		"return {1, cur[2] or '{}', cur[3] or '', cur[4] or ''}\n",
-	[SCRIPT_QUOTA_RESERVE] =
-		"if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end\n"
-		"if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return -1 end\n"
-		"redis.call('ZADD', KEYS[1], 0, ARGV[1])\n"
-		"return 1\n",
+		"redis.call('ZREM', KEYS[2], ARGV[3])\n"
+		"redis.call('HDEL', 'sbx:tenant:{' .. ARGV[2] .. '}:usage', ARGV[3])\n"
+		"label_index('ZREM', ARGV[2], ARGV[3], cur[2])\n"
+		"node_set('SREM', cur[3], ARGV[2] .. '/' .. ARGV[3])\n"
+		"return {1, cur[3] or '', cur[4] or ''}\n",
+	[SCRIPT_REPAIR] = LUA_INDEX
+		"local cur = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'labels', 'node')\n"
+		"if not cur[1] or not cur[2] then\n"
+		"  redis.call('HDEL', 'sbx:tenant:{' .. ARGV[1] .. '}:usage', ARGV[2])\n"
+		"  return -redis.call('ZREM', KEYS[2], ARGV[2])\n"
+		"end\n"
+		"local n = redis.call('ZADD', KEYS[2], 0, ARGV[2])\n"
+		"n = n + label_index('ZADD', ARGV[1], ARGV[2], cur[3])\n"
+		"return n + node_set('SADD', cur[4], ARGV[1] .. '/' .. ARGV[2])\n",
+	[SCRIPT_PRUNE] =
+		"local cur = redis.call('HMGET', KEYS[2], 'epoch', 'labels', 'node')\n"
+		"if cur[1] then\n"
+		"  if ARGV[1] == 'node' and cur[3] == ARGV[3] then return 0 end\n"
+		"  if ARGV[1] == 'label' then\n"
+		"    local ok, l = pcall(cjson.decode, cur[2] or '{}')\n"
+		"    if ok and type(l) == 'table' then\n"
+		"      for k, v in pairs(l) do\n"
+		"        if type(k) == 'string' and type(v) == 'string' and k .. '=' .. v == ARGV[3] then\n"
+		"          return 0\n"
+		"        end\n"
+		"      end\n"
+		"    end\n"
+		"  end\n"
+		"end\n"
+		"if ARGV[1] == 'node' then return redis.call('SREM', KEYS[1], ARGV[2]) end\n"
+		"return redis.call('ZREM', KEYS[1], ARGV[2])\n",
 	[SCRIPT_CAD] =
 		"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
 		"return 0\n",
@@ -128,8 +194,8 @@ static const char *const sources[SCRIPT__COUNT] = {
 
 static const char *const names[SCRIPT__COUNT] = {
 	[SCRIPT_CREATE] = "create", [SCRIPT_START] = "start", [SCRIPT_SET_STATE] = "set_state",
-	[SCRIPT_UPDATE] = "update", [SCRIPT_DESTROY] = "destroy",
-	[SCRIPT_QUOTA_RESERVE] = "quota_reserve", [SCRIPT_CAD] = "cad", [SCRIPT_HCAD] = "hcad",
+	[SCRIPT_UPDATE] = "update", [SCRIPT_DESTROY] = "destroy", [SCRIPT_REPAIR] = "repair",
+	[SCRIPT_PRUNE] = "prune", [SCRIPT_CAD] = "cad", [SCRIPT_HCAD] = "hcad",
 	[SCRIPT_PREVIEW_CLAIM] = "preview_claim", [SCRIPT_TUNNEL_CLAIM] = "tunnel_claim",
 	[SCRIPT_TUNNEL_COMMIT] = "tunnel_commit", [SCRIPT_TENANT_USAGE] = "tenant_usage",
 };

@@ -3,8 +3,11 @@
  * preview and tunnel records (every multi-step change of a record is one of
  * these, never a read-modify-write from C).
  *
- * Each script touches the keys of one hash tag only, so it runs unchanged on
- * Redis Cluster. A script is loaded with SCRIPT LOAD the first time a process
+ * The lifecycle scripts (create, start, destroy, repair, prune) change a
+ * record together with its index entries (the tenant's set, label sets, node
+ * set), which live under other hash tags: atomic on one Redis server, not
+ * runnable on Redis Cluster (docs/DEPLOY.md). The others touch the keys of
+ * one hash tag only. A script is loaded with SCRIPT LOAD the first time a process
  * needs it and called with EVALSHA; a NOSCRIPT answer (Redis restarted, or
  * another server) falls back to EVAL and forgets the digest, so the next
  * call loads it again.
@@ -17,23 +20,33 @@
 #include <hiredis/hiredis.h>
 
 enum script_id {
-	/* KEYS record; ARGV tenant id node sleepAfter keepAlive labels resources
-	 * network image env nowIso -> {1|0, epoch, generation} (0: it existed) */
+	/* KEYS record, tenant's set; ARGV tenant id node sleepAfter keepAlive
+	 * labels resources network image env nowIso quota -> {1, epoch,
+	 * generation} created with its index entries, {0, epoch, generation} it
+	 * existed, {-1} the tenant's set holds quota others */
 	SCRIPT_CREATE,
 	/* KEYS record; ARGV expectedEpoch node applyPending(0|1) nowIso ->
-	 * {epoch, generation, oldLabels, newLabels}, {-1} gone, {-2} moved on */
+	 * {epoch, generation} (label and node sets follow the new labels and
+	 * node), {-1} gone, {-2} moved on */
 	SCRIPT_START,
 	/* KEYS record; ARGV expectedEpoch state [field value]... -> 1, 0 moved on, -1 gone */
 	SCRIPT_SET_STATE,
 	/* KEYS record; ARGV expectedPending expectedGeneration pending sleepAfter
 	 * keepAlive (empty: unchanged) -> 1, 0 changed meanwhile, -1 gone */
 	SCRIPT_UPDATE,
-	/* KEYS record; ARGV expectedEpoch -> {1, labels, node, generation}, {0} moved
-	 * on, {-1} gone */
+	/* KEYS record, tenant's set; ARGV expectedEpoch tenant id -> {1, node,
+	 * generation} the record, every index entry and its usage entry (the
+	 * tenant's totals) removed, {0} moved on, {-1} gone */
 	SCRIPT_DESTROY,
-	/* KEYS tenant's sandboxes zset; ARGV id quota -> 1 reserved, 0 already a
-	 * member, -1 quota used up */
-	SCRIPT_QUOTA_RESERVE,
+	/* KEYS record, tenant's set; ARGV tenant id: a record gets every index
+	 * entry it lacks (-> the number added); without a record its member of
+	 * the tenant's set and its usage entry go (-> -1 removed, 0 there was
+	 * no member) */
+	SCRIPT_REPAIR,
+	/* KEYS index record; ARGV kind(label|node) member value: remove member
+	 * from the label set / node set unless the record holds the label
+	 * "k=v" / names the node value -> 1 removed, 0 kept */
+	SCRIPT_PRUNE,
 	/* KEYS key; ARGV value: DEL the string key when it still holds value ->
 	 * 1 deleted, 0 not */
 	SCRIPT_CAD,

@@ -40,11 +40,24 @@ static int data_head(struct agent_call *c, struct sbx_err *e)
 		return err_set(e, SBX_E_VALIDATION, "missing or invalid X-Sbx-Tenant");
 	if (!ids_valid_sandbox(c->id) || agent_key(c->key, sizeof(c->key), tenant, c->id) < 0)
 		return err_set(e, SBX_E_VALIDATION, "invalid sandbox id");
-	if (agent_lease_check(c->a, e) < 0 || fence_request(c->r, c->key, e) < 0)
+	if (agent_lease_check(c->a, e) < 0)
 		return -1;
+	/* sbx-api routed the call to the sandbox it saw: one that changed
+	 * since is found again by a retry (or is a 404 then). */
+	if (fence_request(c->r, c->key, e) < 0) {
+		if (e->code == SBX_E_STALE_EPOCH)
+			err_set(e, SBX_E_NODE_UNAVAILABLE,
+				"sandbox '%s' was restarted or moved since this call was routed; retry",
+				c->id);
+		return -1;
+	}
 	c->sb = agent_sb_running(c->a, c->key, c->id, -1, e);
-	if (!c->sb)
+	if (!c->sb) {
+		if (e->code == SBX_E_SANDBOX_NOT_FOUND)
+			err_set(e, SBX_E_NODE_UNAVAILABLE,
+				"sandbox '%s' stopped since this call was routed; retry", c->id);
 		return -1;
+	}
 	c->sb->last_active_at = util_wall_ms();
 	return 0;
 }

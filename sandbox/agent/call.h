@@ -23,7 +23,9 @@ enum agent_call_flags {
 	/* /v1/sandboxes/{id}/…: the tenant from X-Sbx-Tenant, param 0 the
 	 * id; refused while the node shuts down or its lease has lapsed; the
 	 * epoch of X-Sbx-Epoch fenced; c->sb is the running sandbox and its
-	 * activity is recorded. */
+	 * activity is recorded. An older epoch or no running sandbox is 503
+	 * NODE_UNAVAILABLE: it changed since sbx-api routed the call, and a
+	 * retry is routed afresh. */
 	AGENT_CALL_DATA = 1u << 0,
 	/* /agent/v1/sandboxes/{tenant}/{id}/…: c->key from params 0 and 1;
 	 * c->sb is the sandbox of that key on this node, or NULL. */
@@ -58,8 +60,10 @@ struct agent_call_spec {
 };
 
 /* What AGENT_CALL_DATA resolves, for handlers not yet written as calls:
- * the running sandbox of a data route, or NULL with e filled (400, 404
- * SANDBOX_NOT_FOUND, 409 STALE_EPOCH, 503 NODE_UNAVAILABLE). */
+ * the running sandbox of a data route, or NULL with e filled: 400, or 503
+ * NODE_UNAVAILABLE when the sandbox changed since sbx-api routed the call
+ * (an older epoch: restarted or re-placed; not running here: put to sleep,
+ * restarted or deleted) — a retry is routed afresh. */
 struct agent_sb *agent_data_sandbox(struct httpd_req *r, struct sbx_err *e);
 
 /* The httpd handler of every row that names a spec (the row's data). */

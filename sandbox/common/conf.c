@@ -42,6 +42,7 @@ static const struct conf_entry entries[] = {
 	{ "api", "tunnel_provider", T_ENUM, OFF(api.tunnel_provider), "builtin", 0, 0, "builtin|cloudflared" },
 	{ "api", "tenant_memory_mib", T_INT, OFF(api.tenant_memory_mib), "51200", 16, 1073741824, NULL },
 	{ "api", "tenant_cpus_milli", T_INT, OFF(api.tenant_cpus_milli), "100000", 10, 256000000, NULL },
+	{ "api", "reconcile_interval", T_DURATION, OFF(api.reconcile_interval_ms), "1m", 0, 3600000, NULL },
 
 	{ "agent", "name", T_STR, OFF(agent.name), "agent-1", 0, 0, NULL },
 	{ "agent", "listen", T_STR, OFF(agent.listen), "127.0.0.1:7070", 0, 0, NULL },

@@ -41,6 +41,7 @@ struct sbx_conf {
 		char tunnel_provider[CONF_STR_MAX]; /* builtin | cloudflared: POST …/tunnels without a provider */
 		int64_t tenant_memory_mib;      /* default total memory of a tenant's sandboxes */
 		int64_t tenant_cpus_milli;      /* default total cpus of a tenant's sandboxes */
+		int64_t reconcile_interval_ms;  /* index repair pass of the master; 0 = off */
 	} api;
 	struct {
 		char name[CONF_STR_MAX];

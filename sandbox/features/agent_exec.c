@@ -375,7 +375,8 @@ static void exec_finish(struct agent_exec *x)
 		if (x->a->shutting_down)
 			err_set(&e, SBX_E_NODE_UNAVAILABLE, "the node is shutting down");
 		else
-			err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "the sandbox stopped while the command ran");
+			err_set(&e, SBX_E_NODE_UNAVAILABLE,
+				"the sandbox was stopped (sleep, restart or delete) before the command finished");
 		finish_error(x, &e, NULL);
 		return;
 	}

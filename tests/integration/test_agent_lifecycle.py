@@ -235,10 +235,15 @@ def test_cut_off_agent_destroys_its_stale_copy(stack):
         stack.wait("the stale copy to be destroyed",
                    lambda: len(inits_of(tenant, sid)) == 1, timeout=15)
         assert "fenced" in event_types(stack, tenant, sid)
-        # The old agent refuses the old epoch.
+        # The old agent refuses the old epoch: a data call is told to retry
+        # (routed again, it reaches the new owner); a control call is a 409.
         r = requests.post("http://%s/v1/sandboxes/%s/exec" % (address, sid),
                           json={"command": "true"},
                           headers={"X-Sbx-Node-Secret": stack.secret, "X-Sbx-Tenant": tenant,
+                                   "X-Sbx-Epoch": str(old["epoch"])}, timeout=10)
+        assert_error(r, 503, "NODE_UNAVAILABLE")
+        r = requests.post("http://%s/agent/v1/sandboxes/%s/%s/stop" % (address, tenant, sid),
+                          headers={"X-Sbx-Node-Secret": stack.secret,
                                    "X-Sbx-Epoch": str(old["epoch"])}, timeout=10)
         assert_error(r, 409, "STALE_EPOCH")
         # The new owner serves it.

@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from conftest import assert_error, error_of
-from sbxproc import alive, children
+from sbxproc import alive, api_workers
 
 # (method, path template) of every route taking a JSON body; {id} is a
 # sandbox of the dev tenant.
@@ -86,7 +86,7 @@ def assert_all_alive(stack, workers_before=None):
         pid = stack.pid(name)
         assert alive(pid), "%s (pid %d) died:\n%s" % (name, pid, stack.log(name))
     if workers_before is not None:
-        now = set(children(stack.pid("api")))
+        now = set(api_workers(stack.pid("api")))
         assert now == workers_before, \
             "sbx-api workers changed (one crashed?): before %s, now %s\n%s" % (
                 sorted(workers_before), sorted(now), stack.log("api"))
@@ -107,7 +107,7 @@ def box(stack):
 
 @pytest.fixture(scope="module")
 def workers(stack, box):
-    return set(children(stack.pid("api")))
+    return set(api_workers(stack.pid("api")))
 
 
 def http_get_raw(stack, path):
@@ -233,6 +233,42 @@ def test_nul_and_bad_escapes_in_urls(stack, box, workers):
         code = json.loads(body)["error"]["code"]
         assert (status, code) in {(400, "VALIDATION_FAILED"), (404, "NOT_FOUND"),
                                   (404, "PROCESS_NOT_FOUND")}, "GET %s -> %d %s" % (p, status, code)
+    assert_all_alive(stack, workers)
+
+
+def test_empty_and_dot_segments_are_400_through_nginx(stack, box, workers):
+    """nginx routes by the normalized URI ("//v1/x" matches "/v1/x") while
+    the raw one travels on: a path with an empty or dot segment is refused
+    with 400 on every route, control and data alike, never a 500."""
+    paths = [
+        "//v1/sandboxes", "/v1//sandboxes", "//v1/sandboxes/%s" % box,
+        "/v1//sandboxes/%s" % box, "/v1/sandboxes//%s" % box,
+        "//v1/sandboxes/%s/exec" % box, "/v1//sandboxes/%s/exec" % box,
+        "/v1/sandboxes//%s/exec" % box, "/v1/sandboxes/%s//exec" % box,
+        "//v1/sandboxes/%s/files/a.txt" % box, "/v1/sandboxes/%s/files//a.txt" % box,
+        "/v1/./sandboxes/%s/exec" % box, "/v1/sandboxes/%s/../%s/exec" % (box, box),
+        "/v1/sandboxes/%s/%%2e%%2e/%s/stat/a" % (box, box), "//healthz",
+        "//v1/sandboxes?limit=1", "/v1//nodes",
+    ]
+    for p in paths:
+        for method in ("GET", "POST"):
+            host, port = stack.url.rsplit("/", 1)[1].split(":")
+            c = http.client.HTTPConnection(host, int(port), timeout=20)
+            try:
+                c.request(method, p, body=b"{}", headers={"Authorization": "Bearer " + stack.key,
+                                                         "Content-Type": "application/json"})
+                r = c.getresponse()
+                status, body = r.status, r.read()
+                ctype = r.getheader("Content-Type", "")
+            finally:
+                c.close()
+            assert status == 400, "%s %s -> %d %r" % (method, p, status, body[:200])
+            assert ctype.startswith("application/json"), (method, p, ctype)
+            assert json.loads(body)["error"]["code"] == "VALIDATION_FAILED", (method, p, body)
+    # Escapes in the fixed part of a data route: matched by nginx, spelled
+    # otherwise for the agent.
+    status, _, body = http_get_raw(stack, "/v1/%%73andboxes/%s/stat/a" % box)
+    assert status == 400 and json.loads(body)["error"]["code"] == "VALIDATION_FAILED", body
     assert_all_alive(stack, workers)
 
 

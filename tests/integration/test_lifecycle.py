@@ -184,6 +184,38 @@ def test_labels_pending_until_restart(api, redis_cli, sandboxes):
     assert env.json()["stdout"] == "hidden-value\n"
 
 
+def test_label_index_covers_all_64_labels_and_leaves_no_key(api, redis_cli, new_key):
+    """A sandbox may carry 64 labels (LC_LABELS_MAX): all 64 are indexed at
+    create and when a restart applies 64 new ones (the old keys go), and a
+    DELETE leaves no key of the tenant behind."""
+    tenant = "lc-lab-" + uuid.uuid4().hex[:6]
+    key = new_key(tenant)
+    sid = uid("lab")
+    prefix = "sbx:tenant:{%s}:label:" % tenant
+
+    def label_keys():
+        return set(redis_cli("--scan", "--pattern", prefix + "*").split())
+
+    first = {"k%02d" % i: "v%d" % i for i in range(64)}
+    second = {"n%02d" % i: "w%d" % i for i in range(64)}
+    try:
+        put(api, sid, {"labels": first}, key=key, expect=(201,))
+        assert label_keys() == {prefix + "%s=%s" % kv for kv in first.items()}
+        for k in ("k00", "k59", "k60", "k63"):
+            r = api("GET", "/v1/sandboxes?label=%s:%s" % (k, first[k]), key=key)
+            assert [x["id"] for x in r.json()["sandboxes"]] == [sid], (k, r.text)
+        r = api("PATCH", "/v1/sandboxes/" + sid, key=key, json={"labels": second})
+        assert r.status_code == 200 and r.json()["pending"]["labels"] == second, r.text
+        r = api("POST", "/v1/sandboxes/%s/restart" % sid, key=key, timeout=30)
+        assert r.status_code == 200 and r.json()["labels"] == second, r.text
+        assert label_keys() == {prefix + "%s=%s" % kv for kv in second.items()}
+    finally:
+        assert api("DELETE", "/v1/sandboxes/" + sid, key=key, timeout=30).status_code == 204
+    assert label_keys() == set()
+    # Nothing of the tenant is left: no set, no usage entry, no label key.
+    assert redis_cli("--scan", "--pattern", "sbx:tenant:{%s}:*" % tenant) == ""
+
+
 def test_settings_apply_at_once(api, stack, sandboxes):
     sid = uid()
     sandboxes.append(sid)
@@ -310,32 +342,44 @@ def test_tenant_isolation(api, new_key, sandboxes):
     exec_ok(api, sid)
 
 
+# Sleeping records (no node, no container) with their quota members, made in
+# one script: KEYS[1] the tenant's set; ARGV tenant count.
+FILLERS = """
+for i = 0, tonumber(ARGV[2]) - 1 do
+  local id = string.format('filler-%05d', i)
+  redis.call('HSET', 'sbx:sb:{' .. ARGV[1] .. '/' .. id .. '}', 'id', id, 'tenant', ARGV[1],
+    'state', 'sleeping', 'node', '', 'epoch', '1', 'generation', '1', 'labels', '{}')
+  redis.call('ZADD', KEYS[1], 0, id)
+end
+return 1
+"""
+
+
 def test_quota(api, stack, redis_cli, new_key):
     """api.quota_sandboxes of the stack (100 in conf/sbx.conf): the tenant's set
-    is filled up to one below it with ids that have no record (what operators
-    would see after a crash between reserve and create), then the last slot
-    is taken by a real create and the next create is refused."""
+    is filled up to one below it with sleeping sandboxes (records with their
+    members, as the create script writes them), then the last slot is taken
+    by a real create and the next create is refused."""
     quota = int(conf_value(stack, "api", "quota_sandboxes"))
     tenant = "lc-quota-" + uuid.uuid4().hex[:6]
     key = new_key(tenant)
     zkey = "sbx:tenant:{%s}:sandboxes" % tenant
-    args = []
-    for i in range(quota - 1):
-        args += ["0", "filler-%05d" % i]
-    for i in range(0, len(args), 200):
-        redis_cli("ZADD", zkey, *args[i:i + 200])
+    redis_cli("EVAL", FILLERS, "1", zkey, tenant, str(quota - 1))
     try:
         a, b = uid("qa"), uid("qb")
         put(api, a, key=key, expect=(201,))
         r = api("PUT", "/v1/sandboxes/" + b, key=key, json={})
         assert_error(r, 429, "QUOTA_EXCEEDED")
         assert redis_cli("EXISTS", "sbx:sb:{%s/%s}" % (tenant, b)) == "0"
+        assert redis_cli("ZSCORE", zkey, b) == ""
         put(api, a, key=key, expect=(200,))   # an existing sandbox is never refused
         assert api("DELETE", "/v1/sandboxes/" + a, key=key).status_code == 204
         put(api, b, key=key, expect=(201,))   # the slot is free again
         assert api("DELETE", "/v1/sandboxes/" + b, key=key).status_code == 204
     finally:
-        redis_cli("DEL", zkey)
+        for i in range(quota - 1):
+            api("DELETE", "/v1/sandboxes/filler-%05d" % i, key=key)
+    assert redis_cli("EXISTS", zkey) == "0"
 
 
 # ---- validation ----------------------------------------------------------------------

@@ -7,6 +7,8 @@ tests/integration/conftest.py, tests/multihost, tests/bench and tests/soak
   fd_count(pid)       open descriptors (0 when gone)
   alive(pid)          exists and is not a zombie
   children(pid)       live direct children
+  api_workers(pid)    live children of an sbx-api master but its short-lived
+                      index reconciler (comm sbx-reconcile)
   wait_until(what, cond, timeout, interval)   poll cond() until truthy
   TIME_SCALE, scaled(seconds)                 timing bounds of pass/fail
                                               tests, wider under sanitizers
@@ -56,6 +58,19 @@ def children(pid):
             st = _stat(d)
             if st and st[1] == pid and st[0] != "Z":
                 out.append(int(d))
+    return out
+
+
+def api_workers(pid):
+    out = []
+    for c in children(pid):
+        try:
+            with open("/proc/%d/comm" % c) as f:
+                if f.read().strip() == "sbx-reconcile":
+                    continue
+        except OSError:
+            continue
+        out.append(c)
     return out
 
 

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 
 from conftest import stack_down, stack_up  # noqa: E402
-from sbxproc import children, fd_count, rss_kib  # noqa: E402
+from sbxproc import api_workers, fd_count, rss_kib  # noqa: E402
 
 SAMPLE_EVERY = 10.0
 
@@ -101,7 +101,7 @@ def run_threads(load, threads, seconds, rate=None):
 
 def sample(st):
     api = st.pid("api")
-    workers = children(api)
+    workers = api_workers(api)
     s = {
         "api_master_rss": rss_kib(api),
         "api_master_fds": fd_count(api),

@@ -61,3 +61,18 @@ TEST(fcgi_http_query_invalid)
 	CHECK_INT(http_query_get("a=123456789", "a", v, sizeof(v), &e), -1); /* too long for out */
 	CHECK_INT(e.code, SBX_E_VALIDATION);
 }
+
+TEST(fcgi_http_path_bad_segment)
+{
+	CHECK_INT(http_path_bad_segment("/v1/sandboxes/a/exec"), 0);
+	CHECK_INT(http_path_bad_segment("/v1/sandboxes/a/exec/"), 0);   /* a trailing '/' is no segment */
+	CHECK_INT(http_path_bad_segment("/v1/sandboxes?x=//"), 0);      /* the query does not count */
+	CHECK_INT(http_path_bad_segment("/v1/sandboxes/a/files/a.b"), 0);
+	CHECK_INT(http_path_bad_segment("//v1/sandboxes/a/exec"), 1);
+	CHECK_INT(http_path_bad_segment("/v1//sandboxes/a/exec"), 1);
+	CHECK_INT(http_path_bad_segment("/v1/sandboxes//a"), 1);
+	CHECK_INT(http_path_bad_segment("//v1/sandboxes?limit=1"), 1);
+	CHECK_INT(http_path_bad_segment("/v1/./sandboxes"), 1);
+	CHECK_INT(http_path_bad_segment("/v1/sandboxes/a/%2e%2e/b/exec"), 1);
+	CHECK_INT(http_path_bad_segment("/v1/sandboxes/.."), 1);
+}
