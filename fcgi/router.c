@@ -1,4 +1,5 @@
 #include "router.h"
+#include "route.h"
 #include "codec.h"
 #include "api.h"
 #include "auth.h"
@@ -35,78 +36,68 @@ const size_t router_nroutes = ARRAY_SIZE(router_routes);
 
 #define MAX_SEGS 16
 
-struct segs {
-	int n;
-	char v[MAX_SEGS][ROUTER_CAP_MAX];
-};
-
-/* Split and decode a request path. 0, -1 with e (400), or 1 when the path
- * cannot match any pattern (too many segments, empty segments). */
-static int split_path(const char *path, struct segs *s, struct sbx_err *e)
+/* Decode a request path segment by segment into out ("/a/b", each segment
+ * decoded, none holding '/', '{' or '}'): 0, -1 with e (400), or 1 when
+ * the path cannot match any pattern (too many segments). */
+static int decode_path(const char *path, char *out, size_t outsz, struct sbx_err *e)
 {
 	const char *p = path;
+	size_t o = 0;
+	int n = 0;
 
-	s->n = 0;
 	if (*p != '/')
 		return 1;
 	p++;
 	for (;;) {
 		size_t len = strcspn(p, "/");
+		char seg[ROUTER_CAP_MAX];
 		long d;
 
-		if (s->n == MAX_SEGS)
+		if (n == MAX_SEGS)
 			return 1;
-		d = codec_pct_decode(p, len, s->v[s->n], sizeof(s->v[s->n]), 0);
+		d = codec_pct_decode(p, len, seg, sizeof(seg), 0);
 		if (d < 0)
 			return err_set(e, SBX_E_VALIDATION,
 				       "path segment %d is malformed (bad escape, NUL or longer than %d bytes)",
-				       s->n + 1, ROUTER_CAP_MAX - 1);
-		if (strpbrk(s->v[s->n], "/{}"))
+				       n + 1, ROUTER_CAP_MAX - 1);
+		if (strpbrk(seg, "/{}"))
 			return err_set(e, SBX_E_VALIDATION,
-				       "path segment %d must not contain '/', '{' or '}'", s->n + 1);
-		s->n++;
+				       "path segment %d must not contain '/', '{' or '}'", n + 1);
+		if (o + 1 + (size_t)d >= outsz)
+			return 1;
+		out[o++] = '/';
+		memcpy(out + o, seg, (size_t)d);
+		o += (size_t)d;
+		n++;
 		p += len;
 		if (!*p)
 			break;
 		p++;
 	}
+	out[o] = '\0';
 	return 0;
 }
 
-/* Does pattern fit the segments? Fills captures into m when it does. */
-static int pattern_fits(const char *pattern, const struct segs *s, struct router_match *m)
+/* Does pattern fit the decoded path (route.h)? Fills captures into m when
+ * it does. */
+static int pattern_fits(const char *pattern, const char *decoded, struct router_match *m)
 {
-	const char *p = pattern + 1;
-	int i = 0, ncap = 0;
+	struct route_caps caps;
 
-	for (;;) {
-		size_t len = strcspn(p, "/");
-
-		if (i >= s->n)
-			return 0;
-		if (len >= 2 && p[0] == '{' && p[len - 1] == '}') {
-			if (s->v[i][0] == '\0' || ncap >= ROUTER_MAX_CAPS)
-				return 0;
-			if (m) {
-				size_t nl = len - 2 < sizeof(m->cap[0].name) - 1 ? len - 2 : sizeof(m->cap[0].name) - 1;
-				memcpy(m->cap[ncap].name, p + 1, nl);
-				m->cap[ncap].name[nl] = '\0';
-				snprintf(m->cap[ncap].value, sizeof(m->cap[ncap].value), "%s", s->v[i]);
-			}
-			ncap++;
-		} else if (strlen(s->v[i]) != len || memcmp(s->v[i], p, len) != 0) {
-			return 0;
-		}
-		i++;
-		p += len;
-		if (!*p)
-			break;
-		p++;
-	}
-	if (i != s->n)
+	if (!route_fit(pattern, decoded, &caps) || caps.n > ROUTER_MAX_CAPS)
 		return 0;
-	if (m)
-		m->ncap = ncap;
+	if (!m)
+		return 1;
+	for (int i = 0; i < caps.n; i++) {
+		size_t nl = caps.cap[i].name_len < sizeof(m->cap[i].name) - 1
+				    ? caps.cap[i].name_len : sizeof(m->cap[i].name) - 1;
+
+		memcpy(m->cap[i].name, caps.cap[i].name, nl);
+		m->cap[i].name[nl] = '\0';
+		memcpy(m->cap[i].value, caps.cap[i].value, caps.cap[i].len);   /* < ROUTER_CAP_MAX */
+		m->cap[i].value[caps.cap[i].len] = '\0';
+	}
+	m->ncap = caps.n;
 	return 1;
 }
 
@@ -130,18 +121,18 @@ static void allow_add(char *allow, size_t size, const char *method)
 int router_match(const struct route *table, size_t n, const char *method, const char *path,
 		 struct router_match *m, struct sbx_err *e)
 {
-	struct segs s;
+	char decoded[ROUTER_PATH_MAX];
 	int rc, path_known = 0;
 
 	memset(m, 0, sizeof(*m));
-	rc = split_path(path, &s, e);
+	rc = decode_path(path, decoded, sizeof(decoded), e);
 	if (rc < 0)
 		return -1;
 	if (rc > 0)
 		return err_set(e, SBX_E_ROUTE_NOT_FOUND, "no route for this path");
 	for (size_t i = 0; i < n; i++) {
 		const struct route *rt = &table[i];
-		if (!pattern_fits(rt->pattern, &s, NULL))
+		if (!pattern_fits(rt->pattern, decoded, NULL))
 			continue;
 		path_known = 1;
 		if (strcmp(rt->method, "*") != 0 && strcmp(rt->method, method) != 0 &&
@@ -149,7 +140,7 @@ int router_match(const struct route *table, size_t n, const char *method, const 
 			allow_add(m->allow, sizeof(m->allow), rt->method);
 			continue;
 		}
-		pattern_fits(rt->pattern, &s, m);
+		pattern_fits(rt->pattern, decoded, m);
 		m->route = rt;
 		m->allow[0] = '\0';
 		for (int c = 0; c < m->ncap; c++)

@@ -1,9 +1,9 @@
 /*
  * router.h — the one route table of sbx-api and its dispatcher.
  *
- * Routes are data: {method, pattern, handler, flags}. A pattern is a path of
- * literal segments and {name} captures ("/v1/sandboxes/{id}"). Segments are
- * percent-decoded before they are compared; a decoded segment holding '/',
+ * Routes are data: {method, pattern, handler, flags}. A pattern is in the
+ * syntax of route.h, shared with the agent ("/v1/sandboxes/{id}"). Segments
+ * are percent-decoded before they are compared; a decoded segment holding '/',
  * NUL, '{' or '}' is a 400. No pattern matching the path is a 404 NOT_FOUND,
  * a pattern matching with another method a 405 with an Allow header built
  * from the table. A capture named "id" is checked with ids_valid_sandbox().

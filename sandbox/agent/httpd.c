@@ -1,4 +1,5 @@
 #include "httpd.h"
+#include "route.h"
 #include "buf.h"
 #include "jsonv.h"
 #include "log.h"
@@ -117,37 +118,23 @@ int httpd_parse_listen(const char *addr, char *host, size_t hostsz, int *port)
 int httpd_match_tail(const char *pattern, const char *path, char params[][HTTPD_PARAM_MAX],
 		     size_t *tail_off)
 {
+	struct route_caps caps;
 	int n = 0;
-	const char *p = pattern, *s = path;
 
-	while (*p) {
-		if (strcmp(p, "{*}") == 0) {
+	if (!route_fit(pattern, path, &caps))
+		return -1;
+	for (int i = 0; i < caps.n; i++) {
+		if (caps.cap[i].name[caps.cap[i].name_len] == '*') {   /* the tail: the last one */
 			if (!tail_off)
 				return -1;
-			*tail_off = (size_t)(s - path);
+			*tail_off = (size_t)(caps.cap[i].value - path);
 			return n;
 		}
-		if (!*s)
-			break;
-		if (p[0] == '{' && p[1] == '}') {
-			const char *end = strchr(s, '/');
-			size_t len = end ? (size_t)(end - s) : strlen(s);
-			if (len == 0 || len >= HTTPD_PARAM_MAX || n >= HTTPD_MAX_PARAMS)
-				return -1;
-			memcpy(params[n], s, len);
-			params[n][len] = '\0';
-			n++;
-			s += len;
-			p += 2;
-			continue;
-		}
-		if (*p != *s)
+		if (caps.cap[i].len >= HTTPD_PARAM_MAX || n >= HTTPD_MAX_PARAMS)
 			return -1;
-		p++;
-		s++;
+		memcpy(params[n], caps.cap[i].value, caps.cap[i].len);
+		params[n++][caps.cap[i].len] = '\0';
 	}
-	if (*p || *s)
-		return -1;
 	return n;
 }
 
@@ -618,7 +605,7 @@ static void route_req(struct httpd *h, struct httpd_req *r)
 		char params[HTTPD_MAX_PARAMS][HTTPD_PARAM_MAX];
 		const char *pat = h->routes[i].pattern;
 		size_t plen = strlen(pat), toff = 0;
-		int tail = plen >= 3 && strcmp(pat + plen - 3, "{*}") == 0;
+		int tail = plen >= 3 && strcmp(pat + plen - 2, "*}") == 0;
 
 		/* A route with a tail matches the raw target (up to '?'): the
 		 * handler decodes the tail itself, so that %00 or %2F reach it

@@ -40,10 +40,11 @@ typedef void (*httpd_handler_fn)(struct httpd_req *r);
 
 struct httpd_route {
 	const char *method;        /* "GET", "PUT", ... */
-	/* "/agent/v1/sandboxes/{}/{}": "{}" is one path segment. A pattern may
-	 * end in "{*}": the rest of the path (maybe empty, slashes included),
-	 * matched against the raw target as sent and kept undecoded for the
-	 * handler (httpd_tail); such a route's "{}" params are raw too. */
+	/* The syntax of route.h: "/agent/v1/sandboxes/{tenant}/{id}", whose
+	 * captures are params 0, 1, … in order. A pattern ending in
+	 * "{name*}" (the rest of the path, maybe empty) is matched against the
+	 * raw target as sent and its tail kept undecoded for the handler
+	 * (httpd_tail); such a route's other params are raw too. */
 	const char *pattern;
 	httpd_handler_fn fn;
 	unsigned flags;            /* HTTPD_ROUTE_* */
@@ -78,7 +79,7 @@ int httpd_parse_listen(const char *addr, char *host, size_t hostsz, int *port);
 /* Match path against pattern; fills params (HTTPD_MAX_PARAMS segments of
  * at most HTTPD_PARAM_MAX-1 bytes) and returns their count, or -1. */
 int httpd_match(const char *pattern, const char *path, char params[][HTTPD_PARAM_MAX]);
-/* The same, also for a pattern ending in "{*}": *tail_off is then the
+/* The same, also for a pattern ending in "{name*}": *tail_off is then the
  * offset in path where the tail starts. */
 int httpd_match_tail(const char *pattern, const char *path, char params[][HTTPD_PARAM_MAX],
 		     size_t *tail_off);

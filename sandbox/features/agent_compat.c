@@ -856,7 +856,7 @@ typedef int (*cf_map_fn)(struct httpd_req *r, struct cf_req *c, json_t *body, st
 
 enum cf_route_flags {
 	CF_BODY = 1u << 0,         /* the SDK sends a JSON body: parsed for map */
-	CF_PROC_ID = 1u << 1,      /* the "{}" of the tail is a process id (param 1) */
+	CF_PROC_ID = 1u << 1,      /* the tail's {id} is a process id (param 1) */
 	CF_ACCEPT_JSON = 1u << 2,  /* the sbx handler answers JSON (Accept dropped) */
 	CF_ACCEPT_SSE = 1u << 3,   /* the sbx handler answers an event stream */
 	CF_FEED = 1u << 4,         /* the sbx handler takes the body as a stream */
@@ -864,7 +864,7 @@ enum cf_route_flags {
 
 struct cf_route {
 	const char *method;
-	const char *tail;          /* after …/cf/, "{}" one segment */
+	const char *tail;          /* the path after …/cf, in route.h's syntax */
 	enum cf_kind kind;
 	unsigned flags;
 	cf_map_fn map;             /* NULL: nothing to map */
@@ -1090,41 +1090,45 @@ static int map_version(struct httpd_req *r, struct cf_req *c, json_t *body, stru
 }
 
 static const struct cf_route cf_routes[] = {
-	{ "POST", "api/execute", CF_EXEC, CF_BODY, map_exec, agent_h_exec },
-	{ "POST", "api/execute/stream", CF_EXEC_STREAM, CF_BODY, map_exec, agent_h_exec },
-	{ "POST", "api/read", CF_READ, CF_BODY, map_read, agent_h_files_get },
-	{ "POST", "api/read/stream", CF_READ_STREAM, CF_BODY, map_path, agent_h_files_get },
-	{ "POST", "api/write", CF_WRITE, CF_BODY | CF_FEED, map_write, agent_h_files_put },
-	{ "POST", "api/delete", CF_DELETE, CF_BODY, map_path, agent_h_files_delete },
-	{ "POST", "api/rename", CF_RENAME, CF_BODY, map_rename, agent_h_move },
-	{ "POST", "api/move", CF_RENAME, CF_BODY, map_move, agent_h_move },
-	{ "POST", "api/mkdir", CF_MKDIR, CF_BODY, map_mkdir, agent_h_dirs_put },
-	{ "POST", "api/list-files", CF_LIST, CF_BODY, map_list, agent_h_dirs_get },
-	{ "POST", "api/exists", CF_EXISTS, CF_BODY, map_path, agent_h_stat_get },
-	{ "POST", "api/process/start", CF_PROC_START, CF_BODY, map_proc_start, agent_h_proc_start },
-	{ "GET", "api/process/list", CF_PROC_LIST, 0, NULL, agent_h_proc_list },
-	{ "DELETE", "api/process/kill-all", CF_PROC_KILL_ALL, 0, NULL, agent_h_proc_kill_all },
-	{ "GET", "api/process/{}", CF_PROC_GET, CF_PROC_ID, NULL, agent_h_proc_get },
-	{ "DELETE", "api/process/{}", CF_PROC_KILL, CF_PROC_ID, NULL, agent_h_proc_kill },
-	{ "GET", "api/process/{}/logs", CF_PROC_LOGS, CF_PROC_ID | CF_ACCEPT_JSON, NULL,
+	{ "POST", "/api/execute", CF_EXEC, CF_BODY, map_exec, agent_h_exec },
+	{ "POST", "/api/execute/stream", CF_EXEC_STREAM, CF_BODY, map_exec, agent_h_exec },
+	{ "POST", "/api/read", CF_READ, CF_BODY, map_read, agent_h_files_get },
+	{ "POST", "/api/read/stream", CF_READ_STREAM, CF_BODY, map_path, agent_h_files_get },
+	{ "POST", "/api/write", CF_WRITE, CF_BODY | CF_FEED, map_write, agent_h_files_put },
+	{ "POST", "/api/delete", CF_DELETE, CF_BODY, map_path, agent_h_files_delete },
+	{ "POST", "/api/rename", CF_RENAME, CF_BODY, map_rename, agent_h_move },
+	{ "POST", "/api/move", CF_RENAME, CF_BODY, map_move, agent_h_move },
+	{ "POST", "/api/mkdir", CF_MKDIR, CF_BODY, map_mkdir, agent_h_dirs_put },
+	{ "POST", "/api/list-files", CF_LIST, CF_BODY, map_list, agent_h_dirs_get },
+	{ "POST", "/api/exists", CF_EXISTS, CF_BODY, map_path, agent_h_stat_get },
+	{ "POST", "/api/process/start", CF_PROC_START, CF_BODY, map_proc_start, agent_h_proc_start },
+	{ "GET", "/api/process/list", CF_PROC_LIST, 0, NULL, agent_h_proc_list },
+	{ "DELETE", "/api/process/kill-all", CF_PROC_KILL_ALL, 0, NULL, agent_h_proc_kill_all },
+	{ "GET", "/api/process/{id}", CF_PROC_GET, CF_PROC_ID, NULL, agent_h_proc_get },
+	{ "DELETE", "/api/process/{id}", CF_PROC_KILL, CF_PROC_ID, NULL, agent_h_proc_kill },
+	{ "GET", "/api/process/{id}/logs", CF_PROC_LOGS, CF_PROC_ID | CF_ACCEPT_JSON, NULL,
 	  agent_h_proc_logs },
-	{ "GET", "api/process/{}/stream", CF_PROC_STREAM, CF_PROC_ID | CF_ACCEPT_SSE, NULL,
+	{ "GET", "/api/process/{id}/stream", CF_PROC_STREAM, CF_PROC_ID | CF_ACCEPT_SSE, NULL,
 	  agent_h_proc_logs },
-	{ "POST", "api/session/create", CF_SESS_CREATE, CF_BODY, map_session_create,
+	{ "POST", "/api/session/create", CF_SESS_CREATE, CF_BODY, map_session_create,
 	  agent_h_session_create },
-	{ "GET", "api/session/list", CF_SESS_LIST, 0, NULL, agent_h_session_list },
-	{ "POST", "api/session/delete", CF_SESS_DELETE, CF_BODY, map_session_delete,
+	{ "GET", "/api/session/list", CF_SESS_LIST, 0, NULL, agent_h_session_list },
+	{ "POST", "/api/session/delete", CF_SESS_DELETE, CF_BODY, map_session_delete,
 	  agent_h_session_delete },
-	{ "GET", "api/ping", CF_PLAIN, 0, map_ping, NULL },
-	{ "GET", "api/version", CF_PLAIN, 0, map_version, NULL },
+	{ "GET", "/api/ping", CF_PLAIN, 0, map_ping, NULL },
+	{ "GET", "/api/version", CF_PLAIN, 0, map_version, NULL },
 };
 
 static const struct cf_route *cf_route_find(const char *method, const char *tail,
 					    char params[][HTTPD_PARAM_MAX])
 {
+	char path[HTTPD_PARAM_MAX * 2];
+
+	if (snprintf(path, sizeof(path), "/%s", tail) >= (int)sizeof(path))
+		return NULL;
 	for (size_t i = 0; i < ARRAY_SIZE(cf_routes); i++)
 		if (strcmp(cf_routes[i].method, method) == 0 &&
-		    httpd_match(cf_routes[i].tail, tail, params) >= 0)
+		    httpd_match(cf_routes[i].tail, path, params) >= 0)
 			return &cf_routes[i];
 	return NULL;
 }

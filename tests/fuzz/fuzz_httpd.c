@@ -6,7 +6,7 @@
  *
  * Invariants: a match returns at most HTTPD_MAX_PARAMS params, each a
  * non-empty segment without '/'; substituting them into the pattern (and
- * the tail for "{*}") gives the path back; a "{*}" pattern needs a tail
+ * the tail for "{path*}") gives the path back; a "{path*}" pattern needs a tail
  * offset; parse_listen gives a port in 1..65535 and a non-empty host;
  * httpd_secret_equal is string equality of non-empty secrets.
  */
@@ -24,21 +24,23 @@ static int rebuild(const char *pattern, char params[][HTTPD_PARAM_MAX], int n, c
 
 	for (const char *p = pattern; *p;) {
 		const char *add;
-		size_t len;
+		size_t len, seg = strcspn(p, "/");
 
-		if (strcmp(p, "{*}") == 0) {
+		/* route.h: a capture is a whole segment "{…}", the tail "{…*}" */
+		if (seg >= 3 && p[0] == '{' && p[seg - 1] == '}' && p[seg - 2] == '*') {
 			add = tail;
 			len = strlen(tail);
-			p += 3;
-		} else if (p[0] == '{' && p[1] == '}') {
+			p += seg;
+		} else if (seg >= 2 && p[0] == '{' && p[seg - 1] == '}') {
 			if (k >= n)
 				return -1;
 			add = params[k++];
 			len = strlen(add);
-			p += 2;
+			p += seg;
 		} else {
-			add = p++;
-			len = 1;
+			add = p;              /* a literal segment, or its '/' */
+			len = seg ? seg : 1;
+			p += len;
 		}
 		if (o + len >= sz)
 			return -1;
@@ -55,8 +57,10 @@ static void check_match(const char *pattern, const char *path)
 	static char again[8192];
 	size_t toff = (size_t)-1;
 	int n = httpd_match_tail(pattern, path, params, &toff);
-	size_t plen = strlen(pattern);
-	int tail = plen >= 3 && strcmp(pattern + plen - 3, "{*}") == 0;   /* only at the end */
+	const char *last = strrchr(pattern, '/') ? strrchr(pattern, '/') + 1 : pattern;
+	size_t llen = strlen(last);
+	/* a tail is a whole last segment "{…*}" */
+	int tail = llen >= 3 && last[0] == '{' && strcmp(last + llen - 2, "*}") == 0;
 
 	if (n < 0)
 		return;
@@ -71,7 +75,7 @@ static void check_match(const char *pattern, const char *path)
 		toff = strlen(path);
 	if (rebuild(pattern, params, n, path + toff, again, sizeof(again)) == 0)
 		FUZZ_ASSERT(strcmp(again, path) == 0);
-	/* without a tail offset, a "{*}" pattern never matches */
+	/* without a tail offset, a "{path*}" pattern never matches */
 	if (tail)
 		FUZZ_ASSERT(httpd_match(pattern, path, params) < 0);
 }

@@ -106,7 +106,7 @@ def test_deploy_locations_are_the_templates(name):
 
 def agent_data_words():
     words = set()
-    for m in re.finditer(r'\{ "[A-Z]+", "/v1/sandboxes/\{\}/([^/"]+)', read(ROUTES)):
+    for m in re.finditer(r'\{ "[A-Z]+", "/v1/sandboxes/\{id\}/([^/"]+)', read(ROUTES)):
         words.add(m.group(1))
     assert words, "no data route found in " + ROUTES
     return words

@@ -9,17 +9,17 @@ TEST(agent_httpd_match)
 
 	CHECK_INT(httpd_match("/agent/v1/sandboxes", "/agent/v1/sandboxes", p), 0);
 	CHECK_INT(httpd_match("/agent/v1/sandboxes", "/agent/v1/sandboxes/", p), -1);
-	CHECK_INT(httpd_match("/agent/v1/sandboxes/{}/{}", "/agent/v1/sandboxes/dev/box1", p), 2);
+	CHECK_INT(httpd_match("/agent/v1/sandboxes/{tenant}/{id}", "/agent/v1/sandboxes/dev/box1", p), 2);
 	CHECK_STR(p[0], "dev");
 	CHECK_STR(p[1], "box1");
-	CHECK_INT(httpd_match("/agent/v1/sandboxes/{}/{}", "/agent/v1/sandboxes/dev/box1/stop", p), -1);
-	CHECK_INT(httpd_match("/agent/v1/sandboxes/{}/{}", "/agent/v1/sandboxes/dev/", p), -1);
-	CHECK_INT(httpd_match("/agent/v1/sandboxes/{}/{}", "/agent/v1/sandboxes//box1", p), -1);
-	CHECK_INT(httpd_match("/v1/sandboxes/{}/exec", "/v1/sandboxes/abc/exec", p), 1);
+	CHECK_INT(httpd_match("/agent/v1/sandboxes/{tenant}/{id}", "/agent/v1/sandboxes/dev/box1/stop", p), -1);
+	CHECK_INT(httpd_match("/agent/v1/sandboxes/{tenant}/{id}", "/agent/v1/sandboxes/dev/", p), -1);
+	CHECK_INT(httpd_match("/agent/v1/sandboxes/{tenant}/{id}", "/agent/v1/sandboxes//box1", p), -1);
+	CHECK_INT(httpd_match("/v1/sandboxes/{id}/exec", "/v1/sandboxes/abc/exec", p), 1);
 	CHECK_STR(p[0], "abc");
-	CHECK_INT(httpd_match("/v1/sandboxes/{}/exec", "/v1/sandboxes/abc/execx", p), -1);
-	CHECK_INT(httpd_match("/v1/sandboxes/{}/exec", "/v1/sandboxes/abc/exe", p), -1);
-	CHECK_INT(httpd_match("/v1/sandboxes/{}/exec", "", p), -1);
+	CHECK_INT(httpd_match("/v1/sandboxes/{id}/exec", "/v1/sandboxes/abc/execx", p), -1);
+	CHECK_INT(httpd_match("/v1/sandboxes/{id}/exec", "/v1/sandboxes/abc/exe", p), -1);
+	CHECK_INT(httpd_match("/v1/sandboxes/{id}/exec", "", p), -1);
 }
 
 TEST(agent_httpd_match_long_segment)
@@ -30,7 +30,7 @@ TEST(agent_httpd_match_long_segment)
 	memset(path, 'a', sizeof(path));
 	memcpy(path, "/v1/sandboxes/", 14);
 	memcpy(path + 300, "/exec", 6);
-	CHECK_INT(httpd_match("/v1/sandboxes/{}/exec", path, p), -1);
+	CHECK_INT(httpd_match("/v1/sandboxes/{id}/exec", path, p), -1);
 }
 
 TEST(agent_routes_table)
