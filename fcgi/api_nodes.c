@@ -1,5 +1,6 @@
 /* GET /v1/nodes — admin: the node registry with liveness. */
 #include "api.h"
+#include "rkeys.h"
 #include "ids.h"
 #include "log.h"
 #include "store.h"
@@ -70,11 +71,11 @@ int api_nodes_list(struct http_req *r, struct sbx_err *e)
 	json_t *body, *arr;
 	int rc;
 
-	members = store_command(e, "SMEMBERS sbx:nodes");
+	members = store_command(e, "SMEMBERS " RKEYS_NODES);
 	if (!members)
 		return -1;
 	if (members->type != REDIS_REPLY_ARRAY)
-		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: SMEMBERS sbx:nodes is not an array");
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: SMEMBERS " RKEYS_NODES " is not an array");
 	names = calloc(members->elements + 1, sizeof(*names));
 	reps = calloc(2 * members->elements + 1, sizeof(*reps));
 	if (!names || !reps)
@@ -82,15 +83,15 @@ int api_nodes_list(struct http_req *r, struct sbx_err *e)
 	for (size_t i = 0; i < members->elements && n < NODES_MAX; i++) {
 		const redisReply *m = members->element[i];
 		if (m->type != REDIS_REPLY_STRING || !ids_valid_node(m->str)) {
-			log_warn("sbx:nodes holds an invalid node name; skipped");
+			log_warn(RKEYS_NODES " holds an invalid node name; skipped");
 			continue;
 		}
 		names[n++] = m->str;
 	}
 	qsort(names, n, sizeof(*names), cmp_str);
 	for (size_t i = 0; i < n; i++) {
-		if (store_append(e, "HGETALL sbx:node:{%s}", names[i]) < 0 ||
-		    store_append(e, "EXISTS sbx:node:{%s}:alive", names[i]) < 0)
+		if (store_append(e, "HGETALL %s", RK_NODE(names[i], NULL)) < 0 ||
+		    store_append(e, "EXISTS %s", RK_NODE(names[i], "alive")) < 0)
 			return -1;
 	}
 	if (n && store_collect(reps, 2 * n, 0, e) < 0)

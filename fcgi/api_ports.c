@@ -13,6 +13,7 @@
  * forwarder address) is renewed on every expose. Records: preview.h.
  */
 #include "api.h"
+#include "rkeys.h"
 #include "ids.h"
 #include "jsonv.h"
 #include "lifecycle.h"
@@ -70,7 +71,7 @@ static int expose_body(struct http_req *r, char token[PREVIEW_TOKEN_MAX + 1], st
 static int expose_once(struct http_req *r, const char *id, int port, const char *asked,
 		       struct sbx_err *e)
 {
-	char token[PREVIEW_TOKEN_MAX + 1], key[128], oldkey[128] = "", addr[PREVIEW_ADDR_MAX];
+	char token[PREVIEW_TOKEN_MAX + 1], key[RKEYS_MAX], oldkey[RKEYS_MAX] = "", addr[PREVIEW_ADDR_MAX];
 	char url[512], now[32], pstr[8];
 	const char *created, *old_token;
 	struct lc_owner o;
@@ -86,8 +87,8 @@ static int expose_once(struct http_req *r, const char *id, int port, const char 
 		return -1;
 	snprintf(pstr, sizeof(pstr), "%d", port);
 	if (preview_sb_append(r->tenant, id, e) < 0 ||
-	    store_append(e, "HGET sbx:sb:{%s/%s}:ports %d", r->tenant, id, port) < 0 ||
-	    store_append(e, "HLEN sbx:sb:{%s/%s}:ports", r->tenant, id) < 0 ||
+	    store_append(e, "HGET %s %d", RK_SANDBOX_SUB(r->tenant, id, "ports"), port) < 0 ||
+	    store_append(e, "HLEN %s", RK_SANDBOX_SUB(r->tenant, id, "ports")) < 0 ||
 	    store_collect(rep, 3, 0, e) < 0)
 		return -1;
 	rc = preview_sb_from_reply(rep[0], &s);
@@ -123,12 +124,12 @@ static int expose_once(struct http_req *r, const char *id, int port, const char 
 		return -1;
 	}
 	if (old_token && ids_valid_token(old_token) && strcmp(old_token, token) != 0)
-		preview_index_key(port, id, old_token, oldkey, sizeof(oldkey));
+		preview_index_key(port, id, old_token, oldkey);
 	created = old_live_inc ? json_string_value(json_object_get(old, "createdAt")) : NULL;
 	util_iso8601(util_wall_ms(), now);
 
 	/* The host name is ours, or another tenant's sandbox of the same id holds it. */
-	if (preview_index_key(port, id, token, key, sizeof(key)) < 0) {
+	if (preview_index_key(port, id, token, key) < 0) {
 		json_decref(old);
 		return err_set(e, SBX_E_INTERNAL, "preview key too long");
 	}
@@ -158,7 +159,7 @@ static int expose_once(struct http_req *r, const char *id, int port, const char 
 	json_decref(rec);
 	if (!text)
 		return err_set(e, SBX_E_INTERNAL, "out of memory");
-	cl = store_command(e, "HSET sbx:sb:{%s/%s}:ports %d %s", r->tenant, id, port, text);
+	cl = store_command(e, "HSET %s %d %s", RK_SANDBOX_SUB(r->tenant, id, "ports"), port, text);
 	if (!cl)
 		return -1;
 	freeReplyObject(cl);
@@ -224,7 +225,7 @@ int api_ports_list(struct http_req *r, struct sbx_err *e)
 int api_ports_delete(struct http_req *r, struct sbx_err *e)
 {
 	const char *id = router_cap(&r->match, "id");
-	char key[128], *val = NULL;
+	char key[RKEYS_MAX], *val = NULL;
 	json_t *v;
 	int port, rc;
 
@@ -237,7 +238,7 @@ int api_ports_delete(struct http_req *r, struct sbx_err *e)
 		v = json_loads(val, 0, NULL);
 		tok = json_string_value(json_object_get(v, "token"));
 		rc = preview_record_del(r->tenant, id, "ports", port, val, e);
-		if (tok && ids_valid_token(tok) && preview_index_key(port, id, tok, key, sizeof(key)) == 0)
+		if (tok && ids_valid_token(tok) && preview_index_key(port, id, tok, key) == 0)
 			preview_cad(key, r->tenant);
 		json_decref(v);
 		free(val);
@@ -253,7 +254,7 @@ int api_ports_delete(struct http_req *r, struct sbx_err *e)
 /* The preview host's decision. 0 with forward filled, or -1 with e. */
 static int preview_decide(const char *label, char forward[PREVIEW_ADDR_MAX], struct sbx_err *e)
 {
-	char id[64], token[PREVIEW_TOKEN_MAX + 1], key[128], tenant[64];
+	char id[64], token[PREVIEW_TOKEN_MAX + 1], key[RKEYS_MAX], tenant[64];
 	redisReply *rep[2] = { NULL, NULL }, *t;
 	struct preview_sb s;
 	json_t *v;
@@ -261,7 +262,7 @@ static int preview_decide(const char *label, char forward[PREVIEW_ADDR_MAX], str
 	int port, rc;
 
 	if (preview_parse_label(label, &port, id, token) < 0 ||
-	    preview_index_key(port, id, token, key, sizeof(key)) < 0)
+	    preview_index_key(port, id, token, key) < 0)
 		return err_set(e, SBX_E_INVALID_TOKEN, "unknown preview URL");
 	t = store_command(e, "GET %s", key);
 	if (!t)
@@ -272,7 +273,7 @@ static int preview_decide(const char *label, char forward[PREVIEW_ADDR_MAX], str
 	freeReplyObject(t);
 	if (!rc || !ids_valid_tenant(tenant))
 		return err_set(e, SBX_E_INVALID_TOKEN, "unknown preview URL");
-	if (store_append(e, "HGET sbx:sb:{%s/%s}:ports %d", tenant, id, port) < 0 ||
+	if (store_append(e, "HGET %s %d", RK_SANDBOX_SUB(tenant, id, "ports"), port) < 0 ||
 	    preview_sb_append(tenant, id, e) < 0 || store_collect(rep, 2, 0, e) < 0)
 		return -1;
 	v = preview_reply_json(rep[0]);

@@ -5,6 +5,7 @@
  * this file maps requests to it and records to answers.
  */
 #include "api.h"
+#include "rkeys.h"
 #include "codec.h"
 #include "ids.h"
 #include "lifecycle.h"
@@ -132,7 +133,7 @@ struct list_query {
 	int64_t limit;
 	int nlabels;
 	struct {
-		char key[64];
+		char key[RKEYS_MAX];
 		char value[256];
 	} label[LIST_LABELS_MAX];
 };
@@ -258,7 +259,7 @@ static int list_match(const json_t *rec, const struct list_query *q)
 int api_sandboxes_list(struct http_req *r, struct sbx_err *e)
 {
 	struct list_query q;
-	char key[512], start[80], last_scanned[64] = "", last_returned[64] = "";
+	char key[RKEYS_MAX], start[80], last_scanned[64] = "", last_returned[64] = "";
 	json_t *arr, *body;
 	int64_t count = 0;
 	int scanned = 0, exhausted = 0, more = 0;
@@ -266,10 +267,9 @@ int api_sandboxes_list(struct http_req *r, struct sbx_err *e)
 	if (parse_list_query(r, &q, e) < 0)
 		return -1;
 	if (q.nlabels)
-		snprintf(key, sizeof(key), "sbx:tenant:{%s}:label:%s=%s", q.tenant, q.label[0].key,
-			 q.label[0].value);
+		rkeys_tenant_label(key, q.tenant, q.label[0].key, q.label[0].value);
 	else
-		snprintf(key, sizeof(key), "sbx:tenant:{%s}:sandboxes", q.tenant);
+		rkeys_tenant(key, q.tenant, "sandboxes");
 	if (q.cursor[0])
 		snprintf(start, sizeof(start), "(%s", q.cursor);
 	else
@@ -295,7 +295,7 @@ int api_sandboxes_list(struct http_req *r, struct sbx_err *e)
 			const char *m = ids->element[i]->str;
 			if (ids->element[i]->type != REDIS_REPLY_STRING || !ids_valid_sandbox(m))
 				m = "-";   /* never a valid id: an empty hash */
-			if (store_append(e, "HGETALL sbx:sb:{%s/%s}", q.tenant, m) < 0) {
+			if (store_append(e, "HGETALL %s", RK_SANDBOX(q.tenant, m)) < 0) {
 				freeReplyObject(ids);
 				goto fail;
 			}

@@ -26,6 +26,7 @@
  *                that process dies.
  */
 #include "agentc.h"
+#include "rkeys.h"
 #include "api.h"
 #include "ids.h"
 #include "jsonv.h"
@@ -61,11 +62,6 @@ static json_t *tunnel_view(const json_t *rec)
 			 json_object_get(rec, "createdAt"));
 }
 
-static void index_key(char *out, size_t n, const char *tid)
-{
-	snprintf(out, n, "sbx:tunnel:%s", tid);
-}
-
 static void index_value(char *out, size_t n, const char *tenant, const char *id, int port)
 {
 	snprintf(out, n, "%s/%s/%d", tenant, id, port);
@@ -76,17 +72,17 @@ static void index_value(char *out, size_t n, const char *tenant, const char *id,
 static void tunnel_forget(const char *tenant, const char *id, int port, const char *value,
 			  const char *tid, const char *why)
 {
-	char key[192], val[192];
+	char key[RKEYS_MAX], val[192];
 	struct sbx_err e = { 0 };
 	redisReply *r;
 
 	if (value)
 		(void)preview_record_del(tenant, id, "tunnels", port, value, &e);
 	if (tid && *tid && strlen(tid) == PREVIEW_TUNNEL_ID_LEN) {
-		index_key(key, sizeof(key), tid);
+		rkeys_tunnel(key, tid);
 		index_value(val, sizeof(val), tenant, id, port);
 		preview_cad(key, val);
-		r = store_command(&e, "XADD sbx:events MAXLEN ~ 10000 * type tunnel-down tenant %s id %s "
+		r = store_command(&e, RKEYS_XADD_EVENT "type tunnel-down tenant %s id %s "
 				      "port %d tunnel %s reason %s",
 				  tenant, id, port, tid, why);
 		if (r)
@@ -136,7 +132,7 @@ struct tunnel_kind {
 static int builtin_make(struct http_req *r, const char *id, int port, const struct lc_owner *o,
 			struct tunnel_made *m, struct sbx_err *e)
 {
-	char label[PREVIEW_LABEL_MAX], key[192], val[192];
+	char label[PREVIEW_LABEL_MAX], key[RKEYS_MAX], val[192];
 	redisReply *rep;
 
 	if (preview_forward_open(r->tenant, id, o, port, m->upstream, e) < 0 ||
@@ -145,7 +141,7 @@ static int builtin_make(struct http_req *r, const char *id, int port, const stru
 	snprintf(label, sizeof(label), "t-%s", m->tid);
 	if (preview_url(r->conf, label, m->url, sizeof(m->url), e) < 0)
 		return -1;
-	index_key(key, sizeof(key), m->tid);
+	rkeys_tunnel(key, m->tid);
 	index_value(val, sizeof(val), r->tenant, id, port);
 	rep = store_command(e, "SET %s %s", key, val);
 	if (!rep)
@@ -283,8 +279,8 @@ static int owner_address(const struct preview_sb *s, char addr[PREVIEW_ADDR_MAX]
 	int ok;
 
 	if (!s->node[0] || !ids_valid_node(s->node) ||
-	    store_append(&e, "EXISTS sbx:node:{%s}:alive", s->node) < 0 ||
-	    store_append(&e, "HGET sbx:node:{%s} address", s->node) < 0 || store_collect(r, 2, 0, &e) < 0)
+	    store_append(&e, "EXISTS %s", RK_NODE(s->node, "alive")) < 0 ||
+	    store_append(&e, "HGET %s address", RK_NODE(s->node, NULL)) < 0 || store_collect(r, 2, 0, &e) < 0)
 		return -1;
 	ok = r[0]->type == REDIS_REPLY_INTEGER && r[0]->integer > 0 &&
 	     r[1]->type == REDIS_REPLY_STRING && preview_address_ok(r[1]->str);
@@ -334,7 +330,7 @@ static int tunnel_make(struct http_req *r, const char *id, int port, const struc
 		       const struct preview_sb *s, const struct tunnel_kind *k, const char *claim,
 		       const char *nonce, struct sbx_err *e)
 {
-	char now[32], key[192], val[192], hkey[192], pstr[8];
+	char now[32], key[RKEYS_MAX], val[192], hkey[RKEYS_MAX], pstr[8];
 	const char *keys[2], *args[3];
 	struct tunnel_made m;
 	auto_free char *text = NULL;
@@ -345,7 +341,7 @@ static int tunnel_make(struct http_req *r, const char *id, int port, const struc
 	memset(&m, 0, sizeof(m));
 	if (k->make(r, id, port, o, &m, e) < 0)
 		goto release;
-	index_key(key, sizeof(key), m.tid);
+	rkeys_tunnel(key, m.tid);
 	index_value(val, sizeof(val), r->tenant, id, port);
 	util_iso8601(util_wall_ms(), now);
 	rec = json_pack("{s:s, s:i, s:s, s:s, s:I, s:s, s:s, s:s, s:s}", "id", m.tid, "port", port,
@@ -358,7 +354,7 @@ static int tunnel_make(struct http_req *r, const char *id, int port, const struc
 		err_set(e, SBX_E_INTERNAL, "out of memory");
 		goto undo;
 	}
-	snprintf(hkey, sizeof(hkey), "sbx:sb:{%s/%s}:tunnels", r->tenant, id);
+	rkeys_sandbox_sub(hkey, r->tenant, id, "tunnels");
 	snprintf(pstr, sizeof(pstr), "%d", port);
 	keys[0] = hkey;
 	keys[1] = claim;
@@ -376,7 +372,7 @@ static int tunnel_make(struct http_req *r, const char *id, int port, const struc
 			preview_cad(key, val);
 		return 1;
 	}
-	rep = store_command(e, "XADD sbx:events MAXLEN ~ 10000 * type tunnel-up tenant %s id %s "
+	rep = store_command(e, RKEYS_XADD_EVENT "type tunnel-up tenant %s id %s "
 			       "port %d tunnel %s provider %s generation %lld",
 			   r->tenant, id, port, m.tid, k->name, (long long)o->generation);
 	if (rep)
@@ -453,7 +449,7 @@ static const struct tunnel_kind *create_kind(struct http_req *r, int *explicit, 
 int api_tunnels_create(struct http_req *r, struct sbx_err *e)
 {
 	const char *id = router_cap(&r->match, "id");
-	char claim[192], hkey[192], nonce[33], pstr[8], gstr[24], maxs[8], ttls[24];
+	char claim[RKEYS_MAX], hkey[RKEYS_MAX], nonce[33], pstr[8], gstr[24], maxs[8], ttls[24];
 	int64_t deadline, wait_ms = WAIT_MS, max_make = 0;
 	int port, need_owner = 1, owner_tries = 0, explicit = 0;
 	const struct tunnel_kind *k;
@@ -471,8 +467,8 @@ int api_tunnels_create(struct http_req *r, struct sbx_err *e)
 			max_make = kinds[i].make_ms(r->conf);
 	wait_ms += max_make;
 	deadline = util_now_ms() + wait_ms;
-	snprintf(claim, sizeof(claim), "sbx:sb:{%s/%s}:tunnels:claim:%d", r->tenant, id, port);
-	snprintf(hkey, sizeof(hkey), "sbx:sb:{%s/%s}:tunnels", r->tenant, id);
+	rkeys_tunnel_claim(claim, r->tenant, id, port);
+	rkeys_sandbox_sub(hkey, r->tenant, id, "tunnels");
 	snprintf(pstr, sizeof(pstr), "%d", port);
 	snprintf(maxs, sizeof(maxs), "%d", PREVIEW_MAX_PORTS);
 	snprintf(ttls, sizeof(ttls), "%lld", (long long)(CLAIM_TTL_MS + k->make_ms(r->conf)));
@@ -610,7 +606,7 @@ int api_tunnels_delete(struct http_req *r, struct sbx_err *e)
 
 int api_tunnels_route(const char *tunnel_id, char *forward, struct sbx_err *e)
 {
-	char key[192], tenant[64], id[64], ref[192];
+	char key[RKEYS_MAX], tenant[64], id[64], ref[192];
 	redisReply *t, *rep[2] = { NULL, NULL };
 	struct preview_sb s;
 	const char *a, *b, *tid, *fwd;
@@ -618,7 +614,7 @@ int api_tunnels_route(const char *tunnel_id, char *forward, struct sbx_err *e)
 	json_t *v;
 	int rc;
 
-	index_key(key, sizeof(key), tunnel_id);
+	rkeys_tunnel(key, tunnel_id);
 	t = store_command(e, "GET %s", key);
 	if (!t)
 		return -1;
@@ -640,7 +636,7 @@ int api_tunnels_route(const char *tunnel_id, char *forward, struct sbx_err *e)
 	if (!ids_valid_tenant(tenant) || !ids_valid_sandbox(id) ||
 	    util_parse_i64(b + 1, 1, 65535, &port) < 0)
 		return err_set(e, SBX_E_INVALID_TOKEN, "unknown tunnel");
-	if (store_append(e, "HGET sbx:sb:{%s/%s}:tunnels %lld", tenant, id, (long long)port) < 0 ||
+	if (store_append(e, "HGET %s %lld", RK_SANDBOX_SUB(tenant, id, "tunnels"), (long long)port) < 0 ||
 	    preview_sb_append(tenant, id, e) < 0 || store_collect(rep, 2, 0, e) < 0)
 		return -1;
 	v = preview_reply_json(rep[0]);

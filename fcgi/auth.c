@@ -1,4 +1,5 @@
 #include "auth.h"
+#include "rkeys.h"
 #include "http.h"
 #include "ids.h"
 #include "keycache.h"
@@ -32,17 +33,17 @@ int auth_key_generate(char out[AUTH_KEY_LEN + 1], struct sbx_err *e)
 	return 0;
 }
 
-void auth_key_redis_name(const char *key, char out[80])
+void auth_key_redis_name(const char *key, char out[RKEYS_MAX])
 {
 	char hex[2 * SHA256_DIGEST_LEN + 1];
 
 	sha256_hex(key, strlen(key), hex);
-	snprintf(out, 80, "sbx:apikey:%s", hex);
+	rkeys_apikey(out, hex);
 }
 
 int auth_key_create(const char *tenant, int admin, char out[AUTH_KEY_LEN + 1], struct sbx_err *e)
 {
-	char name[80], now[32];
+	char name[RKEYS_MAX], now[32];
 	redisReply *r;
 
 	if (!ids_valid_tenant(tenant))
@@ -91,7 +92,7 @@ int auth_request(struct http_req *r, struct sbx_err *e)
 {
 	const char *h = http_param(r, "HTTP_AUTHORIZATION");
 	const char *key;
-	char name[80], tenant[64] = "";
+	char name[RKEYS_MAX], hexd[2 * SHA256_DIGEST_LEN + 1], tenant[64] = "";
 	uint8_t digest[SHA256_DIGEST_LEN];
 	struct sha256_ctx sc;
 	struct keycache_entry hit;
@@ -124,8 +125,8 @@ int auth_request(struct http_req *r, struct sbx_err *e)
 		r->authed = 1;
 		return 0;
 	}
-	memcpy(name, "sbx:apikey:", 11);
-	util_hex(digest, sizeof(digest), name + 11);
+	util_hex(digest, sizeof(digest), hexd);
+	rkeys_apikey(name, hexd);
 	rc = key_lookup(name, tenant, &admin, r->request_id, e);
 	if (rc < 0)
 		return -1;   /* Redis trouble is never cached */

@@ -7,6 +7,7 @@
 #define SBX_AUTH_H
 
 #include "err.h"
+#include "rkeys.h"
 
 #define AUTH_KEY_LEN 44        /* "sbx_" + 40 hex */
 
@@ -19,7 +20,7 @@ int auth_key_valid_shape(const char *key);
 int auth_key_generate(char out[AUTH_KEY_LEN + 1], struct sbx_err *e);
 
 /* The Redis key of an API key: "sbx:apikey:<sha256 hex>" into out. */
-void auth_key_redis_name(const char *key, char out[80]);
+void auth_key_redis_name(const char *key, char out[RKEYS_MAX]);
 
 /* Create the key record for tenant in Redis (store must be initialised)
  * and write the key text into out. 0 or -1 with e. */

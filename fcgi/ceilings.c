@@ -1,4 +1,5 @@
 #include "ceilings.h"
+#include "rkeys.h"
 #include "jsonv.h"
 #include "scripts.h"
 #include "store.h"
@@ -170,7 +171,7 @@ int ceilings_tenant_load(const char *tenant, struct ceilings_tenant *out, unsign
 	out->cpus_milli = conf->api.tenant_cpus_milli;
 	if (overridden)
 		*overridden = 0;
-	r = store_command(e, "HMGET sbx:tenant:{%s}:limits sandboxes memoryMiB cpusMilli", tenant);
+	r = store_command(e, "HMGET %s sandboxes memoryMiB cpusMilli", RK_TENANT(tenant, "limits"));
 	if (!r)
 		return -1;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
@@ -196,17 +197,17 @@ int ceilings_tenant_store(const char *tenant, const struct ceilings_tenant *v, u
 	size_t n = 0;
 	int rc = 0;
 
-	if (store_append(e, "MULTI") < 0 || store_append(e, "DEL sbx:tenant:{%s}:limits", tenant) < 0)
+	if (store_append(e, "MULTI") < 0 || store_append(e, "DEL %s", RK_TENANT(tenant, "limits")) < 0)
 		return -1;
 	n = 2;
 	if (set) {
 		char s[24] = "", m[24] = "", c[24] = "";
 		const char *argv[8] = { "HSET", NULL };
 		size_t lens[8];
-		char key[96];
+		char key[RKEYS_MAX];
 		int argc = 2;
 
-		snprintf(key, sizeof(key), "sbx:tenant:{%s}:limits", tenant);
+		rkeys_tenant(key, tenant, "limits");
 		argv[1] = key;
 		snprintf(s, sizeof(s), "%lld", (long long)v->sandboxes);
 		snprintf(m, sizeof(m), "%lld", (long long)v->memory_mib);
@@ -245,11 +246,11 @@ static int run_usage(const char *tenant, const char *id, const struct placement_
 		     const struct ceilings_tenant *lim, int resize, int64_t *status,
 		     struct ceilings_usage *u, struct sbx_err *e)
 {
-	char zkey[96], ukey[96], m[24], c[24], lm[24], lc[24];
+	char zkey[RKEYS_MAX], ukey[RKEYS_MAX], m[24], c[24], lm[24], lc[24];
 	auto_reply redisReply *r = NULL;
 
-	snprintf(zkey, sizeof(zkey), "sbx:tenant:{%s}:sandboxes", tenant);
-	snprintf(ukey, sizeof(ukey), "sbx:tenant:{%s}:usage", tenant);
+	rkeys_tenant(zkey, tenant, "sandboxes");
+	rkeys_tenant(ukey, tenant, "usage");
 	snprintf(m, sizeof(m), "%lld", (long long)(need ? need->memory_mib : 0));
 	snprintf(c, sizeof(c), "%lld", (long long)(need ? need->cpus_milli : 0));
 	snprintf(lm, sizeof(lm), "%lld", (long long)(lim ? lim->memory_mib : 0));

@@ -1,4 +1,5 @@
 #include "lifecycle.h"
+#include "rkeys.h"
 #include "agentc.h"
 #include "ceilings.h"
 #include "ids.h"
@@ -299,21 +300,16 @@ json_t *lifecycle_record_json(const json_t *f)
 
 /* ---- Redis helpers --------------------------------------------------------- */
 
-static void record_key(char *out, size_t n, const char *tenant, const char *id)
-{
-	snprintf(out, n, "sbx:sb:{%s/%s}", tenant, id);
-}
-
 /* Run a script that changes the record of tenant/id together with its
  * index entries: KEYS the record and the tenant's set (quota and listing).
  * New reply or NULL with e. */
 static redisReply *run_indexed(enum script_id script, const char *tenant, const char *id,
 			       int nargs, const char **args, struct sbx_err *e)
 {
-	char key[160], tkey[128];
+	char key[RKEYS_MAX], tkey[RKEYS_MAX];
 
-	record_key(key, sizeof(key), tenant, id);
-	snprintf(tkey, sizeof(tkey), "sbx:tenant:{%s}:sandboxes", tenant);
+	rkeys_sandbox(key, tenant, id);
+	rkeys_tenant(tkey, tenant, "sandboxes");
 	return scripts_run(script, 2, (const char *[]){ key, tkey }, nargs, args, e);
 }
 
@@ -341,7 +337,7 @@ json_t *lifecycle_hash_json(const redisReply *r)
 
 int lifecycle_load(const char *tenant, const char *id, json_t **rec, struct sbx_err *e)
 {
-	auto_reply redisReply *r = store_command(e, "HGETALL sbx:sb:{%s/%s}", tenant, id);
+	auto_reply redisReply *r = store_command(e, "HGETALL %s", RK_SANDBOX(tenant, id));
 
 	*rec = NULL;
 	if (!r)
@@ -362,7 +358,7 @@ static int append_event(const char *type, const char *tenant, const char *id, co
 			const char *generation, const char *epoch, struct sbx_err *e)
 {
 	return store_append(e,
-			    "XADD sbx:events MAXLEN ~ 10000 * type %s tenant %s id %s node %s generation %s epoch %s",
+			    RKEYS_XADD_EVENT "type %s tenant %s id %s node %s generation %s epoch %s",
 			    type, tenant, id, node ? node : "", generation ? generation : "",
 			    epoch ? epoch : "");
 }
@@ -505,11 +501,11 @@ static int agent_delete(const char *tenant, const char *id, const char *address,
 static int set_state(const char *tenant, const char *id, const char *epoch, const char *state,
 		     int started, struct sbx_err *e)
 {
-	char key[160], now[32];
+	char key[RKEYS_MAX], now[32];
 	const char *args[6] = { epoch, state, "lastActiveAt", now, "startedAt", now };
 	auto_reply redisReply *r = NULL;
 
-	record_key(key, sizeof(key), tenant, id);
+	rkeys_sandbox(key, tenant, id);
 	now_iso(now);
 	r = scripts_run(SCRIPT_SET_STATE, 1, (const char *[]){ key }, started ? 6 : 4, args, e);
 	if (!r)
@@ -526,10 +522,10 @@ static int set_state(const char *tenant, const char *id, const char *epoch, cons
 static int start_new(const char *tenant, const char *id, const json_t *rec, const char *node,
 		     const char *event, struct sbx_err *e)
 {
-	char key[160], now[32];
+	char key[RKEYS_MAX], now[32];
 	auto_reply redisReply *r = NULL;
 
-	record_key(key, sizeof(key), tenant, id);
+	rkeys_sandbox(key, tenant, id);
 	now_iso(now);
 	r = scripts_run(SCRIPT_START, 1, (const char *[]){ key }, 4,
 			(const char *[]){ fstr(rec, "epoch"), node, "1", now }, e);
@@ -596,8 +592,8 @@ static int load_with_node(const char *tenant, const char *id, json_t **rec,
 static int running_owner(const char *tenant, const char *id, struct lc_owner *o,
 			 struct sbx_err *e)
 {
-	auto_reply redisReply *r = store_command(e, "HMGET sbx:sb:{%s/%s} state node epoch generation",
-						  tenant, id);
+	auto_reply redisReply *r = store_command(e, "HMGET %s state node epoch generation",
+						  RK_SANDBOX(tenant, id));
 	struct placement_node pn;
 
 	if (!r)
@@ -633,7 +629,7 @@ static int wait_stopping(const char *tenant, const char *id, const char *epoch,
 		struct timespec ts = { .tv_sec = 0, .tv_nsec = LC_TRANSITION_POLL_MS * 1000000L };
 
 		nanosleep(&ts, NULL);
-		r = store_command(e, "HMGET sbx:sb:{%s/%s} state epoch", tenant, id);
+		r = store_command(e, "HMGET %s state epoch", RK_SANDBOX(tenant, id));
 		if (!r)
 			return -1;
 		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
@@ -726,12 +722,12 @@ int lifecycle_ensure_running(const char *tenant, const char *id, struct lc_owner
 static int update_record(const char *tenant, const char *id, const struct lc_spec *s,
 			 struct sbx_err *e)
 {
-	char key[160], sleep_ms[32] = "";
+	char key[RKEYS_MAX], sleep_ms[32] = "";
 	const char *keep = "";
 
 	if (!(s->has & (LC_HAS_CONTAINER | LC_HAS_SLEEP_AFTER | LC_HAS_KEEP_ALIVE)))
 		return 0;
-	record_key(key, sizeof(key), tenant, id);
+	rkeys_sandbox(key, tenant, id);
 	if (s->has & LC_HAS_SLEEP_AFTER)
 		snprintf(sleep_ms, sizeof(sleep_ms), "%lld", (long long)s->sleep_after_ms);
 	if (s->has & LC_HAS_KEEP_ALIVE)

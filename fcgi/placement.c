@@ -1,4 +1,5 @@
 #include "placement.h"
+#include "rkeys.h"
 #include "agentc.h"
 #include "ceilings.h"
 #include "ids.h"
@@ -69,10 +70,10 @@ static int64_t int_of(const redisReply *r, int64_t def)
 /* Queue the three commands that describe one node. */
 static int append_node(const char *name, struct sbx_err *e)
 {
-	if (store_append(e, "EXISTS sbx:node:{%s}:alive", name) < 0 ||
-	    store_append(e, "HMGET sbx:node:{%s} address capacity sandboxes memoryMiB cpusMilli",
-			 name) < 0 ||
-	    store_append(e, "SCARD sbx:node:{%s}:sandboxes", name) < 0)
+	if (store_append(e, "EXISTS %s", RK_NODE(name, "alive")) < 0 ||
+	    store_append(e, "HMGET %s address capacity sandboxes memoryMiB cpusMilli",
+			 RK_NODE(name, NULL)) < 0 ||
+	    store_append(e, "SCARD %s", RK_NODE(name, "sandboxes")) < 0)
 		return -1;
 	return 0;
 }
@@ -144,7 +145,7 @@ static int fetch_committed(struct placement_node *n, struct sbx_err *e)
 	n->memory_committed = n->cpus_committed = 0;
 	if (n->memory_mib <= 0 && n->cpus_milli <= 0)
 		return 0;
-	members = store_command(e, "SMEMBERS sbx:node:{%s}:sandboxes", n->name);
+	members = store_command(e, "SMEMBERS %s", RK_NODE(n->name, "sandboxes"));
 	if (!members)
 		return -1;
 	if (members->type != REDIS_REPLY_ARRAY)
@@ -157,7 +158,8 @@ static int fetch_committed(struct placement_node *n, struct sbx_err *e)
 			const redisReply *m = members->element[at + i];
 			/* "tenant/id": never a brace, which would change the key's slot. */
 			const char *key = m->type == REDIS_REPLY_STRING && !strpbrk(m->str, "{}") ? m->str : "-";
-			if (store_append(e, "HMGET sbx:sb:{%s} node state resources", key) < 0)
+			if (store_append(e, "HMGET %s node state resources",
+					 rkeys_sandbox_ref(RK_BUF, key)) < 0)
 				return -1;
 		}
 		if (store_collect(reps, k, 0, e) < 0)
@@ -194,11 +196,11 @@ int placement_pick(const struct placement_need *need, struct placement_node *out
 	size_t n = 0;
 	int k;
 
-	members = store_command(e, "SMEMBERS sbx:nodes");
+	members = store_command(e, "SMEMBERS " RKEYS_NODES);
 	if (!members)
 		return -1;
 	if (members->type != REDIS_REPLY_ARRAY)
-		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: sbx:nodes is not a set");
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: " RKEYS_NODES " is not a set");
 	for (size_t i = 0; i < members->elements && n < PLACEMENT_NODES_MAX; i++) {
 		const redisReply *m = members->element[i];
 		if (m->type == REDIS_REPLY_STRING && ids_valid_node(m->str))

@@ -2,6 +2,7 @@
  * preview.c — see preview.h.
  */
 #include "preview.h"
+#include "rkeys.h"
 #include "agentc.h"
 #include "ids.h"
 #include "log.h"
@@ -156,7 +157,7 @@ int preview_address_ok(const char *a)
 	return agentc_address_ok(a);
 }
 
-int preview_index_key(int port, const char *id, const char *token, char *out, size_t n)
+int preview_index_key(int port, const char *id, const char *token, char out[RKEYS_MAX])
 {
 	char label[PREVIEW_LABEL_MAX], hex[2 * SHA256_DIGEST_LEN + 1];
 	int w = snprintf(label, sizeof(label), "%d-%s-%s", port, id, token);
@@ -164,8 +165,8 @@ int preview_index_key(int port, const char *id, const char *token, char *out, si
 	if (w < 0 || (size_t)w >= sizeof(label))
 		return -1;
 	sha256_hex(label, (size_t)w, hex);
-	w = snprintf(out, n, "sbx:preview:%s", hex);
-	return w < 0 || (size_t)w >= n ? -1 : 0;
+	rkeys_preview(out, hex);
+	return 0;
 }
 
 void preview_cad(const char *key, const char *value)
@@ -182,8 +183,8 @@ void preview_cad(const char *key, const char *value)
 
 int preview_sb_append(const char *tenant, const char *id, struct sbx_err *e)
 {
-	return store_append(e, "HMGET sbx:sb:{%s/%s} state node createdAt generation epoch", tenant,
-			    id);
+	return store_append(e, "HMGET %s state node createdAt generation epoch",
+			    RK_SANDBOX(tenant, id));
 }
 
 static const char *elem(const redisReply *r, size_t i)
@@ -300,8 +301,8 @@ void preview_forward_release(const char *tenant, const char *id, int port)
 	int busy;
 
 	if (preview_sb_append(tenant, id, &e) < 0 ||
-	    store_append(&e, "HGET sbx:sb:{%s/%s}:ports %d", tenant, id, port) < 0 ||
-	    store_append(&e, "HGET sbx:sb:{%s/%s}:tunnels %d", tenant, id, port) < 0 ||
+	    store_append(&e, "HGET %s %d", RK_SANDBOX_SUB(tenant, id, "ports"), port) < 0 ||
+	    store_append(&e, "HGET %s %d", RK_SANDBOX_SUB(tenant, id, "tunnels"), port) < 0 ||
 	    store_collect(r, 3, 0, &e) < 0)
 		return;
 	if (preview_sb_from_reply(r[0], &s) != 0 || strcmp(s.state, "running") != 0 || !s.node[0] ||
@@ -317,8 +318,8 @@ void preview_forward_release(const char *tenant, const char *id, int port)
 	store_free_replies(r, 3);
 	if (busy)
 		return;
-	if (store_append(&e, "EXISTS sbx:node:{%s}:alive", s.node) < 0 ||
-	    store_append(&e, "HGET sbx:node:{%s} address", s.node) < 0 || store_collect(r, 2, 0, &e) < 0)
+	if (store_append(&e, "EXISTS %s", RK_NODE(s.node, "alive")) < 0 ||
+	    store_append(&e, "HGET %s address", RK_NODE(s.node, NULL)) < 0 || store_collect(r, 2, 0, &e) < 0)
 		return;
 	if (r[0]->type == REDIS_REPLY_INTEGER && r[0]->integer > 0 &&
 	    r[1]->type == REDIS_REPLY_STRING && preview_address_ok(r[1]->str) &&
@@ -350,7 +351,7 @@ json_t *preview_list(const char *tenant, const char *id, const char *kind, previ
 	json_t *arr, *out;
 
 	if (preview_sb_append(tenant, id, e) < 0 ||
-	    store_append(e, "HGETALL sbx:sb:{%s/%s}:%s", tenant, id, kind) < 0 ||
+	    store_append(e, "HGETALL %s", RK_SANDBOX_SUB(tenant, id, kind)) < 0 ||
 	    store_collect(rep, 2, 0, e) < 0)
 		return NULL;
 	if (preview_sb_from_reply(rep[0], &s) != 0) {
@@ -394,7 +395,7 @@ int preview_record_get(const char *tenant, const char *id, const char *kind, int
 
 	*val = NULL;
 	if (preview_sb_append(tenant, id, e) < 0 ||
-	    store_append(e, "HGET sbx:sb:{%s/%s}:%s %d", tenant, id, kind, port) < 0 ||
+	    store_append(e, "HGET %s %d", RK_SANDBOX_SUB(tenant, id, kind), port) < 0 ||
 	    store_collect(rep, 2, 0, e) < 0)
 		return -1;
 	if (preview_sb_from_reply(rep[0], &s) != 0) {
@@ -410,11 +411,11 @@ int preview_record_get(const char *tenant, const char *id, const char *kind, int
 int preview_record_del(const char *tenant, const char *id, const char *kind, int port,
 		       const char *value, struct sbx_err *e)
 {
-	char key[192], pstr[8];
+	char key[RKEYS_MAX], pstr[8];
 	const char *keys[1] = { key }, *args[2] = { pstr, value };
 	redisReply *r;
 
-	snprintf(key, sizeof(key), "sbx:sb:{%s/%s}:%s", tenant, id, kind);
+	rkeys_sandbox_sub(key, tenant, id, kind);
 	snprintf(pstr, sizeof(pstr), "%d", port);
 	r = scripts_run(SCRIPT_HCAD, 1, keys, 2, args, e);
 	if (!r)
@@ -427,10 +428,10 @@ void preview_forget_sandbox(const char *tenant, const char *id)
 {
 	struct sbx_err e = { 0 };
 	redisReply *r[2] = { NULL, NULL };
-	char key[128], val[192];
+	char key[RKEYS_MAX], val[192];
 
-	if (store_append(&e, "HGETALL sbx:sb:{%s/%s}:ports", tenant, id) < 0 ||
-	    store_append(&e, "HGETALL sbx:sb:{%s/%s}:tunnels", tenant, id) < 0 ||
+	if (store_append(&e, "HGETALL %s", RK_SANDBOX_SUB(tenant, id, "ports")) < 0 ||
+	    store_append(&e, "HGETALL %s", RK_SANDBOX_SUB(tenant, id, "tunnels")) < 0 ||
 	    store_collect(r, 2, 0, &e) < 0)
 		return;
 	for (size_t i = 0; r[0]->type == REDIS_REPLY_ARRAY && i + 1 < r[0]->elements; i += 2) {
@@ -439,7 +440,7 @@ void preview_forget_sandbox(const char *tenant, const char *id)
 		int64_t port;
 
 		if (tok && util_parse_i64(r[0]->element[i]->str, 1, 65535, &port) == 0 &&
-		    preview_index_key((int)port, id, tok, key, sizeof(key)) == 0)
+		    preview_index_key((int)port, id, tok, key) == 0)
 			preview_cad(key, tenant);
 		json_decref(v);
 	}
@@ -447,15 +448,15 @@ void preview_forget_sandbox(const char *tenant, const char *id)
 		json_t *v = preview_reply_json(r[1]->element[i + 1]);
 		const char *tid = json_string_value(json_object_get(v, "id"));
 		if (tid && strlen(tid) == PREVIEW_TUNNEL_ID_LEN) {
-			snprintf(key, sizeof(key), "sbx:tunnel:%s", tid);
+			rkeys_tunnel(key, tid);
 			snprintf(val, sizeof(val), "%s/%s/%s", tenant, id, r[1]->element[i]->str);
 			preview_cad(key, val);
 		}
 		json_decref(v);
 	}
 	store_free_replies(r, 2);
-	r[0] = store_command(&e, "DEL sbx:sb:{%s/%s}:ports sbx:sb:{%s/%s}:tunnels", tenant, id, tenant,
-			     id);
+	r[0] = store_command(&e, "DEL %s %s", RK_SANDBOX_SUB(tenant, id, "ports"),
+			     RK_SANDBOX_SUB(tenant, id, "tunnels"));
 	if (r[0])
 		freeReplyObject(r[0]);
 }

@@ -23,6 +23,7 @@
 
 #include "conf.h"
 #include "err.h"
+#include "rkeys.h"
 #include "lifecycle.h"
 
 #include <hiredis/hiredis.h>
@@ -126,7 +127,7 @@ json_t *preview_reply_json(const redisReply *r);
 
 /* The index key "sbx:preview:<sha256 of {port}-{id}-{token}>" into out.
  * 0 or -1 (too long). */
-int preview_index_key(int port, const char *id, const char *token, char *out, size_t n);
+int preview_index_key(int port, const char *id, const char *token, char out[RKEYS_MAX]);
 
 /* Delete the string key when it still holds value. Best effort. */
 void preview_cad(const char *key, const char *value);

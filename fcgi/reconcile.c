@@ -1,4 +1,5 @@
 #include "reconcile.h"
+#include "rkeys.h"
 #include "ids.h"
 #include "lifecycle.h"
 #include "log.h"
@@ -13,7 +14,6 @@
 #include <unistd.h>
 
 #define SCAN_COUNT 500
-#define LOCK_KEY "sbx:reconcile"
 
 /* What a member of an index key is checked against. */
 struct scan_ctx {
@@ -145,7 +145,7 @@ static int on_record(const char *key, struct reconcile_stats *st, struct sbx_err
 {
 	char both[130], tenant[64], id[64];
 
-	if (middle(key, "sbx:sb:{", "}", both, sizeof(both)) < 0 ||
+	if (middle(key, RKEYS_SANDBOX_HEAD, "}", both, sizeof(both)) < 0 ||
 	    split_member(both, tenant, id) < 0)
 		return 0;
 	st->records++;
@@ -163,7 +163,7 @@ static int on_tenant_set(const char *key, struct reconcile_stats *st, struct sbx
 {
 	struct scan_ctx c = { .st = st, .key = key };
 
-	if (middle(key, "sbx:tenant:{", "}:sandboxes", c.tenant, sizeof(c.tenant)) < 0 ||
+	if (middle(key, RKEYS_TENANT_HEAD, "}:sandboxes", c.tenant, sizeof(c.tenant)) < 0 ||
 	    !ids_valid_tenant(c.tenant))
 		return 0;
 	return scan_members("ZSCAN", 2, &c, on_tenant_member, e);
@@ -174,10 +174,10 @@ static int on_tenant_set(const char *key, struct reconcile_stats *st, struct sbx
 static int prune(struct scan_ctx *c, const char *kind, const char *member, const char *tenant,
 		 const char *id, const char *value, struct sbx_err *e)
 {
-	char rkey[160];
+	char rkey[RKEYS_MAX];
 	auto_reply redisReply *r = NULL;
 
-	snprintf(rkey, sizeof(rkey), "sbx:sb:{%s/%s}", tenant, id);
+	rkeys_sandbox(rkey, tenant, id);
 	r = scripts_run(SCRIPT_PRUNE, 2, (const char *[]){ c->key, rkey }, 3,
 			(const char *[]){ kind, member, value }, e);
 	if (!r)
@@ -203,7 +203,7 @@ static int on_label_set(const char *key, struct reconcile_stats *st, struct sbx_
 	const char *mark = strstr(key, "}:label:");
 	size_t lt;
 
-	if (!mark || strncmp(key, "sbx:tenant:{", 12) != 0)
+	if (!mark || strncmp(key, RKEYS_TENANT_HEAD, strlen(RKEYS_TENANT_HEAD)) != 0)
 		return 0;
 	lt = (size_t)(mark - key) - 12;
 	if (lt >= sizeof(c.tenant) || strlen(mark + 8) >= sizeof(c.label))
@@ -229,7 +229,7 @@ static int on_node_set(const char *key, struct reconcile_stats *st, struct sbx_e
 {
 	struct scan_ctx c = { .st = st, .key = key };
 
-	if (middle(key, "sbx:node:{", "}:sandboxes", c.node, sizeof(c.node)) < 0 ||
+	if (middle(key, RKEYS_NODE_HEAD, "}:sandboxes", c.node, sizeof(c.node)) < 0 ||
 	    !ids_valid_node(c.node))
 		return 0;
 	return scan_members("SSCAN", 1, &c, on_node_member, e);
@@ -238,10 +238,10 @@ static int on_node_set(const char *key, struct reconcile_stats *st, struct sbx_e
 int reconcile_pass(struct reconcile_stats *st, struct sbx_err *e)
 {
 	memset(st, 0, sizeof(*st));
-	if (scan_keys("sbx:sb:{*}", "hash", on_record, st, e) < 0 ||
-	    scan_keys("sbx:tenant:{*}:sandboxes", "zset", on_tenant_set, st, e) < 0 ||
-	    scan_keys("sbx:tenant:{*}:label:*", "zset", on_label_set, st, e) < 0 ||
-	    scan_keys("sbx:node:{*}:sandboxes", "set", on_node_set, st, e) < 0)
+	if (scan_keys(RKEYS_SCAN_SANDBOXES, "hash", on_record, st, e) < 0 ||
+	    scan_keys(RKEYS_SCAN_TENANT_SETS, "zset", on_tenant_set, st, e) < 0 ||
+	    scan_keys(RKEYS_SCAN_LABEL_SETS, "zset", on_label_set, st, e) < 0 ||
+	    scan_keys(RKEYS_SCAN_NODE_SETS, "set", on_node_set, st, e) < 0)
 		return -1;
 	return 0;
 }
@@ -255,7 +255,7 @@ static int take_lock(int64_t ttl, struct sbx_err *e)
 
 	(void)gethostname(host, sizeof(host) - 1);
 	snprintf(owner, sizeof(owner), "%s:%d", host, (int)getpid());
-	r = store_command(e, "SET %s %s NX PX %lld", LOCK_KEY, owner, (long long)ttl);
+	r = store_command(e, "SET %s %s NX PX %lld", RKEYS_RECONCILE, owner, (long long)ttl);
 	if (!r)
 		return -1;
 	return r->type == REDIS_REPLY_STATUS ? 1 : 0;

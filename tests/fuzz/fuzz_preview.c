@@ -27,14 +27,14 @@ static void check_label(const char *label)
 {
 	int port;
 	char id[64], token[PREVIEW_TOKEN_MAX + 1], tid[PREVIEW_TUNNEL_ID_LEN + 1], again[256];
-	char key[128];
+	char key[RKEYS_MAX];
 
 	if (preview_parse_label(label, &port, id, token) == 0) {
 		FUZZ_ASSERT(port >= PREVIEW_PORT_MIN && port <= PREVIEW_PORT_MAX);
 		FUZZ_ASSERT(ids_valid_sandbox(id) && ids_valid_token(token));
 		snprintf(again, sizeof(again), "%d-%s-%s", port, id, token);
 		FUZZ_ASSERT(strcmp(again, label) == 0);
-		FUZZ_ASSERT(preview_index_key(port, id, token, key, sizeof(key)) == 0);
+		FUZZ_ASSERT(preview_index_key(port, id, token, key) == 0);
 		FUZZ_ASSERT(strncmp(key, "sbx:preview:", 12) == 0 && strlen(key) == 12 + 64);
 	}
 	if (preview_tunnel_label(label, tid)) {

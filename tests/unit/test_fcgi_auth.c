@@ -4,7 +4,7 @@
 
 TEST(fcgi_auth_key_shape)
 {
-	char k[AUTH_KEY_LEN + 1], name[80];
+	char k[AUTH_KEY_LEN + 1], name[RKEYS_MAX];
 	struct sbx_err e;
 
 	CHECK_INT(auth_key_generate(k, &e), 0);

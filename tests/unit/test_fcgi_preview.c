@@ -96,7 +96,7 @@ TEST(fcgi_preview_url)
 TEST(fcgi_preview_tokens)
 {
 	struct sbx_err e;
-	char a[17], b[17], key[128], key2[128];
+	char a[17], b[17], key[RKEYS_MAX], key2[RKEYS_MAX];
 
 	CHECK_INT(preview_random_id(a, 16, &e), 0);
 	CHECK_INT(preview_random_id(b, 16, &e), 0);
@@ -108,8 +108,8 @@ TEST(fcgi_preview_tokens)
 	CHECK_INT(preview_const_equal("ab", "abc"), 0);
 	CHECK_INT(preview_const_equal("abcd", "abc"), 0);
 	CHECK_INT(preview_const_equal("", ""), 1);
-	CHECK_INT(preview_index_key(8000, "box", "tok", key, sizeof(key)), 0);
-	CHECK_INT(preview_index_key(8001, "box", "tok", key2, sizeof(key2)), 0);
+	CHECK_INT(preview_index_key(8000, "box", "tok", key), 0);
+	CHECK_INT(preview_index_key(8001, "box", "tok", key2), 0);
 	CHECK(strncmp(key, "sbx:preview:", 12) == 0 && strlen(key) == 12 + 64);
 	CHECK(strcmp(key, key2) != 0);
 	CHECK_INT(preview_address_ok("127.0.0.1:4000"), 1);
