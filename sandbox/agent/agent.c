@@ -9,6 +9,7 @@
 #include "forward.h"
 #include "conf.h"
 #include "httpd.h"
+#include "keeper.h"
 #include "log.h"
 #include "pool.h"
 #include "registry.h"
@@ -175,6 +176,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	agent.reg = reg;
+	if (keeper_start(registry_lease(reg), agent.rt, &e) < 0) {
+		log_error("%s", e.msg);
+		return 1;
+	}
 	agent.lc = agent_lc_new(&agent, reg, &e);
 	if (!agent.lc) {
 		log_error("%s", e.msg);

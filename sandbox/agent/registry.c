@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -34,7 +35,7 @@ struct registry {
 	int connected;
 	int64_t connect_started;
 	int64_t last_reply;
-	int64_t lease_until;       /* monotonic ms: our alive key surely exists until then */
+	struct registry_lease *lease; /* shared with the fence keeper (MAP_SHARED) */
 	int pending;               /* commands without a reply yet */
 	int backoff_ms;
 	int down_logged;
@@ -73,6 +74,18 @@ static void reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 			 reply->str);
 }
 
+void registry_lease_extend(struct registry_lease *l, int64_t sent, int64_t ttl_ms)
+{
+	int64_t until = __atomic_load_n(&l->until, __ATOMIC_ACQUIRE);
+
+	/* Sent at or after the old lease ran out: the key may have been gone
+	 * in between, and someone may have taken over what we hold. */
+	if (sent >= until)
+		__atomic_add_fetch(&l->serial, 1, __ATOMIC_ACQ_REL);
+	if (sent + ttl_ms > until)
+		__atomic_store_n(&l->until, sent + ttl_ms, __ATOMIC_RELEASE);
+}
+
 /* The alive key was set: it lives node_ttl from when Redis ran the SET,
  * which is after we sent it — so counting from the send is on the safe side. */
 static void alive_cb(redisAsyncContext *ac, void *r, void *privdata)
@@ -93,13 +106,22 @@ static void alive_cb(redisAsyncContext *ac, void *r, void *privdata)
 		log_warn("registry: redis answered SET of the alive key: %.200s", reply->str);
 		return;
 	}
-	if (sent + reg->conf->cluster.node_ttl_ms > reg->lease_until)
-		reg->lease_until = sent + reg->conf->cluster.node_ttl_ms;
+	registry_lease_extend(reg->lease, sent, reg->conf->cluster.node_ttl_ms);
 }
 
 int registry_lease_valid(const struct registry *reg)
 {
-	return util_now_ms() < reg->lease_until;
+	return util_now_ms() < __atomic_load_n(&reg->lease->until, __ATOMIC_ACQUIRE);
+}
+
+int64_t registry_lease_serial(const struct registry *reg)
+{
+	return __atomic_load_n(&reg->lease->serial, __ATOMIC_ACQUIRE);
+}
+
+const struct registry_lease *registry_lease(const struct registry *reg)
+{
+	return reg->lease;
 }
 
 static void send_cmd(struct registry *reg, const char *what, const char *fmt, ...)
@@ -341,6 +363,13 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 	reg->stats = stats;
 	reg->stats_arg = arg;
 	reg->backoff_ms = BACKOFF_MIN_MS;
+	reg->lease = mmap(NULL, sizeof(*reg->lease), PROT_READ | PROT_WRITE,
+			  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (reg->lease == MAP_FAILED) {
+		err_sys(e, errno, "registry: cannot map the lease");
+		free(reg);
+		return NULL;
+	}
 	snprintf(reg->version, sizeof(reg->version), "%s", version);
 	util_iso8601(util_wall_ms(), reg->started_at);
 	node_size(conf, &reg->memory_mib, &reg->cpus_milli);
@@ -348,11 +377,13 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 	n2 = snprintf(reg->alive_key, sizeof(reg->alive_key), "sbx:node:{%s}:alive", conf->agent.name);
 	if (n1 < 0 || (size_t)n1 >= sizeof(reg->hash_key) || n2 < 0 ||
 	    (size_t)n2 >= sizeof(reg->alive_key)) {
+		munmap(reg->lease, sizeof(*reg->lease));
 		free(reg);
 		err_set(e, SBX_E_VALIDATION, "agent.name is too long");
 		return NULL;
 	}
 	if (redisurl_parse(conf->redis.url, &reg->url, e) < 0) {
+		munmap(reg->lease, sizeof(*reg->lease));
 		free(reg);
 		return NULL;
 	}
@@ -485,5 +516,6 @@ void registry_free(struct registry *reg)
 		event_free(reg->tick_ev);
 	if (reg->done_ev)
 		event_free(reg->done_ev);
+	munmap(reg->lease, sizeof(*reg->lease));
 	free(reg);
 }

@@ -42,6 +42,26 @@ int registry_connected(const struct registry *reg);
  * start work until it has it back and its fencing sweep has run. */
 int registry_lease_valid(const struct registry *reg);
 
+/* The lease as the registry and the fence keeper (keeper.h) share it, in
+ * a MAP_SHARED page made by registry_new (so a process forked after it
+ * sees every update). Read and written with __atomic builtins only. */
+struct registry_lease {
+	int64_t until;     /* monotonic ms: our alive key surely exists until then */
+	int64_t serial;    /* grows each time the lease is regained after a gap */
+};
+const struct registry_lease *registry_lease(const struct registry *reg);
+
+/* Changes whenever the lease lapsed and was regained: work begun at one
+ * serial and ending at another (or while the lease is not valid) spanned
+ * a time when this node may have been replaced, and must not report
+ * success. */
+int64_t registry_lease_serial(const struct registry *reg);
+
+/* The alive key was SET at monotonic time sent (ms) and acknowledged:
+ * extend l to sent + ttl_ms, and count a gap when sent is at or after the
+ * old end. Pure; thread-safe. */
+void registry_lease_extend(struct registry_lease *l, int64_t sent, int64_t ttl_ms);
+
 /* Called on the loop after every (re)connect, BEFORE the node is announced
  * (its entry and alive key written); first is 1 for the first connection of
  * this process. The hook must call registry_announce() once it has queued

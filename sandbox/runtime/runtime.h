@@ -74,6 +74,18 @@ int64_t rt_oom_kills(const struct rt_sandbox *sb);    /* OOM kills so far */
 int rt_cgroup_procs_open(const struct rt_sandbox *sb, int *fds, int max, struct sbx_err *e);
 unsigned rt_count(const struct rt *rt);
 
+/* Fencing (cgroup freezer): freeze (1) or thaw (0) the processes of sb;
+ * 0 or -1 with e. rt_frozen: 1 frozen, 0 thawed, -1 unknown. A frozen
+ * sandbox can still be destroyed: its processes die without running. */
+int rt_freeze(struct rt_sandbox *sb, int frozen, struct sbx_err *e);
+int rt_frozen(const struct rt_sandbox *sb);
+/* Freeze or thaw every sandbox of this node, pooled ones too, from their
+ * cgroups alone (the fence keeper runs this in its own process, where the
+ * runtime's lists are a stale copy). How many, or -1 without a freezer. */
+int rt_freeze_all(struct rt *rt, int frozen);
+/* Thaw the sandboxes of the warm pool (they belong to no one). */
+void rt_thaw_pooled(struct rt *rt);
+
 /* ---- warm pool support (sandbox/pool.c builds on these) ----------------
  * A pooled sandbox is built like any other but is not counted by
  * rt_count() nor against capacity by rt_create(); rt_pooled_count() counts
