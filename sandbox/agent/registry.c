@@ -1,4 +1,5 @@
 #include "registry.h"
+#include "httpd.h"
 #include "log.h"
 #include "redisurl.h"
 #include "util.h"
@@ -7,16 +8,25 @@
 #include <hiredis/async.h>
 #include <hiredis/adapters/libevent.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
+#define STAMP_MS 100               /* the loop's progress stamp */
+#define PROBE_MAX_MS 1000
 
 struct registry {
 	struct event_base *base;
@@ -47,6 +57,18 @@ struct registry {
 	void *on_connect_arg;
 	int ever_connected;
 	int announced;             /* the node entry and alive key are written on this connection */
+
+	/* The heartbeat thread (heartbeat_main): its own Redis connection, so
+	 * the lease never waits for the loop. Shared with it: loop_seen,
+	 * may_set, stop (atomics / mu). */
+	struct event *stamp_ev;    /* the loop writes loop_seen every STAMP_MS */
+	int64_t loop_seen;
+	int may_set;               /* the loop announced and its alive SET was answered */
+	pthread_t hb_thread;
+	int hb_started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int stop;
 
 	int shutting_down;
 	void (*done)(void *);
@@ -107,6 +129,8 @@ static void alive_cb(redisAsyncContext *ac, void *r, void *privdata)
 		return;
 	}
 	registry_lease_extend(reg->lease, sent, reg->conf->cluster.node_ttl_ms);
+	if (reg->announced)
+		__atomic_store_n(&reg->may_set, 1, __ATOMIC_RELEASE);
 }
 
 int registry_lease_valid(const struct registry *reg)
@@ -168,6 +192,234 @@ static void write_entry(struct registry *reg)
 	}
 }
 
+/* --- the heartbeat thread --- */
+
+int registry_probe_answered(const char *buf, ssize_t n)
+{
+	/* MHD closes a connection whose request line it cannot parse, after it
+	 * accepted and read it on the loop: EOF counts like an answer. */
+	return n == 0 || (n >= 7 && strncmp(buf, "HTTP/1.", 7) == 0);
+}
+
+/* Wait for fd to be ready for events within the time left until deadline. */
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+	int64_t left;
+	int rc;
+
+	do {
+		left = deadline - util_now_ms();
+		if (left <= 0)
+			return 0;
+		rc = poll(&p, 1, (int)left);
+	} while (rc < 0 && errno == EINTR);
+	return rc > 0;
+}
+
+/* Does our own HTTP server accept and read a connection within timeout_ms?
+ * One connection to agent.listen (a wildcard address is reached on the
+ * loopback) with a request line MHD rejects without calling a handler, so
+ * probes leave no trace in the request log. 1 answered, 0 not. */
+static int probe_httpd(const char *listen_addr, int timeout_ms)
+{
+	static const char req[] = "SBX-PROBE\r\n\r\n";
+	struct sockaddr_storage ss = { 0 };
+	struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+	int64_t deadline = util_now_ms() + timeout_ms;
+	char host[256], buf[16];
+	socklen_t len;
+	int port, err = 0;
+	socklen_t elen = sizeof(err);
+	auto_close int fd = -1;
+	ssize_t n;
+
+	if (httpd_parse_listen(listen_addr, host, sizeof(host), &port) < 0)
+		return 0;
+	if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+		in4->sin_family = AF_INET;
+		in4->sin_port = htons((uint16_t)port);
+		if (in4->sin_addr.s_addr == htonl(INADDR_ANY))
+			in4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		len = sizeof(*in4);
+	} else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons((uint16_t)port);
+		if (IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr))
+			in6->sin6_addr = in6addr_loopback;
+		len = sizeof(*in6);
+	} else {
+		return 0;
+	}
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return 0;
+	if (connect(fd, (struct sockaddr *)&ss, len) < 0) {
+		if (errno != EINPROGRESS || !wait_fd(fd, POLLOUT, deadline) ||
+		    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0 || err)
+			return 0;
+	}
+	if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof(req) - 1))
+		return 0;
+	for (;;) {
+		if (!wait_fd(fd, POLLIN, deadline))
+			return 0;
+		n = recv(fd, buf, sizeof(buf), 0);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n < 0)
+			return errno == ECONNRESET;  /* read and refused: it answered */
+		return registry_probe_answered(buf, n);
+	}
+}
+
+const char *registry_node_state(int probe_ok, int64_t loop_idle_ms, int64_t heartbeat_ms)
+{
+	return probe_ok && loop_idle_ms <= 2 * heartbeat_ms + STAMP_MS ? "up" : "degraded";
+}
+
+int registry_loop_may_hold_lease(int64_t loop_idle_ms, int64_t node_ttl_ms)
+{
+	return loop_idle_ms <= REGISTRY_STALL_TTLS * node_ttl_ms;
+}
+
+static redisContext *hb_connect(const struct registry *reg)
+{
+	int64_t ms = reg->conf->redis.connect_timeout_ms;
+	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
+	redisContext *c;
+
+	if (reg->url.is_unix)
+		c = redisConnectUnixWithTimeout(reg->url.path, tv);
+	else
+		c = redisConnectWithTimeout(reg->url.host, reg->url.port, tv);
+	if (!c || c->err) {
+		if (c)
+			redisFree(c);
+		return NULL;
+	}
+	util_set_cloexec(c->fd);
+	ms = reg->conf->redis.command_timeout_ms;
+	tv = (struct timeval){ (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
+	redisSetTimeout(c, tv);
+	return c;
+}
+
+/* One command on the thread's connection; 0, or -1 (the connection is
+ * dropped and made again next beat). */
+static int hb_command(redisContext **c, const char *fmt, ...)
+{
+	redisReply *r;
+	va_list ap;
+	int ok;
+
+	va_start(ap, fmt);
+	r = redisvCommand(*c, fmt, ap);
+	va_end(ap);
+	ok = r && r->type != REDIS_REPLY_ERROR;
+	if (r)
+		freeReplyObject(r);
+	if (!r) {
+		redisFree(*c);
+		*c = NULL;
+	}
+	return ok ? 0 : -1;
+}
+
+/* Every heartbeat, independent of the loop: probe our HTTP server, write
+ * the node's state (up / degraded), and SET the alive key while the loop
+ * is alive at all (it ran within REGISTRY_STALL_TTLS node_ttls) and has
+ * announced the node on its own connection. */
+static void *heartbeat_main(void *arg)
+{
+	struct registry *reg = arg;
+	const struct sbx_conf *conf = reg->conf;
+	int64_t hb = conf->cluster.heartbeat_ms;
+	int probe_ms = (int)(hb < PROBE_MAX_MS ? hb : PROBE_MAX_MS);
+	redisContext *c = NULL;
+	const char *last = "";
+
+	for (;;) {
+		struct timespec ts;
+		int64_t now, idle, sent;
+		const char *state;
+		int stop;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += (time_t)(hb / 1000);
+		ts.tv_nsec += (long)((hb % 1000) * 1000000);
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_mutex_lock(&reg->mu);
+		while (!reg->stop && pthread_cond_timedwait(&reg->cv, &reg->mu, &ts) == 0)
+			;
+		stop = reg->stop;
+		pthread_mutex_unlock(&reg->mu);
+		if (stop)
+			break;
+		state = registry_node_state(probe_httpd(conf->agent.listen, probe_ms),
+					    util_now_ms() - __atomic_load_n(&reg->loop_seen,
+									  __ATOMIC_ACQUIRE), hb);
+		if (!__atomic_load_n(&reg->may_set, __ATOMIC_ACQUIRE))
+			continue;
+		if (!c && !(c = hb_connect(reg)))
+			continue;
+		now = util_now_ms();
+		idle = now - __atomic_load_n(&reg->loop_seen, __ATOMIC_ACQUIRE);
+		if (registry_loop_may_hold_lease(idle, conf->cluster.node_ttl_ms)) {
+			sent = util_now_ms();
+			if (hb_command(&c, "SET %s 1 PX %lld", reg->alive_key,
+				       (long long)conf->cluster.node_ttl_ms) == 0)
+				registry_lease_extend(reg->lease, sent, conf->cluster.node_ttl_ms);
+		}
+		if (c && hb_command(&c, "HSET %s state %s", reg->hash_key, state) == 0 &&
+		    strcmp(state, last) != 0) {
+			if (strcmp(state, "up") == 0 && last[0])
+				log_info("registry: the HTTP server answers again: node up");
+			else if (strcmp(state, "degraded") == 0)
+				log_warn("registry: the HTTP server does not answer (loop idle for %lld ms): "
+					 "node degraded", (long long)idle);
+			last = state;
+		}
+	}
+	if (c)
+		redisFree(c);
+	return NULL;
+}
+
+static void heartbeat_start(struct registry *reg)
+{
+	if (reg->hb_started)
+		return;
+	if (pthread_create(&reg->hb_thread, NULL, heartbeat_main, reg) != 0) {
+		log_warn("registry: cannot start the heartbeat thread; the loop keeps the lease");
+		return;
+	}
+	reg->hb_started = 1;
+}
+
+static void heartbeat_stop(struct registry *reg)
+{
+	if (!reg->hb_started)
+		return;
+	pthread_mutex_lock(&reg->mu);
+	reg->stop = 1;
+	pthread_cond_signal(&reg->cv);
+	pthread_mutex_unlock(&reg->mu);
+	pthread_join(reg->hb_thread, NULL);
+	reg->hb_started = 0;
+}
+
+static void stamp_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct registry *reg = arg;
+
+	__atomic_store_n(&reg->loop_seen, util_now_ms(), __ATOMIC_RELEASE);
+}
+
 static void connect_cb(const redisAsyncContext *ac, int status)
 {
 	struct registry *reg = ac->data;
@@ -191,6 +443,7 @@ static void connect_cb(const redisAsyncContext *ac, int status)
 	log_info("registry: connected to redis as '%s' at %s", reg->conf->agent.name,
 		 reg->conf->agent.listen);
 	reg->announced = 0;
+	__atomic_store_n(&reg->may_set, 0, __ATOMIC_RELEASE);
 	first = !reg->ever_connected;
 	reg->ever_connected = 1;
 	if (reg->on_connect)
@@ -204,6 +457,7 @@ void registry_announce(struct registry *reg)
 	if (!reg->ac || !reg->connected || reg->announced)
 		return;
 	reg->announced = 1;
+	heartbeat_start(reg);
 	write_entry(reg);
 	send_cmd(reg, "XADD", "XADD sbx:events MAXLEN ~ 10000 * type node.up node %s address %s",
 		 reg->conf->agent.name, reg->conf->agent.listen);
@@ -218,6 +472,7 @@ static void disconnect_cb(const redisAsyncContext *ac, int status)
 	reg->ac = NULL;
 	reg->connected = 0;
 	reg->pending = 0;
+	__atomic_store_n(&reg->may_set, 0, __ATOMIC_RELEASE);
 	if (reg->shutting_down) {
 		if (reg->done_ev)
 			event_active(reg->done_ev, EV_TIMEOUT, 1);
@@ -237,6 +492,7 @@ static void drop_connection(struct registry *reg)
 	reg->ac = NULL;
 	reg->connected = 0;
 	reg->pending = 0;
+	__atomic_store_n(&reg->may_set, 0, __ATOMIC_RELEASE);
 	ac->data = NULL;
 	redisAsyncFree(ac);
 }
@@ -389,7 +645,18 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 	}
 	reg->reconnect_ev = evtimer_new(base, reconnect_cb, reg);
 	reg->tick_ev = event_new(base, -1, EV_PERSIST, tick_cb, reg);
-	if (!reg->reconnect_ev || !reg->tick_ev) {
+	reg->stamp_ev = event_new(base, -1, EV_PERSIST, stamp_cb, reg);
+	{
+		pthread_condattr_t ca;
+
+		pthread_mutex_init(&reg->mu, NULL);
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&reg->cv, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	reg->loop_seen = util_now_ms();
+	if (!reg->reconnect_ev || !reg->tick_ev || !reg->stamp_ev) {
 		registry_free(reg);
 		err_sys(e, ENOMEM, "registry events");
 		return NULL;
@@ -397,6 +664,9 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 	tv.tv_sec = conf->cluster.heartbeat_ms / 1000;
 	tv.tv_usec = (conf->cluster.heartbeat_ms % 1000) * 1000;
 	event_add(reg->tick_ev, &tv);
+	tv.tv_sec = 0;
+	tv.tv_usec = STAMP_MS * 1000;
+	event_add(reg->stamp_ev, &tv);
 	start_connect(reg);
 	return reg;
 }
@@ -481,6 +751,7 @@ void registry_shutdown(struct registry *reg, int timeout_ms, void (*done)(void *
 {
 	struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
 
+	heartbeat_stop(reg);  /* before the DEL: it must not SET the alive key again */
 	reg->shutting_down = 1;
 	reg->done = done;
 	reg->done_arg = arg;
@@ -508,12 +779,17 @@ void registry_free(struct registry *reg)
 {
 	if (!reg)
 		return;
+	heartbeat_stop(reg);
 	reg->shutting_down = 1;
 	drop_connection(reg);
 	if (reg->reconnect_ev)
 		event_free(reg->reconnect_ev);
 	if (reg->tick_ev)
 		event_free(reg->tick_ev);
+	if (reg->stamp_ev)
+		event_free(reg->stamp_ev);
+	pthread_cond_destroy(&reg->cv);
+	pthread_mutex_destroy(&reg->mu);
 	if (reg->done_ev)
 		event_free(reg->done_ev);
 	munmap(reg->lease, sizeof(*reg->lease));

@@ -7,6 +7,16 @@
  * liveness key sbx:node:{name}:alive (PX cluster.node_ttl); every
  * cluster.heartbeat it refreshes the alive key and the changing fields.
  * When Redis is down it reconnects with back-off; the agent keeps running.
+ *
+ * The lease does not depend on the loop: once the loop has announced the
+ * node, a heartbeat thread with a connection of its own SETs the alive key
+ * every heartbeat too, while the loop ran at all within
+ * REGISTRY_STALL_TTLS node_ttls (a long loop turn keeps the lease; a dead
+ * loop loses it). The thread also probes the agent's HTTP server (a
+ * connection to agent.listen that MHD must accept and read) and writes the
+ * node's state into its hash: "up", or "degraded" when the probe got no
+ * answer or the loop has not run for two heartbeats. Placement skips
+ * degraded nodes.
  */
 #ifndef SBX_REGISTRY_H
 #define SBX_REGISTRY_H
@@ -15,6 +25,7 @@
 #include "err.h"
 
 #include <event2/event.h>
+#include <sys/types.h>
 
 struct registry;
 
@@ -88,5 +99,14 @@ int registry_command(struct registry *reg, registry_reply_fn fn, void *arg, cons
 	__attribute__((format(printf, 4, 5)));
 
 void registry_free(struct registry *reg);
+
+#define REGISTRY_STALL_TTLS 3
+
+/* Pure rules of the heartbeat thread (unit-tested): the node's state from
+ * the probe and how long the loop has not run; whether it may still SET
+ * the alive key; whether n bytes read from the probe are an answer. */
+const char *registry_node_state(int probe_ok, int64_t loop_idle_ms, int64_t heartbeat_ms);
+int registry_loop_may_hold_lease(int64_t loop_idle_ms, int64_t node_ttl_ms);
+int registry_probe_answered(const char *buf, ssize_t n);
 
 #endif

@@ -3,6 +3,10 @@ container. On a stack of its own (FLUSHALL would wipe every other test's
 state); the API key is written back after each wipe."""
 
 import hashlib
+import os
+import resource
+import socket
+import time
 import uuid
 
 from conftest import stack_down, stack_up
@@ -48,4 +52,100 @@ def test_put_after_flushall_is_a_fresh_container():
                 inherited.append((i, f.status_code, names))
         assert not inherited, "a 201 handed over the old container: %r" % inherited
     finally:
+        stack_down(st)
+
+
+def node_state(st, name):
+    r = st.api("GET", "/v1/nodes", key=st.admin_key)
+    assert r.status_code == 200, r.text
+    return {n["name"]: n["state"] for n in r.json()["nodes"]}.get(name)
+
+
+def freezer_of(pid, tid):
+    with open("/proc/%d/task/%d/cgroup" % (pid, tid)) as f:
+        for line in f:
+            _, ctl, path = line.rstrip("\n").split(":", 2)
+            if ctl == "freezer":
+                return path
+    raise AssertionError("no v1 freezer here")
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def test_agent_whose_loop_stands_keeps_its_lease_but_is_degraded():
+    """Only the agent's event loop (its main thread) stands still — frozen in
+    a freezer cgroup of its own, as a long loop turn or a wedged server
+    would — for two node_ttls: its lease holds (the heartbeat thread keeps
+    the alive key), its state says degraded, and placement skips it. Before,
+    the heartbeat ran on the loop: the key expired and the node was down."""
+    st = stack_up(agents=2)
+    grp = "/sys/fs/cgroup/freezer/sbx-it-stall-%d" % os.getpid()
+    pid = st.pid("agent-1")
+    orig = freezer_of(pid, pid)
+    try:
+        st.wait("agent-1 up", lambda: node_state(st, "agent-1") == "up", timeout=15)
+        os.mkdir(grp)
+        write(grp + "/tasks", str(pid))          # the main thread only
+        write(grp + "/freezer.state", "FROZEN")
+        t0 = time.monotonic()
+        gaps, states = 0, set()
+        while time.monotonic() - t0 < 6.0:       # two node_ttls of the stack
+            gaps += st.redis_cli("EXISTS", "sbx:node:{agent-1}:alive") != "1"
+            states.add(node_state(st, "agent-1"))
+            time.sleep(0.2)
+        placed = [st.api("PUT", "/v1/sandboxes/" + uid("dg"), json={}, timeout=30)
+                  for _ in range(4)]
+        write(grp + "/freezer.state", "THAWED")
+        assert gaps == 0, "the lease lapsed while the loop stood still (%d checks)" % gaps
+        assert "degraded" in states, states
+        for r in placed:
+            assert r.status_code == 201, r.text
+            assert r.json()["node"] == "agent-2", r.json()["node"]
+        st.wait("agent-1 up again", lambda: node_state(st, "agent-1") == "up", timeout=15)
+    finally:
+        if os.path.isdir(grp):
+            write(grp + "/freezer.state", "THAWED")
+            write("/sys/fs/cgroup/freezer%s/tasks" % orig, str(pid))
+            os.rmdir(grp)
+        stack_down(st)
+
+
+def test_agent_that_cannot_accept_is_not_up():
+    """Every connection agent-1 will take is held open by idle clients, so it
+    accepts no new one (its connection limit, or its fd limit): its node
+    state is degraded and placement skips it; once they close, it is up."""
+    st = stack_up(agents=2)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    host, port = st.env["SBX_AGENT_1"].rsplit(":", 1)
+    held = []
+    try:
+        st.wait("agent-1 up", lambda: node_state(st, "agent-1") == "up", timeout=15)
+        for _ in range(6000):
+            s = socket.socket()
+            s.settimeout(0.5)
+            try:
+                s.connect((host, int(port)))
+            except OSError:
+                s.close()
+                break
+            held.append(s)
+        print("holding %d connections to agent-1" % len(held))
+        st.wait("agent-1 degraded", lambda: node_state(st, "agent-1") == "degraded",
+                timeout=15)
+        for _ in range(4):
+            r = st.api("PUT", "/v1/sandboxes/" + uid("na"), json={}, timeout=30)
+            assert r.status_code == 201, r.text
+            assert r.json()["node"] == "agent-2", r.json()["node"]
+        for s in held:
+            s.close()
+        held = []
+        st.wait("agent-1 up again", lambda: node_state(st, "agent-1") == "up", timeout=30)
+    finally:
+        for s in held:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         stack_down(st)

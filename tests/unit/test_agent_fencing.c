@@ -147,3 +147,18 @@ TEST(rt_cgroup_freeze_ops)
 	}
 	rmdir(root);
 }
+
+TEST(agent_heartbeat_rules)
+{
+	CHECK_STR(registry_node_state(1, 0, 500), "up");
+	CHECK_STR(registry_node_state(1, 1000, 500), "up");        /* within two beats */
+	CHECK_STR(registry_node_state(1, 5000, 500), "degraded");  /* the loop stands */
+	CHECK_STR(registry_node_state(0, 0, 500), "degraded");     /* no answer */
+	/* a long loop turn keeps the lease, a dead loop loses it */
+	CHECK_INT(registry_loop_may_hold_lease(2 * 3000, 3000), 1);
+	CHECK_INT(registry_loop_may_hold_lease(REGISTRY_STALL_TTLS * 3000 + 1, 3000), 0);
+	CHECK_INT(registry_probe_answered("", 0), 1);
+	CHECK_INT(registry_probe_answered("HTTP/1.1 400", 12), 1);
+	CHECK_INT(registry_probe_answered("garbage", 7), 0);
+	CHECK_INT(registry_probe_answered("HTTP", 4), 0);
+}
