@@ -5,11 +5,12 @@ state); the API key is written back after each wipe."""
 import hashlib
 import os
 import resource
+import signal
 import socket
 import time
 import uuid
 
-from conftest import stack_down, stack_up
+from conftest import sandbox_procs, stack_down, stack_up
 
 TENANT = "dev"
 
@@ -148,4 +149,75 @@ def test_agent_that_cannot_accept_is_not_up():
         for s in held:
             s.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        stack_down(st)
+
+
+COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /workspace/n; sleep 0.1; done"
+
+
+def freezer_state_of(key):
+    """freezer.state of sandbox key's cgroup ("none" without one)."""
+    procs = sandbox_procs(key)
+    assert procs, "no process of %s" % key
+    path = freezer_of(procs[0][0], procs[0][0])
+    if path == "/":
+        return "none"
+    with open("/sys/fs/cgroup/freezer%s/freezer.state" % path) as f:
+        return f.read().strip()
+
+
+def counter_of(key):
+    for pid, _, _ in sandbox_procs(key):
+        try:
+            with open("/proc/%d/root/workspace/n" % pid) as f:
+                return int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def test_paused_agent_that_still_owns_its_sandbox_thaws_it():
+    """The agent is stopped past its TTL and nothing re-places its sandbox
+    meanwhile: its fence keeper freezes the sandbox at the lease's end (a
+    counter inside stands still), and once the agent is back and its sweep
+    finds the record still naming it, the sandbox thaws and goes on: same
+    node, same epoch, the counter runs again."""
+    st = stack_up(agents=1)
+    key = None
+    pid = st.pid("agent-1")
+    try:
+        sid = uid("thaw")
+        key = "%s.%s" % (TENANT, sid)
+        r = st.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+        assert r.status_code == 201, r.text
+        rec = r.json()
+        r = st.api("POST", "/v1/sandboxes/%s/processes" % sid,
+                   json={"id": "count", "command": COUNTER})
+        assert r.status_code == 201, r.text
+        st.wait("the counter to run", lambda: (counter_of(key) or 0) > 2)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            st.wait("the lease to lapse",
+                    lambda: st.redis_cli("EXISTS", "sbx:node:{agent-1}:alive") == "0",
+                    timeout=15)
+            n1 = counter_of(key)
+            time.sleep(1.0)
+            n2 = counter_of(key)
+            state = freezer_state_of(key)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert n1 == n2, "the counter ran on while the lease had lapsed: %r -> %r" % (n1, n2)
+        assert state == "FROZEN", state
+        st.wait("the sandbox to thaw", lambda: freezer_state_of(key) == "THAWED", timeout=15)
+        st.wait("the counter to run again", lambda: (counter_of(key) or 0) > n2 + 2, timeout=10)
+        r = st.api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": "echo ok"},
+                   timeout=30)
+        assert r.status_code == 200 and r.json()["stdout"] == "ok\n", r.text
+        again = st.api("GET", "/v1/sandboxes/" + sid).json()
+        assert again["node"] == rec["node"] and again["epoch"] == rec["epoch"], again
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
         stack_down(st)
