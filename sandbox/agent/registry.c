@@ -26,7 +26,7 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 #define STAMP_MS 100               /* the loop's progress stamp */
-#define PROBE_MAX_MS 1000
+#define PROBE_TIMEOUT_MS 1000       /* one probe of our HTTP server */
 
 struct registry {
 	struct event_base *base;
@@ -274,9 +274,12 @@ static int probe_httpd(const char *listen_addr, int timeout_ms)
 	}
 }
 
-const char *registry_node_state(int probe_ok, int64_t loop_idle_ms, int64_t heartbeat_ms)
+const char *registry_node_state(int probes_failed, int64_t loop_idle_ms, int64_t heartbeat_ms)
 {
-	return probe_ok && loop_idle_ms <= 2 * heartbeat_ms + STAMP_MS ? "up" : "degraded";
+	if (probes_failed >= REGISTRY_PROBE_FAILS ||
+	    loop_idle_ms > 2 * heartbeat_ms + PROBE_TIMEOUT_MS + STAMP_MS)
+		return "degraded";
+	return "up";
 }
 
 int registry_loop_may_hold_lease(int64_t loop_idle_ms, int64_t node_ttl_ms)
@@ -336,13 +339,16 @@ static void *heartbeat_main(void *arg)
 	struct registry *reg = arg;
 	const struct sbx_conf *conf = reg->conf;
 	int64_t hb = conf->cluster.heartbeat_ms;
-	int probe_ms = (int)(hb < PROBE_MAX_MS ? hb : PROBE_MAX_MS);
+	int64_t probe_ms = conf->cluster.node_ttl_ms / 3;
 	redisContext *c = NULL;
 	const char *last = "";
+	int failed = 0;
 
+	if (probe_ms > PROBE_TIMEOUT_MS)
+		probe_ms = PROBE_TIMEOUT_MS;
 	for (;;) {
 		struct timespec ts;
-		int64_t now, idle, sent;
+		int64_t idle, sent;
 		const char *state;
 		int stop;
 
@@ -360,21 +366,21 @@ static void *heartbeat_main(void *arg)
 		pthread_mutex_unlock(&reg->mu);
 		if (stop)
 			break;
-		state = registry_node_state(probe_httpd(conf->agent.listen, probe_ms),
-					    util_now_ms() - __atomic_load_n(&reg->loop_seen,
-									  __ATOMIC_ACQUIRE), hb);
+		/* The lease first: the probe may take up to probe_ms. */
 		if (!__atomic_load_n(&reg->may_set, __ATOMIC_ACQUIRE))
 			continue;
 		if (!c && !(c = hb_connect(reg)))
 			continue;
-		now = util_now_ms();
-		idle = now - __atomic_load_n(&reg->loop_seen, __ATOMIC_ACQUIRE);
+		idle = util_now_ms() - __atomic_load_n(&reg->loop_seen, __ATOMIC_ACQUIRE);
 		if (registry_loop_may_hold_lease(idle, conf->cluster.node_ttl_ms)) {
 			sent = util_now_ms();
 			if (hb_command(&c, "SET %s 1 PX %lld", reg->alive_key,
 				       (long long)conf->cluster.node_ttl_ms) == 0)
 				registry_lease_extend(reg->lease, sent, conf->cluster.node_ttl_ms);
 		}
+		failed = probe_httpd(conf->agent.listen, (int)probe_ms) ? 0 : failed + 1;
+		idle = util_now_ms() - __atomic_load_n(&reg->loop_seen, __ATOMIC_ACQUIRE);
+		state = registry_node_state(failed, idle, hb);
 		if (c && hb_command(&c, "HSET %s state %s", reg->hash_key, state) == 0 &&
 		    strcmp(state, last) != 0) {
 			if (strcmp(state, "up") == 0 && last[0])

@@ -13,10 +13,11 @@
  * every heartbeat too, while the loop ran at all within
  * REGISTRY_STALL_TTLS node_ttls (a long loop turn keeps the lease; a dead
  * loop loses it). The thread also probes the agent's HTTP server (a
- * connection to agent.listen that MHD must accept and read) and writes the
- * node's state into its hash: "up", or "degraded" when the probe got no
- * answer or the loop has not run for two heartbeats. Placement skips
- * degraded nodes.
+ * connection to agent.listen that MHD must accept and read within a
+ * second) and writes the node's state into its hash: "up", or "degraded"
+ * when REGISTRY_PROBE_FAILS probes in a row got no answer or the loop has
+ * not run for two heartbeats and a probe's time. Placement skips degraded
+ * nodes.
  */
 #ifndef SBX_REGISTRY_H
 #define SBX_REGISTRY_H
@@ -101,11 +102,12 @@ int registry_command(struct registry *reg, registry_reply_fn fn, void *arg, cons
 void registry_free(struct registry *reg);
 
 #define REGISTRY_STALL_TTLS 3
+#define REGISTRY_PROBE_FAILS 2
 
 /* Pure rules of the heartbeat thread (unit-tested): the node's state from
  * the probe and how long the loop has not run; whether it may still SET
  * the alive key; whether n bytes read from the probe are an answer. */
-const char *registry_node_state(int probe_ok, int64_t loop_idle_ms, int64_t heartbeat_ms);
+const char *registry_node_state(int probes_failed, int64_t loop_idle_ms, int64_t heartbeat_ms);
 int registry_loop_may_hold_lease(int64_t loop_idle_ms, int64_t node_ttl_ms);
 int registry_probe_answered(const char *buf, ssize_t n);
 

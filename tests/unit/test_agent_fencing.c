@@ -150,10 +150,11 @@ TEST(rt_cgroup_freeze_ops)
 
 TEST(agent_heartbeat_rules)
 {
-	CHECK_STR(registry_node_state(1, 0, 500), "up");
-	CHECK_STR(registry_node_state(1, 1000, 500), "up");        /* within two beats */
-	CHECK_STR(registry_node_state(1, 5000, 500), "degraded");  /* the loop stands */
-	CHECK_STR(registry_node_state(0, 0, 500), "degraded");     /* no answer */
+	CHECK_STR(registry_node_state(0, 0, 500), "up");
+	CHECK_STR(registry_node_state(0, 1000, 500), "up");        /* within two beats */
+	CHECK_STR(registry_node_state(1, 0, 500), "up");           /* one slow answer */
+	CHECK_STR(registry_node_state(0, 5000, 500), "degraded");  /* the loop stands */
+	CHECK_STR(registry_node_state(REGISTRY_PROBE_FAILS, 0, 500), "degraded"); /* no answers */
 	/* a long loop turn keeps the lease, a dead loop loses it */
 	CHECK_INT(registry_loop_may_hold_lease(2 * 3000, 3000), 1);
 	CHECK_INT(registry_loop_may_hold_lease(REGISTRY_STALL_TTLS * 3000 + 1, 3000), 0);
