@@ -30,7 +30,8 @@ static void keeper_main(const struct registry_lease *lease, struct rt *rt, pid_t
 	int64_t froze_serial = 0;
 
 	for (;;) {
-		struct timespec ts = { 0, KEEPER_POLL_MS * 1000000L };
+		struct timespec ts;
+		int64_t nap;
 		int64_t until = __atomic_load_n(&lease->until, __ATOMIC_ACQUIRE);
 		int64_t serial = __atomic_load_n(&lease->serial, __ATOMIC_ACQUIRE);
 		int64_t now = util_now_ms();
@@ -56,6 +57,19 @@ static void keeper_main(const struct registry_lease *lease, struct rt *rt, pid_t
 			if (frozen && serial != froze_serial)
 				frozen = 0;     /* after a gap the agent's sweep thaws */
 			break;
+		}
+		/* The lease only grows: sleeping until its end as known now is
+		 * safe. While frozen, look often (new cgroups, a thaw). */
+		nap = frozen || until <= 0 ? KEEPER_POLL_MS : until - KEEPER_MARGIN_MS - util_now_ms();
+		if (nap < KEEPER_POLL_MS / 5)
+			nap = KEEPER_POLL_MS / 5;
+		if (nap > 1000)
+			nap = 1000;
+		ts.tv_sec = 0;
+		ts.tv_nsec = (long)nap * 1000000L;
+		if (nap >= 1000) {
+			ts.tv_sec = 1;
+			ts.tv_nsec = 0;
 		}
 		nanosleep(&ts, NULL);
 	}

@@ -23,7 +23,8 @@
 #include <sys/types.h>
 
 #define KEEPER_MARGIN_MS 200
-#define KEEPER_POLL_MS 50
+#define KEEPER_POLL_MS 50   /* while frozen or before the first lease; else it
+			     * sleeps until the lease's end as known (at most 1 s) */
 
 /* What the keeper does at monotonic time now, given the lease and what it
  * did last (frozen, at serial froze_serial): 1 freeze, -1 thaw, 0 nothing.
