@@ -83,6 +83,7 @@ int main(int argc, char **argv)
 	struct sbx_err e = { 0 };
 	struct httpd *httpd;
 	struct registry *reg;
+	struct keeper *keeper;
 	struct event *sigterm, *sigint;
 
 	log_init("sbx-agent", LOG_INFO);
@@ -176,7 +177,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	agent.reg = reg;
-	if (keeper_start(registry_lease(reg), agent.rt, &e) < 0) {
+	keeper = keeper_new(base, registry_lease(reg), agent.rt, &e);
+	if (!keeper) {
 		log_error("%s", e.msg);
 		return 1;
 	}
@@ -199,6 +201,7 @@ int main(int argc, char **argv)
 	httpd_free(httpd);
 	fwd_release_all();
 	agent_sb_destroy_all(&agent);
+	keeper_free(keeper);
 	pool_free(agent.pool);
 	agent.pool = NULL;
 	rt_free(agent.rt);

@@ -20,6 +20,7 @@
 #include "registry.h"
 #include "runtime.h"
 
+#include <event2/event.h>
 #include <sys/types.h>
 
 #define KEEPER_MARGIN_MS 200
@@ -32,7 +33,16 @@
 int keeper_decide(int64_t now, int64_t until, int64_t serial, int frozen, int64_t froze_serial);
 
 /* Fork the keeper. It dies with the agent (PR_SET_PDEATHSIG) and keeps no
- * fd of it. Call before any thread exists. Its pid, or -1 with e. */
+ * fd of it. Its pid, or -1 with e. */
 pid_t keeper_start(const struct registry_lease *lease, struct rt *rt, struct sbx_err *e);
+
+/* Start the keeper and watch it from the loop: should it die, it is
+ * reaped, logged and started again (at most once a second). New heap
+ * object (keeper_free, which stops the keeper), or NULL with e. Call it
+ * before any thread exists: the first fork is then the plain kind. */
+struct keeper;
+struct keeper *keeper_new(struct event_base *base, const struct registry_lease *lease,
+			  struct rt *rt, struct sbx_err *e);
+void keeper_free(struct keeper *k);
 
 #endif

@@ -221,3 +221,61 @@ def test_paused_agent_that_still_owns_its_sandbox_thaws_it():
         except OSError:
             pass
         stack_down(st)
+
+
+def keepers_of(agent_pid):
+    """Pids of the fence keeper(s): the agent's children that are sbx-agent."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        rest = stat.rsplit(")", 1)[1].split()
+        if comm == "sbx-agent" and rest[0] != "Z" and int(rest[1]) == agent_pid:
+            found.append(int(d))
+    return found
+
+
+def test_a_killed_fence_keeper_is_started_again_and_fences():
+    """SIGKILL the fence keeper: the agent starts another, and that one
+    freezes the sandbox when the agent is then stopped past its TTL."""
+    st = stack_up(agents=1)
+    pid = st.pid("agent-1")
+    try:
+        old = keepers_of(pid)
+        assert len(old) == 1, old
+        os.kill(old[0], signal.SIGKILL)
+        st.wait("a new fence keeper", lambda: (lambda k: len(k) == 1 and k != old)(
+            keepers_of(pid)), timeout=10)
+        sid = uid("kk")
+        key = "%s.%s" % (TENANT, sid)
+        r = st.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+        assert r.status_code == 201, r.text
+        r = st.api("POST", "/v1/sandboxes/%s/processes" % sid,
+                   json={"id": "count", "command": COUNTER})
+        assert r.status_code == 201, r.text
+        st.wait("the counter to run", lambda: (counter_of(key) or 0) > 2)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            st.wait("the lease to lapse",
+                    lambda: st.redis_cli("EXISTS", "sbx:node:{agent-1}:alive") == "0",
+                    timeout=15)
+            n1 = counter_of(key)
+            time.sleep(1.0)
+            n2 = counter_of(key)
+            state = freezer_state_of(key)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert n1 == n2 and state == "FROZEN", (n1, n2, state)
+        st.wait("the sandbox to thaw", lambda: freezer_state_of(key) == "THAWED", timeout=15)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+        stack_down(st)
