@@ -176,6 +176,34 @@ def counter_of(key):
     return None
 
 
+def counting_sandbox(st, prefix):
+    """A new sandbox with a COUNTER loop running: (id, key, its record)."""
+    sid = uid(prefix)
+    key = "%s.%s" % (TENANT, sid)
+    r = st.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+    assert r.status_code == 201, r.text
+    rec = r.json()
+    r = st.api("POST", "/v1/sandboxes/%s/processes" % sid, json={"id": "count", "command": COUNTER})
+    assert r.status_code == 201, r.text
+    st.wait("the counter to run", lambda: (counter_of(key) or 0) > 2)
+    return sid, key, rec
+
+
+def pause_past_ttl(st, pid, key):
+    """SIGSTOP agent pid until its alive key expired; read key's counter
+    twice a second apart and its freezer state; SIGCONT. (n1, n2, state)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        st.wait("the lease to lapse",
+                lambda: st.redis_cli("EXISTS", "sbx:node:{agent-1}:alive") == "0", timeout=15)
+        n1 = counter_of(key)
+        time.sleep(1.0)
+        n2 = counter_of(key)
+        return n1, n2, freezer_state_of(key)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def test_paused_agent_that_still_owns_its_sandbox_thaws_it():
     """The agent is stopped past its TTL and nothing re-places its sandbox
     meanwhile: its fence keeper freezes the sandbox at the lease's end (a
@@ -183,29 +211,10 @@ def test_paused_agent_that_still_owns_its_sandbox_thaws_it():
     finds the record still naming it, the sandbox thaws and goes on: same
     node, same epoch, the counter runs again."""
     st = stack_up(agents=1)
-    key = None
     pid = st.pid("agent-1")
     try:
-        sid = uid("thaw")
-        key = "%s.%s" % (TENANT, sid)
-        r = st.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
-        assert r.status_code == 201, r.text
-        rec = r.json()
-        r = st.api("POST", "/v1/sandboxes/%s/processes" % sid,
-                   json={"id": "count", "command": COUNTER})
-        assert r.status_code == 201, r.text
-        st.wait("the counter to run", lambda: (counter_of(key) or 0) > 2)
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            st.wait("the lease to lapse",
-                    lambda: st.redis_cli("EXISTS", "sbx:node:{agent-1}:alive") == "0",
-                    timeout=15)
-            n1 = counter_of(key)
-            time.sleep(1.0)
-            n2 = counter_of(key)
-            state = freezer_state_of(key)
-        finally:
-            os.kill(pid, signal.SIGCONT)
+        sid, key, rec = counting_sandbox(st, "thaw")
+        n1, n2, state = pause_past_ttl(st, pid, key)
         assert n1 == n2, "the counter ran on while the lease had lapsed: %r -> %r" % (n1, n2)
         assert state == "FROZEN", state
         st.wait("the sandbox to thaw", lambda: freezer_state_of(key) == "THAWED", timeout=15)
@@ -252,25 +261,8 @@ def test_a_killed_fence_keeper_is_started_again_and_fences():
         os.kill(old[0], signal.SIGKILL)
         st.wait("a new fence keeper", lambda: (lambda k: len(k) == 1 and k != old)(
             keepers_of(pid)), timeout=10)
-        sid = uid("kk")
-        key = "%s.%s" % (TENANT, sid)
-        r = st.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
-        assert r.status_code == 201, r.text
-        r = st.api("POST", "/v1/sandboxes/%s/processes" % sid,
-                   json={"id": "count", "command": COUNTER})
-        assert r.status_code == 201, r.text
-        st.wait("the counter to run", lambda: (counter_of(key) or 0) > 2)
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            st.wait("the lease to lapse",
-                    lambda: st.redis_cli("EXISTS", "sbx:node:{agent-1}:alive") == "0",
-                    timeout=15)
-            n1 = counter_of(key)
-            time.sleep(1.0)
-            n2 = counter_of(key)
-            state = freezer_state_of(key)
-        finally:
-            os.kill(pid, signal.SIGCONT)
+        sid, key, _ = counting_sandbox(st, "kk")
+        n1, n2, state = pause_past_ttl(st, pid, key)
         assert n1 == n2 and state == "FROZEN", (n1, n2, state)
         st.wait("the sandbox to thaw", lambda: freezer_state_of(key) == "THAWED", timeout=15)
     finally:
