@@ -736,6 +736,8 @@ int64_t rt_oom_kills(const struct rt_sandbox *sb)
 	return sb->rt->cg->ops->oom_kills(sb->rt->cg, sb->cg_key);
 }
 
+_Static_assert(RT_CGROUP_FDS >= CG_MAX_ROOTS, "RT_CGROUP_FDS must cover every hierarchy");
+
 int rt_cgroup_procs_open(const struct rt_sandbox *sb, int *fds, int max, struct sbx_err *e)
 {
 	const struct cg *cg = sb->rt->cg;

@@ -68,9 +68,9 @@ int64_t rt_oom_kills(const struct rt_sandbox *sb);    /* OOM kills so far */
  * sandbox's cgroups (one per v1 hierarchy, at most max, RT_CGROUP_FDS is
  * enough): writing "0" to them moves the writer in, so a host process
  * started for the sandbox can join them between fork and exec and be
- * charged to its limits. The number of fds (caller closes them), or -1
- * with e filled. */
-#define RT_CGROUP_FDS 3
+ * charged to its limits (and frozen with it: the freezer is one of them).
+ * The number of fds (caller closes them), or -1 with e filled. */
+#define RT_CGROUP_FDS 4   /* CG_MAX_ROOTS: memory, pids, cpu, freezer */
 int rt_cgroup_procs_open(const struct rt_sandbox *sb, int *fds, int max, struct sbx_err *e);
 unsigned rt_count(const struct rt *rt);
 
