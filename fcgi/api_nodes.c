@@ -46,7 +46,12 @@ static json_t *node_json(const char *name, const redisReply *h, int alive)
 		return NULL;
 	json_object_set_new(o, "name", json_string(name));
 	json_object_set_new(o, "address", addr && ids_valid_utf8(addr, strlen(addr)) ? json_string(addr) : json_null());
-	json_object_set_new(o, "state", json_string(alive ? "up" : "down"));
+	{
+		const char *st = store_hash_get(h, "state");
+
+		json_object_set_new(o, "state", json_string(!alive ? "down" :
+							    st && strcmp(st, "degraded") == 0 ? "degraded" : "up"));
+	}
 	json_object_set_new(o, "capacity", number_field(h, "capacity"));
 	json_object_set_new(o, "load", number_field(h, "load"));
 	json_object_set_new(o, "sandboxes", number_field(h, "sandboxes"));

@@ -16,7 +16,8 @@
 
 int placement_has_room(const struct placement_node *n)
 {
-	return n->alive && agentc_address_ok(n->address) && n->running < n->capacity;
+	return n->alive && !n->degraded && agentc_address_ok(n->address) &&
+	       n->running < n->capacity;
 }
 
 int placement_fits(const struct placement_node *n, const struct placement_need *need)
@@ -71,7 +72,7 @@ static int64_t int_of(const redisReply *r, int64_t def)
 static int append_node(const char *name, struct sbx_err *e)
 {
 	if (store_append(e, "EXISTS %s", RK_NODE(name, "alive")) < 0 ||
-	    store_append(e, "HMGET %s address capacity sandboxes memoryMiB cpusMilli",
+	    store_append(e, "HMGET %s address capacity sandboxes memoryMiB cpusMilli state",
 			 RK_NODE(name, NULL)) < 0 ||
 	    store_append(e, "SCARD %s", RK_NODE(name, "sandboxes")) < 0)
 		return -1;
@@ -86,7 +87,7 @@ static void parse_node(const char *name, redisReply **rep, struct placement_node
 	memset(out, 0, sizeof(*out));
 	snprintf(out->name, sizeof(out->name), "%s", name);
 	out->alive = rep[0]->type == REDIS_REPLY_INTEGER && rep[0]->integer > 0;
-	if (h->type == REDIS_REPLY_ARRAY && h->elements == 5) {
+	if (h->type == REDIS_REPLY_ARRAY && h->elements == 6) {
 		if (h->element[0]->type == REDIS_REPLY_STRING &&
 		    (size_t)h->element[0]->len < sizeof(out->address))
 			snprintf(out->address, sizeof(out->address), "%s", h->element[0]->str);
@@ -94,6 +95,8 @@ static void parse_node(const char *name, redisReply **rep, struct placement_node
 		out->running = int_of(h->element[2], 0);
 		out->memory_mib = int_of(h->element[3], 0);
 		out->cpus_milli = int_of(h->element[4], 0);
+		out->degraded = h->element[5]->type == REDIS_REPLY_STRING &&
+				strcmp(h->element[5]->str, "degraded") == 0;
 	}
 	out->load = int_of(rep[2], 0);
 }

@@ -36,6 +36,7 @@ struct placement_node {
 	int64_t cpus_milli;     /* cpu limits it may commit (0: not counted) */
 	int64_t memory_committed;   /* by its running sandboxes (placement_pick) */
 	int64_t cpus_committed;
+	int degraded;           /* its heartbeat says its HTTP server does not answer */
 };
 
 /* The size of the sandbox being placed. */
@@ -44,7 +45,8 @@ struct placement_need {
 	int64_t cpus_milli;
 };
 
-/* 1 when n can take one more sandbox: alive, an address, running < capacity. */
+/* 1 when n can take one more sandbox: alive, not degraded, an address,
+ * running < capacity. */
 int placement_has_room(const struct placement_node *n);
 
 /* placement_has_room, and need fits in the memory and cpus the node has

@@ -9,6 +9,7 @@
 #include "forward.h"
 #include "conf.h"
 #include "httpd.h"
+#include "keeper.h"
 #include "log.h"
 #include "pool.h"
 #include "registry.h"
@@ -82,6 +83,7 @@ int main(int argc, char **argv)
 	struct sbx_err e = { 0 };
 	struct httpd *httpd;
 	struct registry *reg;
+	struct keeper *keeper;
 	struct event *sigterm, *sigint;
 
 	log_init("sbx-agent", LOG_INFO);
@@ -175,6 +177,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	agent.reg = reg;
+	keeper = keeper_new(base, registry_lease(reg), agent.rt, &e);
+	if (!keeper) {
+		log_error("%s", e.msg);
+		return 1;
+	}
 	agent.lc = agent_lc_new(&agent, reg, &e);
 	if (!agent.lc) {
 		log_error("%s", e.msg);
@@ -194,6 +201,7 @@ int main(int argc, char **argv)
 	httpd_free(httpd);
 	fwd_release_all();
 	agent_sb_destroy_all(&agent);
+	keeper_free(keeper);
 	pool_free(agent.pool);
 	agent.pool = NULL;
 	rt_free(agent.rt);

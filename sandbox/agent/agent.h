@@ -62,6 +62,7 @@ struct agent_stream {
 	char key[AGENT_KEY_MAX];
 	int64_t run;
 	int active;
+	int64_t lease_serial;        /* registry_lease_serial() when it began */
 };
 
 struct agent_fence {
@@ -173,6 +174,13 @@ struct agent_sb *agent_sb_running(struct agent *a, const char *key, const char *
  * are not streams: they never keep a sandbox awake. */
 void agent_sb_stream_begin(struct agent_sb *sb, struct agent_stream *st);
 void agent_sb_stream_end(struct agent *a, struct agent_stream *st);
+
+/* May the call of stream st report success? 1 while this node held its
+ * lease without a gap since the stream began; 0 when the lease lapsed
+ * meanwhile (the node may have been replaced, its sandbox re-placed and
+ * this copy frozen): then the call must end with 503 NODE_UNAVAILABLE
+ * (or an SSE error event), never with its result. */
+int agent_stream_lease_held(const struct agent *a, const struct agent_stream *st);
 
 /* Start the sleep timer and the fencing sweep; hooks the registry's
  * connect callback. NULL with e filled. */

@@ -15,6 +15,12 @@
  *    names another node, or has a higher epoch (unless it is a start meant
  *    for us, state "starting") is destroyed and forgotten ("fenced"), and
  *    the fence table is raised to the record's epoch.
+ *  - fencing by freezing: the fence keeper (keeper.c) freezes every
+ *    sandbox when the lease runs out; once the lease is back after a gap,
+ *    a sweep runs at once, and each sandbox its record still gives us is
+ *    thawed (only from a sweep sent and answered inside the new lease);
+ *    the rest are destroyed frozen, so they never run again. Calls that
+ *    spanned the gap fail (agent_stream_lease_held).
  *  - restart: on every connect, the sandboxes the node index lists for us
  *    that we do not run, but whose records say running/starting on us, are
  *    set to sleeping ("lost"): the next data call wakes them.
@@ -35,6 +41,7 @@
 #include <string.h>
 
 #define LC_TICK_MS 1000
+#define LC_LEASE_WATCH_MS 100
 #define LC_SWEEP_MIN_MS 1000
 #define LC_RECORD_KEY_MAX (AGENT_KEY_MAX + 16)
 
@@ -43,7 +50,12 @@ struct agent_lc {
 	struct registry *reg;
 	struct event *tick_ev;
 	struct event *sweep_ev;
+	struct event *lease_ev;      /* watches for a lease regained after a gap */
+	int64_t lease_serial;        /* the serial the last thawing sweep ran at */
 };
+
+/* For agent_stream_lease_held / stream begin (the agent is one per process). */
+static const struct registry *lease_reg;
 
 /* Set the record to sleeping when it still names this node (ARGV[1]) with
  * epoch ARGV[2] and is running or starting. ARGV: node epoch lastActiveAt
@@ -88,6 +100,7 @@ void agent_sb_stream_begin(struct agent_sb *sb, struct agent_stream *st)
 	snprintf(st->key, sizeof(st->key), "%s", sb->key);
 	st->run = sb->run;
 	st->active = 1;
+	st->lease_serial = lease_reg ? registry_lease_serial(lease_reg) : 0;
 	sb->streams++;
 	sb->last_active_at = util_wall_ms();
 }
@@ -106,6 +119,13 @@ void agent_sb_stream_end(struct agent *a, struct agent_stream *st)
 	if (sb->streams > 0)
 		sb->streams--;
 	sb->last_active_at = util_wall_ms();
+}
+
+int agent_stream_lease_held(const struct agent *a, const struct agent_stream *st)
+{
+	if (!a->reg)
+		return 1;
+	return registry_lease_valid(a->reg) && registry_lease_serial(a->reg) == st->lease_serial;
 }
 
 /* --- Redis writes --- */
@@ -236,7 +256,24 @@ struct sweep_ctx {
 	struct agent *a;
 	char key[AGENT_KEY_MAX];
 	int64_t epoch, run;
+	int lease_ok;            /* the lease was valid when the HMGET was sent ... */
+	int64_t lease_serial;    /* ... at this serial */
 };
+
+/* A frozen sandbox the sweep keeps is thawed, when its record was read
+ * inside one unbroken lease: nobody can have taken it over since. */
+static void thaw_kept(struct agent *a, struct agent_sb *sb, const struct sweep_ctx *c)
+{
+	struct sbx_err e = { 0 };
+
+	if (!sb->rt || sb->dead || rt_frozen(sb->rt) != 1 || !c->lease_ok ||
+	    !registry_lease_valid(a->reg) || registry_lease_serial(a->reg) != c->lease_serial)
+		return;
+	if (rt_freeze(sb->rt, 0, &e) < 0)
+		log_warn("sandbox '%s': %s", sb->key, e.msg);
+	else
+		log_info("sandbox '%s': still ours after the lease gap; thawed", sb->key);
+}
 
 static const char *elem_str(const redisReply *r, size_t i)
 {
@@ -310,9 +347,11 @@ static void sweep_reply(void *arg, struct redisReply *reply)
 	switch (agent_lc_decide(a->conf->agent.name, sb->epoch, sb->rt && !sb->dead, node, rec_epoch,
 				elem_str(reply, 2))) {
 	case AGENT_LC_KEEP:
+		thaw_kept(a, sb, c);
 		break;
 	case AGENT_LC_RAISE_FENCE:
 		agent_fence(a, sb->key, rec_epoch, &e);
+		thaw_kept(a, sb, c);
 		break;
 	case AGENT_LC_DESTROY:
 		fence_out(a, sb, rec_epoch, rec_epoch < 0 ? "its record is gone" :
@@ -361,6 +400,8 @@ static void sweep(struct agent_lc *lc)
 		snprintf(c->key, sizeof(c->key), "%s", sb->key);
 		c->epoch = sb->epoch;
 		c->run = sb->run;
+		c->lease_ok = registry_lease_valid(lc->reg);
+		c->lease_serial = registry_lease_serial(lc->reg);
 		if (registry_command(lc->reg, sweep_reply, c, "HMGET %s node epoch state", rkey) < 0) {
 			free(c);
 			return;
@@ -371,6 +412,20 @@ static void sweep(struct agent_lc *lc)
 static void sweep_cb(evutil_socket_t fd, short what, void *arg)
 {
 	sweep(arg);
+}
+
+/* The lease is back after a gap: thaw the pool (it belongs to no one) and
+ * sweep now rather than at the next tick, so kept sandboxes thaw soon. */
+static void lease_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent_lc *lc = arg;
+	int64_t serial = registry_lease_serial(lc->reg);
+
+	if (serial == lc->lease_serial || !registry_lease_valid(lc->reg) || lc->a->shutting_down)
+		return;
+	lc->lease_serial = serial;
+	rt_thaw_pooled(lc->a->rt);
+	sweep(lc);
 }
 
 /* --- after a (re)connect: what the node index says we ran --- */
@@ -439,6 +494,7 @@ struct agent_lc *agent_lc_new(struct agent *a, struct registry *reg, struct sbx_
 	struct agent_lc *lc = calloc(1, sizeof(*lc));
 	int64_t sweep_ms = a->conf->cluster.node_ttl_ms / 2;
 	struct timeval tick = { LC_TICK_MS / 1000, (LC_TICK_MS % 1000) * 1000 }, sw;
+	struct timeval watch = { 0, LC_LEASE_WATCH_MS * 1000 };
 
 	if (!lc) {
 		err_sys(e, ENOMEM, "lifecycle");
@@ -452,13 +508,15 @@ struct agent_lc *agent_lc_new(struct agent *a, struct registry *reg, struct sbx_
 	lc->reg = reg;
 	lc->tick_ev = event_new(a->base, -1, EV_PERSIST, tick_cb, lc);
 	lc->sweep_ev = event_new(a->base, -1, EV_PERSIST, sweep_cb, lc);
-	if (!lc->tick_ev || !lc->sweep_ev || event_add(lc->tick_ev, &tick) < 0 ||
-	    event_add(lc->sweep_ev, &sw) < 0) {
+	lc->lease_ev = event_new(a->base, -1, EV_PERSIST, lease_cb, lc);
+	if (!lc->tick_ev || !lc->sweep_ev || !lc->lease_ev || event_add(lc->tick_ev, &tick) < 0 ||
+	    event_add(lc->sweep_ev, &sw) < 0 || event_add(lc->lease_ev, &watch) < 0) {
 		agent_lc_free(lc);
 		err_sys(e, ENOMEM, "lifecycle timers");
 		return NULL;
 	}
 	registry_on_connect(reg, connected, lc);
+	lease_reg = reg;
 	return lc;
 }
 
@@ -472,6 +530,10 @@ void agent_lc_free(struct agent_lc *lc)
 		event_free(lc->tick_ev);
 	if (lc->sweep_ev)
 		event_free(lc->sweep_ev);
+	if (lc->lease_ev)
+		event_free(lc->lease_ev);
+	if (lease_reg == lc->reg)
+		lease_reg = NULL;
 	free(lc);
 }
 

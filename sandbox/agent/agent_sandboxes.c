@@ -390,7 +390,15 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	if (sb && p.generation < sb->generation)
 		return err_set(e, SBX_E_CONFLICT, "generation %lld is older than the current %lld",
 			       (long long)p.generation, (long long)sb->generation);
-	if (sb && sb->rt && !sb->dead && p.generation == sb->generation) {
+	/* The running container answers for this start only when it is the very
+	 * one the record names: same generation AND epoch (a retried PUT). The
+	 * same generation at a new epoch is a record made again (Redis lost
+	 * it: FLUSHALL, a failover): a fresh container, never the old one. */
+	if (sb && sb->rt && !sb->dead && p.generation == sb->generation && p.epoch != sb->epoch)
+		log_warn("sandbox '%s': generation %lld again at epoch %lld (was %lld): its record "
+			 "was made anew; replacing the container", c->key, (long long)p.generation,
+			 (long long)p.epoch, (long long)sb->epoch);
+	else if (sb && sb->rt && !sb->dead && p.generation == sb->generation) {
 		sb->epoch = p.epoch;
 		if (p.sleep_after_ms >= 0)
 			sb->sleep_after_ms = p.sleep_after_ms;

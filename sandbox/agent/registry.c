@@ -1,4 +1,5 @@
 #include "registry.h"
+#include "httpd.h"
 #include "log.h"
 #include "redisurl.h"
 #include "util.h"
@@ -7,15 +8,25 @@
 #include <hiredis/async.h>
 #include <hiredis/adapters/libevent.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
+#define STAMP_MS 100               /* the loop's progress stamp */
+#define PROBE_TIMEOUT_MS 1000       /* one probe of our HTTP server */
 
 struct registry {
 	struct event_base *base;
@@ -34,7 +45,7 @@ struct registry {
 	int connected;
 	int64_t connect_started;
 	int64_t last_reply;
-	int64_t lease_until;       /* monotonic ms: our alive key surely exists until then */
+	struct registry_lease *lease; /* shared with the fence keeper (MAP_SHARED) */
 	int pending;               /* commands without a reply yet */
 	int backoff_ms;
 	int down_logged;
@@ -46,6 +57,18 @@ struct registry {
 	void *on_connect_arg;
 	int ever_connected;
 	int announced;             /* the node entry and alive key are written on this connection */
+
+	/* The heartbeat thread (heartbeat_main): its own Redis connection, so
+	 * the lease never waits for the loop. Shared with it: loop_seen,
+	 * may_set, stop (atomics / mu). */
+	struct event *stamp_ev;    /* the loop writes loop_seen every STAMP_MS */
+	int64_t loop_seen;
+	int may_set;               /* the loop announced and its alive SET was answered */
+	pthread_t hb_thread;
+	int hb_started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int stop;
 
 	int shutting_down;
 	void (*done)(void *);
@@ -73,6 +96,18 @@ static void reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 			 reply->str);
 }
 
+void registry_lease_extend(struct registry_lease *l, int64_t sent, int64_t ttl_ms)
+{
+	int64_t until = __atomic_load_n(&l->until, __ATOMIC_ACQUIRE);
+
+	/* Sent at or after the old lease ran out: the key may have been gone
+	 * in between, and someone may have taken over what we hold. */
+	if (sent >= until)
+		__atomic_add_fetch(&l->serial, 1, __ATOMIC_ACQ_REL);
+	if (sent + ttl_ms > until)
+		__atomic_store_n(&l->until, sent + ttl_ms, __ATOMIC_RELEASE);
+}
+
 /* The alive key was set: it lives node_ttl from when Redis ran the SET,
  * which is after we sent it — so counting from the send is on the safe side. */
 static void alive_cb(redisAsyncContext *ac, void *r, void *privdata)
@@ -93,13 +128,24 @@ static void alive_cb(redisAsyncContext *ac, void *r, void *privdata)
 		log_warn("registry: redis answered SET of the alive key: %.200s", reply->str);
 		return;
 	}
-	if (sent + reg->conf->cluster.node_ttl_ms > reg->lease_until)
-		reg->lease_until = sent + reg->conf->cluster.node_ttl_ms;
+	registry_lease_extend(reg->lease, sent, reg->conf->cluster.node_ttl_ms);
+	if (reg->announced)
+		__atomic_store_n(&reg->may_set, 1, __ATOMIC_RELEASE);
 }
 
 int registry_lease_valid(const struct registry *reg)
 {
-	return util_now_ms() < reg->lease_until;
+	return util_now_ms() < __atomic_load_n(&reg->lease->until, __ATOMIC_ACQUIRE);
+}
+
+int64_t registry_lease_serial(const struct registry *reg)
+{
+	return __atomic_load_n(&reg->lease->serial, __ATOMIC_ACQUIRE);
+}
+
+const struct registry_lease *registry_lease(const struct registry *reg)
+{
+	return reg->lease;
 }
 
 static void send_cmd(struct registry *reg, const char *what, const char *fmt, ...)
@@ -146,6 +192,240 @@ static void write_entry(struct registry *reg)
 	}
 }
 
+/* --- the heartbeat thread --- */
+
+int registry_probe_answered(const char *buf, ssize_t n)
+{
+	/* MHD closes a connection whose request line it cannot parse, after it
+	 * accepted and read it on the loop: EOF counts like an answer. */
+	return n == 0 || (n >= 7 && strncmp(buf, "HTTP/1.", 7) == 0);
+}
+
+/* Wait for fd to be ready for events within the time left until deadline. */
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+	int64_t left;
+	int rc;
+
+	do {
+		left = deadline - util_now_ms();
+		if (left <= 0)
+			return 0;
+		rc = poll(&p, 1, (int)left);
+	} while (rc < 0 && errno == EINTR);
+	return rc > 0;
+}
+
+/* Does our own HTTP server accept and read a connection within timeout_ms?
+ * One connection to agent.listen (a wildcard address is reached on the
+ * loopback) with a request line MHD rejects without calling a handler, so
+ * probes leave no trace in the request log. 1 answered, 0 not. */
+static int probe_httpd(const char *listen_addr, int timeout_ms)
+{
+	static const char req[] = "SBX-PROBE\r\n\r\n";
+	struct sockaddr_storage ss = { 0 };
+	struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+	int64_t deadline = util_now_ms() + timeout_ms;
+	char host[256], buf[16];
+	socklen_t len;
+	int port, err = 0;
+	socklen_t elen = sizeof(err);
+	auto_close int fd = -1;
+	ssize_t n;
+
+	if (httpd_parse_listen(listen_addr, host, sizeof(host), &port) < 0)
+		return 0;
+	if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+		in4->sin_family = AF_INET;
+		in4->sin_port = htons((uint16_t)port);
+		if (in4->sin_addr.s_addr == htonl(INADDR_ANY))
+			in4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		len = sizeof(*in4);
+	} else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons((uint16_t)port);
+		if (IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr))
+			in6->sin6_addr = in6addr_loopback;
+		len = sizeof(*in6);
+	} else {
+		return 0;
+	}
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return 0;
+	if (connect(fd, (struct sockaddr *)&ss, len) < 0) {
+		if (errno != EINPROGRESS || !wait_fd(fd, POLLOUT, deadline) ||
+		    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0 || err)
+			return 0;
+	}
+	if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof(req) - 1))
+		return 0;
+	for (;;) {
+		if (!wait_fd(fd, POLLIN, deadline))
+			return 0;
+		n = recv(fd, buf, sizeof(buf), 0);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n < 0)
+			return errno == ECONNRESET;  /* read and refused: it answered */
+		return registry_probe_answered(buf, n);
+	}
+}
+
+const char *registry_node_state(int probes_failed, int64_t loop_idle_ms, int64_t heartbeat_ms)
+{
+	if (probes_failed >= REGISTRY_PROBE_FAILS ||
+	    loop_idle_ms > 2 * heartbeat_ms + PROBE_TIMEOUT_MS + STAMP_MS)
+		return "degraded";
+	return "up";
+}
+
+int registry_loop_may_hold_lease(int64_t loop_idle_ms, int64_t node_ttl_ms)
+{
+	return loop_idle_ms <= REGISTRY_STALL_TTLS * node_ttl_ms;
+}
+
+static redisContext *hb_connect(const struct registry *reg)
+{
+	int64_t ms = reg->conf->redis.connect_timeout_ms;
+	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
+	redisContext *c;
+
+	if (reg->url.is_unix)
+		c = redisConnectUnixWithTimeout(reg->url.path, tv);
+	else
+		c = redisConnectWithTimeout(reg->url.host, reg->url.port, tv);
+	if (!c || c->err) {
+		if (c)
+			redisFree(c);
+		return NULL;
+	}
+	util_set_cloexec(c->fd);
+	ms = reg->conf->redis.command_timeout_ms;
+	tv = (struct timeval){ (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
+	redisSetTimeout(c, tv);
+	return c;
+}
+
+/* One command on the thread's connection; 0, or -1 (the connection is
+ * dropped and made again next beat). */
+static int hb_command(redisContext **c, const char *fmt, ...)
+{
+	redisReply *r;
+	va_list ap;
+	int ok;
+
+	va_start(ap, fmt);
+	r = redisvCommand(*c, fmt, ap);
+	va_end(ap);
+	ok = r && r->type != REDIS_REPLY_ERROR;
+	if (r)
+		freeReplyObject(r);
+	if (!r) {
+		redisFree(*c);
+		*c = NULL;
+	}
+	return ok ? 0 : -1;
+}
+
+/* Every heartbeat, independent of the loop: probe our HTTP server, write
+ * the node's state (up / degraded), and SET the alive key while the loop
+ * is alive at all (it ran within REGISTRY_STALL_TTLS node_ttls) and has
+ * announced the node on its own connection. */
+static void *heartbeat_main(void *arg)
+{
+	struct registry *reg = arg;
+	const struct sbx_conf *conf = reg->conf;
+	int64_t hb = conf->cluster.heartbeat_ms;
+	int64_t probe_ms = conf->cluster.node_ttl_ms / 3;
+	redisContext *c = NULL;
+	const char *last = "";
+	int failed = 0;
+
+	if (probe_ms > PROBE_TIMEOUT_MS)
+		probe_ms = PROBE_TIMEOUT_MS;
+	for (;;) {
+		struct timespec ts;
+		int64_t idle, sent;
+		const char *state;
+		int stop;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += (time_t)(hb / 1000);
+		ts.tv_nsec += (long)((hb % 1000) * 1000000);
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_mutex_lock(&reg->mu);
+		while (!reg->stop && pthread_cond_timedwait(&reg->cv, &reg->mu, &ts) == 0)
+			;
+		stop = reg->stop;
+		pthread_mutex_unlock(&reg->mu);
+		if (stop)
+			break;
+		/* The lease first: the probe may take up to probe_ms. */
+		if (!__atomic_load_n(&reg->may_set, __ATOMIC_ACQUIRE))
+			continue;
+		if (!c && !(c = hb_connect(reg)))
+			continue;
+		idle = util_now_ms() - __atomic_load_n(&reg->loop_seen, __ATOMIC_ACQUIRE);
+		if (registry_loop_may_hold_lease(idle, conf->cluster.node_ttl_ms)) {
+			sent = util_now_ms();
+			if (hb_command(&c, "SET %s 1 PX %lld", reg->alive_key,
+				       (long long)conf->cluster.node_ttl_ms) == 0)
+				registry_lease_extend(reg->lease, sent, conf->cluster.node_ttl_ms);
+		}
+		failed = probe_httpd(conf->agent.listen, (int)probe_ms) ? 0 : failed + 1;
+		idle = util_now_ms() - __atomic_load_n(&reg->loop_seen, __ATOMIC_ACQUIRE);
+		state = registry_node_state(failed, idle, hb);
+		if (c && hb_command(&c, "HSET %s state %s", reg->hash_key, state) == 0 &&
+		    strcmp(state, last) != 0) {
+			if (strcmp(state, "up") == 0 && last[0])
+				log_info("registry: the HTTP server answers again: node up");
+			else if (strcmp(state, "degraded") == 0)
+				log_warn("registry: the HTTP server does not answer (loop idle for %lld ms): "
+					 "node degraded", (long long)idle);
+			last = state;
+		}
+	}
+	if (c)
+		redisFree(c);
+	return NULL;
+}
+
+static void heartbeat_start(struct registry *reg)
+{
+	if (reg->hb_started)
+		return;
+	if (pthread_create(&reg->hb_thread, NULL, heartbeat_main, reg) != 0) {
+		log_warn("registry: cannot start the heartbeat thread; the loop keeps the lease");
+		return;
+	}
+	reg->hb_started = 1;
+}
+
+static void heartbeat_stop(struct registry *reg)
+{
+	if (!reg->hb_started)
+		return;
+	pthread_mutex_lock(&reg->mu);
+	reg->stop = 1;
+	pthread_cond_signal(&reg->cv);
+	pthread_mutex_unlock(&reg->mu);
+	pthread_join(reg->hb_thread, NULL);
+	reg->hb_started = 0;
+}
+
+static void stamp_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct registry *reg = arg;
+
+	__atomic_store_n(&reg->loop_seen, util_now_ms(), __ATOMIC_RELEASE);
+}
+
 static void connect_cb(const redisAsyncContext *ac, int status)
 {
 	struct registry *reg = ac->data;
@@ -169,6 +449,7 @@ static void connect_cb(const redisAsyncContext *ac, int status)
 	log_info("registry: connected to redis as '%s' at %s", reg->conf->agent.name,
 		 reg->conf->agent.listen);
 	reg->announced = 0;
+	__atomic_store_n(&reg->may_set, 0, __ATOMIC_RELEASE);
 	first = !reg->ever_connected;
 	reg->ever_connected = 1;
 	if (reg->on_connect)
@@ -182,6 +463,7 @@ void registry_announce(struct registry *reg)
 	if (!reg->ac || !reg->connected || reg->announced)
 		return;
 	reg->announced = 1;
+	heartbeat_start(reg);
 	write_entry(reg);
 	send_cmd(reg, "XADD", "XADD sbx:events MAXLEN ~ 10000 * type node.up node %s address %s",
 		 reg->conf->agent.name, reg->conf->agent.listen);
@@ -196,6 +478,7 @@ static void disconnect_cb(const redisAsyncContext *ac, int status)
 	reg->ac = NULL;
 	reg->connected = 0;
 	reg->pending = 0;
+	__atomic_store_n(&reg->may_set, 0, __ATOMIC_RELEASE);
 	if (reg->shutting_down) {
 		if (reg->done_ev)
 			event_active(reg->done_ev, EV_TIMEOUT, 1);
@@ -215,6 +498,7 @@ static void drop_connection(struct registry *reg)
 	reg->ac = NULL;
 	reg->connected = 0;
 	reg->pending = 0;
+	__atomic_store_n(&reg->may_set, 0, __ATOMIC_RELEASE);
 	ac->data = NULL;
 	redisAsyncFree(ac);
 }
@@ -341,6 +625,13 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 	reg->stats = stats;
 	reg->stats_arg = arg;
 	reg->backoff_ms = BACKOFF_MIN_MS;
+	reg->lease = mmap(NULL, sizeof(*reg->lease), PROT_READ | PROT_WRITE,
+			  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (reg->lease == MAP_FAILED) {
+		err_sys(e, errno, "registry: cannot map the lease");
+		free(reg);
+		return NULL;
+	}
 	snprintf(reg->version, sizeof(reg->version), "%s", version);
 	util_iso8601(util_wall_ms(), reg->started_at);
 	node_size(conf, &reg->memory_mib, &reg->cpus_milli);
@@ -348,17 +639,30 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 	n2 = snprintf(reg->alive_key, sizeof(reg->alive_key), "sbx:node:{%s}:alive", conf->agent.name);
 	if (n1 < 0 || (size_t)n1 >= sizeof(reg->hash_key) || n2 < 0 ||
 	    (size_t)n2 >= sizeof(reg->alive_key)) {
+		munmap(reg->lease, sizeof(*reg->lease));
 		free(reg);
 		err_set(e, SBX_E_VALIDATION, "agent.name is too long");
 		return NULL;
 	}
 	if (redisurl_parse(conf->redis.url, &reg->url, e) < 0) {
+		munmap(reg->lease, sizeof(*reg->lease));
 		free(reg);
 		return NULL;
 	}
 	reg->reconnect_ev = evtimer_new(base, reconnect_cb, reg);
 	reg->tick_ev = event_new(base, -1, EV_PERSIST, tick_cb, reg);
-	if (!reg->reconnect_ev || !reg->tick_ev) {
+	reg->stamp_ev = event_new(base, -1, EV_PERSIST, stamp_cb, reg);
+	{
+		pthread_condattr_t ca;
+
+		pthread_mutex_init(&reg->mu, NULL);
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&reg->cv, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	reg->loop_seen = util_now_ms();
+	if (!reg->reconnect_ev || !reg->tick_ev || !reg->stamp_ev) {
 		registry_free(reg);
 		err_sys(e, ENOMEM, "registry events");
 		return NULL;
@@ -366,6 +670,9 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 	tv.tv_sec = conf->cluster.heartbeat_ms / 1000;
 	tv.tv_usec = (conf->cluster.heartbeat_ms % 1000) * 1000;
 	event_add(reg->tick_ev, &tv);
+	tv.tv_sec = 0;
+	tv.tv_usec = STAMP_MS * 1000;
+	event_add(reg->stamp_ev, &tv);
 	start_connect(reg);
 	return reg;
 }
@@ -450,6 +757,7 @@ void registry_shutdown(struct registry *reg, int timeout_ms, void (*done)(void *
 {
 	struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
 
+	heartbeat_stop(reg);  /* before the DEL: it must not SET the alive key again */
 	reg->shutting_down = 1;
 	reg->done = done;
 	reg->done_arg = arg;
@@ -477,13 +785,19 @@ void registry_free(struct registry *reg)
 {
 	if (!reg)
 		return;
+	heartbeat_stop(reg);
 	reg->shutting_down = 1;
 	drop_connection(reg);
 	if (reg->reconnect_ev)
 		event_free(reg->reconnect_ev);
 	if (reg->tick_ev)
 		event_free(reg->tick_ev);
+	if (reg->stamp_ev)
+		event_free(reg->stamp_ev);
+	pthread_cond_destroy(&reg->cv);
+	pthread_mutex_destroy(&reg->mu);
 	if (reg->done_ev)
 		event_free(reg->done_ev);
+	munmap(reg->lease, sizeof(*reg->lease));
 	free(reg);
 }

@@ -7,6 +7,17 @@
  * liveness key sbx:node:{name}:alive (PX cluster.node_ttl); every
  * cluster.heartbeat it refreshes the alive key and the changing fields.
  * When Redis is down it reconnects with back-off; the agent keeps running.
+ *
+ * The lease does not depend on the loop: once the loop has announced the
+ * node, a heartbeat thread with a connection of its own SETs the alive key
+ * every heartbeat too, while the loop ran at all within
+ * REGISTRY_STALL_TTLS node_ttls (a long loop turn keeps the lease; a dead
+ * loop loses it). The thread also probes the agent's HTTP server (a
+ * connection to agent.listen that MHD must accept and read within a
+ * second) and writes the node's state into its hash: "up", or "degraded"
+ * when REGISTRY_PROBE_FAILS probes in a row got no answer or the loop has
+ * not run for two heartbeats and a probe's time. Placement skips degraded
+ * nodes.
  */
 #ifndef SBX_REGISTRY_H
 #define SBX_REGISTRY_H
@@ -15,6 +26,7 @@
 #include "err.h"
 
 #include <event2/event.h>
+#include <sys/types.h>
 
 struct registry;
 
@@ -42,6 +54,26 @@ int registry_connected(const struct registry *reg);
  * start work until it has it back and its fencing sweep has run. */
 int registry_lease_valid(const struct registry *reg);
 
+/* The lease as the registry and the fence keeper (keeper.h) share it, in
+ * a MAP_SHARED page made by registry_new (so a process forked after it
+ * sees every update). Read and written with __atomic builtins only. */
+struct registry_lease {
+	int64_t until;     /* monotonic ms: our alive key surely exists until then */
+	int64_t serial;    /* grows each time the lease is regained after a gap */
+};
+const struct registry_lease *registry_lease(const struct registry *reg);
+
+/* Changes whenever the lease lapsed and was regained: work begun at one
+ * serial and ending at another (or while the lease is not valid) spanned
+ * a time when this node may have been replaced, and must not report
+ * success. */
+int64_t registry_lease_serial(const struct registry *reg);
+
+/* The alive key was SET at monotonic time sent (ms) and acknowledged:
+ * extend l to sent + ttl_ms, and count a gap when sent is at or after the
+ * old end. Pure; thread-safe. */
+void registry_lease_extend(struct registry_lease *l, int64_t sent, int64_t ttl_ms);
+
 /* Called on the loop after every (re)connect, BEFORE the node is announced
  * (its entry and alive key written); first is 1 for the first connection of
  * this process. The hook must call registry_announce() once it has queued
@@ -68,5 +100,15 @@ int registry_command(struct registry *reg, registry_reply_fn fn, void *arg, cons
 	__attribute__((format(printf, 4, 5)));
 
 void registry_free(struct registry *reg);
+
+#define REGISTRY_STALL_TTLS 3
+#define REGISTRY_PROBE_FAILS 2
+
+/* Pure rules of the heartbeat thread (unit-tested): the node's state from
+ * the probe and how long the loop has not run; whether it may still SET
+ * the alive key; whether n bytes read from the probe are an answer. */
+const char *registry_node_state(int probes_failed, int64_t loop_idle_ms, int64_t heartbeat_ms);
+int registry_loop_may_hold_lease(int64_t loop_idle_ms, int64_t node_ttl_ms);
+int registry_probe_answered(const char *buf, ssize_t n);
 
 #endif

@@ -371,6 +371,12 @@ static void exec_finish(struct agent_exec *x)
 		finish_error(x, &x->err, x->err_details);
 		return;
 	}
+	if (!agent_stream_lease_held(x->a, &x->live)) {
+		err_set(&e, SBX_E_NODE_UNAVAILABLE,
+			"this node lost its lease while the command ran; its result does not count");
+		finish_error(x, &e, NULL);
+		return;
+	}
 	if (x->ex.sandbox_gone) {
 		if (x->a->shutting_down)
 			err_set(&e, SBX_E_NODE_UNAVAILABLE, "the node is shutting down");

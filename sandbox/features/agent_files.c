@@ -580,6 +580,12 @@ static int upload_sink(void *arg, const char *data, size_t len)
 		return 0;
 	}
 	err_clear(&e);
+	if (!agent_stream_lease_held(u->a, &u->live)) {
+		err_set(&e, SBX_E_NODE_UNAVAILABLE,
+			"this node lost its lease during the upload; nothing was written");
+		upload_fail(u, &e);
+		return -1;
+	}
 	if (upload_commit(u, &e) < 0) {
 		upload_fail(u, &e);
 		return -1;

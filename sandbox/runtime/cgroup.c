@@ -100,37 +100,76 @@ int64_t cg_read_keyed(const char *path, const char *name)
 	return -1;
 }
 
+/* SIGKILL every pid listed in procs_file once: 1 when it listed any, 0
+ * when empty or gone, -1 when unreadable. */
+static int kill_listed(const char *procs_file)
+{
+	auto_free char *text = util_read_file(procs_file, 1 << 20, NULL);
+	int any = 0;
+	char *p, *end;
+
+	if (!text)
+		return errno == ENOENT ? 0 : -1;
+	for (p = text; *p; p = end) {
+		long pid;
+
+		errno = 0;
+		pid = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		if (pid > 0) {
+			kill((pid_t)pid, SIGKILL);
+			any = 1;
+		}
+	}
+	return any;
+}
+
 int cg_kill_procs(const char *procs_file)
 {
 	for (int round = 0; round < 200; round++) {
-		auto_free char *text = util_read_file(procs_file, 1 << 20, NULL);
-		int any = 0;
-		char *p, *end;
+		int any = kill_listed(procs_file);
+		struct timespec ts = { 0, 1000000 };
 
-		if (!text)
-			return errno == ENOENT ? 0 : -1;
-		for (p = text; *p; p = end) {
-			long pid;
-
-			errno = 0;
-			pid = strtol(p, &end, 10);
-			if (end == p)
-				break;
-			if (pid > 0) {
-				kill((pid_t)pid, SIGKILL);
-				any = 1;
-			}
-		}
-		if (!any)
-			return 0;
-		{
-			struct timespec ts = { 0, 1000000 };
-
-			nanosleep(&ts, NULL);
-		}
+		if (any <= 0)
+			return any;
+		nanosleep(&ts, NULL);
 	}
 	errno = EBUSY;
 	return -1;
+}
+
+void cg_kill_thaw(struct cg *cg, const char *key)
+{
+	char procs[PATH_MAX];
+	struct sbx_err e = { 0 };
+
+	if (cg->freezer < 0 || cg->ops->frozen(cg, key) != 1)
+		return;
+	if (cg_path(procs, sizeof(procs), cg->base[cg->freezer], key, "cgroup.procs") == 0)
+		(void)kill_listed(procs);
+	if (cg->ops->freeze(cg, key, 0, &e) < 0)
+		log_warn("cannot thaw cgroup '%s': %s", key, e.msg);
+}
+
+int cg_freeze_all(struct cg *cg, int frozen)
+{
+	DIR *d;
+	struct dirent *de;
+	int n = 0;
+
+	if (cg->freezer < 0 || !(d = opendir(cg->base[cg->freezer])))
+		return -1;
+	while ((de = readdir(d))) {
+		struct sbx_err e = { 0 };
+
+		if (de->d_type != DT_DIR || de->d_name[0] == '.')
+			continue;
+		if (cg->ops->freeze(cg, de->d_name, frozen, &e) == 0)
+			n++;
+	}
+	closedir(d);
+	return n;
 }
 
 int cg_rmdir(const char *dir)
@@ -147,7 +186,7 @@ int cg_rmdir(const char *dir)
 	return -1;
 }
 
-void cg_clean_children(const struct cg *cg, const char *dir)
+void cg_clean_children(struct cg *cg, const char *dir)
 {
 	DIR *d = opendir(dir);
 	struct dirent *de;
@@ -162,6 +201,7 @@ void cg_clean_children(const struct cg *cg, const char *dir)
 		if (cg_path(sub, sizeof(sub), dir, de->d_name, NULL) < 0 ||
 		    cg_path(procs, sizeof(procs), sub, "cgroup.procs", NULL) < 0)
 			continue;
+		cg_kill_thaw(cg, de->d_name);   /* an earlier run died while fenced */
 		if (cg->ops == &cg_v2_ops) {
 			char killf[PATH_MAX];
 
@@ -329,6 +369,7 @@ struct cg *cg_new(const char *parent, const char *node, struct sbx_err *e)
 
 		cg->ops = &cg_v2_ops;
 		cg->nroots = 1;
+		cg->freezer = 0;
 		if (mkdir_p2("/sys/fs/cgroup", parent, node, cg->base[0], sizeof(cg->base[0])) < 0) {
 			err_sys(e, errno, "cannot create cgroup '%s/%s'", parent, node);
 			return NULL;
@@ -339,14 +380,21 @@ struct cg *cg_new(const char *parent, const char *node, struct sbx_err *e)
 			return NULL;
 		}
 	} else {
-		static const char *const ctls[CG_MAX_ROOTS] = { "memory", "pids", "cpu" };
+		static const char *const ctls[CG_MAX_ROOTS] = { "memory", "pids", "cpu", "freezer" };
 
 		cg->ops = &cg_v1_ops;
-		cg->nroots = CG_MAX_ROOTS;
+		cg->nroots = 0;
+		cg->freezer = -1;
 		for (int i = 0; i < CG_MAX_ROOTS; i++) {
 			char root[PATH_MAX];
+			int optional = strcmp(ctls[i], "freezer") == 0;
 
 			if (find_v1_root(ctls[i], root, sizeof(root)) < 0) {
+				if (optional) {
+					log_warn("cgroups: no v1 freezer hierarchy: a node that loses its "
+						 "lease cannot freeze its sandboxes");
+					continue;
+				}
 				err_set(e, SBX_E_INTERNAL, "no cgroup v1 hierarchy or v2 with the '%s' controller",
 					ctls[i]);
 				return NULL;
@@ -355,10 +403,17 @@ struct cg *cg_new(const char *parent, const char *node, struct sbx_err *e)
 				err_sys(e, errno, "cannot create cgroup '%s/%s' under '%s'", parent, node, root);
 				return NULL;
 			}
+			cg->nroots = i + 1;
+			if (optional)
+				cg->freezer = i;
 		}
 	}
+	/* The freezer first: killing a frozen leftover elsewhere would wait on it. */
+	if (cg->freezer >= 0)
+		cg_clean_children(cg, cg->base[cg->freezer]);
 	for (int i = 0; i < cg->nroots; i++)
-		cg_clean_children(cg, cg->base[i]);
+		if (i != cg->freezer)
+			cg_clean_children(cg, cg->base[i]);
 	log_info("cgroups: %s under '%s'", cg->ops->name, cg->base[0]);
 	return steal_ptr(&cg);
 }

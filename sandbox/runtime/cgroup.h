@@ -5,7 +5,14 @@
  * Layout: <controller root>/<agent.cgroup_parent>/<agent.name>/<key>. The
  * two parent levels never carry limits. cg_new() picks the backend the host
  * offers (pure v2 with memory+pids+cpu, else v1 hierarchies for memory,
- * pids and cpu) and kills and removes leftovers of an earlier run.
+ * pids and cpu, plus freezer when mounted) and kills and removes leftovers
+ * of an earlier run.
+ *
+ * Freezing stops every process of a sandbox where it stands (v1
+ * freezer.state, v2 cgroup.freeze): the agent's fence when its lease
+ * lapses. A frozen v1 process does not die of SIGKILL until thawed, so
+ * every destroy kills first and thaws after (cg_kill_thaw): nothing of a
+ * frozen sandbox runs again.
  */
 #ifndef SBX_CGROUP_H
 #define SBX_CGROUP_H
@@ -16,7 +23,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define CG_MAX_ROOTS 3
+#define CG_MAX_ROOTS 4
 
 struct cg_limits {
 	int64_t memory_mib;
@@ -36,13 +43,22 @@ struct cg_ops {
 	int64_t (*oom_kills)(struct cg *cg, const char *key);      /* -1 if unknown */
 	/* Kill every process in it and remove it; 0 or -1 (still busy). */
 	int (*destroy)(struct cg *cg, const char *key);
+	/* Freeze (frozen 1) or thaw (0) every process in it. 0, or -1 with e
+	 * (also when the host has no freezer). */
+	int (*freeze)(struct cg *cg, const char *key, int frozen, struct sbx_err *e);
+	/* 1 when frozen or freezing (as asked, whatever the kernel got to), 0
+	 * when thawed, -1 when unknown (no freezer, no such cgroup). */
+	int (*frozen)(struct cg *cg, const char *key);
 };
 
 struct cg {
 	const struct cg_ops *ops;
 	int nroots;
+	/* Index in base of the hierarchy that freezes (v1 freezer, v2 the
+	 * unified one), -1 when the host has none. */
+	int freezer;
 	/* <controller root>/<parent>/<node> for each hierarchy; for v1 in the
-	 * order memory, pids, cpu. */
+	 * order memory, pids, cpu, freezer. */
 	char base[CG_MAX_ROOTS][PATH_MAX];
 };
 
@@ -67,7 +83,13 @@ int64_t cg_read_keyed(const char *path, const char *name);
 /* SIGKILL every pid listed in procs_file until it is empty (bounded tries). */
 int cg_kill_procs(const char *procs_file);
 /* Kill and remove every child cgroup of dir (leftovers of an earlier run). */
-void cg_clean_children(const struct cg *cg, const char *dir);
+void cg_clean_children(struct cg *cg, const char *dir);
+/* When the cgroup of key is frozen: SIGKILL every process in it, then thaw
+ * it, so they die without running another instruction. No-op otherwise. */
+void cg_kill_thaw(struct cg *cg, const char *key);
+/* Freeze (1) or thaw (0) every sandbox cgroup of this node (each child of
+ * the node level): how many it wrote, -1 when there is no freezer. */
+int cg_freeze_all(struct cg *cg, int frozen);
 /* rmdir with a few short retries while the kernel finishes exits. */
 int cg_rmdir(const char *dir);
 

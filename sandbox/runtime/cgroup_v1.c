@@ -1,15 +1,18 @@
 /*
  * cgroup_v1.c — the cgroup v1 backend: one directory per sandbox in each
- * of the memory, pids and cpu hierarchies.
+ * of the memory, pids and cpu hierarchies, and in freezer when mounted.
  */
 #include "cgroup.h"
+#include "util.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { V1_MEMORY, V1_PIDS, V1_CPU };
+enum { V1_MEMORY, V1_PIDS, V1_CPU, V1_FREEZER };
 
 static int set(struct cg *cg, int ctl, const char *key, const char *file, const char *value,
 	       int optional, struct sbx_err *e)
@@ -83,9 +86,10 @@ static int64_t v1_oom_kills(struct cg *cg, const char *key)
 
 static int v1_destroy(struct cg *cg, const char *key)
 {
-	static const int order[CG_MAX_ROOTS] = { V1_PIDS, V1_MEMORY, V1_CPU };
+	static const int order[CG_MAX_ROOTS] = { V1_PIDS, V1_MEMORY, V1_CPU, V1_FREEZER };
 	int rc = 0;
 
+	cg_kill_thaw(cg, key);
 	/* pids holds every process of the sandbox: kill from there first. */
 	for (int i = 0; i < cg->nroots; i++) {
 		char dir[PATH_MAX], procs[PATH_MAX];
@@ -100,6 +104,26 @@ static int v1_destroy(struct cg *cg, const char *key)
 	return rc;
 }
 
+static int v1_freeze(struct cg *cg, const char *key, int frozen, struct sbx_err *e)
+{
+	if (cg->freezer < 0)
+		return err_set(e, SBX_E_INTERNAL, "this host has no cgroup freezer");
+	return set(cg, cg->freezer, key, "freezer.state", frozen ? "FROZEN" : "THAWED", 0, e);
+}
+
+/* freezer.state: THAWED, FREEZING (on its way, or a child is frozen) or FROZEN. */
+static int v1_frozen(struct cg *cg, const char *key)
+{
+	char p[PATH_MAX];
+	auto_free char *state = NULL;
+
+	if (cg->freezer < 0 ||
+	    cg_path(p, sizeof(p), cg->base[cg->freezer], key, "freezer.state") < 0 ||
+	    !(state = util_read_file(p, 64, NULL)))
+		return -1;
+	return strncmp(state, "THAWED", 6) != 0;
+}
+
 const struct cg_ops cg_v1_ops = {
 	.name = "v1",
 	.create = v1_create,
@@ -107,4 +131,6 @@ const struct cg_ops cg_v1_ops = {
 	.memory_bytes = v1_memory_bytes,
 	.oom_kills = v1_oom_kills,
 	.destroy = v1_destroy,
+	.freeze = v1_freeze,
+	.frozen = v1_frozen,
 };

@@ -78,9 +78,29 @@ static int v2_destroy(struct cg *cg, const char *key)
 	    cg_path(killf, sizeof(killf), dir, "cgroup.kill", NULL) < 0 ||
 	    cg_path(procs, sizeof(procs), dir, "cgroup.procs", NULL) < 0)
 		return -1;
-	(void)cg_write(killf, "1");   /* 5.14+; the loop below covers older kernels */
+	/* cgroup.kill (5.14+) kills frozen processes too; the loop covers
+	 * older kernels, which need the thaw first. */
+	(void)cg_write(killf, "1");
+	cg_kill_thaw(cg, key);
 	(void)cg_kill_procs(procs);
 	return cg_rmdir(dir);
+}
+
+static int v2_freeze(struct cg *cg, const char *key, int frozen, struct sbx_err *e)
+{
+	return set(cg, key, "cgroup.freeze", frozen ? "1" : "0", 0, e);
+}
+
+/* cgroup.freeze holds what was asked (cgroup.events says whether it is done). */
+static int v2_frozen(struct cg *cg, const char *key)
+{
+	char p[PATH_MAX];
+	int64_t v;
+
+	if (cg_path(p, sizeof(p), cg->base[0], key, "cgroup.freeze") < 0)
+		return -1;
+	v = cg_read_i64(p);
+	return v < 0 ? -1 : v != 0;
 }
 
 const struct cg_ops cg_v2_ops = {
@@ -90,4 +110,6 @@ const struct cg_ops cg_v2_ops = {
 	.memory_bytes = v2_memory_bytes,
 	.oom_kills = v2_oom_kills,
 	.destroy = v2_destroy,
+	.freeze = v2_freeze,
+	.frozen = v2_frozen,
 };

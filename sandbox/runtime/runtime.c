@@ -651,6 +651,8 @@ void rt_destroy(struct rt *rt, struct rt_sandbox *sb)
 	event_free(sb->ev_pid);
 	sb->ev_sock = sb->ev_write = sb->ev_pid = NULL;
 	outq_clear(sb);
+	/* A fenced (frozen) sandbox: its processes die before they can run. */
+	cg_kill_thaw(rt->cg, sb->cg_key);
 	/* killing PID 1 of the namespace kills everything in it */
 	syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
 	spawn_reap(sb->pidfd, 1);
@@ -699,6 +701,31 @@ unsigned rt_count(const struct rt *rt) { return rt->count; }
 uid_t rt_host_uid(const struct rt_sandbox *sb) { return sb->rt->owner; }
 int rt_alive(const struct rt_sandbox *sb) { return !sb->dead && !sb->destroyed; }
 
+int rt_freeze(struct rt_sandbox *sb, int frozen, struct sbx_err *e)
+{
+	return sb->rt->cg->ops->freeze(sb->rt->cg, sb->cg_key, frozen, e);
+}
+
+int rt_frozen(const struct rt_sandbox *sb)
+{
+	return sb->rt->cg->ops->frozen(sb->rt->cg, sb->cg_key);
+}
+
+int rt_freeze_all(struct rt *rt, int frozen)
+{
+	return cg_freeze_all(rt->cg, frozen);
+}
+
+void rt_thaw_pooled(struct rt *rt)
+{
+	for (struct rt_sandbox *sb = rt->list; sb; sb = sb->next) {
+		struct sbx_err e = { 0 };
+
+		if (sb->pooled && !sb->destroyed && rt_frozen(sb) == 1 && rt_freeze(sb, 0, &e) < 0)
+			log_warn("pooled sandbox '%s': %s", sb->key, e.msg);
+	}
+}
+
 int64_t rt_memory_bytes(const struct rt_sandbox *sb)
 {
 	return sb->rt->cg->ops->memory_bytes(sb->rt->cg, sb->cg_key);
@@ -708,6 +735,8 @@ int64_t rt_oom_kills(const struct rt_sandbox *sb)
 {
 	return sb->rt->cg->ops->oom_kills(sb->rt->cg, sb->cg_key);
 }
+
+_Static_assert(RT_CGROUP_FDS >= CG_MAX_ROOTS, "RT_CGROUP_FDS must cover every hierarchy");
 
 int rt_cgroup_procs_open(const struct rt_sandbox *sb, int *fds, int max, struct sbx_err *e)
 {

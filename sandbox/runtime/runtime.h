@@ -68,11 +68,23 @@ int64_t rt_oom_kills(const struct rt_sandbox *sb);    /* OOM kills so far */
  * sandbox's cgroups (one per v1 hierarchy, at most max, RT_CGROUP_FDS is
  * enough): writing "0" to them moves the writer in, so a host process
  * started for the sandbox can join them between fork and exec and be
- * charged to its limits. The number of fds (caller closes them), or -1
- * with e filled. */
-#define RT_CGROUP_FDS 3
+ * charged to its limits (and frozen with it: the freezer is one of them).
+ * The number of fds (caller closes them), or -1 with e filled. */
+#define RT_CGROUP_FDS 4   /* CG_MAX_ROOTS: memory, pids, cpu, freezer */
 int rt_cgroup_procs_open(const struct rt_sandbox *sb, int *fds, int max, struct sbx_err *e);
 unsigned rt_count(const struct rt *rt);
+
+/* Fencing (cgroup freezer): freeze (1) or thaw (0) the processes of sb;
+ * 0 or -1 with e. rt_frozen: 1 frozen, 0 thawed, -1 unknown. A frozen
+ * sandbox can still be destroyed: its processes die without running. */
+int rt_freeze(struct rt_sandbox *sb, int frozen, struct sbx_err *e);
+int rt_frozen(const struct rt_sandbox *sb);
+/* Freeze or thaw every sandbox of this node, pooled ones too, from their
+ * cgroups alone (the fence keeper runs this in its own process, where the
+ * runtime's lists are a stale copy). How many, or -1 without a freezer. */
+int rt_freeze_all(struct rt *rt, int frozen);
+/* Thaw the sandboxes of the warm pool (they belong to no one). */
+void rt_thaw_pooled(struct rt *rt);
 
 /* ---- warm pool support (sandbox/pool.c builds on these) ----------------
  * A pooled sandbox is built like any other but is not counted by

@@ -12,6 +12,7 @@ import collections
 import ctypes
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -173,6 +174,124 @@ def put(mh, host, sid, **body):
     return r.json()
 
 
+COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /workspace/n; sleep 0.1; done"
+
+
+def sandbox_on(mh, host, prefix):
+    """A new sandbox that placement put on host (the others made on the way
+    are deleted: placement takes the less loaded of two random nodes)."""
+    mh.wait("every host to be up", lambda: all(
+        mh.node_alive(h) and requests.get(mh.url[h] + "/healthz", timeout=2).status_code == 200
+        for h in HOSTS), timeout=30)
+    sid, others = None, []
+    for i in range(30):
+        cand = "%s-%d" % (prefix, i)
+        # a host back from a fault may answer 503 (retry) for a moment
+        r = mh.wait("PUT %s" % cand, lambda: (lambda r: r if r.status_code != 503 else None)(
+            mh.api(HOSTS[i % 3], "PUT", "/v1/sandboxes/" + cand)), timeout=10, interval=0.2)
+        assert r.status_code in (200, 201), r.text
+        if r.json()["node"] == mh.node[host]:
+            sid = cand
+            break
+        others.append(cand)
+    for o in others:
+        assert mh.api("b", "DELETE", "/v1/sandboxes/" + o).status_code == 204
+    assert sid, "placement never chose host %s" % host
+    return sid
+
+
+def copy_procs(node, sid):
+    """{pid: freezer cgroup path} of the live host processes of the copy of
+    dev.<sid> that node runs (all hosts share this kernel: the node level
+    of the cgroup path tells the copies apart)."""
+    tail = "/%s/dev.%s" % (node, sid)
+    found = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open("/proc/%s/cgroup" % d) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        if not any(l.endswith(tail) or (tail + "/") in l for l in lines):
+            continue
+        found[int(d)] = next((l.split(":", 2)[2] for l in lines if l.split(":")[1] == "freezer"),
+                             None)
+    return found
+
+
+def freezer_state(node, sid):
+    """freezer.state of node's copy ("none" when it has no freezer cgroup)."""
+    paths = {p for p in copy_procs(node, sid).values() if p}
+    assert len(paths) == 1, paths
+    path = paths.pop()
+    if path == "/":
+        return "none"
+    with open("/sys/fs/cgroup/freezer%s/freezer.state" % path) as f:
+        return f.read().strip()
+
+
+def old_counter(node, sid):
+    """The counter the COUNTER loop of node's copy wrote, read through the
+    root of one of its processes (None when it has none yet)."""
+    for pid in copy_procs(node, sid):
+        try:
+            with open("/proc/%d/root/workspace/n" % pid) as f:
+                return int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def start_counter(mh, sid, node):
+    r = mh.api("a", "POST", "/v1/sandboxes/%s/processes" % sid,
+               json={"id": "count", "command": COUNTER})
+    assert r.status_code == 201, r.text
+    mh.wait("the counter to run", lambda: (old_counter(node, sid) or 0) > 2)
+
+
+def assert_frozen(node, sid):
+    """node's copy is frozen: its counter stands still, its freezer says so."""
+    n1 = old_counter(node, sid)
+    time.sleep(1.0)
+    n2 = old_counter(node, sid)
+    assert n1 is not None and n1 == n2, "the old copy's counter ran on: %r -> %r" % (n1, n2)
+    deadline = time.monotonic() + 5
+    while freezer_state(node, sid) != "FROZEN":
+        assert time.monotonic() < deadline, freezer_state(node, sid)
+        time.sleep(0.1)
+    return n1
+
+
+class InFlight(threading.Thread):
+    """One exec started through host, answered as JSON or as SSE."""
+
+    def __init__(self, mh, host, sid, command, sse=False):
+        super().__init__(daemon=True)
+        self.mh, self.host, self.sid, self.command, self.sse = mh, host, sid, command, sse
+        self.status, self.text, self.error = None, "", None
+
+    def run(self):
+        h = {"Accept": "text/event-stream"} if self.sse else {}
+        try:
+            r = self.mh.api(self.host, "POST", "/v1/sandboxes/%s/exec" % self.sid,
+                            json={"command": self.command}, headers=h, timeout=90)
+            self.status, self.text = r.status_code, r.text
+        except requests.RequestException as ex:
+            self.error = repr(ex)
+
+    def succeeded(self):
+        if self.status != 200:
+            return False
+        if self.sse:
+            return "event: exit" in self.text
+        return True
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -277,20 +396,14 @@ def test_placement_spreads_across_hosts(mh):
 
 
 def test_cut_off_host_is_replaced_then_fenced(mh):
-    # a sandbox on host c (the others stay until c is chosen: placement
-    # takes the less loaded of two random nodes)
-    sid, others = None, []
-    for i in range(30):
-        cand = "mh-cut-%d" % i
-        if put(mh, HOSTS[i % 3], cand)["node"] == mh.node["c"]:
-            sid = cand
-            break
-        others.append(cand)
-    for o in others:
-        assert mh.api("b", "DELETE", "/v1/sandboxes/" + o).status_code == 204
-    assert sid, "placement never chose host c"
+    sid = sandbox_on(mh, "c", "mh-cut")
     before = mh.record(sid)
     assert mh.exec_("b", sid, "echo mark > /workspace/mark; echo ok")["stdout"] == "ok\n"
+    start_counter(mh, sid, mh.node["c"])
+    # a call in flight across the cut, through another host's nginx
+    flying = InFlight(mh, "a", sid, "sleep 4; echo late > /workspace/late; echo done")
+    flying.start()
+    time.sleep(1.0)
 
     # cut host c's cable
     t0 = time.monotonic()
@@ -301,6 +414,8 @@ def test_cut_off_host_is_replaced_then_fenced(mh):
         # the next call through any live host re-places it
         out = mh.exec_("a", sid, "test -e /workspace/mark && echo old || echo new")
         assert out["stdout"] == "new\n"
+        # the copy cut off with host c is frozen for the rest of the cut
+        frozen_at = assert_frozen(mh.node["c"], sid)
         after = mh.record(sid)
         assert after["node"] != mh.node["c"]
         assert int(after["epoch"]) > int(before["epoch"])
@@ -322,6 +437,14 @@ def test_cut_off_host_is_replaced_then_fenced(mh):
         assert r.status_code == 200
         return sid not in [s["id"] for s in r.json()["sandboxes"]]
     mh.wait("host c to drop its stale copy", fenced, timeout=20)
+    mh.wait("the old copy's processes to be gone",
+            lambda: not copy_procs(mh.node["c"], sid), timeout=20)
+    flying.join(60)
+    assert not flying.is_alive()
+    print("call in flight across the cut: %r %s (counter stood at %d)" %
+          (flying.status, (flying.error or flying.text)[:200], frozen_at))
+    assert not flying.succeeded(), flying.text
+    assert mh.exec_("a", sid, "test -e /workspace/late && echo yes || echo no")["stdout"] == "no\n"
     evs = [e for e in mh.events() if e.get("id") == sid]
     types = [e["type"] for e in evs]
     assert "replaced" in types, types
@@ -341,6 +464,50 @@ def test_cut_off_host_is_replaced_then_fenced(mh):
     mh.wait("exec through host c after its return", back, timeout=10, interval=0.2)
     print("503s through host c after its return: %r" % retries)
     assert mh.record(sid)["node"] == after["node"]
+
+
+def test_paused_agent_freezes_its_copy_and_fails_calls_in_flight(mh):
+    """SIGSTOP host c's agent past its TTL while an exec (JSON) and an exec
+    (SSE) run there; the sandbox is re-placed; the paused agent cannot act,
+    so its fence keeper froze the old copy (freezer state, a counter loop
+    that stands still); after SIGCONT neither call reports success and the
+    old copy is destroyed."""
+    node = mh.node["c"]
+    sid = sandbox_on(mh, "c", "mh-stop")
+    start_counter(mh, sid, node)
+    calls = [InFlight(mh, "a", sid, "sleep 5; echo late > /workspace/late; echo done"),
+             InFlight(mh, "b", sid, "sleep 5; echo done", sse=True)]
+    for c in calls:
+        c.start()
+    time.sleep(1.0)
+    with open(os.path.join(DIR, "c", "pids", "agent-1.pid")) as f:
+        agent = int(f.read().strip())
+    t0 = time.monotonic()
+    os.kill(agent, signal.SIGSTOP)
+    try:
+        mh.wait("host c's liveness key to expire", lambda: not mh.node_alive("c"), timeout=15)
+        out = mh.exec_("a", sid, "cat /workspace/n 2>/dev/null || echo none")
+        assert out["stdout"] == "none\n", "re-placed on a fresh copy"
+        assert mh.record(sid)["node"] != node
+        frozen_at = assert_frozen(node, sid)
+    finally:
+        os.kill(agent, signal.SIGCONT)
+    print("agent paused %.1fs; old counter frozen at %d" % (time.monotonic() - t0, frozen_at))
+    for c in calls:
+        c.join(60)
+        assert not c.is_alive()
+        print("in flight (%s): %r %s" % ("sse" if c.sse else "json", c.status,
+                                         (c.error or c.text)[:300].replace("\n", " | ")))
+        assert not c.succeeded(), c.text
+    sse = calls[1]
+    if sse.status == 200:
+        assert "event: error" in sse.text and "NODE_UNAVAILABLE" in sse.text, sse.text
+    if calls[0].status is not None and calls[0].status != 200:
+        assert calls[0].status in (404, 409, 503), calls[0].text
+    mh.wait("the old copy's processes to be gone", lambda: not copy_procs(node, sid), timeout=20)
+    mh.wait("host c to be up again", lambda: mh.node_alive("c"), timeout=20)
+    assert mh.exec_("a", sid, "test -e /workspace/late && echo yes || echo no")["stdout"] == "no\n"
+    assert mh.api("a", "DELETE", "/v1/sandboxes/" + sid).status_code == 204
 
 
 class Client(threading.Thread):
@@ -480,17 +647,25 @@ def test_redis_failover_to_a_promoted_replica(mh):
     print("503s seen while the workers reconnected: %r" % dict(refused))
     lost = mh.record("mh-fo")
     assert lost["epoch"] == rec0["epoch"] and lost["generation"] == rec0["generation"]
-    # The record lost the restart: it names the older epoch, and the agent,
-    # which has seen the newer one, refuses data calls carrying it (503
-    # "retry": its sweep resets the record, and a retry then starts it).
+    # The record lost the restart: it names the older epoch. The agent, which
+    # has seen the newer one, either still refuses data calls carrying it
+    # (503 "retry"), or its fencing sweep (it runs at once on the reconnect)
+    # already found the record older than its copy, destroyed the copy and
+    # set the record sleeping ("reset"), so the call woke a new container.
     r = mh.api("c", "POST", "/v1/sandboxes/mh-fo/exec", json={"command": "echo x"})
     print("exec after the failover, before a new start: %d %s" % (r.status_code, r.text.strip()))
-    assert r.status_code == 503 and r.json()["error"]["code"] == "NODE_UNAVAILABLE", r.text
-    assert r.headers.get("Retry-After"), r.headers
+    if r.status_code == 503:
+        assert r.json()["error"]["code"] == "NODE_UNAVAILABLE", r.text
+        assert r.headers.get("Retry-After"), r.headers
+        r = mh.api("c", "POST", "/v1/sandboxes/mh-fo/restart")
+        assert r.status_code == 200, r.text
+        rec2 = r.json()
+    else:
+        assert r.status_code == 200 and r.json()["stdout"] == "x\n", r.text
+        types = [e["type"] for e in mh.events() if e.get("id") == "mh-fo"]
+        assert "reset" in types, types
+        rec2 = mh.record("mh-fo")
     # the next start gets a higher epoch than any the agents have seen ...
-    r = mh.api("c", "POST", "/v1/sandboxes/mh-fo/restart")
-    assert r.status_code == 200, r.text
-    rec2 = r.json()
     assert int(rec2["epoch"]) > int(rec1["epoch"])
     # ... but the generation of the lost write is handed out again
     assert rec2["generation"] == rec1["generation"]

@@ -1,0 +1,273 @@
+"""Fencing of containers whose record Redis lost: a 201 always means a fresh
+container. On a stack of its own (FLUSHALL would wipe every other test's
+state); the API key is written back after each wipe."""
+
+import hashlib
+import os
+import resource
+import signal
+import socket
+import time
+import uuid
+
+from conftest import sandbox_procs, stack_down, stack_up
+
+TENANT = "dev"
+
+
+def uid(prefix):
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:10])
+
+
+def test_put_after_flushall_is_a_fresh_container():
+    """Create, leave a file and a process in it, FLUSHALL, PUT the same id
+    again: 201, and neither the file nor the process is there. Before the
+    fix the agent answered the second PUT with the old container whenever
+    its fencing sweep had not run yet in between (same generation, 1)."""
+    st = stack_up(agents=1)
+    try:
+        digest = hashlib.sha256(st.key.encode()).hexdigest()
+        inherited = []
+        for i in range(6):
+            sid = uid("flf")
+            r = st.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+            assert r.status_code == 201, r.text
+            r = st.api("PUT", "/v1/sandboxes/%s/files/old.txt" % sid, data=b"old container\n")
+            assert r.status_code in (200, 201), r.text
+            r = st.api("POST", "/v1/sandboxes/%s/processes" % sid,
+                       json={"id": "old", "command": "exec sleep 1000"})
+            assert r.status_code == 201, r.text
+            st.redis_cli("FLUSHALL")
+            st.redis_cli("HSET", "sbx:apikey:" + digest, "tenant", TENANT, "admin", "0",
+                         "createdAt", "0")
+            st.wait("agent-1 to register again",
+                    lambda: st.redis_cli("EXISTS", "sbx:node:{agent-1}:alive") == "1",
+                    timeout=15, interval=0.02)
+            r = st.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+            assert r.status_code == 201, r.text
+            f = st.api("GET", "/v1/sandboxes/%s/files/old.txt" % sid)
+            procs = st.api("GET", "/v1/sandboxes/%s/processes" % sid)
+            assert procs.status_code == 200, procs.text
+            names = [p.get("id") for p in procs.json()["processes"]]
+            if f.status_code != 404 or "old" in names:
+                inherited.append((i, f.status_code, names))
+        assert not inherited, "a 201 handed over the old container: %r" % inherited
+    finally:
+        stack_down(st)
+
+
+def node_state(st, name):
+    r = st.api("GET", "/v1/nodes", key=st.admin_key)
+    assert r.status_code == 200, r.text
+    return {n["name"]: n["state"] for n in r.json()["nodes"]}.get(name)
+
+
+def freezer_of(pid, tid):
+    with open("/proc/%d/task/%d/cgroup" % (pid, tid)) as f:
+        for line in f:
+            _, ctl, path = line.rstrip("\n").split(":", 2)
+            if ctl == "freezer":
+                return path
+    raise AssertionError("no v1 freezer here")
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def test_agent_whose_loop_stands_keeps_its_lease_but_is_degraded():
+    """Only the agent's event loop (its main thread) stands still — frozen in
+    a freezer cgroup of its own, as a long loop turn or a wedged server
+    would — for two node_ttls: its lease holds (the heartbeat thread keeps
+    the alive key), its state says degraded, and placement skips it. Before,
+    the heartbeat ran on the loop: the key expired and the node was down."""
+    st = stack_up(agents=2)
+    grp = "/sys/fs/cgroup/freezer/sbx-it-stall-%d" % os.getpid()
+    pid = st.pid("agent-1")
+    orig = freezer_of(pid, pid)
+    try:
+        st.wait("agent-1 up", lambda: node_state(st, "agent-1") == "up", timeout=15)
+        os.mkdir(grp)
+        write(grp + "/tasks", str(pid))          # the main thread only
+        write(grp + "/freezer.state", "FROZEN")
+        t0 = time.monotonic()
+        gaps, states = 0, set()
+        while time.monotonic() - t0 < 6.0:       # two node_ttls of the stack
+            gaps += st.redis_cli("EXISTS", "sbx:node:{agent-1}:alive") != "1"
+            states.add(node_state(st, "agent-1"))
+            time.sleep(0.2)
+        placed = [st.api("PUT", "/v1/sandboxes/" + uid("dg"), json={}, timeout=30)
+                  for _ in range(4)]
+        write(grp + "/freezer.state", "THAWED")
+        assert gaps == 0, "the lease lapsed while the loop stood still (%d checks)" % gaps
+        assert "degraded" in states, states
+        for r in placed:
+            assert r.status_code == 201, r.text
+            assert r.json()["node"] == "agent-2", r.json()["node"]
+        st.wait("agent-1 up again", lambda: node_state(st, "agent-1") == "up", timeout=15)
+    finally:
+        if os.path.isdir(grp):
+            write(grp + "/freezer.state", "THAWED")
+            write("/sys/fs/cgroup/freezer%s/tasks" % orig, str(pid))
+            os.rmdir(grp)
+        stack_down(st)
+
+
+def test_agent_that_cannot_accept_is_not_up():
+    """Every connection agent-1 will take is held open by idle clients, so it
+    accepts no new one (its connection limit, or its fd limit): its node
+    state is degraded and placement skips it; once they close, it is up."""
+    st = stack_up(agents=2)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    host, port = st.env["SBX_AGENT_1"].rsplit(":", 1)
+    held = []
+    try:
+        st.wait("agent-1 up", lambda: node_state(st, "agent-1") == "up", timeout=15)
+        for _ in range(6000):
+            s = socket.socket()
+            s.settimeout(0.5)
+            try:
+                s.connect((host, int(port)))
+            except OSError:
+                s.close()
+                break
+            held.append(s)
+        print("holding %d connections to agent-1" % len(held))
+        st.wait("agent-1 degraded", lambda: node_state(st, "agent-1") == "degraded",
+                timeout=15)
+        for _ in range(4):
+            r = st.api("PUT", "/v1/sandboxes/" + uid("na"), json={}, timeout=30)
+            assert r.status_code == 201, r.text
+            assert r.json()["node"] == "agent-2", r.json()["node"]
+        for s in held:
+            s.close()
+        held = []
+        st.wait("agent-1 up again", lambda: node_state(st, "agent-1") == "up", timeout=30)
+    finally:
+        for s in held:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        stack_down(st)
+
+
+COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /workspace/n; sleep 0.1; done"
+
+
+def freezer_state_of(key):
+    """freezer.state of sandbox key's cgroup ("none" without one)."""
+    procs = sandbox_procs(key)
+    assert procs, "no process of %s" % key
+    path = freezer_of(procs[0][0], procs[0][0])
+    if path == "/":
+        return "none"
+    with open("/sys/fs/cgroup/freezer%s/freezer.state" % path) as f:
+        return f.read().strip()
+
+
+def counter_of(key):
+    for pid, _, _ in sandbox_procs(key):
+        try:
+            with open("/proc/%d/root/workspace/n" % pid) as f:
+                return int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def counting_sandbox(st, prefix):
+    """A new sandbox with a COUNTER loop running: (id, key, its record)."""
+    sid = uid(prefix)
+    key = "%s.%s" % (TENANT, sid)
+    r = st.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+    assert r.status_code == 201, r.text
+    rec = r.json()
+    r = st.api("POST", "/v1/sandboxes/%s/processes" % sid, json={"id": "count", "command": COUNTER})
+    assert r.status_code == 201, r.text
+    st.wait("the counter to run", lambda: (counter_of(key) or 0) > 2)
+    return sid, key, rec
+
+
+def pause_past_ttl(st, pid, key):
+    """SIGSTOP agent pid until its alive key expired; read key's counter
+    twice a second apart and its freezer state; SIGCONT. (n1, n2, state)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        st.wait("the lease to lapse",
+                lambda: st.redis_cli("EXISTS", "sbx:node:{agent-1}:alive") == "0", timeout=15)
+        n1 = counter_of(key)
+        time.sleep(1.0)
+        n2 = counter_of(key)
+        return n1, n2, freezer_state_of(key)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_paused_agent_that_still_owns_its_sandbox_thaws_it():
+    """The agent is stopped past its TTL and nothing re-places its sandbox
+    meanwhile: its fence keeper freezes the sandbox at the lease's end (a
+    counter inside stands still), and once the agent is back and its sweep
+    finds the record still naming it, the sandbox thaws and goes on: same
+    node, same epoch, the counter runs again."""
+    st = stack_up(agents=1)
+    pid = st.pid("agent-1")
+    try:
+        sid, key, rec = counting_sandbox(st, "thaw")
+        n1, n2, state = pause_past_ttl(st, pid, key)
+        assert n1 == n2, "the counter ran on while the lease had lapsed: %r -> %r" % (n1, n2)
+        assert state == "FROZEN", state
+        st.wait("the sandbox to thaw", lambda: freezer_state_of(key) == "THAWED", timeout=15)
+        st.wait("the counter to run again", lambda: (counter_of(key) or 0) > n2 + 2, timeout=10)
+        r = st.api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": "echo ok"},
+                   timeout=30)
+        assert r.status_code == 200 and r.json()["stdout"] == "ok\n", r.text
+        again = st.api("GET", "/v1/sandboxes/" + sid).json()
+        assert again["node"] == rec["node"] and again["epoch"] == rec["epoch"], again
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+        stack_down(st)
+
+
+def keepers_of(agent_pid):
+    """Pids of the fence keeper(s): the agent's children that are sbx-agent."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        rest = stat.rsplit(")", 1)[1].split()
+        if comm == "sbx-agent" and rest[0] != "Z" and int(rest[1]) == agent_pid:
+            found.append(int(d))
+    return found
+
+
+def test_a_killed_fence_keeper_is_started_again_and_fences():
+    """SIGKILL the fence keeper: the agent starts another, and that one
+    freezes the sandbox when the agent is then stopped past its TTL."""
+    st = stack_up(agents=1)
+    pid = st.pid("agent-1")
+    try:
+        old = keepers_of(pid)
+        assert len(old) == 1, old
+        os.kill(old[0], signal.SIGKILL)
+        st.wait("a new fence keeper", lambda: (lambda k: len(k) == 1 and k != old)(
+            keepers_of(pid)), timeout=10)
+        sid, key, _ = counting_sandbox(st, "kk")
+        n1, n2, state = pause_past_ttl(st, pid, key)
+        assert n1 == n2 and state == "FROZEN", (n1, n2, state)
+        st.wait("the sandbox to thaw", lambda: freezer_state_of(key) == "THAWED", timeout=15)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+        stack_down(st)
