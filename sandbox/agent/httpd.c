@@ -29,6 +29,7 @@ struct httpd {
 	char secret[256];
 	struct httpd_req *reqs;    /* every live request (for shutdown) */
 	int stopping;
+	int rerun;                 /* run MHD again at once (set while it runs) */
 };
 
 struct httpd_req {
@@ -76,8 +77,11 @@ struct httpd_req {
 
 static void httpd_run(struct httpd *h);
 
+/* Run MHD soon: from outside MHD_run on the next loop turn, from inside it
+ * right after it returns (httpd_run re-arms the timer last). */
 static void kick(struct httpd *h)
 {
+	h->rerun = 1;
 	if (h->timer_ev)
 		event_active(h->timer_ev, EV_TIMEOUT, 1);
 }
@@ -497,13 +501,29 @@ void httpd_on_close(struct httpd_req *r, httpd_close_fn fn, void *arg)
 	r->close_arg = arg;
 }
 
+/* End the answer of r (from its content reader) with an error: MHD closes
+ * the connection. MHD 0.9.75 marks a connection closed there but frees it
+ * (and closes its socket) only on a later pass over that connection. A
+ * connection resumed from suspension is outside MHD's epoll set, so no
+ * socket event brings that pass; of the idle connections, MHD visits on
+ * every run only those with a timeout of their own (the others are sorted
+ * by age, the oldest first, and the scan stops at the first live one).
+ * Give the connection one and run MHD again at once, so its socket is
+ * closed now and not never. */
+static ssize_t stream_fail(struct httpd_req *r)
+{
+	MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)1);
+	kick(r->h);
+	return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct httpd_req *r = cls;
 	ssize_t n;
 
 	if (r->peer_gone || r->h->stopping)
-		return MHD_CONTENT_READER_END_WITH_ERROR;
+		return stream_fail(r);
 	n = r->read(r->read_arg, buf, max);
 	if (n > 0)
 		return n;
@@ -823,9 +843,13 @@ static void httpd_run(struct httpd *h)
 {
 	MHD_UNSIGNED_LONG_LONG to;
 
+	h->rerun = 0;
 	MHD_run(h->mhd);
 	event_del(h->timer_ev);
-	if (MHD_get_timeout(h->mhd, &to) == MHD_YES) {
+	if (h->rerun) {
+		/* kick() from inside MHD_run: the event_del above undid it. */
+		event_active(h->timer_ev, EV_TIMEOUT, 1);
+	} else if (MHD_get_timeout(h->mhd, &to) == MHD_YES) {
 		struct timeval tv = { (time_t)(to / 1000), (suseconds_t)((to % 1000) * 1000) };
 		event_add(h->timer_ev, &tv);
 	}

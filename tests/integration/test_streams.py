@@ -1,0 +1,213 @@
+"""Streamed and deferred answers end cleanly: a client (or nginx) that goes
+away frees its agent connection, a file that shrinks under its download
+ends that download, and the edges of Range and Transfer-Encoding answer as
+docs/API.md says."""
+
+import json
+import os
+import signal
+import socket
+import uuid
+
+import pytest
+
+from conftest import reap_orphans, sandbox_procs
+
+FD_MARGIN = 8     # the agent's own fds move a little (Redis, timers, logs)
+ABORTS = 200      # per kind and path, in batches
+BATCH = 100
+
+
+@pytest.fixture(scope="module")
+def box(stack):
+    sid = "st-" + uuid.uuid4().hex[:10]
+    # Room for a batch of aborted commands (sh + sleep each) at once.
+    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={"resources": {"pids": 1024}}, timeout=30)
+    assert r.status_code == 201, r.text
+    r = stack.api("POST", "/v1/sandboxes/%s/processes" % sid,
+                  json={"id": "long", "command": "sleep 3600"})
+    assert r.status_code == 201, r.text
+    r = stack.api("POST", "/v1/sandboxes/%s/exec" % sid, timeout=60,
+                  json={"command": "head -c 16777216 /dev/zero > /workspace/16m.bin"})
+    assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text
+    yield sid
+    stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def record(stack, sid):
+    r = stack.api("GET", "/v1/sandboxes/" + sid)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def agent_of(stack, sid):
+    """(agent number, "host:port") of the agent that runs sid."""
+    node = record(stack, sid)["node"]
+    n = int(node.rsplit("-", 1)[1])
+    return n, stack.env["SBX_AGENT_%d" % n]
+
+
+def agent_fds(stack, n):
+    return len(os.listdir("/proc/%d/fd" % stack.pid("agent-%d" % n)))
+
+
+def addr(hostport):
+    host, port = hostport.rsplit(":", 1)
+    return host, int(port)
+
+
+def request(method, path, headers, body=None):
+    """The bytes of one HTTP/1.1 request."""
+    data = json.dumps(body).encode() if body is not None else b""
+    lines = ["%s %s HTTP/1.1" % (method, path), "Host: sbx"]
+    lines += ["%s: %s" % kv for kv in headers.items()]
+    if body is not None:
+        lines += ["Content-Type: application/json", "Content-Length: %d" % len(data)]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + data
+
+
+def read_head(s):
+    """Read up to the end of the answer's header block; its status line."""
+    got = b""
+    while b"\r\n\r\n" not in got:
+        chunk = s.recv(4096)
+        assert chunk, "connection closed before the answer's headers: %r" % got
+        got += chunk
+    return got.split(b"\r\n", 1)[0].decode()
+
+
+def via(stack, sid, where):
+    """(address, headers) to reach sid's data routes: through nginx with the
+    dev key, or straight at its agent with what nginx would add."""
+    if where == "nginx":
+        return addr(stack.url.split("//", 1)[1]), {"Authorization": "Bearer " + stack.key}
+    rec = record(stack, sid)
+    _, hostport = agent_of(stack, sid)
+    return addr(hostport), {"X-Sbx-Node-Secret": stack.secret, "X-Sbx-Tenant": "dev",
+                            "X-Sbx-Epoch": str(rec["epoch"]),
+                            "X-Sbx-Generation": str(rec["generation"])}
+
+
+def sleepers(sid):
+    return sum(1 for _, comm, _ in sandbox_procs("dev." + sid) if comm == "sleep")
+
+
+# kind: (method, path, extra headers, body, how we know the agent holds it)
+def kinds(sid):
+    sse = {"Accept": "text/event-stream"}
+    return {
+        "exec-sse": ("POST", "/v1/sandboxes/%s/exec" % sid, sse, {"command": "sleep 600"}, "head"),
+        "logs-follow": ("GET", "/v1/sandboxes/%s/processes/long/logs" % sid, sse, None,
+                        "head"),
+        "cf-exec-stream": ("POST", "/v1/sandboxes/%s/cf/api/execute/stream" % sid, {},
+                           {"command": "sleep 600"}, "head"),
+        # A file answer that the client stops reading (sendfile, not suspended).
+        "download": ("GET", "/v1/sandboxes/%s/files/16m.bin" % sid, {}, None, "head"),
+        # Deferred, not streamed: nothing arrives before the command ends;
+        # the command running is the sign that the agent holds the request.
+        "exec-json": ("POST", "/v1/sandboxes/%s/exec" % sid, {}, {"command": "sleep 600"},
+                      "sleep"),
+    }
+
+
+def abort_batch(stack, sid, where, kind, n, idle):
+    """Send n requests of kind, wait until the agent holds them all, close
+    them all. idle: the sandbox's sleeps when none of ours run."""
+    method, path, extra, body, sign = kinds(sid)[kind]
+    target, headers = via(stack, sid, where)
+    req = request(method, path, dict(headers, **extra), body)
+    if sign == "sleep":
+        stack.wait("the commands of the last batch to be stopped",
+                   lambda: sleepers(sid) <= idle, timeout=30)
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.create_connection(target, timeout=30)
+            socks.append(s)
+            s.sendall(req)
+            if sign == "head":
+                line = read_head(s)
+                assert " 200 " in line, "%s via %s: %s" % (kind, where, line)
+        if sign == "sleep":
+            stack.wait("%d commands of %s via %s running" % (n, kind, where),
+                       lambda: sleepers(sid) >= idle + n, timeout=60)
+    finally:
+        for s in socks:
+            s.close()
+
+
+def exec_ok(stack, sid):
+    r = stack.api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": "echo alive"}, timeout=30)
+    assert r.status_code == 200 and r.json()["stdout"] == "alive\n", r.text
+
+
+def fds_back(stack, n, base, what):
+    seen = []
+
+    def back():
+        seen.append(agent_fds(stack, n))
+        return seen[-1] <= base + FD_MARGIN
+
+    try:
+        stack.wait("agent-%d's fds back to %d (+%d) after %s" % (n, base, FD_MARGIN, what),
+                   back, timeout=30)
+    except AssertionError as ex:
+        raise AssertionError("%s: it holds %d" % (ex, seen[-1])) from None
+
+
+@pytest.mark.parametrize("where", ["nginx", "agent"])
+@pytest.mark.parametrize("kind", ["exec-sse", "logs-follow", "cf-exec-stream", "exec-json",
+                                  "download"])
+def test_aborted_answers_free_their_connection(stack, box, kind, where):
+    n, _ = agent_of(stack, box)
+    exec_ok(stack, box)
+    base, idle = agent_fds(stack, n), sleepers(box)
+    for done in range(0, ABORTS, BATCH):
+        abort_batch(stack, box, where, kind, min(BATCH, ABORTS - done), idle)
+    fds_back(stack, n, base, "%d aborted %s via %s" % (ABORTS, kind, where))
+    stack.wait("the aborted commands to be stopped", lambda: sleepers(box) <= idle, timeout=30)
+    exec_ok(stack, box)
+
+
+def nginx_session(stack):
+    """Pids of nginx's master and workers (one session, started by setsid)."""
+    master = stack.pid("nginx")
+    found = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if os.getsid(int(d)) == master:
+                    found.append(int(d))
+            except OSError:
+                pass
+    return found
+
+
+def test_nginx_killed_with_open_streams_frees_them(stack, box):
+    n, _ = agent_of(stack, box)
+    exec_ok(stack, box)
+    base = agent_fds(stack, n)
+    target, headers = via(stack, box, "nginx")
+    socks = []
+    try:
+        for kind in ("exec-sse", "logs-follow"):
+            method, path, extra, body, _ = kinds(box)[kind]
+            req = request(method, path, dict(headers, **extra), body)
+            for _ in range(50):
+                s = socket.create_connection(target, timeout=30)
+                socks.append(s)
+                s.sendall(req)
+                assert " 200 " in read_head(s)
+        assert agent_fds(stack, n) >= base + 100
+        for pid in nginx_session(stack):
+            os.kill(pid, signal.SIGKILL)
+        stack.wait("nginx to be gone", lambda: not nginx_session(stack), timeout=10)
+        fds_back(stack, n, base, "nginx was killed with 100 open streams")
+    finally:
+        for s in socks:
+            s.close()
+        reap_orphans()
+        stack.run("start", "nginx")
+        stack.wait_healthy()
+    exec_ok(stack, box)
+
