@@ -14,9 +14,13 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_EXTRA_HEADERS 8
+/* How often a file answer checks that its file still holds the bytes it
+ * announced (see watch_file). */
+#define FILE_CHECK_MS 200
 
 struct httpd {
 	struct event_base *base;
@@ -64,6 +68,9 @@ struct httpd_req {
 	void *sink_arg;
 	int sink_done;             /* the sink refused more, or saw the end */
 	struct event *peer_ev;     /* watches the client socket while suspended */
+	struct event *file_ev;     /* a file answer: checks the file's size */
+	int file_fd;               /* borrowed: MHD owns it with the answer */
+	uint64_t file_end;         /* offset + length announced */
 	/* A view (httpd_set_*): what the handler sees instead of the request
 	 * as sent, and the filter its answer goes through. */
 	int view_query;            /* the real query string is hidden */
@@ -548,6 +555,42 @@ void httpd_reply_stream(struct httpd_req *r, int status, const char *content_typ
 	set_answer(r, status, resp);
 }
 
+/* The file of r's answer no longer holds the bytes announced? Then end the
+ * answer: shut the client socket down, MHD sees the hang-up on its next
+ * run and closes the connection (the client gets a short body). */
+static void file_cb(evutil_socket_t unused, short what, void *arg)
+{
+	struct httpd_req *r = arg;
+	struct stat st;
+	int cfd;
+
+	if (fstat(r->file_fd, &st) < 0 || (uint64_t)st.st_size >= r->file_end)
+		return;
+	log_warn("%s %s [%s]: the file shrank to %lld bytes, below the %llu announced: "
+		 "ending the answer", r->method, r->path, httpd_request_id(r),
+		 (long long)st.st_size, (unsigned long long)r->file_end);
+	event_del(r->file_ev);
+	cfd = httpd_client_fd(r);
+	if (cfd >= 0)
+		shutdown(cfd, SHUT_RDWR);
+}
+
+/* MHD sends a file answer with sendfile. When the file turns out shorter
+ * than the Content-Length sent (truncated meanwhile), sendfile returns 0,
+ * and MHD waits for the socket to become writable again: it already is, no
+ * new event comes, and the answer would hang until the idle timeout. So
+ * watch the file's size while the answer lives (fd stays MHD's). */
+static void watch_file(struct httpd_req *r, int fd, uint64_t end)
+{
+	static const struct timeval every = { 0, FILE_CHECK_MS * 1000 };
+
+	r->file_fd = fd;
+	r->file_end = end;
+	r->file_ev = event_new(r->h->base, -1, EV_PERSIST, file_cb, r);
+	if (!r->file_ev || event_add(r->file_ev, &every) < 0)
+		log_warn("%s %s: cannot watch the file of the answer", r->method, r->path);
+}
+
 void httpd_reply_fd(struct httpd_req *r, int status, const char *content_type, int fd,
 		    uint64_t offset, uint64_t len)
 {
@@ -563,6 +606,8 @@ void httpd_reply_fd(struct httpd_req *r, int status, const char *content_type, i
 	else if (content_type)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
 	set_answer(r, status, resp);
+	if (resp && r->resp == resp && len > 0)
+		watch_file(r, fd, offset + len);
 }
 
 void httpd_body_sink(struct httpd_req *r, httpd_body_fn fn, void *arg)
@@ -589,6 +634,8 @@ static void req_free(struct httpd_req *r)
 		r->next->prev = r->prev;
 	if (r->peer_ev)
 		event_free(r->peer_ev);
+	if (r->file_ev)
+		event_free(r->file_ev);
 	if (r->resp)
 		MHD_destroy_response(r->resp);
 	for (int i = 0; i < r->nhdr; i++) {

@@ -211,3 +211,43 @@ def test_nginx_killed_with_open_streams_frees_them(stack, box):
         stack.wait_healthy()
     exec_ok(stack, box)
 
+
+def files(sid, path):
+    return "/v1/sandboxes/%s/files/%s" % (sid, path)
+
+
+def test_a_file_truncated_during_its_download_ends_it(stack, box):
+    size = 64 << 20
+    r = stack.api("POST", "/v1/sandboxes/%s/exec" % box, timeout=60,
+                  json={"command": "head -c %d /dev/zero > /workspace/shrinks.bin" % size})
+    assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text
+    for where in ("nginx", "agent"):
+        target, headers = via(stack, box, where)
+        s = socket.create_connection(target, timeout=60)
+        try:
+            # A small window: the download stalls on us with most of it unsent.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            s.sendall(request("GET", files(box, "shrinks.bin"), headers))
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += s.recv(4096)
+            assert b" 200 " in head.split(b"\r\n", 1)[0] and \
+                b"Content-Length: %d" % size in head, head
+            got = len(head.split(b"\r\n\r\n", 1)[1])
+            r = stack.api("POST", "/v1/sandboxes/%s/exec" % box, timeout=60,
+                          json={"command": "truncate -s 1000 /workspace/shrinks.bin"})
+            assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text
+            # The answer ends (a short body), it does not hang: a read that
+            # times out here fails the test.
+            while True:
+                chunk = s.recv(1 << 20)
+                if not chunk:
+                    break
+                got += len(chunk)
+            assert got < size, "%s: %d bytes of %d after the truncation" % (where, got, size)
+        finally:
+            s.close()
+        r = stack.api("POST", "/v1/sandboxes/%s/exec" % box, timeout=60,
+                      json={"command": "head -c %d /dev/zero > /workspace/shrinks.bin" % size})
+        assert r.status_code == 200, r.text
+    exec_ok(stack, box)
