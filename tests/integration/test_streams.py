@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from conftest import reap_orphans, sandbox_procs
+from conftest import assert_error, reap_orphans, sandbox_procs
 
 FD_MARGIN = 8     # the agent's own fds move a little (Redis, timers, logs)
 ABORTS = 200      # per kind and path, in batches
@@ -251,3 +251,44 @@ def test_a_file_truncated_during_its_download_ends_it(stack, box):
                       json={"command": "head -c %d /dev/zero > /workspace/shrinks.bin" % size})
         assert r.status_code == 200, r.text
     exec_ok(stack, box)
+
+
+# (Range, status, Content-Range, body) of the 10-byte file "0123456789".
+RANGES = [
+    ("bytes=0-18446744073709551615", 206, "bytes 0-9/10", b"0123456789"),
+    ("bytes=2-99999999999999999999999", 206, "bytes 2-9/10", b"23456789"),
+    ("bytes=5-100", 206, "bytes 5-9/10", b"56789"),
+    ("bytes=-3", 206, "bytes 7-9/10", b"789"),
+    ("bytes=-30", 206, "bytes 0-9/10", b"0123456789"),
+    ("bytes=-18446744073709551616", 206, "bytes 0-9/10", b"0123456789"),
+    ("bytes=3-", 206, "bytes 3-9/10", b"3456789"),
+    ("bytes=9-9", 206, "bytes 9-9/10", b"9"),
+    ("Bytes=1-2", 206, "bytes 1-2/10", b"12"),
+    ("bytes=10-", 416, "bytes */10", None),
+    ("bytes=10-20", 416, "bytes */10", None),
+    ("bytes=99999999999999999999-", 416, "bytes */10", None),
+    ("bytes=-0", 416, "bytes */10", None),
+    ("bytes=5-2", 200, None, b"0123456789"),
+    ("bytes=1-2,4-5", 200, None, b"0123456789"),
+    ("bytes=x-1", 200, None, b"0123456789"),
+]
+
+
+def test_range_answers(stack, box):
+    r = stack.api("PUT", files(box, "ten.txt"), data=b"0123456789")
+    assert r.status_code in (200, 201), r.text
+    for rng, status, crange, body in RANGES:
+        r = stack.api("GET", files(box, "ten.txt"), headers={"Range": rng})
+        assert r.status_code == status, "%s: %d %r" % (rng, r.status_code, r.text[:200])
+        assert r.headers.get("Content-Range") == crange, (rng, r.headers)
+        if status == 416:
+            assert_error(r, 416, "RANGE_NOT_SATISFIABLE")
+        else:
+            assert r.content == body, (rng, r.content)
+            assert r.headers["Content-Length"] == str(len(body))
+    r = stack.api("PUT", files(box, "empty.txt"), data=b"")
+    assert r.status_code in (200, 201), r.text
+    for rng in ("bytes=-5", "bytes=0-", "bytes=-18446744073709551616"):
+        r = stack.api("GET", files(box, "empty.txt"), headers={"Range": rng})
+        assert_error(r, 416, "RANGE_NOT_SATISFIABLE")
+        assert r.headers["Content-Range"] == "bytes */0"
