@@ -292,3 +292,39 @@ def test_range_answers(stack, box):
         r = stack.api("GET", files(box, "empty.txt"), headers={"Range": rng})
         assert_error(r, 416, "RANGE_NOT_SATISFIABLE")
         assert r.headers["Content-Range"] == "bytes */0"
+
+
+def raw_answer(stack, data):
+    """Send raw bytes to nginx; (status line, headers dict, body) of its answer."""
+    s = socket.create_connection(addr(stack.url.split("//", 1)[1]), timeout=20)
+    try:
+        s.sendall(data)
+        got = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+            if b"\r\n\r\n" in got:
+                head, body = got.split(b"\r\n\r\n", 1)
+                hdrs = dict(l.split(": ", 1) for l in head.decode().split("\r\n")[1:])
+                if len(body) >= int(hdrs.get("Content-Length", "-1")) >= 0:
+                    break
+    finally:
+        s.close()
+    head, body = got.split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")
+    return lines[0], {k.lower(): v for k, v in (l.split(": ", 1) for l in lines[1:])}, body
+
+
+@pytest.mark.parametrize("te", ["xchunked", "gzip, chunked", "chunked, xchunked"])
+def test_unknown_transfer_coding_is_a_json_501(stack, box, te):
+    for path in ("/v1/sandboxes/%s/exec" % box, "/v1/sandboxes"):
+        line, hdrs, body = raw_answer(stack, (
+            "POST %s HTTP/1.1\r\nHost: sbx\r\nAuthorization: Bearer %s\r\n"
+            "Content-Type: application/json\r\nTransfer-Encoding: %s\r\n\r\n"
+            "2\r\n{}\r\n0\r\n\r\n" % (path, stack.key, te)).encode())
+        assert line.split(" ", 2)[1] == "501", (path, line, body)
+        assert hdrs["content-type"].startswith("application/json"), (path, hdrs, body)
+        err = json.loads(body)["error"]
+        assert err["code"] == "NOT_IMPLEMENTED" and err["message"] and err["details"] == {}, err
