@@ -34,6 +34,10 @@ struct httpd {
 	struct httpd_req *reqs;    /* every live request (for shutdown) */
 	int stopping;
 	int rerun;                 /* run MHD again at once (set while it runs) */
+	unsigned max_conns;        /* data requests beyond this get 503 */
+	unsigned nconns;           /* open client connections (MHD's count) */
+	int at_limit;              /* past max_conns (logged once) */
+	int at_hard_limit;         /* MHD's own limit: it stopped accepting */
 };
 
 struct httpd_req {
@@ -706,6 +710,61 @@ static void route_req(struct httpd *h, struct httpd_req *r)
 		error_answer(r, SBX_E_ROUTE_NOT_FOUND, "no such route");
 }
 
+/* Count client connections; log crossing either limit (once each way). */
+static void conn_cb(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+		    enum MHD_ConnectionNotificationCode what)
+{
+	struct httpd *h = cls;
+	unsigned hard = h->max_conns + HTTPD_RESERVED_CONNS;
+
+	if (what == MHD_CONNECTION_NOTIFY_STARTED) {
+		h->nconns++;
+		if (!h->at_limit && h->nconns > h->max_conns) {
+			h->at_limit = 1;
+			log_warn("httpd: connection limit reached (%u open, agent.max_connections = %u): "
+				 "data requests get 503 until some close", h->nconns, h->max_conns);
+		}
+		if (!h->at_hard_limit && h->nconns >= hard) {
+			h->at_hard_limit = 1;
+			log_warn("httpd: %u connections open, the reserve too: new connections wait "
+				 "in the listen backlog", h->nconns);
+		}
+		return;
+	}
+	if (h->nconns > 0)
+		h->nconns--;
+	if (h->at_hard_limit && h->nconns < hard)
+		h->at_hard_limit = 0;
+	if (h->at_limit && h->nconns <= h->max_conns) {
+		h->at_limit = 0;
+		log_info("httpd: below the connection limit again (%u open)", h->nconns);
+	}
+}
+
+/* What the server answers itself, before routing: its health (also at the
+ * connection limit), and 503 for a data request past the limit. 1 when r
+ * has its answer. */
+static int own_answer(struct httpd *h, struct httpd_req *r)
+{
+	if (strcmp(r->path, HTTPD_HEALTH_PATH) == 0) {
+		if (strcmp(r->method, "GET") != 0) {
+			httpd_add_header(r, "Allow", "GET");
+			error_answer(r, SBX_E_METHOD_NOT_ALLOWED, "method not allowed");
+			return 1;
+		}
+		httpd_reply_json(r, 200, json_pack("{s:s, s:I, s:I}", "status", "ok", "connections",
+						   (json_int_t)h->nconns, "maxConnections",
+						   (json_int_t)h->max_conns));
+		return 1;
+	}
+	if (h->nconns > h->max_conns && strncmp(r->path, "/agent/", 7) != 0) {
+		httpd_add_header(r, "Retry-After", "1");
+		error_answer(r, SBX_E_NODE_UNAVAILABLE, "the node is at its connection limit, retry");
+		return 1;
+	}
+	return 0;
+}
+
 static enum MHD_Result queue_answer(struct httpd_req *r)
 {
 	struct MHD_Response *resp = r->resp;
@@ -769,6 +828,16 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 			return queue_answer(r);
 		}
 		clen = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+		if (own_answer(h, r)) {
+			/* A body still to come is read and dropped first (see the
+			 * 413 below for why). */
+			if ((clen && strcmp(clen, "0") != 0) ||
+			    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding")) {
+				r->too_large = 1;
+				return MHD_YES;
+			}
+			return queue_answer(r);
+		}
 		route_req(h, r);
 		if (!r->replied && r->route && (r->route->flags & HTTPD_ROUTE_STREAM_BODY)) {
 			/* Streamed body: the handler runs now and takes the body
@@ -947,7 +1016,7 @@ static int listen_socket(const char *addr, struct sbx_err *e)
 
 struct httpd *httpd_new(struct event_base *base, const char *addr, const char *secret,
 			const struct httpd_route *routes, size_t nroutes, void *ctx,
-			struct sbx_err *e)
+			unsigned max_conns, struct sbx_err *e)
 {
 	struct httpd *h;
 	const union MHD_DaemonInfo *info;
@@ -970,12 +1039,14 @@ struct httpd *httpd_new(struct event_base *base, const char *addr, const char *s
 	h->routes = routes;
 	h->nroutes = nroutes;
 	h->ctx = ctx;
+	h->max_conns = max_conns;
 	memcpy(h->secret, secret, strlen(secret) + 1);
 	h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0,
 				  NULL, NULL, access_cb, h,
 				  MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, h,
 				  MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
-				  MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTPD_CONN_LIMIT,
+				  MHD_OPTION_CONNECTION_LIMIT, max_conns + HTTPD_RESERVED_CONNS,
+				  MHD_OPTION_NOTIFY_CONNECTION, conn_cb, h,
 				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTPD_CONN_TIMEOUT_S,
 				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
 				  MHD_OPTION_NOTIFY_COMPLETED, completed_cb, h,

@@ -10,8 +10,9 @@ import socket
 import uuid
 
 import pytest
+import requests
 
-from conftest import assert_error, reap_orphans, sandbox_procs
+from conftest import assert_error, reap_orphans, sandbox_procs, stack_down, stack_up
 
 FD_MARGIN = 8     # the agent's own fds move a little (Redis, timers, logs)
 ABORTS = 200      # per kind and path, in batches
@@ -328,3 +329,46 @@ def test_unknown_transfer_coding_is_a_json_501(stack, box, te):
         assert hdrs["content-type"].startswith("application/json"), (path, hdrs, body)
         err = json.loads(body)["error"]
         assert err["code"] == "NOT_IMPLEMENTED" and err["message"] and err["details"] == {}, err
+
+
+@pytest.fixture(scope="module")
+def small(stack):
+    """A stack of its own whose agent serves at most 16 connections."""
+    st = stack_up(agents=1, overrides=["agent.max_connections=16"])
+    try:
+        yield st
+    finally:
+        stack_down(st)
+
+
+def test_at_its_connection_limit_the_agent_refuses_data_and_keeps_its_health(small):
+    st = small
+    sid = "lim-" + uuid.uuid4().hex[:8]
+    r = st.api("PUT", "/v1/sandboxes/" + sid, timeout=30)
+    assert r.status_code == 201, r.text
+    agent = st.env["SBX_AGENT_1"]
+
+    def health():
+        r = requests.get("http://%s/agent/v1/health" % agent,
+                         headers={"X-Sbx-Node-Secret": st.secret}, timeout=10)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    assert health()["maxConnections"] == 16
+    idle = [socket.create_connection(addr(agent), timeout=10) for _ in range(24)]
+    try:
+        st.wait("the agent to count 24 idle connections", lambda: health()["connections"] > 24)
+        r = st.api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": "true"})
+        assert_error(r, 503, "NODE_UNAVAILABLE")
+        assert r.headers.get("Retry-After") == "1"
+        assert "connection limit reached" in st.log("agent-1", 200)
+        # sbx-api's control calls use the reserve: a sleep still reaches it.
+        r = st.api("POST", "/v1/sandboxes/%s/sleep" % sid, timeout=30)
+        assert r.status_code == 200 and r.json()["state"] == "sleeping", r.text
+    finally:
+        for s in idle:
+            s.close()
+    st.wait("the agent below its limit", lambda: health()["connections"] <= 16)
+    assert "below the connection limit again" in st.log("agent-1", 200)
+    r = st.api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": "echo back"}, timeout=30)
+    assert r.status_code == 200 and r.json()["stdout"] == "back\n", r.text
