@@ -163,7 +163,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	httpd = httpd_new(base, conf.agent.listen, conf.cluster.secret, agent_routes,
-			  agent_routes_count, &agent, &e);
+			  agent_routes_count, &agent, (unsigned)conf.agent.max_connections, &e);
 	if (!httpd) {
 		log_error("%s", e.msg);
 		rt_free(agent.rt);

@@ -86,17 +86,21 @@ int fspath_from_url(const char *raw, struct fspath *fp, struct sbx_err *e)
 	return fspath_parse(dec, strlen(dec), fp, e);
 }
 
-/* Parse decimal digits of s[0..n) into *v; 0 or -1 (none, or overflow). */
-static int parse_u64(const char *s, size_t n, uint64_t *v)
+/* Parse the decimal digits s[0..n) into *v, saturating at UINT64_MAX (a
+ * position past any file: RFC 9110 puts no bound on the digits). 0, or -1
+ * when there are none or a non-digit. */
+static int parse_pos(const char *s, size_t n, uint64_t *v)
 {
 	uint64_t x = 0;
 
-	if (n == 0 || n > 19)
+	if (n == 0)
 		return -1;
 	for (size_t i = 0; i < n; i++) {
+		unsigned d = (unsigned)(s[i] - '0');
+
 		if (s[i] < '0' || s[i] > '9')
 			return -1;
-		x = x * 10 + (uint64_t)(s[i] - '0');
+		x = x > (UINT64_MAX - d) / 10 ? UINT64_MAX : x * 10 + d;
 	}
 	*v = x;
 	return 0;
@@ -110,13 +114,13 @@ int fspath_range(const char *hdr, uint64_t size, uint64_t *first, uint64_t *last
 
 	if (!hdr)
 		return 0;
-	if (strncmp(hdr, "bytes=", 6) != 0)
+	if (strncasecmp(hdr, "bytes=", 6) != 0)   /* the unit is case-insensitive */
 		return -1;
 	spec = hdr + 6;
-	while (*spec == ' ')
+	while (*spec == ' ' || *spec == '\t')
 		spec++;
 	n = strlen(spec);
-	while (n > 0 && spec[n - 1] == ' ')
+	while (n > 0 && (spec[n - 1] == ' ' || spec[n - 1] == '\t'))
 		n--;
 	if (memchr(spec, ',', n))
 		return 0;  /* multi-range: answer the whole file */
@@ -124,20 +128,20 @@ int fspath_range(const char *hdr, uint64_t size, uint64_t *first, uint64_t *last
 	if (!dash)
 		return -1;
 	if (dash == spec) {                      /* "-n": the last n bytes */
-		if (parse_u64(dash + 1, n - 1, &b) < 0)
+		if (parse_pos(dash + 1, n - 1, &b) < 0)
 			return -1;
 		if (b == 0 || size == 0)
 			return -2;
-		*first = b >= size ? 0 : size - b;
+		*first = b >= size ? 0 : size - b;   /* longer than the file: all of it */
 		*last = size - 1;
 		return 1;
 	}
-	if (parse_u64(spec, (size_t)(dash - spec), &a) < 0)
+	if (parse_pos(spec, (size_t)(dash - spec), &a) < 0)
 		return -1;
-	if ((size_t)(dash - spec) + 1 == n) {    /* "a-" */
+	if ((size_t)(dash - spec) + 1 == n) {    /* "a-": to the end */
 		b = UINT64_MAX;
 	} else {
-		if (parse_u64(dash + 1, n - (size_t)(dash - spec) - 1, &b) < 0)
+		if (parse_pos(dash + 1, n - (size_t)(dash - spec) - 1, &b) < 0)
 			return -1;
 		if (b < a)
 			return -1;
@@ -145,7 +149,7 @@ int fspath_range(const char *hdr, uint64_t size, uint64_t *first, uint64_t *last
 	if (a >= size)
 		return -2;
 	*first = a;
-	*last = b >= size ? size - 1 : b;
+	*last = b >= size ? size - 1 : b;        /* past the end: clamped */
 	return 1;
 }
 

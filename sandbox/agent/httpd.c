@@ -14,9 +14,13 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_EXTRA_HEADERS 8
+/* How often a file answer checks that its file still holds the bytes it
+ * announced (see watch_file). */
+#define FILE_CHECK_MS 200
 
 struct httpd {
 	struct event_base *base;
@@ -29,6 +33,11 @@ struct httpd {
 	char secret[256];
 	struct httpd_req *reqs;    /* every live request (for shutdown) */
 	int stopping;
+	int rerun;                 /* run MHD again at once (set while it runs) */
+	unsigned max_conns;        /* data requests beyond this get 503 */
+	unsigned nconns;           /* open client connections (MHD's count) */
+	int at_limit;              /* past max_conns (logged once) */
+	int at_hard_limit;         /* MHD's own limit: it stopped accepting */
 };
 
 struct httpd_req {
@@ -63,6 +72,9 @@ struct httpd_req {
 	void *sink_arg;
 	int sink_done;             /* the sink refused more, or saw the end */
 	struct event *peer_ev;     /* watches the client socket while suspended */
+	struct event *file_ev;     /* a file answer: checks the file's size */
+	int file_fd;               /* borrowed: MHD owns it with the answer */
+	uint64_t file_end;         /* offset + length announced */
 	/* A view (httpd_set_*): what the handler sees instead of the request
 	 * as sent, and the filter its answer goes through. */
 	int view_query;            /* the real query string is hidden */
@@ -76,8 +88,11 @@ struct httpd_req {
 
 static void httpd_run(struct httpd *h);
 
+/* Run MHD soon: from outside MHD_run on the next loop turn, from inside it
+ * right after it returns (httpd_run re-arms the timer last). */
 static void kick(struct httpd *h)
 {
+	h->rerun = 1;
 	if (h->timer_ev)
 		event_active(h->timer_ev, EV_TIMEOUT, 1);
 }
@@ -497,13 +512,29 @@ void httpd_on_close(struct httpd_req *r, httpd_close_fn fn, void *arg)
 	r->close_arg = arg;
 }
 
+/* End the answer of r (from its content reader) with an error: MHD closes
+ * the connection. MHD 0.9.75 marks a connection closed there but frees it
+ * (and closes its socket) only on a later pass over that connection. A
+ * connection resumed from suspension is outside MHD's epoll set, so no
+ * socket event brings that pass; of the idle connections, MHD visits on
+ * every run only those with a timeout of their own (the others are sorted
+ * by age, the oldest first, and the scan stops at the first live one).
+ * Give the connection one and run MHD again at once, so its socket is
+ * closed now and not never. */
+static ssize_t stream_fail(struct httpd_req *r)
+{
+	MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)1);
+	kick(r->h);
+	return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct httpd_req *r = cls;
 	ssize_t n;
 
 	if (r->peer_gone || r->h->stopping)
-		return MHD_CONTENT_READER_END_WITH_ERROR;
+		return stream_fail(r);
 	n = r->read(r->read_arg, buf, max);
 	if (n > 0)
 		return n;
@@ -528,6 +559,42 @@ void httpd_reply_stream(struct httpd_req *r, int status, const char *content_typ
 	set_answer(r, status, resp);
 }
 
+/* The file of r's answer no longer holds the bytes announced? Then end the
+ * answer: shut the client socket down, MHD sees the hang-up on its next
+ * run and closes the connection (the client gets a short body). */
+static void file_cb(evutil_socket_t unused, short what, void *arg)
+{
+	struct httpd_req *r = arg;
+	struct stat st;
+	int cfd;
+
+	if (fstat(r->file_fd, &st) < 0 || (uint64_t)st.st_size >= r->file_end)
+		return;
+	log_warn("%s %s [%s]: the file shrank to %lld bytes, below the %llu announced: "
+		 "ending the answer", r->method, r->path, httpd_request_id(r),
+		 (long long)st.st_size, (unsigned long long)r->file_end);
+	event_del(r->file_ev);
+	cfd = httpd_client_fd(r);
+	if (cfd >= 0)
+		shutdown(cfd, SHUT_RDWR);
+}
+
+/* MHD sends a file answer with sendfile. When the file turns out shorter
+ * than the Content-Length sent (truncated meanwhile), sendfile returns 0,
+ * and MHD waits for the socket to become writable again: it already is, no
+ * new event comes, and the answer would hang until the idle timeout. So
+ * watch the file's size while the answer lives (fd stays MHD's). */
+static void watch_file(struct httpd_req *r, int fd, uint64_t end)
+{
+	static const struct timeval every = { 0, FILE_CHECK_MS * 1000 };
+
+	r->file_fd = fd;
+	r->file_end = end;
+	r->file_ev = event_new(r->h->base, -1, EV_PERSIST, file_cb, r);
+	if (!r->file_ev || event_add(r->file_ev, &every) < 0)
+		log_warn("%s %s: cannot watch the file of the answer", r->method, r->path);
+}
+
 void httpd_reply_fd(struct httpd_req *r, int status, const char *content_type, int fd,
 		    uint64_t offset, uint64_t len)
 {
@@ -543,6 +610,8 @@ void httpd_reply_fd(struct httpd_req *r, int status, const char *content_type, i
 	else if (content_type)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
 	set_answer(r, status, resp);
+	if (resp && r->resp == resp && len > 0)
+		watch_file(r, fd, offset + len);
 }
 
 void httpd_body_sink(struct httpd_req *r, httpd_body_fn fn, void *arg)
@@ -569,6 +638,8 @@ static void req_free(struct httpd_req *r)
 		r->next->prev = r->prev;
 	if (r->peer_ev)
 		event_free(r->peer_ev);
+	if (r->file_ev)
+		event_free(r->file_ev);
 	if (r->resp)
 		MHD_destroy_response(r->resp);
 	for (int i = 0; i < r->nhdr; i++) {
@@ -639,6 +710,61 @@ static void route_req(struct httpd *h, struct httpd_req *r)
 		error_answer(r, SBX_E_ROUTE_NOT_FOUND, "no such route");
 }
 
+/* Count client connections; log crossing either limit (once each way). */
+static void conn_cb(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+		    enum MHD_ConnectionNotificationCode what)
+{
+	struct httpd *h = cls;
+	unsigned hard = h->max_conns + HTTPD_RESERVED_CONNS;
+
+	if (what == MHD_CONNECTION_NOTIFY_STARTED) {
+		h->nconns++;
+		if (!h->at_limit && h->nconns > h->max_conns) {
+			h->at_limit = 1;
+			log_warn("httpd: connection limit reached (%u open, agent.max_connections = %u): "
+				 "data requests get 503 until some close", h->nconns, h->max_conns);
+		}
+		if (!h->at_hard_limit && h->nconns >= hard) {
+			h->at_hard_limit = 1;
+			log_warn("httpd: %u connections open, the reserve too: new connections wait "
+				 "in the listen backlog", h->nconns);
+		}
+		return;
+	}
+	if (h->nconns > 0)
+		h->nconns--;
+	if (h->at_hard_limit && h->nconns < hard)
+		h->at_hard_limit = 0;
+	if (h->at_limit && h->nconns <= h->max_conns) {
+		h->at_limit = 0;
+		log_info("httpd: below the connection limit again (%u open)", h->nconns);
+	}
+}
+
+/* What the server answers itself, before routing: its health (also at the
+ * connection limit), and 503 for a data request past the limit. 1 when r
+ * has its answer. */
+static int own_answer(struct httpd *h, struct httpd_req *r)
+{
+	if (strcmp(r->path, HTTPD_HEALTH_PATH) == 0) {
+		if (strcmp(r->method, "GET") != 0) {
+			httpd_add_header(r, "Allow", "GET");
+			error_answer(r, SBX_E_METHOD_NOT_ALLOWED, "method not allowed");
+			return 1;
+		}
+		httpd_reply_json(r, 200, json_pack("{s:s, s:I, s:I}", "status", "ok", "connections",
+						   (json_int_t)h->nconns, "maxConnections",
+						   (json_int_t)h->max_conns));
+		return 1;
+	}
+	if (h->nconns > h->max_conns && strncmp(r->path, "/agent/", 7) != 0) {
+		httpd_add_header(r, "Retry-After", "1");
+		error_answer(r, SBX_E_NODE_UNAVAILABLE, "the node is at its connection limit, retry");
+		return 1;
+	}
+	return 0;
+}
+
 static enum MHD_Result queue_answer(struct httpd_req *r)
 {
 	struct MHD_Response *resp = r->resp;
@@ -702,6 +828,16 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 			return queue_answer(r);
 		}
 		clen = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+		if (own_answer(h, r)) {
+			/* A body still to come is read and dropped first (see the
+			 * 413 below for why). */
+			if ((clen && strcmp(clen, "0") != 0) ||
+			    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding")) {
+				r->too_large = 1;
+				return MHD_YES;
+			}
+			return queue_answer(r);
+		}
 		route_req(h, r);
 		if (!r->replied && r->route && (r->route->flags & HTTPD_ROUTE_STREAM_BODY)) {
 			/* Streamed body: the handler runs now and takes the body
@@ -823,9 +959,13 @@ static void httpd_run(struct httpd *h)
 {
 	MHD_UNSIGNED_LONG_LONG to;
 
+	h->rerun = 0;
 	MHD_run(h->mhd);
 	event_del(h->timer_ev);
-	if (MHD_get_timeout(h->mhd, &to) == MHD_YES) {
+	if (h->rerun) {
+		/* kick() from inside MHD_run: the event_del above undid it. */
+		event_active(h->timer_ev, EV_TIMEOUT, 1);
+	} else if (MHD_get_timeout(h->mhd, &to) == MHD_YES) {
 		struct timeval tv = { (time_t)(to / 1000), (suseconds_t)((to % 1000) * 1000) };
 		event_add(h->timer_ev, &tv);
 	}
@@ -876,7 +1016,7 @@ static int listen_socket(const char *addr, struct sbx_err *e)
 
 struct httpd *httpd_new(struct event_base *base, const char *addr, const char *secret,
 			const struct httpd_route *routes, size_t nroutes, void *ctx,
-			struct sbx_err *e)
+			unsigned max_conns, struct sbx_err *e)
 {
 	struct httpd *h;
 	const union MHD_DaemonInfo *info;
@@ -899,12 +1039,14 @@ struct httpd *httpd_new(struct event_base *base, const char *addr, const char *s
 	h->routes = routes;
 	h->nroutes = nroutes;
 	h->ctx = ctx;
+	h->max_conns = max_conns;
 	memcpy(h->secret, secret, strlen(secret) + 1);
 	h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0,
 				  NULL, NULL, access_cb, h,
 				  MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, h,
 				  MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
-				  MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTPD_CONN_LIMIT,
+				  MHD_OPTION_CONNECTION_LIMIT, max_conns + HTTPD_RESERVED_CONNS,
+				  MHD_OPTION_NOTIFY_CONNECTION, conn_cb, h,
 				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTPD_CONN_TIMEOUT_S,
 				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
 				  MHD_OPTION_NOTIFY_COMPLETED, completed_cb, h,

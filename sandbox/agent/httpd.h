@@ -30,7 +30,16 @@
 /* Idle timeout of a connection (MHD restarts it on every byte; suspended
  * connections do not time out). Long enough for 1 h streams behind nginx. */
 #define HTTPD_CONN_TIMEOUT_S 3700
-#define HTTPD_CONN_LIMIT 4096
+/* Client connections beyond max_conns (agent.max_connections): requests
+ * on them get 503 NODE_UNAVAILABLE at once, except the control routes
+ * ("/agent/...", sbx-api's calls) and HTTPD_HEALTH_PATH, which keep
+ * answering on up to HTTPD_RESERVED_CONNS more. Past those, MHD stops
+ * accepting: new connections wait in the listen backlog. Reaching either
+ * mark is logged once, and so is falling back below it. */
+#define HTTPD_RESERVED_CONNS 32
+/* GET: 200 {"status":"ok","connections":n,"maxConnections":m}, answered
+ * by the server itself (node secret required, like every route). */
+#define HTTPD_HEALTH_PATH "/agent/v1/health"
 #define HTTPD_MAX_OVERRIDES 8
 
 struct httpd;
@@ -65,11 +74,12 @@ typedef int (*httpd_body_fn)(void *arg, const char *data, size_t len);
 void httpd_body_sink(struct httpd_req *r, httpd_body_fn fn, void *arg);
 
 /* Start listening on listen ("host:port", numeric host) with the routes
- * (borrowed; static storage). ctx is handed to handlers by httpd_ctx().
+ * (borrowed; static storage), serving up to max_conns client connections
+ * (see HTTPD_RESERVED_CONNS). ctx is handed to handlers by httpd_ctx().
  * New heap object (httpd_free) or NULL with e filled. */
 struct httpd *httpd_new(struct event_base *base, const char *addr, const char *secret,
 			const struct httpd_route *routes, size_t nroutes, void *ctx,
-			struct sbx_err *e);
+			unsigned max_conns, struct sbx_err *e);
 /* Close every connection (close callbacks run) and free. */
 void httpd_free(struct httpd *h);
 

@@ -72,6 +72,7 @@ static const struct conf_entry entries[] = {
 	{ "agent", "max_forward_conns", T_INT, OFF(agent.max_forward_conns), "4096", 1, 1000000, NULL },
 	{ "agent", "max_forward_conns_per_tenant", T_INT, OFF(agent.max_forward_conns_per_tenant), "1024", 1, 1000000, NULL },
 	{ "agent", "max_forward_conns_per_sandbox", T_INT, OFF(agent.max_forward_conns_per_sandbox), "256", 1, 1000000, NULL },
+	{ "agent", "max_connections", T_INT, OFF(agent.max_connections), "4096", 16, 16384, NULL },
 
 	{ "sandbox", "memory_mib", T_INT, OFF(sandbox.memory_mib), "512", 16, 1048576, NULL },
 	{ "sandbox", "cpus_milli", T_INT, OFF(sandbox.cpus_milli), "1000", 10, 256000, NULL },

@@ -72,6 +72,7 @@ struct sbx_conf {
 		int64_t max_forward_conns;      /* open forwarded connections on this node */
 		int64_t max_forward_conns_per_tenant;  /* ... of one tenant on this node */
 		int64_t max_forward_conns_per_sandbox;
+		int64_t max_connections;        /* client connections served (httpd.h) */
 	} agent;
 	struct {
 		int64_t memory_mib;

@@ -98,7 +98,56 @@ TEST(fspath_ranges)
 	CHECK_INT(fspath_range("bytes=x-2", 10, &a, &b), -1);
 	CHECK_INT(fspath_range("items=1-2", 10, &a, &b), -1);
 	CHECK_INT(fspath_range("bytes=1-2,4-5", 10, &a, &b), 0);
-	CHECK_INT(fspath_range("bytes=99999999999999999999-", 10, &a, &b), -1);
+	/* A first position past any file is unsatisfiable, not malformed. */
+	CHECK_INT(fspath_range("bytes=99999999999999999999-", 10, &a, &b), -2);
+	CHECK_INT(fspath_range("bytes=18446744073709551615-", 10, &a, &b), -2);
+}
+
+/* RFC 9110 14.1.2: positions have no digit bound; a last position past
+ * the end is clamped, a suffix longer than the file is all of it. */
+TEST(fspath_range_edges)
+{
+	uint64_t a = 7, b = 7;
+
+	CHECK_INT(fspath_range("bytes=0-18446744073709551615", 10, &a, &b), 1);
+	CHECK_INT(a, 0);
+	CHECK_INT(b, 9);
+	CHECK_INT(fspath_range("bytes=3-18446744073709551616", 10, &a, &b), 1);
+	CHECK_INT(a, 3);
+	CHECK_INT(b, 9);
+	CHECK_INT(fspath_range("bytes=0-999999999999999999999999999999", 10, &a, &b), 1);
+	CHECK_INT(b, 9);
+	CHECK_INT(fspath_range("bytes=-18446744073709551616", 10, &a, &b), 1);
+	CHECK_INT(a, 0);
+	CHECK_INT(b, 9);
+	CHECK_INT(fspath_range("bytes=-10", 10, &a, &b), 1);
+	CHECK_INT(a, 0);
+	CHECK_INT(fspath_range("bytes=-1", 10, &a, &b), 1);
+	CHECK_INT(a, 9);
+	CHECK_INT(b, 9);
+	CHECK_INT(fspath_range("bytes=9-", 10, &a, &b), 1);
+	CHECK_INT(a, 9);
+	CHECK_INT(b, 9);
+	CHECK_INT(fspath_range("bytes=0-0", 10, &a, &b), 1);
+	CHECK_INT(b, 0);
+	/* The range unit is case-insensitive; spaces around the set are OWS. */
+	CHECK_INT(fspath_range("Bytes=1-2", 10, &a, &b), 1);
+	CHECK_INT(a, 1);
+	CHECK_INT(fspath_range("bytes= 1-2 ", 10, &a, &b), 1);
+	CHECK_INT(b, 2);
+	/* Unsatisfiable: 416 with Content-Range: bytes * /size. */
+	CHECK_INT(fspath_range("bytes=-5", 0, &a, &b), -2);
+	CHECK_INT(fspath_range("bytes=-18446744073709551616", 0, &a, &b), -2);
+	CHECK_INT(fspath_range("bytes=10-20", 10, &a, &b), -2);
+	CHECK_INT(fspath_range("bytes=18446744073709551615-18446744073709551615", 10, &a, &b), -2);
+	/* Malformed: ignored (200, the whole file). */
+	CHECK_INT(fspath_range("bytes=", 10, &a, &b), -1);
+	CHECK_INT(fspath_range("bytes=-", 10, &a, &b), -1);
+	CHECK_INT(fspath_range("bytes=1-2-3", 10, &a, &b), -1);
+	CHECK_INT(fspath_range("bytes=+1-2", 10, &a, &b), -1);
+	CHECK_INT(fspath_range("bytes=1 -2", 10, &a, &b), -1);
+	CHECK_INT(fspath_range("bytes=99999999999999999999-5", 10, &a, &b), -1);
+	CHECK_INT(fspath_range("bytes = 1-2", 10, &a, &b), -1);
 }
 
 TEST(fspath_mime_and_mode)
