@@ -205,7 +205,10 @@ static void child_main(struct rt_sandbox *rsb, const int nsfds[2], int chan, int
 	if (rt_helper_enter(rsb, nsfds) < 0) {
 		struct sbx_err e;
 
-		err_sys(&e, errno, "cannot enter the sandbox");
+		if (errno == ENOENT)   /* its cgroup is gone: it stopped meanwhile */
+			err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "the sandbox stopped during the file call");
+		else
+			err_sys(&e, errno, "cannot enter the sandbox");
 		fw_send_err(chan, &e);
 		_exit(125);
 	}
@@ -343,6 +346,13 @@ static void answer_json(struct fw_call *c)
 	if (c->head.status == 204 && !c->body.len) {
 		c->answered = 1;
 		httpd_reply_empty(c->r, 204);
+		return;
+	}
+	if (!httpd_json_filtered(c->r)) {
+		/* the helper's text is what httpd_reply_json would send: no parse */
+		c->answered = 1;
+		httpd_reply_bytes(c->r, c->head.status, "application/json",
+				  c->body.data ? c->body.data : "", c->body.len);
 		return;
 	}
 	body = json_loadb(c->body.data ? c->body.data : "", c->body.len, 0, NULL);
@@ -630,9 +640,21 @@ int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spe
 		err_sys(e, errno, "file helper");
 		goto fail;
 	}
+	/* the bytes in flight of a call: one socket buffer each way */
+	for (int i = 0; i < 2; i++) {
+		int sz = FW_SOCKBUF;
+
+		if (setsockopt(sv[i], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz)) < 0) {
+			err_sys(e, errno, "file helper");
+			goto fail;
+		}
+	}
 	pid = fork();
 	if (pid < 0) {
-		err_sys(e, errno, "fork of a file helper");
+		if (errno == EAGAIN || errno == ENOMEM)
+			err_set(e, SBX_E_NO_CAPACITY, "cannot start a file helper on this node");
+		else
+			err_sys(e, errno, "fork of a file helper");
 		goto fail;
 	}
 	if (pid == 0) {

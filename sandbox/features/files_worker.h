@@ -19,8 +19,9 @@
  * Bounds (docs/API.md "Files"): at most FW_NODE_MAX helpers per node and
  * FW_SANDBOX_MAX file requests in progress per sandbox (else 503
  * NO_CAPACITY); each has a deadline (SIGALRM kills it) and an idle bound
- * (a record that cannot move for FW_IDLE_TIMEOUT_S ends it); each holds at most one socket buffer of bytes in
- * flight, and an answer the agent must hold whole (a JSON answer) at most
+ * (a record that cannot move for FW_IDLE_TIMEOUT_S ends it); each has at
+ * most one socket buffer (FW_SOCKBUF) in flight each way, and an answer
+ * the agent must hold whole (a JSON answer for a filter) at most
  * FW_COLLECT_MAX bytes, FW_COLLECT_NODE_MAX over the node.
  */
 #ifndef SBX_FILES_WORKER_H
@@ -38,6 +39,7 @@
 #define FW_NODE_MAX 64                         /* helpers alive */
 #define FW_SANDBOX_MAX 16                      /* requests in progress */
 #define FW_REC_MAX (16 * 1024)                 /* payload bytes of one record */
+#define FW_SOCKBUF (128 * 1024)                /* SO_SNDBUF of each end */
 #define FW_COLLECT_MAX (64 * 1024 * 1024)
 #define FW_COLLECT_NODE_MAX (128 * 1024 * 1024)
 #define FW_META_TIMEOUT_S 60                   /* list, delete, stat, move, mkdir, open */
