@@ -322,6 +322,7 @@ static void run_helper(struct httpd_req *r, struct agent_sb *sb, enum fw_mode mo
 	memset(&spec, 0, sizeof(spec));
 	spec.mode = mode;
 	spec.timeout_s = timeout_s;
+	spec.content_type = "application/json";
 	spec.fn = fn;
 	spec.arg = arg;
 	if (fw_start(r, sb, &spec, &e) < 0)
@@ -1231,7 +1232,9 @@ void agent_h_dirs_get(struct httpd_req *r)
 		err_set(&e, SBX_E_VALIDATION, "bad cursor");
 		goto fail;
 	}
-	run_helper(r, sb, FW_COLLECT, FW_META_TIMEOUT_S, child_list, &o);
+	/* a page can be large: streamed, unless a filter needs the JSON whole */
+	run_helper(r, sb, httpd_json_filtered(r) ? FW_COLLECT : FW_STREAM, FW_META_TIMEOUT_S,
+		   child_list, &o);
 	return;
 fail:
 	httpd_reply_err(r, &e);
