@@ -387,10 +387,9 @@ static int child_open(void *arg, const struct fw_env *env)
 	return fw_send_fd(env->chan, fd, (uint64_t)st.st_size) < 0;
 }
 
-/* The bytes of content s[0..n) as the inside of a JSON string, appended to b. */
-static int json_escape(struct buf *b, const char *s, size_t n)
+int files_json_escape(struct buf *b, const char *s, size_t n)
 {
-	static const char hex[] = "0123456789abcdef";
+	static const char hex[] = "0123456789ABCDEF";
 	size_t run = 0;
 
 	for (size_t i = 0; i < n; i++) {
@@ -424,58 +423,34 @@ static int json_escape(struct buf *b, const char *s, size_t n)
 	return buf_add(b, s + run, n - run);
 }
 
-/* Incremental UTF-8 check (ids_valid_utf8 rules) over chunks: a sequence
- * cut at the end of a chunk is carried to the next. */
-struct utf8_scan {
-	char carry[4];
-	size_t ncarry;
-	int valid;
-};
-
-static void utf8_feed(struct utf8_scan *u, const char *s, size_t n, int last)
+void files_utf8_feed(struct files_utf8 *u, const char *s, size_t n, int last)
 {
-	char tmp[8];
 	size_t head = 0, cut;
 
 	if (!u->valid)
 		return;
 	if (u->ncarry) {
-		/* complete the carried sequence from the front of s */
-		size_t need = 0;
-		unsigned char c = (unsigned char)u->carry[0];
+		/* complete the sequence carried over from the previous chunk */
+		char tmp[8];
+		size_t add = n < 4 - u->ncarry ? n : 4 - u->ncarry;
+		int k;
 
-		need = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : 4;
-		head = need - u->ncarry < n ? need - u->ncarry : n;
 		memcpy(tmp, u->carry, u->ncarry);
-		memcpy(tmp + u->ncarry, s, head);
-		if (u->ncarry + head < need) {
-			memcpy(u->carry, tmp, u->ncarry + head);
-			u->ncarry += head;
-			if (last)
-				u->valid = 0;
+		memcpy(tmp + u->ncarry, s, add);
+		k = codec_utf8_seq((const unsigned char *)tmp, u->ncarry + add);
+		if (k < 0 && !last) {
+			memcpy(u->carry, tmp, u->ncarry + add);
+			u->ncarry += add;
 			return;
 		}
-		u->ncarry = 0;
-		if (!ids_valid_utf8(tmp, need)) {
+		if (k <= 0 || !ids_valid_utf8(tmp, (size_t)k)) {
 			u->valid = 0;
 			return;
 		}
+		head = (size_t)k - u->ncarry;
+		u->ncarry = 0;
 	}
-	cut = n;
-	if (!last) {
-		/* back over an unfinished sequence at the end (at most 3 bytes) */
-		size_t k = n;
-
-		while (k > head && n - k < 3 && ((unsigned char)s[k - 1] & 0xc0) == 0x80)
-			k--;
-		if (k > head && ((unsigned char)s[k - 1] & 0xc0) == 0xc0) {
-			unsigned char c = (unsigned char)s[k - 1];
-			size_t need = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : 4;
-
-			if (n - (k - 1) < need)
-				cut = k - 1;
-		}
-	}
+	cut = last ? n : head + codec_utf8_complete_len(s + head, n - head);
 	if (!ids_valid_utf8(s + head, cut - head)) {
 		u->valid = 0;
 		return;
@@ -537,7 +512,7 @@ static int child_encoded(void *arg, const struct fw_env *env)
 	struct get_op *o = arg;
 	struct sbx_err e;
 	struct stat st;
-	struct utf8_scan u = { .valid = 1 };
+	struct files_utf8 u = { .valid = 1 };
 	struct buf out, b64;
 	char chunk[48 * 1024];     /* a multiple of 3: base64 needs no carry */
 	auto_close int fd = -1;
@@ -560,9 +535,9 @@ static int child_encoded(void *arg, const struct fw_env *env)
 			total += (uint64_t)n;
 			if (total > FILES_JSON_MAX)
 				break;
-			utf8_feed(&u, chunk, (size_t)n, 0);
+			files_utf8_feed(&u, chunk, (size_t)n, 0);
 		}
-		utf8_feed(&u, "", 0, 1);
+		files_utf8_feed(&u, "", 0, 1);
 		if (n < 0)
 			return child_fail(env, (files_errno(&e, errno, "read", o->fp.abs), &e));
 		if (total > FILES_JSON_MAX) {
@@ -592,11 +567,11 @@ static int child_encoded(void *arg, const struct fw_env *env)
 		total += (uint64_t)n;
 		if (total > FILES_JSON_MAX)
 			goto out;   /* it grew: abort */
-		utf8_feed(&u, chunk, (size_t)n, 0);
+		files_utf8_feed(&u, chunk, (size_t)n, 0);
 		if (utf8 && !u.valid)
 			goto out;   /* it changed: abort */
 		if (utf8) {
-			if (json_escape(&out, chunk, (size_t)n) < 0)
+			if (files_json_escape(&out, chunk, (size_t)n) < 0)
 				goto out;
 		} else {
 			buf_reset(&b64);
@@ -608,7 +583,7 @@ static int child_encoded(void *arg, const struct fw_env *env)
 	}
 	if (n < 0)
 		goto out;
-	utf8_feed(&u, "", 0, 1);
+	files_utf8_feed(&u, "", 0, 1);
 	if (utf8 && !u.valid)
 		goto out;
 	if (buf_printf(&out, "\",\"size\":%llu,\"isBinary\":%s}", (unsigned long long)total,
