@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 from conftest import assert_error
 from sbxproc import rss_kib
 from test_files import MiB, destroy, files, new_box, sh
+from test_runtime import sbx  # noqa: F401  (a stack per user-namespace mode)
 
 
 def node_pid(stack, api, sid):
@@ -166,12 +167,14 @@ def test_stalled_encoded_readers_hold_no_agent_memory(stack, api):
         destroy(api, sid)
 
 
-def test_file_calls_have_the_sandbox_roots_permissions(stack, api):
-    """A 0700 directory owned by the host's root inside the image: `ls` in
-    the sandbox gets EACCES, and so does the Files API (before: listed and
-    read as host root)."""
+def test_file_calls_have_the_sandbox_roots_permissions(sbx):
+    """A 0700 directory owned by the host's root inside the image: with a
+    user namespace, `ls` in the sandbox gets EACCES, and so does the Files
+    API (before: listed and read as host root). Without one the sandbox's
+    root is the host's root with its capabilities, and both may read it."""
+    api = sbx.api
     image = None
-    images = os.path.join(stack.dir, "images", "default")
+    images = os.path.join(sbx.dir, "images", "default")
     for name in sorted(os.listdir(images)):
         if os.path.isdir(os.path.join(images, name, "etc")):
             image = os.path.join(images, name)
@@ -187,19 +190,26 @@ def test_file_calls_have_the_sandbox_roots_permissions(stack, api):
         os.chmod(d, 0o700)
         sid = new_box(api)
         try:
+            off = sh(api, sid, "cat /proc/self/uid_map").split()[:2] == ["0", "0"]
             p = "/opt/" + secret
             res = api("POST", "/v1/sandboxes/%s/exec" % sid,
                       json={"command": "ls %s; cat %s/key" % (p, p)}).json()
-            assert res["exitCode"] != 0 and "Permission denied" in res["stderr"], res
-            for r in (api("GET", files(sid, p, "dirs")), api("GET", files(sid, p + "/key")),
-                      api("GET", files(sid, p + "/key") + "?encoding=utf-8"),
-                      api("GET", files(sid, p + "/key", "stat")),
-                      api("PUT", files(sid, p + "/new"), data=b"x"),
-                      api("DELETE", files(sid, p + "/key"))):
-                assert r.status_code == 400, (r.request.method, r.request.url, r.status_code, r.text)
-                assert "host secret" not in r.text and "key" not in r.json().get("entries", [])
-                assert_error(r, 400, "VALIDATION_FAILED")
-            assert os.path.exists(os.path.join(d, "key"))
+            if off:
+                assert res["exitCode"] == 0 and res["stdout"] == "key\nhost secret\n", res
+                assert [e["name"] for e in api("GET", files(sid, p, "dirs")).json()["entries"]] == ["key"]
+                assert api("GET", files(sid, p + "/key")).content == b"host secret\n"
+            else:
+                assert res["exitCode"] != 0 and "Permission denied" in res["stderr"], res
+                for r in (api("GET", files(sid, p, "dirs")), api("GET", files(sid, p + "/key")),
+                          api("GET", files(sid, p + "/key") + "?encoding=utf-8"),
+                          api("GET", files(sid, p + "/key", "stat")),
+                          api("PUT", files(sid, p + "/new"), data=b"x"),
+                          api("DELETE", files(sid, p + "/key"))):
+                    assert r.status_code == 400, (r.request.method, r.request.url, r.status_code,
+                                                  r.text)
+                    assert "host secret" not in r.text and "entries" not in r.json()
+                    assert_error(r, 400, "VALIDATION_FAILED")
+                assert os.path.exists(os.path.join(d, "key"))
             # what the sandbox's root may do, the API still does
             assert api("PUT", files(sid, "mine/f.txt"), data=b"mine").status_code == 201
             assert sh(api, sid, "stat -c '%u:%g' /workspace/mine/f.txt /workspace/mine") == "0:0\n0:0\n"
@@ -209,11 +219,12 @@ def test_file_calls_have_the_sandbox_roots_permissions(stack, api):
         shutil.rmtree(d)
 
 
-def test_mount_points_are_busy_to_the_files_api(api):
+def test_mount_points_are_busy_to_the_files_api(sbx):
     """Every mount point of the sandbox's mount table: DELETE, a move of
     it and a move of an empty directory over it are refused with a 4xx and
     the mount table is unchanged (before: DELETE /dev/null and moves over
     /dev/shm, /sys, /usr, /dev/pts detached those mounts)."""
+    api = sbx.api
     sid = new_box(api)
     try:
         before = mount_points(api, sid)
@@ -272,12 +283,13 @@ def put_slowly(stack, sid, path, size, before_rest):
         s.close()
 
 
-def test_upload_ends_when_its_sandbox_is_deleted(stack, api):
+def test_upload_ends_when_its_sandbox_is_deleted(sbx):
     """DELETE of the sandbox during an upload: the upload ends with 404
     SANDBOX_NOT_FOUND (before: it went on writing and answered 201)."""
+    api = sbx.api
     sid = new_box(api)
     try:
-        answer = put_slowly(stack, sid, "up.bin", 64 * MiB,
+        answer = put_slowly(sbx, sid, "up.bin", 64 * MiB,
                             lambda: (api("DELETE", "/v1/sandboxes/" + sid, timeout=30), time.sleep(0.5)))
         status = answer.split(b"\r\n", 1)[0]
         assert status.startswith(b"HTTP/1.1 404") or status.startswith(b"HTTP/1.1 503"), answer[:300]
@@ -285,11 +297,12 @@ def test_upload_ends_when_its_sandbox_is_deleted(stack, api):
         destroy(api, sid)
 
 
-def test_upload_beyond_the_memory_limit_is_refused_and_not_kept(stack, api):
+def test_upload_beyond_the_memory_limit_is_refused_and_not_kept(sbx):
     """A 96 MiB upload into a sandbox of 32 MiB memory (and a larger disk):
     the tmpfs pages are charged to the sandbox, so it fails with 413
     FILE_TOO_LARGE, leaves no file, and the host's Shmem does not keep the
     bytes (before: 201 and +96 MiB host Shmem outside any limit)."""
+    api = sbx.api
     sid = new_box(api, resources={"memoryMiB": 32, "diskMiB": 1024})
     try:
         before = shmem_kib()
