@@ -1012,13 +1012,57 @@ fail:
 }
 /* --- GET …/dirs/{path} --- */
 
+/* One entry of a listing, kept small: a listing looks at up to
+ * FILES_WALK_MAX of them in the helper (charged to the sandbox's memory)
+ * and turns only one page into JSON. */
+struct walk_ent {
+	char *path;                /* heap; the name is after its last '/' */
+	mode_t mode;
+	off_t size;
+	struct timespec mtime;
+};
+
 struct walk {
-	json_t *entries;           /* array of entries (unsorted) */
+	struct walk_ent *v;
+	size_t n, cap;
 	int hidden;
 	int recursive;
-	size_t seen;
 	int truncated;
+	int failed;                /* out of memory */
 };
+
+static int walk_add(struct walk *w, const char *path, const struct stat *st)
+{
+	struct walk_ent *e;
+
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? 2 * w->cap : 1024;
+		struct walk_ent *v = realloc(w->v, cap * sizeof(*v));
+
+		if (!v)
+			return -1;
+		w->v = v;
+		w->cap = cap;
+	}
+	e = &w->v[w->n];
+	e->path = strdup(path);
+	if (!e->path)
+		return -1;
+	e->mode = st->st_mode;
+	e->size = st->st_size;
+	e->mtime = st->st_mtim;
+	w->n++;
+	return 0;
+}
+
+static void walk_release(struct walk *w)
+{
+	for (size_t i = 0; i < w->n; i++)
+		free(w->v[i].path);
+	free(w->v);
+	w->v = NULL;
+	w->n = w->cap = 0;
+}
 
 static void walk_dir(struct walk *w, int pdir, const char *abs, int depth)
 {
@@ -1037,17 +1081,16 @@ static void walk_dir(struct walk *w, int pdir, const char *abs, int depth)
 		close(fd);
 		return;
 	}
-	while ((de = readdir(d))) {
+	while (!w->failed && (de = readdir(d))) {
 		struct stat st;
 		char path[FSPATH_MAX + 300];
-		json_t *ent;
 		int k;
 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		if (de->d_name[0] == '.' && !w->hidden)
 			continue;
-		if (w->seen >= FILES_WALK_MAX) {
+		if (w->n >= FILES_WALK_MAX) {
 			w->truncated = 1;
 			break;
 		}
@@ -1059,10 +1102,10 @@ static void walk_dir(struct walk *w, int pdir, const char *abs, int depth)
 			     de->d_name);
 		if (k < 0 || (size_t)k >= sizeof(path) || k > FSPATH_MAX)
 			continue;
-		w->seen++;
-		ent = entry_json(de->d_name, path, &st);
-		if (!ent || json_array_append_new(w->entries, ent) < 0)
-			continue;
+		if (walk_add(w, path, &st) < 0) {
+			w->failed = 1;
+			break;
+		}
 		if (w->recursive && S_ISDIR(st.st_mode) && st.st_dev == dst.st_dev &&
 		    depth < FILES_WALK_DEPTH) {
 			int cfd = openat(dirfd(d), de->d_name,
@@ -1077,13 +1120,9 @@ static void walk_dir(struct walk *w, int pdir, const char *abs, int depth)
 	closedir(d);
 }
 
-static int cmp_entry(const void *pa, const void *pb)
+/* Paths component-wise: "/" sorts before every other byte. */
+static int cmp_path(const char *x, const char *y)
 {
-	const json_t *a = *(json_t *const *)pa, *b = *(json_t *const *)pb;
-	const char *x = json_string_value(json_object_get(a, "path"));
-	const char *y = json_string_value(json_object_get(b, "path"));
-
-	/* component-wise: "/" sorts before every other byte */
 	for (;; x++, y++) {
 		unsigned char cx = (unsigned char)*x, cy = (unsigned char)*y;
 
@@ -1097,6 +1136,24 @@ static int cmp_entry(const void *pa, const void *pb)
 		if (!cx)
 			return 0;
 	}
+}
+
+static int cmp_ent(const void *pa, const void *pb)
+{
+	return cmp_path(((const struct walk_ent *)pa)->path, ((const struct walk_ent *)pb)->path);
+}
+
+/* The JSON entry of e; new reference or NULL. */
+static json_t *walk_ent_json(const struct walk_ent *e)
+{
+	struct stat st;
+	const char *slash = strrchr(e->path, '/');
+
+	memset(&st, 0, sizeof(st));
+	st.st_mode = e->mode;
+	st.st_size = e->size;
+	st.st_mtim = e->mtime;
+	return entry_json(slash ? slash + 1 : e->path, e->path, &st);
 }
 
 struct list_op {
@@ -1114,9 +1171,8 @@ static int child_list(void *arg, const struct fw_env *env)
 	struct walk w = { 0 };
 	auto_close int dfd = -1;
 	auto_close int rfd = -1;
-	auto_free json_t **vec = NULL;
-	size_t n, start = 0, end;
-	json_t *page = NULL, *body;
+	size_t start = 0, end;
+	json_t *page = NULL, *body = NULL;
 	char next[2 * FSPATH_MAX + 16] = "";
 
 	err_clear(&e);
@@ -1130,22 +1186,16 @@ static int child_list(void *arg, const struct fw_env *env)
 	rfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);   /* EACCES here, not an empty list */
 	if (rfd < 0)
 		return child_fail(env, (files_errno(&e, errno, "list", o->fp.abs), &e));
-	w.entries = json_array();
-	if (!w.entries)
-		return child_fail(env, (err_sys(&e, ENOMEM, "list"), &e));
 	walk_dir(&w, dfd, o->fp.abs, 0);
-	n = json_array_size(w.entries);
-	vec = calloc(n ? n : 1, sizeof(*vec));
-	if (!vec)
+	if (w.failed) {
+		walk_release(&w);
 		return child_fail(env, (err_sys(&e, ENOMEM, "list"), &e));
-	for (size_t i = 0; i < n; i++)
-		vec[i] = json_array_get(w.entries, i);
-	qsort(vec, n, sizeof(*vec), cmp_entry);
+	}
+	qsort(w.v, w.n, sizeof(*w.v), cmp_ent);
 	if (o->cursor && *o->cursor) {
 		/* the cursor is the hex of the last path of the previous page */
 		char after[FSPATH_MAX + 300];
 		size_t cl = strlen(o->cursor) / 2;
-		json_t *probe;
 
 		for (size_t i = 0; i < cl; i++) {
 			unsigned v;
@@ -1154,30 +1204,27 @@ static int child_list(void *arg, const struct fw_env *env)
 			after[i] = (char)v;
 		}
 		after[cl] = '\0';
-		probe = json_pack("{s:s}", "path", after);
-		if (!probe)
-			return child_fail(env, (err_set(&e, SBX_E_VALIDATION, "bad cursor"), &e));
-		while (start < n && cmp_entry(&vec[start], &probe) <= 0)
+		while (start < w.n && cmp_path(w.v[start].path, after) <= 0)
 			start++;
-		json_decref(probe);
 	}
-	end = start + (size_t)o->limit < n ? start + (size_t)o->limit : n;
+	end = start + (size_t)o->limit < w.n ? start + (size_t)o->limit : w.n;
 	page = json_array();
-	if (!page)
-		return child_fail(env, (err_sys(&e, ENOMEM, "list"), &e));
-	for (size_t i = start; i < end; i++)
-		json_array_append(page, vec[i]);
-	if (end < n) {
-		const char *lp = json_string_value(json_object_get(vec[end - 1], "path"));
-		util_hex(lp, strlen(lp), next);
+	for (size_t i = start; page && i < end; i++) {
+		if (json_array_append_new(page, walk_ent_json(&w.v[i])) < 0) {
+			json_decref(page);
+			page = NULL;
+		}
 	}
-	body = json_pack("{s:s, s:o, s:b}", "path", o->fp.abs, "entries", page, "truncated",
-			 w.truncated);
+	if (end < w.n)
+		util_hex(w.v[end - 1].path, strlen(w.v[end - 1].path), next);
+	if (page)
+		body = json_pack("{s:s, s:o, s:b}", "path", o->fp.abs, "entries", page, "truncated",
+				 w.truncated);
 	if (body && *next && json_object_set_new(body, "cursor", json_string(next)) < 0) {
 		json_decref(body);
 		body = NULL;
 	}
-	json_decref(w.entries);
+	walk_release(&w);
 	if (!body)
 		return child_fail(env, (err_sys(&e, ENOMEM, "list"), &e));
 	return fw_send_json(env->chan, 200, body) < 0;
