@@ -24,7 +24,8 @@
 #include <unistd.h>
 
 #define FW_BUF (FW_REC_MAX + sizeof(struct fw_result) + 16)
-#define FW_PEND_MAX (1024 * 1024)   /* upload bytes held while the helper catches up */
+#define FW_PEND_MAX (2 * 1024 * 1024)   /* upload bytes held while the helper catches up
+					 * (a compat view feeds up to 1 MiB at once) */
 
 struct fw_call {
 	struct fw_call *next;
