@@ -13,6 +13,9 @@ import time
 import uuid
 from urllib.parse import urlparse
 
+import pytest
+import requests
+
 from conftest import assert_error
 from sbxproc import rss_kib
 from test_files import MiB, destroy, files, new_box, sh
@@ -315,5 +318,26 @@ def test_upload_beyond_the_memory_limit_is_refused_and_not_kept(sbx):
         assert sh(api, sid, "ls -A /workspace") == ""
         assert api("PUT", files(sid, "small.txt"), data=b"ok").status_code == 201
         assert sh(api, sid, "echo alive") == "alive\n"
+    finally:
+        destroy(api, sid)
+
+
+def test_encoded_read_cut_off_by_a_delete_never_looks_whole(stack, api):
+    """A utf-8 read under way when its sandbox is deleted: the helper dies
+    with the sandbox and the answer is cut off (no final chunk), so the
+    client never takes a short answer for a whole one."""
+    sid = new_box(api)
+    try:
+        sh(api, sid, "python3 -c \"open('/workspace/big.txt','wb').write(b'\\x01' * (10 * 1024 * 1024))\"")
+        got = 0
+        with api("GET", files(sid, "big.txt") + "?encoding=utf-8", stream=True, timeout=60) as r:
+            assert r.status_code == 200
+            it = r.iter_content(64 * 1024)
+            got += len(next(it))
+            assert api("DELETE", "/v1/sandboxes/" + sid, timeout=30).status_code == 204
+            with pytest.raises(requests.exceptions.ChunkedEncodingError):
+                for chunk in it:
+                    got += len(chunk)
+        assert got < 6 * 10 * MiB, got
     finally:
         destroy(api, sid)
