@@ -191,7 +191,7 @@ ssize_t fw_recv(int chan, char *buf, size_t max)
 /* --- the child --- */
 
 /* In the child: become the sandbox's helper, run fn, exit. Never returns. */
-static void child_main(struct rt_sandbox *rsb, const int nsfds[2], int chan, int proc,
+static void child_main(struct rt_sandbox *rsb, const struct rt_helper *h, int chan, int proc,
 		       const struct fw_spec *spec)
 {
 	struct fw_env env = { 3, 4, 5 };
@@ -203,10 +203,10 @@ static void child_main(struct rt_sandbox *rsb, const int nsfds[2], int chan, int
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	if (rt_helper_enter(rsb, nsfds) < 0) {
+	if (rt_helper_enter(rsb, h) < 0) {
 		struct sbx_err e;
 
-		if (errno == ENOENT)   /* its cgroup is gone: it stopped meanwhile */
+		if (errno == ENOENT || errno == ENODEV)   /* its cgroup is gone: it stopped */
 			err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "the sandbox stopped during the file call");
 		else
 			err_sys(&e, errno, "cannot enter the sandbox");
@@ -610,7 +610,8 @@ int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spe
 	struct agent *a = httpd_ctx(r);
 	struct rt_sandbox *rsb = agent_sb_container(sb);
 	struct fw_call *c;
-	int nsfds[2] = { -1, -1 }, sv[2] = { -1, -1 }, proc = -1;
+	struct rt_helper h = { .mnt_fd = -1, .user_fd = -1 };
+	int sv[2] = { -1, -1 }, proc = -1;
 	unsigned mine = 0;
 	pid_t pid;
 
@@ -634,7 +635,7 @@ int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spe
 	buf_init(&c->pend, FW_PEND_MAX);
 	if (spec->mode == FW_STREAM && !(c->rec = malloc(FW_BUF)))
 		goto nomem;
-	if (rt_helper_open(rsb, nsfds, e) < 0)
+	if (rt_helper_open(rsb, &h, e) < 0)
 		goto fail;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 ||
 	    (proc = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
@@ -660,7 +661,7 @@ int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spe
 	}
 	if (pid == 0) {
 		close(sv[0]);
-		child_main(rsb, nsfds, sv[1], proc, spec);
+		child_main(rsb, &h, sv[1], proc, spec);
 	}
 	c->pid = pid;
 	c->chan = sv[0];
@@ -684,9 +685,7 @@ int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spe
 		reap(c, 1);
 		goto fail;
 	}
-	for (int i = 0; i < 2; i++)
-		if (nsfds[i] >= 0)
-			close(nsfds[i]);
+	rt_helper_release(&h);
 	close(proc);
 	c->next = calls;
 	calls = c;
@@ -701,12 +700,10 @@ int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spe
 nomem:
 	err_sys(e, ENOMEM, "file call");
 fail:
-	for (int i = 0; i < 2; i++) {
-		if (nsfds[i] >= 0)
-			close(nsfds[i]);
+	rt_helper_release(&h);
+	for (int i = 0; i < 2; i++)
 		if (sv[i] >= 0)
 			close(sv[i]);
-	}
 	if (proc >= 0)
 		close(proc);
 	ncalls++;   /* call_free counts it out */

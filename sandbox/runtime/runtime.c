@@ -701,40 +701,54 @@ unsigned rt_count(const struct rt *rt) { return rt->count; }
 uid_t rt_host_uid(const struct rt_sandbox *sb) { return sb->rt->owner; }
 int rt_alive(const struct rt_sandbox *sb) { return !sb->dead && !sb->destroyed; }
 
-int rt_helper_open(const struct rt_sandbox *sb, int fds[2], struct sbx_err *e)
+void rt_helper_release(struct rt_helper *h)
+{
+	if (h->mnt_fd >= 0)
+		close(h->mnt_fd);
+	if (h->user_fd >= 0)
+		close(h->user_fd);
+	while (h->ncg > 0)
+		close(h->cg_fds[--h->ncg]);
+	h->mnt_fd = h->user_fd = -1;
+}
+
+int rt_helper_open(const struct rt_sandbox *sb, struct rt_helper *h, struct sbx_err *e)
 {
 	char path[64];
 
-	fds[0] = fds[1] = -1;
+	h->mnt_fd = h->user_fd = -1;
+	h->ncg = 0;
 	if (sb->dead || sb->destroyed)
 		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "the sandbox is not running");
 	snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)sb->pid);
-	fds[0] = open(path, O_RDONLY | O_CLOEXEC);
-	if (fds[0] < 0)
+	h->mnt_fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (h->mnt_fd < 0)
 		return err_sys(e, errno, "cannot open the sandbox's mount namespace");
-	if (!sb->rt->userns)
-		return 0;
-	snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)sb->pid);
-	fds[1] = open(path, O_RDONLY | O_CLOEXEC);
-	if (fds[1] < 0) {
-		int err = errno;
-
-		close(fds[0]);
-		fds[0] = -1;
-		return err_sys(e, err, "cannot open the sandbox's user namespace");
+	if (sb->rt->userns) {
+		snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)sb->pid);
+		h->user_fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (h->user_fd < 0) {
+			err_sys(e, errno, "cannot open the sandbox's user namespace");
+			rt_helper_release(h);
+			return -1;
+		}
+	}
+	h->ncg = rt_cgroup_procs_open(sb, h->cg_fds, RT_CGROUP_FDS, e);
+	if (h->ncg < 0) {
+		h->ncg = 0;
+		rt_helper_release(h);
+		return -1;
 	}
 	return 0;
 }
 
-int rt_helper_enter(const struct rt_sandbox *sb, const int fds[2])
+int rt_helper_enter(const struct rt_sandbox *sb, const struct rt_helper *h)
 {
-	struct sbx_err e;
 	int fd;
 
-	if (sb->rt->cg->ops->attach(sb->rt->cg, sb->cg_key, getpid(), &e) < 0) {
-		errno = e.sys_errno ? e.sys_errno : EPERM;
-		return -1;
-	}
+	for (int i = 0; i < h->ncg; i++)
+		if (write(h->cg_fds[i], "0", 1) != 1)
+			return -1;
 	fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
 	if (fd < 0 || write(fd, "1000", 4) != 4) {
 		if (fd >= 0)
@@ -742,12 +756,12 @@ int rt_helper_enter(const struct rt_sandbox *sb, const int fds[2])
 		return -1;
 	}
 	close(fd);
-	if (setgroups(0, NULL) < 0 || setns(fds[0], CLONE_NEWNS) < 0)
+	if (setgroups(0, NULL) < 0 || setns(h->mnt_fd, CLONE_NEWNS) < 0)
 		return -1;
 	/* the user namespace last: from inside it, the mount namespace (owned
 	 * by the host's user namespace) could not be joined any more */
-	if (fds[1] >= 0 && (setns(fds[1], CLONE_NEWUSER) < 0 || setresgid(0, 0, 0) < 0 ||
-			    setresuid(0, 0, 0) < 0))
+	if (h->user_fd >= 0 && (setns(h->user_fd, CLONE_NEWUSER) < 0 || setresgid(0, 0, 0) < 0 ||
+				setresuid(0, 0, 0) < 0))
 		return -1;
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 ||
 	    caps_apply(sb->rt->caps_keep, sb->rt->caps_last) < 0 ||
