@@ -23,6 +23,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* The container went away under a call: like any data call whose sandbox
+ * changed since sbx-api routed it (call.h), a 503 the client retries. */
+#define FW_GONE "the sandbox was stopped (sleep, restart or delete) during the file call"
 #define FW_BUF (FW_REC_MAX + sizeof(struct fw_result) + 16)
 #define FW_PEND_MAX (2 * 1024 * 1024)   /* upload bytes held while the helper catches up
 					 * (a compat view feeds up to 1 MiB at once) */
@@ -207,7 +210,7 @@ static void child_main(struct rt_sandbox *rsb, const struct rt_helper *h, int ch
 		struct sbx_err e;
 
 		if (errno == ENOENT || errno == ENODEV)   /* its cgroup is gone: it stopped */
-			err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "the sandbox stopped during the file call");
+			err_set(&e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
 		else
 			err_sys(&e, errno, "cannot enter the sandbox");
 		fw_send_err(chan, &e);
@@ -322,7 +325,7 @@ static void helper_failed(struct fw_call *c)
 	if (c->gone && c->a->shutting_down)
 		err_set(&e, SBX_E_NODE_UNAVAILABLE, "the node is shutting down");
 	else if (c->gone)
-		err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "the sandbox stopped during the file call");
+		err_set(&e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
 	else if (c->wstatus == 128 + SIGALRM)
 		err_set(&e, SBX_E_NO_CAPACITY, "the file call took longer than %u s", c->spec.timeout_s);
 	else if (c->wstatus == 128 + SIGKILL && c->spec.mode == FW_UPLOAD)
@@ -409,7 +412,7 @@ static void on_head(struct fw_call *c, const char *rec, size_t n, int fd)
 			if (fd >= 0)
 				close(fd);
 			if (!sb)
-				err_set(&e, SBX_E_SANDBOX_NOT_FOUND, "the sandbox stopped during the file call");
+				err_set(&e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
 			else
 				err_set(&e, SBX_E_INTERNAL, "file helper of '%s' sent no file", c->key);
 			answer_err(c, &e);
@@ -616,7 +619,7 @@ int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spe
 	pid_t pid;
 
 	if (!rsb)
-		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "sandbox '%s' is not running", sb->id);
+		return err_set(e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
 	for (c = calls; c; c = c->next)
 		mine += c->r && strcmp(c->key, sb->key) == 0;   /* requests in progress */
 	if (ncalls >= FW_NODE_MAX || mine >= FW_SANDBOX_MAX)

@@ -719,7 +719,7 @@ int rt_helper_open(const struct rt_sandbox *sb, struct rt_helper *h, struct sbx_
 	h->mnt_fd = h->user_fd = -1;
 	h->ncg = 0;
 	if (sb->dead || sb->destroyed)
-		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "the sandbox is not running");
+		return err_set(e, SBX_E_NODE_UNAVAILABLE, "the sandbox is not running");
 	snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)sb->pid);
 	h->mnt_fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (h->mnt_fd < 0)

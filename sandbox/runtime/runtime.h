@@ -105,7 +105,7 @@ int rt_alive(const struct rt_sandbox *sb);
  * work for the sandbox with the sandbox's own rights. rt_helper_open runs
  * in the agent before the fork and opens what the child needs (O_CLOEXEC):
  * the sandbox's mount and user namespaces and its cgroup.procs files
- * (rt_cgroup_procs_open); 0 or -1 with e (SANDBOX_NOT_FOUND when it is not
+ * (rt_cgroup_procs_open); 0 or -1 with e (NODE_UNAVAILABLE when it is not
  * running). rt_helper_enter runs in the child after the fork: it joins the
  * sandbox's cgroups (its memory, pids and CPU are charged to the sandbox;
  * oom_score_adj 1000 makes it the first victim of the sandbox's OOM), its
