@@ -71,6 +71,7 @@ struct httpd_req {
 	httpd_body_fn sink;        /* streamed request body (HTTPD_ROUTE_STREAM_BODY) */
 	void *sink_arg;
 	int sink_done;             /* the sink refused more, or saw the end */
+	int body_paused;           /* the sink asked for a pause (HTTPD_BODY_PAUSE) */
 	struct event *peer_ev;     /* watches the client socket while suspended */
 	struct event *file_ev;     /* a file answer: checks the file's size */
 	int file_fd;               /* borrowed: MHD owns it with the answer */
@@ -285,6 +286,7 @@ static void resume_req(struct httpd_req *r)
 	if (r->peer_ev)
 		event_del(r->peer_ev);
 	r->suspended = 0;
+	r->body_paused = 0;
 	MHD_resume_connection(r->conn);
 	kick(r->h);
 }
@@ -382,6 +384,11 @@ void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *a
 		r->filter->free(r->filter_arg);
 	r->filter = f;
 	r->filter_arg = arg;
+}
+
+int httpd_json_filtered(const struct httpd_req *r)
+{
+	return r->filter && r->filter->json;
 }
 
 void httpd_feed_body(struct httpd_req *r)
@@ -538,6 +545,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 	n = r->read(r->read_arg, buf, max);
 	if (n > 0)
 		return n;
+	if (n == -2)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
 	if (n < 0)
 		return MHD_CONTENT_READER_END_OF_STREAM;
 	suspend_req(r);
@@ -618,6 +627,12 @@ void httpd_body_sink(struct httpd_req *r, httpd_body_fn fn, void *arg)
 {
 	r->sink = fn;
 	r->sink_arg = arg;
+}
+
+void httpd_body_resume(struct httpd_req *r)
+{
+	if (r->body_paused)
+		resume_req(r);
 }
 
 void httpd_stream_wake(struct httpd_req *r)
@@ -873,9 +888,18 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 		if (r->sink) {
 			/* After a refusal (or an answer) the rest is read and dropped:
 			 * MHD can only queue the answer once the body is in. */
-			if (!r->sink_done && !r->replied &&
-			    r->sink(r->sink_arg, upload_data, *upload_data_size) < 0)
+			int rc = 0;
+
+			if (!r->sink_done && !r->replied)
+				rc = r->sink(r->sink_arg, upload_data, *upload_data_size);
+			if (rc < 0)
 				r->sink_done = 1;
+			if (rc == HTTPD_BODY_PAUSE && !r->replied) {
+				*upload_data_size = 0;
+				suspend_req(r);
+				r->body_paused = 1;
+				return MHD_YES;
+			}
 		} else if (!r->too_large && buf_add(&r->body, upload_data, *upload_data_size) < 0) {
 			r->too_large = 1;
 		}

@@ -72,6 +72,11 @@ struct httpd_route {
  * call: the request's close callback runs with failed = 1 instead. */
 typedef int (*httpd_body_fn)(void *arg, const char *data, size_t len);
 void httpd_body_sink(struct httpd_req *r, httpd_body_fn fn, void *arg);
+/* A sink that returns HTTPD_BODY_PAUSE has taken the chunk but wants no
+ * more for now: the connection is suspended (nothing more is read from the
+ * client) until httpd_body_resume(). */
+#define HTTPD_BODY_PAUSE 1
+void httpd_body_resume(struct httpd_req *r);
 
 /* Start listening on listen ("host:port", numeric host) with the routes
  * (borrowed; static storage), serving up to max_conns client connections
@@ -129,7 +134,9 @@ void httpd_defer(struct httpd_req *r);
 
 /* Streaming answer. read fills up to max bytes of buf and returns the
  * count; 0 = nothing right now (the connection is suspended until
- * httpd_stream_wake); -1 = the end. */
+ * httpd_stream_wake); -1 = the end; -2 = the answer failed half-way (the
+ * connection is closed without completing it, so the client sees a
+ * truncated answer, never a short one that looks whole). */
 typedef ssize_t (*httpd_read_fn)(void *arg, char *buf, size_t max);
 void httpd_reply_stream(struct httpd_req *r, int status, const char *content_type,
 			httpd_read_fn read, void *arg);
@@ -175,6 +182,9 @@ struct httpd_filter {
 	void (*free)(void *arg);
 };
 void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *arg);
+/* 1 when a filter with a json hook rewrites r's JSON answers (a streamed
+ * answer would bypass it). */
+int httpd_json_filtered(const struct httpd_req *r);
 
 /* Feed the buffered body to the sink a HTTPD_ROUTE_STREAM_BODY handler
  * registered while it was called on a buffered request (a view), then its

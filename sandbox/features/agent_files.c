@@ -3,6 +3,12 @@
  *   GET/PUT/DELETE /v1/sandboxes/{id}/files/{path}, GET/PUT …/dirs/{path},
  *   GET …/stat/{path}, POST …/move.
  *
+ * The handlers parse and check the request on the agent's loop; the file
+ * work itself runs in a helper process that has joined the sandbox
+ * (files_worker.h: its cgroups, mount and user namespaces, as its root),
+ * so the kernel applies the sandbox's permissions, keeps its mount points
+ * busy and charges its memory. The child_* functions run in the helper.
+ *
  * Safety rules (docs/SECURITY.md "File API"):
  * - Every path is normalised by fspath (no "..", no NUL, UTF-8, bounded)
  *   and resolved from the sandbox's root fd with openat2(RESOLVE_IN_ROOT |
@@ -18,17 +24,20 @@
  *   move) work on (parent fd, name) with *at() calls that never follow
  *   it: PUT replaces a symlink by a file, DELETE removes the link.
  * - Only regular files are read: the object is opened O_PATH, checked with
- *   fstat, and only then reopened for reading through /proc/self/fd (the
- *   same inode), so a FIFO or device is never opened for I/O.
+ *   fstat, and only then reopened for reading through the host's
+ *   /proc/self/fd (the same inode), so a FIFO or device is never opened
+ *   for I/O.
  * - Uploads stream into an O_TMPFILE (or a random ".sbx-upload-*" name) in
  *   the target directory and land with one rename: a broken upload leaves
- *   the old file and no temp file; ENOSPC / EDQUOT answer 507.
+ *   the old file and no temp file; ENOSPC / EDQUOT answer 507, the
+ *   sandbox's memory limit 413.
  */
 #include "agent.h"
 #include "call.h"
 #include "agent_files.h"
-#include "agent_sse.h"
+#include "codec.h"
 #include "buf.h"
+#include "files_worker.h"
 #include "fspath.h"
 #include "ids.h"
 #include "jsonv.h"
@@ -54,6 +63,7 @@
 #define FILES_WALK_MAX 100000               /* entries looked at per listing */
 #define FILES_WALK_DEPTH 64
 #define FILES_RM_DEPTH 256
+#define FILES_RM_MAX 1000000               /* entries removed per recursive delete */
 
 #ifndef OVERLAYFS_SUPER_MAGIC
 #define OVERLAYFS_SUPER_MAGIC 0x794c7630
@@ -63,11 +73,6 @@
 #endif
 
 /* --- resolution --- */
-
-static int sb_root(const struct agent_sb *sb)
-{
-	return rt_root_fd(sb->rt);
-}
 
 /* openat2 inside the sandbox root: rel is an fspath rel path. Returns an
  * fd or -1 with errno. Retries the rare EAGAIN of a racing rename/mount. */
@@ -240,17 +245,19 @@ static int make_dirs(int root, const char *rel, const char *abs, uid_t uid, int 
 	return steal_fd(&cur);
 }
 
-/* Reopen an O_PATH fd of a checked regular file for reading (same inode). */
-static int reopen_read(int pfd)
+/* Reopen an O_PATH fd of a checked regular file for reading (same inode),
+ * through the host's /proc (proc: its O_PATH fd; the sandbox's own /proc
+ * does not know the helper's pid). */
+static int reopen_read(int proc, int pfd)
 {
 	char p[64];
-	int k = snprintf(p, sizeof(p), "/proc/self/fd/%d", pfd);
+	int k = snprintf(p, sizeof(p), "self/fd/%d", pfd);
 
 	if (k < 0 || (size_t)k >= sizeof(p)) {
 		errno = EINVAL;
 		return -1;
 	}
-	return open(p, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	return openat(proc, p, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 }
 
 static const char *type_name(mode_t m)
@@ -304,166 +311,321 @@ static int query_bool(struct httpd_req *r, const char *name, int *out, struct sb
 	return 0;
 }
 
+/* Start the helper of a call (files_worker.h); on failure answer r. */
+static void run_helper(struct httpd_req *r, struct agent_sb *sb, enum fw_mode mode,
+		       unsigned timeout_s, fw_child_fn fn, void *arg)
+{
+	struct sbx_err e;
+	struct fw_spec spec;
+
+	err_clear(&e);
+	memset(&spec, 0, sizeof(spec));
+	spec.mode = mode;
+	spec.timeout_s = timeout_s;
+	spec.content_type = "application/json";
+	spec.fn = fn;
+	spec.arg = arg;
+	if (fw_start(r, sb, &spec, &e) < 0)
+		httpd_reply_err(r, &e);
+}
+
+/* In a helper: send e as the answer; the exit status. */
+static int child_fail(const struct fw_env *env, const struct sbx_err *e)
+{
+	fw_send_err(env->chan, e);
+	return 1;
+}
+
+/* In a helper: the checked regular file rel, opened for reading. */
+static int open_regular(const struct fw_env *env, const struct fspath *fp, struct stat *st,
+			struct sbx_err *e)
+{
+	auto_close int pfd = -1;
+	int fd;
+
+	/* O_PATH first: a FIFO or device is never opened for I/O. */
+	pfd = open_in_root(env->root, fp->rel, O_PATH, 0);
+	if (pfd < 0)
+		return files_errno(e, errno, "open", fp->abs);
+	if (fstat(pfd, st) < 0)
+		return files_errno(e, errno, "stat", fp->abs);
+	if (S_ISDIR(st->st_mode))
+		return err_set(e, SBX_E_IS_DIRECTORY, "'%s' is a directory", fp->abs);
+	if (!S_ISREG(st->st_mode))
+		return err_set(e, SBX_E_NOT_REGULAR_FILE, "'%s' is not a regular file", fp->abs);
+	if (!fs_allowed(pfd, 0))
+		return special_fs(e, fp->abs);
+	fd = reopen_read(env->proc, pfd);
+	if (fd < 0 || fstat(fd, st) < 0) {
+		int err = errno;
+
+		if (fd >= 0)
+			close(fd);
+		return files_errno(e, err, "open", fp->abs);
+	}
+	return fd;
+}
+
 /* --- GET …/files/{path} --- */
 
-struct download {
-	struct agent *a;
-	struct agent_stream live;
+struct get_op {
+	struct fspath fp;
+	const char *encoding;      /* NULL: raw */
 };
 
-static void download_close(void *arg, int failed)
+static int child_open(void *arg, const struct fw_env *env)
 {
-	struct download *d = arg;
+	struct get_op *o = arg;
+	struct sbx_err e;
+	struct stat st;
+	auto_close int fd = -1;
 
-	agent_sb_stream_end(d->a, &d->live);
-	free(d);
+	err_clear(&e);
+	fd = open_regular(env, &o->fp, &st, &e);
+	if (fd < 0)
+		return child_fail(env, &e);
+	return fw_send_fd(env->chan, fd, (uint64_t)st.st_size) < 0;
 }
 
-/* The whole file fd (size bytes) as the JSON of ?encoding=. */
-static void reply_encoded(struct httpd_req *r, int fd, const struct fspath *fp, uint64_t size,
-			  const char *encoding, struct sbx_err *e)
+int files_json_escape(struct buf *b, const char *s, size_t n)
 {
-	struct buf data, b64;
-	char chunk[64 * 1024];
-	json_t *body;
-	int utf8;
+	static const char hex[] = "0123456789ABCDEF";
+	size_t run = 0;
 
-	if (size > FILES_JSON_MAX) {
-		err_set(e, SBX_E_FILE_TOO_LARGE, "'%s' is larger than %d bytes; download it raw",
-			fp->abs, FILES_JSON_MAX);
-		httpd_reply_err(r, e);
-		return;
-	}
-	buf_init(&data, FILES_JSON_MAX);
-	for (;;) {
-		ssize_t n = read(fd, chunk, sizeof(chunk));
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		char esc[8];
+		size_t k = 2;
 
-		if (n < 0 && errno == EINTR)
+		if (c >= 0x20 && c != '"' && c != '\\')
 			continue;
-		if (n < 0) {
-			buf_release(&data);
-			files_errno(e, errno, "read", fp->abs);
-			httpd_reply_err(r, e);
-			return;
+		if (buf_add(b, s + run, i - run) < 0)
+			return -1;
+		run = i + 1;
+		esc[0] = '\\';
+		switch (c) {
+		case '"': esc[1] = '"'; break;
+		case '\\': esc[1] = '\\'; break;
+		case '\b': esc[1] = 'b'; break;
+		case '\f': esc[1] = 'f'; break;
+		case '\n': esc[1] = 'n'; break;
+		case '\r': esc[1] = 'r'; break;
+		case '\t': esc[1] = 't'; break;
+		default:
+			memcpy(esc + 1, "u00", 3);
+			esc[4] = hex[c >> 4];
+			esc[5] = hex[c & 15];
+			k = 6;
 		}
-		if (n == 0)
-			break;
-		if (buf_add(&data, chunk, (size_t)n) < 0) {
-			buf_release(&data);
-			err_set(e, SBX_E_FILE_TOO_LARGE, "'%s' is larger than %d bytes; download it raw",
-				fp->abs, FILES_JSON_MAX);
-			httpd_reply_err(r, e);
-			return;
-		}
+		if (buf_add(b, esc, k) < 0)
+			return -1;
 	}
-	utf8 = ids_valid_utf8(data.data ? data.data : "", data.len);
-	if (strcmp(encoding, "utf-8") == 0) {
-		if (!utf8) {
-			buf_release(&data);
-			err_set(e, SBX_E_VALIDATION, "'%s' is not valid UTF-8 text; use encoding=base64",
-				fp->abs);
-			httpd_reply_err(r, e);
-			return;
-		}
-		body = json_pack("{s:s, s:s%, s:s, s:I, s:s, s:b}", "path", fp->abs, "content",
-				 data.data ? data.data : "", data.len, "encoding", "utf-8", "size",
-				 (json_int_t)data.len, "mimeType", fspath_mime(fp->name), "isBinary", 0);
-	} else {
-		buf_init(&b64, (size_t)FILES_JSON_MAX * 2);
-		if (codec_base64_encode(data.data ? data.data : "", data.len, &b64) < 0) {
-			buf_release(&data);
-			buf_release(&b64);
-			err_sys(e, ENOMEM, "base64 of '%s'", fp->abs);
-			httpd_reply_err(r, e);
-			return;
-		}
-		body = json_pack("{s:s, s:s%, s:s, s:I, s:s, s:b}", "path", fp->abs, "content",
-				 b64.data ? b64.data : "", b64.len, "encoding", "base64", "size",
-				 (json_int_t)data.len, "mimeType", fspath_mime(fp->name), "isBinary",
-				 !utf8);
-		buf_release(&b64);
-	}
-	buf_release(&data);
-	if (!body) {
-		err_sys(e, ENOMEM, "answer for '%s'", fp->abs);
-		httpd_reply_err(r, e);
-		return;
-	}
-	httpd_reply_json(r, 200, body);
+	return buf_add(b, s + run, n - run);
 }
 
-void agent_h_files_get(struct httpd_req *r)
+void files_utf8_feed(struct files_utf8 *u, const char *s, size_t n, int last)
+{
+	size_t head = 0, cut;
+
+	if (!u->valid)
+		return;
+	if (u->ncarry) {
+		/* complete the sequence carried over from the previous chunk */
+		char tmp[8];
+		size_t add = n < 4 - u->ncarry ? n : 4 - u->ncarry;
+		int k;
+
+		memcpy(tmp, u->carry, u->ncarry);
+		memcpy(tmp + u->ncarry, s, add);
+		k = codec_utf8_seq((const unsigned char *)tmp, u->ncarry + add);
+		if (k < 0 && !last) {
+			memcpy(u->carry, tmp, u->ncarry + add);
+			u->ncarry += add;
+			return;
+		}
+		if (k <= 0 || !ids_valid_utf8(tmp, (size_t)k)) {
+			u->valid = 0;
+			return;
+		}
+		head = (size_t)k - u->ncarry;
+		u->ncarry = 0;
+	}
+	cut = last ? n : head + codec_utf8_complete_len(s + head, n - head);
+	if (!ids_valid_utf8(s + head, cut - head)) {
+		u->valid = 0;
+		return;
+	}
+	memcpy(u->carry, s + cut, n - cut);
+	u->ncarry = n - cut;
+}
+
+/* read() until n bytes or the end; the count or -1 with errno. */
+static ssize_t read_full(int fd, char *buf, size_t n)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t k = read(fd, buf + got, n - got);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -1;
+		if (k == 0)
+			break;
+		got += (size_t)k;
+	}
+	return (ssize_t)got;
+}
+
+/* In a helper: send b as 'D' records and empty it. */
+static int send_buf(int chan, struct buf *b)
+{
+	for (size_t off = 0; off < b->len; off += FW_REC_MAX)
+		if (fw_send(chan, 'D', b->data + off,
+			    b->len - off < FW_REC_MAX ? b->len - off : FW_REC_MAX) < 0)
+			return -1;
+	buf_reset(b);
+	return 0;
+}
+
+/* "<key>":<the JSON of v (stolen)><tail> appended to b. */
+static int add_member(struct buf *b, const char *key, json_t *v, const char *tail)
+{
+	char *t = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+	int rc;
+
+	json_decref(v);
+	if (!t)
+		return -1;
+	rc = buf_printf(b, "\"%s\":%s%s", key, t, tail);
+	free(t);
+	return rc;
+}
+
+/* In a helper: the whole file as the JSON of ?encoding=, streamed in
+ * bounded records: {path, encoding, mimeType, content, size, isBinary}.
+ * utf-8 checks the whole file first (a 400 must come before the answer);
+ * a file that changes under the second pass aborts the answer. */
+static int child_encoded(void *arg, const struct fw_env *env)
+{
+	struct get_op *o = arg;
+	struct sbx_err e;
+	struct stat st;
+	struct files_utf8 u = { .valid = 1 };
+	struct buf out, b64;
+	char chunk[48 * 1024];     /* a multiple of 3: base64 needs no carry */
+	auto_close int fd = -1;
+	int utf8 = strcmp(o->encoding, "utf-8") == 0;
+	uint64_t total = 0;
+	ssize_t n;
+	int rc = 1;
+
+	err_clear(&e);
+	fd = open_regular(env, &o->fp, &st, &e);
+	if (fd < 0)
+		return child_fail(env, &e);
+	if ((uint64_t)st.st_size > FILES_JSON_MAX) {
+		err_set(&e, SBX_E_FILE_TOO_LARGE, "'%s' is larger than %d bytes; download it raw",
+			o->fp.abs, FILES_JSON_MAX);
+		return child_fail(env, &e);
+	}
+	if (utf8) {
+		while ((n = read_full(fd, chunk, sizeof(chunk))) > 0 && u.valid) {
+			total += (uint64_t)n;
+			if (total > FILES_JSON_MAX)
+				break;
+			files_utf8_feed(&u, chunk, (size_t)n, 0);
+		}
+		files_utf8_feed(&u, "", 0, 1);
+		if (n < 0)
+			return child_fail(env, (files_errno(&e, errno, "read", o->fp.abs), &e));
+		if (total > FILES_JSON_MAX) {
+			err_set(&e, SBX_E_FILE_TOO_LARGE, "'%s' is larger than %d bytes; download it raw",
+				o->fp.abs, FILES_JSON_MAX);
+			return child_fail(env, &e);
+		}
+		if (!u.valid) {
+			err_set(&e, SBX_E_VALIDATION, "'%s' is not valid UTF-8 text; use encoding=base64",
+				o->fp.abs);
+			return child_fail(env, &e);
+		}
+		if (lseek(fd, 0, SEEK_SET) < 0)
+			return child_fail(env, (files_errno(&e, errno, "read", o->fp.abs), &e));
+		u.valid = 1;
+		u.ncarry = 0;
+	}
+	buf_init(&out, 8 * sizeof(chunk));
+	buf_init(&b64, 2 * sizeof(chunk));
+	if (fw_send_head(env->chan, 200) < 0 || buf_adds(&out, "{") < 0 ||
+	    add_member(&out, "path", json_string(o->fp.abs), ",") < 0 ||
+	    add_member(&out, "encoding", json_string(utf8 ? "utf-8" : "base64"), ",") < 0 ||
+	    add_member(&out, "mimeType", json_string(fspath_mime(o->fp.name)), ",\"content\":\"") < 0)
+		goto out;
+	total = 0;
+	while ((n = read_full(fd, chunk, sizeof(chunk))) > 0) {
+		total += (uint64_t)n;
+		if (total > FILES_JSON_MAX)
+			goto out;   /* it grew: abort */
+		files_utf8_feed(&u, chunk, (size_t)n, 0);
+		if (utf8 && !u.valid)
+			goto out;   /* it changed: abort */
+		if (utf8) {
+			if (files_json_escape(&out, chunk, (size_t)n) < 0)
+				goto out;
+		} else {
+			buf_reset(&b64);
+			if (codec_base64_encode(chunk, (size_t)n, &b64) < 0 || buf_add(&out, b64.data, b64.len) < 0)
+				goto out;
+		}
+		if (send_buf(env->chan, &out) < 0)
+			goto out;
+	}
+	if (n < 0)
+		goto out;
+	files_utf8_feed(&u, "", 0, 1);
+	if (utf8 && !u.valid)
+		goto out;
+	if (buf_printf(&out, "\",\"size\":%llu,\"isBinary\":%s}", (unsigned long long)total,
+		       u.valid ? "false" : "true") < 0 ||
+	    send_buf(env->chan, &out) < 0 || fw_send(env->chan, 'E', NULL, 0) < 0)
+		goto out;
+	rc = 0;
+out:
+	buf_release(&out);
+	buf_release(&b64);
+	return rc;
+}
+
+/* FW_FD: the helper opened the file; the agent sends it (sendfile). */
+static void send_file(struct httpd_req *r, struct agent_sb *sb, int fd, uint64_t size, void *arg)
 {
 	struct sbx_err e;
 	struct fspath fp;
-	struct agent_sb *sb;
-	struct stat st;
-	auto_close int pfd = -1;
-	auto_close int fd = -1;
-	const char *encoding;
-	uint64_t first = 0, last = 0, size;
+	uint64_t first = 0, last = 0;
 	int rg;
-	struct download *d;
 
+	(void)sb;
+	(void)arg;
 	err_clear(&e);
-	sb = begin(r, &fp, &e);
-	if (!sb)
-		goto fail;
-	encoding = httpd_query(r, "encoding");
-	if (encoding && strcmp(encoding, "utf-8") != 0 && strcmp(encoding, "base64") != 0) {
-		err_set(&e, SBX_E_VALIDATION, "encoding must be utf-8 or base64");
-		goto fail;
-	}
-	/* O_PATH first: a FIFO or device is never opened for I/O. */
-	pfd = open_in_root(sb_root(sb), fp.rel, O_PATH, 0);
-	if (pfd < 0) {
-		files_errno(&e, errno, "open", fp.abs);
-		goto fail;
-	}
-	if (fstat(pfd, &st) < 0) {
-		files_errno(&e, errno, "stat", fp.abs);
-		goto fail;
-	}
-	if (S_ISDIR(st.st_mode)) {
-		err_set(&e, SBX_E_IS_DIRECTORY, "'%s' is a directory", fp.abs);
-		goto fail;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		err_set(&e, SBX_E_NOT_REGULAR_FILE, "'%s' is not a regular file", fp.abs);
-		goto fail;
-	}
-	if (!fs_allowed(pfd, 0)) {
-		special_fs(&e, fp.abs);
-		goto fail;
-	}
-	fd = reopen_read(pfd);
-	if (fd < 0 || fstat(fd, &st) < 0) {
-		files_errno(&e, errno, "open", fp.abs);
-		goto fail;
-	}
-	if (encoding) {
-		reply_encoded(r, fd, &fp, (uint64_t)st.st_size, encoding, &e);
+	/* the path was valid when the call started: parse it again for its name */
+	if (fspath_from_url(httpd_tail(r), &fp, &e) < 0) {
+		close(fd);
+		httpd_reply_err(r, &e);
 		return;
 	}
-	size = (uint64_t)st.st_size;
 	rg = fspath_range(httpd_header(r, "Range"), size, &first, &last);
 	if (rg == -2) {
 		char cr[64];
 
+		close(fd);
 		snprintf(cr, sizeof(cr), "bytes */%llu", (unsigned long long)size);
 		httpd_add_header(r, "Content-Range", cr);
 		err_set(&e, SBX_E_RANGE_NOT_SATISFIABLE, "range not satisfiable for '%s' (%llu bytes)",
 			fp.abs, (unsigned long long)size);
-		goto fail;
+		httpd_reply_err(r, &e);
+		return;
 	}
-	d = calloc(1, sizeof(*d));
-	if (!d) {
-		err_sys(&e, ENOMEM, "download");
-		goto fail;
-	}
-	d->a = httpd_ctx(r);
-	agent_sb_stream_begin(sb, &d->live);
-	httpd_on_close(r, download_close, d);
 	httpd_add_header(r, "Accept-Ranges", "bytes");
 	if (rg == 1) {
 		char cr[96];
@@ -471,55 +633,56 @@ void agent_h_files_get(struct httpd_req *r)
 		snprintf(cr, sizeof(cr), "bytes %llu-%llu/%llu", (unsigned long long)first,
 			 (unsigned long long)last, (unsigned long long)size);
 		httpd_add_header(r, "Content-Range", cr);
-		httpd_reply_fd(r, 206, fspath_mime(fp.name), steal_fd(&fd), first, last - first + 1);
+		httpd_reply_fd(r, 206, fspath_mime(fp.name), fd, first, last - first + 1);
 		return;
 	}
-	httpd_reply_fd(r, 200, fspath_mime(fp.name), steal_fd(&fd), 0, size);
+	httpd_reply_fd(r, 200, fspath_mime(fp.name), fd, 0, size);
+}
+
+void agent_h_files_get(struct httpd_req *r)
+{
+	struct sbx_err e;
+	struct get_op o;
+	struct agent_sb *sb;
+	struct fw_spec spec;
+
+	err_clear(&e);
+	memset(&o, 0, sizeof(o));
+	sb = begin(r, &o.fp, &e);
+	if (!sb)
+		goto fail;
+	o.encoding = httpd_query(r, "encoding");
+	if (o.encoding && strcmp(o.encoding, "utf-8") != 0 && strcmp(o.encoding, "base64") != 0) {
+		err_set(&e, SBX_E_VALIDATION, "encoding must be utf-8 or base64");
+		goto fail;
+	}
+	memset(&spec, 0, sizeof(spec));
+	spec.arg = &o;
+	if (!o.encoding) {
+		spec.mode = FW_FD;
+		spec.timeout_s = FW_META_TIMEOUT_S;
+		spec.fn = child_open;
+		spec.on_fd = send_file;
+	} else {
+		/* a filter (the compat view) rewrites the JSON: it needs it whole */
+		spec.mode = httpd_json_filtered(r) ? FW_COLLECT : FW_STREAM;
+		spec.timeout_s = FW_TRANSFER_TIMEOUT_S;
+		spec.content_type = "application/json";
+		spec.fn = child_encoded;
+	}
+	if (fw_start(r, sb, &spec, &e) < 0)
+		goto fail;
 	return;
 fail:
 	httpd_reply_err(r, &e);
 }
 
-/* --- PUT …/files/{path} (streamed body) --- */
+/* --- PUT …/files/{path} --- */
 
-struct upload {
-	struct agent *a;
-	struct httpd_req *r;
-	struct agent_stream live;
+struct put_op {
 	struct fspath fp;
-	int dirfd;                 /* O_PATH of the target directory */
-	int fd;                    /* the temp file */
-	int tmpfile;               /* fd is an O_TMPFILE (else named tmpname) */
-	char tmpname[64];
-	int named;                 /* tmpname exists in dirfd */
-	int existed;
-	uid_t uid;
-	uint64_t size;
-	int failed;
+	unsigned mode;
 };
-
-static void upload_discard(struct upload *u)
-{
-	if (u->fd >= 0) {
-		close(u->fd);
-		u->fd = -1;
-	}
-	if (u->named) {
-		unlinkat(u->dirfd, u->tmpname, 0);
-		u->named = 0;
-	}
-}
-
-static void upload_close(void *arg, int failed)
-{
-	struct upload *u = arg;
-
-	upload_discard(u);
-	if (u->dirfd >= 0)
-		close(u->dirfd);
-	agent_sb_stream_end(u->a, &u->live);
-	free(u);
-}
 
 static int random_name(char *out, size_t n)
 {
@@ -534,16 +697,30 @@ static int random_name(char *out, size_t n)
 	return k < 0 || (size_t)k >= n ? -1 : 0;
 }
 
-static void upload_fail(struct upload *u, struct sbx_err *e)
+/* The temp file of an upload in the target directory. */
+struct upload {
+	int dirfd;                 /* O_PATH of the target directory */
+	int fd;                    /* the temp file */
+	int tmpfile;               /* fd is an O_TMPFILE (else named tmpname) */
+	char tmpname[64];
+	int named;                 /* tmpname exists in dirfd */
+};
+
+static void upload_discard(struct upload *u)
 {
-	u->failed = 1;
-	upload_discard(u);
-	httpd_reply_err(u->r, e);
+	if (u->fd >= 0) {
+		close(u->fd);
+		u->fd = -1;
+	}
+	if (u->named) {
+		unlinkat(u->dirfd, u->tmpname, 0);
+		u->named = 0;
+	}
 }
 
 /* Land the temp file as the target: link it under a random name (for an
  * O_TMPFILE) and rename that over the target in one step. */
-static int upload_commit(struct upload *u, struct sbx_err *e)
+static int upload_commit(struct upload *u, const struct fspath *fp, struct sbx_err *e)
 {
 	if (u->tmpfile) {
 		for (int i = 0; i < 4 && !u->named; i++) {
@@ -552,149 +729,156 @@ static int upload_commit(struct upload *u, struct sbx_err *e)
 			if (linkat(u->fd, "", u->dirfd, u->tmpname, AT_EMPTY_PATH) == 0)
 				u->named = 1;
 			else if (errno != EEXIST)
-				return files_errno(e, errno, "write", u->fp.abs);
+				return files_errno(e, errno, "write", fp->abs);
 		}
 		if (!u->named)
-			return err_set(e, SBX_E_CONFLICT, "cannot name a temporary file for '%s'", u->fp.abs);
+			return err_set(e, SBX_E_CONFLICT, "cannot name a temporary file for '%s'", fp->abs);
 	}
-	if (renameat(u->dirfd, u->tmpname, u->dirfd, u->fp.name) < 0)
-		return files_errno(e, errno, "write", u->fp.abs);
+	if (renameat(u->dirfd, u->tmpname, u->dirfd, fp->name) < 0)
+		return files_errno(e, errno, "write", fp->abs);
 	u->named = 0;
 	return 0;
 }
 
-static int upload_sink(void *arg, const char *data, size_t len)
+/* Create the temp file of an upload of fp (mode); 0 with *existed, or -1. */
+static int upload_open(int root, const struct fspath *fp, unsigned mode, struct upload *u,
+		       int *existed, struct sbx_err *e)
 {
-	struct upload *u = arg;
-	struct sbx_err e;
-
-	if (u->failed)
-		return -1;
-	if (data) {
-		if (util_write_all(u->fd, data, len) < 0) {
-			files_errno(&e, errno, "write", u->fp.abs);
-			upload_fail(u, &e);
-			return -1;
-		}
-		u->size += len;
-		return 0;
-	}
-	err_clear(&e);
-	if (!agent_stream_lease_held(u->a, &u->live)) {
-		err_set(&e, SBX_E_NODE_UNAVAILABLE,
-			"this node lost its lease during the upload; nothing was written");
-		upload_fail(u, &e);
-		return -1;
-	}
-	if (upload_commit(u, &e) < 0) {
-		upload_fail(u, &e);
-		return -1;
-	}
-	close(u->fd);
-	u->fd = -1;
-	httpd_reply_json(u->r, u->existed ? 200 : 201,
-			 json_pack("{s:s, s:I}", "path", u->fp.abs, "size", (json_int_t)u->size));
-	return 0;
-}
-
-void agent_h_files_put(struct httpd_req *r)
-{
-	struct sbx_err e;
-	struct agent_sb *sb;
-	struct upload *u;
-	struct stat st;
-	const char *ms = httpd_query(r, "mode");
-	unsigned mode = 0644;
 	char parent[FSPATH_MAX + 16];
+	struct stat st;
 	int created;
 
-	err_clear(&e);
-	u = calloc(1, sizeof(*u));
-	if (!u) {
-		err_sys(&e, ENOMEM, "upload");
-		httpd_reply_err(r, &e);
-		return;
-	}
-	u->dirfd = u->fd = -1;
-	u->a = httpd_ctx(r);
-	u->r = r;
-	httpd_on_close(r, upload_close, u);
-	sb = begin(r, &u->fp, &e);
-	if (!sb)
-		goto fail;
-	if (ms && fspath_mode(ms, &mode) < 0) {
-		err_set(&e, SBX_E_VALIDATION, "mode must be octal permission bits (0000-0777)");
-		goto fail;
-	}
-	if (!*u->fp.name) {
-		err_set(&e, SBX_E_IS_DIRECTORY, "'/' is a directory");
-		goto fail;
-	}
-	u->uid = rt_host_uid(sb->rt);
-	memcpy(parent, u->fp.rel, u->fp.parent_len);
-	parent[u->fp.parent_len] = '\0';
-	u->dirfd = make_dirs(sb_root(sb), u->fp.parent_len ? parent : ".", u->fp.abs, u->uid,
-			     &created, &e);
+	*existed = 0;
+	memcpy(parent, fp->rel, fp->parent_len);
+	parent[fp->parent_len] = '\0';
+	u->dirfd = make_dirs(root, fp->parent_len ? parent : ".", fp->abs, 0, &created, e);
 	if (u->dirfd < 0)
-		goto fail;
-	if (!fs_allowed(u->dirfd, 1)) {
-		special_fs(&e, u->fp.abs);
-		goto fail;
-	}
+		return -1;
+	if (!fs_allowed(u->dirfd, 1))
+		return special_fs(e, fp->abs);
 	/* The target itself is never followed: a symlink is replaced. */
-	if (fstatat(u->dirfd, u->fp.name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-		if (S_ISDIR(st.st_mode)) {
-			err_set(&e, SBX_E_IS_DIRECTORY, "'%s' is a directory", u->fp.abs);
-			goto fail;
-		}
-		if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
-			err_set(&e, SBX_E_NOT_REGULAR_FILE, "'%s' is not a regular file", u->fp.abs);
-			goto fail;
-		}
-		u->existed = 1;
+	if (fstatat(u->dirfd, fp->name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (S_ISDIR(st.st_mode))
+			return err_set(e, SBX_E_IS_DIRECTORY, "'%s' is a directory", fp->abs);
+		if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+			return err_set(e, SBX_E_NOT_REGULAR_FILE, "'%s' is not a regular file", fp->abs);
+		*existed = 1;
 	} else if (errno != ENOENT) {
-		files_errno(&e, errno, "stat", u->fp.abs);
-		goto fail;
+		return files_errno(e, errno, "stat", fp->abs);
 	}
 	u->fd = openat(u->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
 	if (u->fd >= 0) {
 		u->tmpfile = 1;
 	} else {
 		for (int i = 0; i < 4 && u->fd < 0; i++) {
-			if (random_name(u->tmpname, sizeof(u->tmpname)) < 0) {
-				err_sys(&e, errno, "random");
-				goto fail;
-			}
+			if (random_name(u->tmpname, sizeof(u->tmpname)) < 0)
+				return err_sys(e, errno, "random");
 			u->fd = openat(u->dirfd, u->tmpname,
 				       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-			if (u->fd < 0 && errno != EEXIST) {
-				files_errno(&e, errno, "create", u->fp.abs);
-				goto fail;
-			}
+			if (u->fd < 0 && errno != EEXIST)
+				return files_errno(e, errno, "create", fp->abs);
 		}
-		if (u->fd < 0) {
-			err_set(&e, SBX_E_CONFLICT, "cannot create a temporary file for '%s'", u->fp.abs);
-			goto fail;
-		}
+		if (u->fd < 0)
+			return err_set(e, SBX_E_CONFLICT, "cannot create a temporary file for '%s'", fp->abs);
 		u->named = 1;
 	}
-	if (fchown(u->fd, u->uid, u->uid) < 0 || fchmod(u->fd, mode) < 0) {
-		files_errno(&e, errno, "create", u->fp.abs);
+	/* owner: the helper is the sandbox's root; mode: no umask */
+	if (fchmod(u->fd, mode) < 0)
+		return files_errno(e, errno, "create", fp->abs);
+	return 0;
+}
+
+/* In a helper: take the body from the agent ('D' records, 'E' at its end)
+ * into a temp file and land it. The agent going away (or a short body)
+ * ends the channel before 'E': nothing changes. ENOMEM (the sandbox's
+ * memory limit) answers FILE_TOO_LARGE; the sandbox's OOM kills the
+ * helper first (oom_score_adj 1000), which the agent answers the same. */
+static int child_upload(void *arg, const struct fw_env *env)
+{
+	struct put_op *o = arg;
+	struct upload u = { .dirfd = -1, .fd = -1 };
+	struct sbx_err e;
+	char rec[FW_REC_MAX + 64];
+	uint64_t size = 0;
+	int existed, rc = 1;
+
+	err_clear(&e);
+	if (upload_open(env->root, &o->fp, o->mode, &u, &existed, &e) < 0)
+		goto fail;
+	for (;;) {
+		ssize_t n = fw_recv(env->chan, rec, sizeof(rec));
+
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			err_set(&e, SBX_E_VALIDATION, "the upload of '%s' stalled for %d s",
+				o->fp.abs, FW_IDLE_TIMEOUT_S);
+			goto fail;
+		}
+		if (n <= 0)
+			goto out;   /* the agent gave up: nobody to answer */
+		if (rec[0] == 'E')
+			break;
+		if (rec[0] != 'D')
+			goto out;
+		if (util_write_all(u.fd, rec + 1, (size_t)n - 1) < 0) {
+			if (errno == ENOMEM)
+				err_set(&e, SBX_E_FILE_TOO_LARGE,
+					"the upload does not fit in the sandbox's memory limit");
+			else
+				files_errno(&e, errno, "write", o->fp.abs);
+			goto fail;
+		}
+		size += (uint64_t)n - 1;
+	}
+	if (upload_commit(&u, &o->fp, &e) < 0)
+		goto fail;
+	close(u.fd);
+	u.fd = -1;
+	rc = fw_send_json(env->chan, existed ? 200 : 201,
+			  json_pack("{s:s, s:I}", "path", o->fp.abs, "size", (json_int_t)size)) < 0;
+	goto out;
+fail:
+	upload_discard(&u);
+	fw_send_err(env->chan, &e);
+out:
+	upload_discard(&u);
+	if (u.dirfd >= 0)
+		close(u.dirfd);
+	return rc;
+}
+
+void agent_h_files_put(struct httpd_req *r)
+{
+	struct sbx_err e;
+	struct agent_sb *sb;
+	struct put_op o;
+	const char *ms = httpd_query(r, "mode");
+
+	err_clear(&e);
+	memset(&o, 0, sizeof(o));
+	o.mode = 0644;
+	sb = begin(r, &o.fp, &e);
+	if (!sb)
+		goto fail;
+	if (ms && fspath_mode(ms, &o.mode) < 0) {
+		err_set(&e, SBX_E_VALIDATION, "mode must be octal permission bits (0000-0777)");
 		goto fail;
 	}
-	agent_sb_stream_begin(sb, &u->live);
-	httpd_body_sink(r, upload_sink, u);
+	if (!*o.fp.name) {
+		err_set(&e, SBX_E_IS_DIRECTORY, "'/' is a directory");
+		goto fail;
+	}
+	run_helper(r, sb, FW_UPLOAD, FW_TRANSFER_TIMEOUT_S, child_upload, &o);
 	return;
 fail:
-	upload_discard(u);
 	httpd_reply_err(r, &e);
 }
 
 /* --- DELETE …/files/{path} --- */
 
 /* Remove name in dirfd and everything below it: never follows a symlink,
- * never descends into another filesystem (a mount point stays, EBUSY). */
-static int remove_tree(int pdir, const char *name, int depth, int *err)
+ * never descends into another filesystem (a mount point stays, EBUSY).
+ * At most FILES_RM_MAX entries (E2BIG beyond: what is gone stays gone). */
+static int remove_tree(int pdir, const char *name, int depth, size_t *budget, int *err)
 {
 	struct stat st, pst;
 	DIR *d;
@@ -731,6 +915,12 @@ static int remove_tree(int pdir, const char *name, int depth, int *err)
 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
+		if (*budget == 0) {
+			*err = E2BIG;
+			closedir(d);
+			return -1;
+		}
+		(*budget)--;
 		if (fstatat(dirfd(d), de->d_name, &cst, AT_SYMLINK_NOFOLLOW) < 0) {
 			if (errno == ENOENT)
 				continue;
@@ -739,7 +929,7 @@ static int remove_tree(int pdir, const char *name, int depth, int *err)
 			return -1;
 		}
 		if (S_ISDIR(cst.st_mode)) {
-			if (remove_tree(dirfd(d), de->d_name, depth + 1, err) < 0) {
+			if (remove_tree(dirfd(d), de->d_name, depth + 1, budget, err) < 0) {
 				closedir(d);
 				return -1;
 			}
@@ -757,62 +947,122 @@ static int remove_tree(int pdir, const char *name, int depth, int *err)
 	return 0;
 }
 
+struct del_op {
+	struct fspath fp;
+	int recursive;
+};
+
+static int child_delete(void *arg, const struct fw_env *env)
+{
+	struct del_op *o = arg;
+	struct sbx_err e;
+	struct stat st;
+	auto_close int dfd = -1;
+	size_t budget = FILES_RM_MAX;
+	int err = 0;
+
+	err_clear(&e);
+	dfd = open_parent(env->root, &o->fp, &e);
+	if (dfd < 0)
+		return child_fail(env, &e);
+	if (fstatat(dfd, o->fp.name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return child_fail(env, (files_errno(&e, errno, "delete", o->fp.abs), &e));
+	if (!fs_allowed(dfd, 1))
+		return child_fail(env, (special_fs(&e, o->fp.abs), &e));
+	if (S_ISDIR(st.st_mode)) {
+		if (!o->recursive) {
+			err_set(&e, SBX_E_IS_DIRECTORY, "'%s' is a directory; use recursive=true",
+				o->fp.abs);
+			return child_fail(env, &e);
+		}
+		if (remove_tree(dfd, o->fp.name, 0, &budget, &err) < 0) {
+			if (err == E2BIG)
+				err_set(&e, SBX_E_CONFLICT,
+					"'%s' has more than %d entries: %d were deleted, delete again",
+					o->fp.abs, FILES_RM_MAX, FILES_RM_MAX);
+			else
+				files_errno(&e, err, "delete", o->fp.abs);
+			return child_fail(env, &e);
+		}
+	} else if (unlinkat(dfd, o->fp.name, 0) < 0) {
+		return child_fail(env, (files_errno(&e, errno, "delete", o->fp.abs), &e));
+	}
+	return fw_send_json(env->chan, 204, NULL) < 0;
+}
+
 void agent_h_files_delete(struct httpd_req *r)
 {
 	struct sbx_err e;
-	struct fspath fp;
+	struct del_op o;
 	struct agent_sb *sb;
-	struct stat st;
-	auto_close int dfd = -1;
-	int recursive, err = 0;
 
 	err_clear(&e);
-	sb = begin(r, &fp, &e);
-	if (!sb || query_bool(r, "recursive", &recursive, &e) < 0)
+	memset(&o, 0, sizeof(o));
+	sb = begin(r, &o.fp, &e);
+	if (!sb || query_bool(r, "recursive", &o.recursive, &e) < 0)
 		goto fail;
-	if (!*fp.name) {
+	if (!*o.fp.name) {
 		err_set(&e, SBX_E_VALIDATION, "cannot delete '/'");
 		goto fail;
 	}
-	dfd = open_parent(sb_root(sb), &fp, &e);
-	if (dfd < 0)
-		goto fail;
-	if (fstatat(dfd, fp.name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-		files_errno(&e, errno, "delete", fp.abs);
-		goto fail;
-	}
-	if (!fs_allowed(dfd, 1)) {
-		special_fs(&e, fp.abs);
-		goto fail;
-	}
-	if (S_ISDIR(st.st_mode)) {
-		if (!recursive) {
-			err_set(&e, SBX_E_IS_DIRECTORY, "'%s' is a directory; use recursive=true", fp.abs);
-			goto fail;
-		}
-		if (remove_tree(dfd, fp.name, 0, &err) < 0) {
-			files_errno(&e, err, "delete", fp.abs);
-			goto fail;
-		}
-	} else if (unlinkat(dfd, fp.name, 0) < 0) {
-		files_errno(&e, errno, "delete", fp.abs);
-		goto fail;
-	}
-	httpd_reply_empty(r, 204);
+	run_helper(r, sb, FW_COLLECT, FW_META_TIMEOUT_S, child_delete, &o);
 	return;
 fail:
 	httpd_reply_err(r, &e);
 }
-
 /* --- GET …/dirs/{path} --- */
 
+/* One entry of a listing, kept small: a listing looks at up to
+ * FILES_WALK_MAX of them in the helper (charged to the sandbox's memory)
+ * and turns only one page into JSON. */
+struct walk_ent {
+	char *path;                /* heap; the name is after its last '/' */
+	mode_t mode;
+	off_t size;
+	struct timespec mtime;
+};
+
 struct walk {
-	json_t *entries;           /* array of entries (unsorted) */
+	struct walk_ent *v;
+	size_t n, cap;
 	int hidden;
 	int recursive;
-	size_t seen;
 	int truncated;
+	int failed;                /* out of memory */
 };
+
+static int walk_add(struct walk *w, const char *path, const struct stat *st)
+{
+	struct walk_ent *e;
+
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? 2 * w->cap : 1024;
+		struct walk_ent *v = realloc(w->v, cap * sizeof(*v));
+
+		if (!v)
+			return -1;
+		w->v = v;
+		w->cap = cap;
+	}
+	e = &w->v[w->n];
+	e->path = strdup(path);
+	if (!e->path)
+		return -1;
+	e->mode = st->st_mode;
+	e->size = st->st_size;
+	e->mtime = st->st_mtim;
+	w->n++;
+	return 0;
+}
+
+static void walk_release(struct walk *w)
+{
+	for (size_t i = 0; i < w->n; i++)
+		free(w->v[i].path);
+	free(w->v);
+	w->v = NULL;
+	w->n = w->cap = 0;
+}
 
 static void walk_dir(struct walk *w, int pdir, const char *abs, int depth)
 {
@@ -831,17 +1081,16 @@ static void walk_dir(struct walk *w, int pdir, const char *abs, int depth)
 		close(fd);
 		return;
 	}
-	while ((de = readdir(d))) {
+	while (!w->failed && (de = readdir(d))) {
 		struct stat st;
 		char path[FSPATH_MAX + 300];
-		json_t *ent;
 		int k;
 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		if (de->d_name[0] == '.' && !w->hidden)
 			continue;
-		if (w->seen >= FILES_WALK_MAX) {
+		if (w->n >= FILES_WALK_MAX) {
 			w->truncated = 1;
 			break;
 		}
@@ -853,10 +1102,10 @@ static void walk_dir(struct walk *w, int pdir, const char *abs, int depth)
 			     de->d_name);
 		if (k < 0 || (size_t)k >= sizeof(path) || k > FSPATH_MAX)
 			continue;
-		w->seen++;
-		ent = entry_json(de->d_name, path, &st);
-		if (!ent || json_array_append_new(w->entries, ent) < 0)
-			continue;
+		if (walk_add(w, path, &st) < 0) {
+			w->failed = 1;
+			break;
+		}
 		if (w->recursive && S_ISDIR(st.st_mode) && st.st_dev == dst.st_dev &&
 		    depth < FILES_WALK_DEPTH) {
 			int cfd = openat(dirfd(d), de->d_name,
@@ -871,13 +1120,9 @@ static void walk_dir(struct walk *w, int pdir, const char *abs, int depth)
 	closedir(d);
 }
 
-static int cmp_entry(const void *pa, const void *pb)
+/* Paths component-wise: "/" sorts before every other byte. */
+static int cmp_path(const char *x, const char *y)
 {
-	const json_t *a = *(json_t *const *)pa, *b = *(json_t *const *)pb;
-	const char *x = json_string_value(json_object_get(a, "path"));
-	const char *y = json_string_value(json_object_get(b, "path"));
-
-	/* component-wise: "/" sorts before every other byte */
 	for (;; x++, y++) {
 		unsigned char cx = (unsigned char)*x, cy = (unsigned char)*y;
 
@@ -893,164 +1138,197 @@ static int cmp_entry(const void *pa, const void *pb)
 	}
 }
 
-void agent_h_dirs_get(struct httpd_req *r)
+static int cmp_ent(const void *pa, const void *pb)
 {
-	struct sbx_err e;
+	return cmp_path(((const struct walk_ent *)pa)->path, ((const struct walk_ent *)pb)->path);
+}
+
+/* The JSON entry of e; new reference or NULL. */
+static json_t *walk_ent_json(const struct walk_ent *e)
+{
+	struct stat st;
+	const char *slash = strrchr(e->path, '/');
+
+	memset(&st, 0, sizeof(st));
+	st.st_mode = e->mode;
+	st.st_size = e->size;
+	st.st_mtim = e->mtime;
+	return entry_json(slash ? slash + 1 : e->path, e->path, &st);
+}
+
+struct list_op {
 	struct fspath fp;
-	struct agent_sb *sb;
+	int recursive, hidden;
+	int64_t limit;
+	const char *cursor;
+};
+
+/* In a helper: the walk, sorted, one page of it. */
+static int child_list(void *arg, const struct fw_env *env)
+{
+	struct list_op *o = arg;
+	struct sbx_err e;
 	struct walk w = { 0 };
 	auto_close int dfd = -1;
-	auto_free json_t **vec = NULL;
-	const char *lim = httpd_query(r, "limit"), *cursor = httpd_query(r, "cursor");
-	int64_t limit = FILES_LIST_DEFAULT;
-	size_t n, start = 0, end;
-	json_t *page = NULL, *body;
+	auto_close int rfd = -1;
+	size_t start = 0, end;
+	json_t *page = NULL, *body = NULL;
 	char next[2 * FSPATH_MAX + 16] = "";
 
 	err_clear(&e);
-	sb = begin(r, &fp, &e);
-	if (!sb || query_bool(r, "recursive", &w.recursive, &e) < 0 ||
-	    query_bool(r, "hidden", &w.hidden, &e) < 0)
-		goto fail;
-	if (lim && util_parse_i64(lim, 1, FILES_LIST_MAX, &limit) < 0) {
-		err_set(&e, SBX_E_VALIDATION, "limit must be 1-%d", FILES_LIST_MAX);
-		goto fail;
+	w.recursive = o->recursive;
+	w.hidden = o->hidden;
+	dfd = open_in_root(env->root, o->fp.rel, O_PATH | O_DIRECTORY, 0);
+	if (dfd < 0)
+		return child_fail(env, (files_errno(&e, errno, "list", o->fp.abs), &e));
+	if (!fs_allowed(dfd, 0))
+		return child_fail(env, (special_fs(&e, o->fp.abs), &e));
+	rfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);   /* EACCES here, not an empty list */
+	if (rfd < 0)
+		return child_fail(env, (files_errno(&e, errno, "list", o->fp.abs), &e));
+	walk_dir(&w, dfd, o->fp.abs, 0);
+	if (w.failed) {
+		walk_release(&w);
+		return child_fail(env, (err_sys(&e, ENOMEM, "list"), &e));
 	}
-	if (cursor && (strlen(cursor) > 2 * FSPATH_MAX || strlen(cursor) % 2 != 0 ||
-		       strspn(cursor, "0123456789abcdef") != strlen(cursor))) {
-		err_set(&e, SBX_E_VALIDATION, "bad cursor");
-		goto fail;
-	}
-	dfd = open_in_root(sb_root(sb), fp.rel, O_PATH | O_DIRECTORY, 0);
-	if (dfd < 0) {
-		files_errno(&e, errno, "list", fp.abs);
-		goto fail;
-	}
-	if (!fs_allowed(dfd, 0)) {
-		special_fs(&e, fp.abs);
-		goto fail;
-	}
-	w.entries = json_array();
-	if (!w.entries) {
-		err_sys(&e, ENOMEM, "list");
-		goto fail;
-	}
-	walk_dir(&w, dfd, fp.abs, 0);
-	n = json_array_size(w.entries);
-	vec = calloc(n ? n : 1, sizeof(*vec));
-	if (!vec) {
-		err_sys(&e, ENOMEM, "list");
-		goto fail;
-	}
-	for (size_t i = 0; i < n; i++)
-		vec[i] = json_array_get(w.entries, i);
-	qsort(vec, n, sizeof(*vec), cmp_entry);
-	if (cursor && *cursor) {
+	qsort(w.v, w.n, sizeof(*w.v), cmp_ent);
+	if (o->cursor && *o->cursor) {
 		/* the cursor is the hex of the last path of the previous page */
 		char after[FSPATH_MAX + 300];
-		size_t cl = strlen(cursor) / 2;
-		json_t *probe;
+		size_t cl = strlen(o->cursor) / 2;
 
 		for (size_t i = 0; i < cl; i++) {
 			unsigned v;
-			if (sscanf(cursor + 2 * i, "%2x", &v) != 1)
+			if (sscanf(o->cursor + 2 * i, "%2x", &v) != 1)
 				v = 0;
 			after[i] = (char)v;
 		}
 		after[cl] = '\0';
-		probe = json_pack("{s:s}", "path", after);
-		if (!probe) {
-			err_set(&e, SBX_E_VALIDATION, "bad cursor");
-			goto fail;
-		}
-		while (start < n && cmp_entry(&vec[start], &probe) <= 0)
+		while (start < w.n && cmp_path(w.v[start].path, after) <= 0)
 			start++;
-		json_decref(probe);
 	}
-	end = start + (size_t)limit < n ? start + (size_t)limit : n;
+	end = start + (size_t)o->limit < w.n ? start + (size_t)o->limit : w.n;
 	page = json_array();
-	if (!page) {
-		err_sys(&e, ENOMEM, "list");
-		goto fail;
+	for (size_t i = start; page && i < end; i++) {
+		if (json_array_append_new(page, walk_ent_json(&w.v[i])) < 0) {
+			json_decref(page);
+			page = NULL;
+		}
 	}
-	for (size_t i = start; i < end; i++)
-		json_array_append(page, vec[i]);
-	if (end < n) {
-		const char *lp = json_string_value(json_object_get(vec[end - 1], "path"));
-		util_hex(lp, strlen(lp), next);
-	}
-	body = json_pack("{s:s, s:o, s:b}", "path", fp.abs, "entries", page, "truncated",
-			 w.truncated);
-	page = NULL;
+	if (end < w.n)
+		util_hex(w.v[end - 1].path, strlen(w.v[end - 1].path), next);
+	if (page)
+		body = json_pack("{s:s, s:o, s:b}", "path", o->fp.abs, "entries", page, "truncated",
+				 w.truncated);
 	if (body && *next && json_object_set_new(body, "cursor", json_string(next)) < 0) {
 		json_decref(body);
 		body = NULL;
 	}
-	json_decref(w.entries);
-	httpd_reply_json(r, 200, body);
+	walk_release(&w);
+	if (!body)
+		return child_fail(env, (err_sys(&e, ENOMEM, "list"), &e));
+	return fw_send_json(env->chan, 200, body) < 0;
+}
+
+void agent_h_dirs_get(struct httpd_req *r)
+{
+	struct sbx_err e;
+	struct list_op o;
+	struct agent_sb *sb;
+	const char *lim = httpd_query(r, "limit");
+
+	err_clear(&e);
+	memset(&o, 0, sizeof(o));
+	o.limit = FILES_LIST_DEFAULT;
+	o.cursor = httpd_query(r, "cursor");
+	sb = begin(r, &o.fp, &e);
+	if (!sb || query_bool(r, "recursive", &o.recursive, &e) < 0 ||
+	    query_bool(r, "hidden", &o.hidden, &e) < 0)
+		goto fail;
+	if (lim && util_parse_i64(lim, 1, FILES_LIST_MAX, &o.limit) < 0) {
+		err_set(&e, SBX_E_VALIDATION, "limit must be 1-%d", FILES_LIST_MAX);
+		goto fail;
+	}
+	if (o.cursor && (strlen(o.cursor) > 2 * FSPATH_MAX || strlen(o.cursor) % 2 != 0 ||
+			 strspn(o.cursor, "0123456789abcdef") != strlen(o.cursor))) {
+		err_set(&e, SBX_E_VALIDATION, "bad cursor");
+		goto fail;
+	}
+	/* a page can be large: streamed, unless a filter needs the JSON whole */
+	run_helper(r, sb, httpd_json_filtered(r) ? FW_COLLECT : FW_STREAM, FW_META_TIMEOUT_S,
+		   child_list, &o);
 	return;
 fail:
-	json_decref(page);
-	json_decref(w.entries);
 	httpd_reply_err(r, &e);
 }
 
 /* --- PUT …/dirs/{path} --- */
+
+static int child_mkdir(void *arg, const struct fw_env *env)
+{
+	struct fspath *fp = arg;
+	struct sbx_err e;
+	auto_close int dfd = -1;
+	int created = 0;
+
+	err_clear(&e);
+	dfd = make_dirs(env->root, fp->rel, fp->abs, 0, &created, &e);
+	if (dfd < 0)
+		return child_fail(env, &e);
+	return fw_send_json(env->chan, created ? 201 : 200, json_pack("{s:s}", "path", fp->abs)) < 0;
+}
 
 void agent_h_dirs_put(struct httpd_req *r)
 {
 	struct sbx_err e;
 	struct fspath fp;
 	struct agent_sb *sb;
-	auto_close int dfd = -1;
-	int created = 0;
 
 	err_clear(&e);
 	sb = begin(r, &fp, &e);
-	if (!sb)
-		goto fail;
-	dfd = make_dirs(sb_root(sb), fp.rel, fp.abs, rt_host_uid(sb->rt), &created, &e);
-	if (dfd < 0)
-		goto fail;
-	httpd_reply_json(r, created ? 201 : 200, json_pack("{s:s}", "path", fp.abs));
-	return;
-fail:
-	httpd_reply_err(r, &e);
+	if (!sb) {
+		httpd_reply_err(r, &e);
+		return;
+	}
+	run_helper(r, sb, FW_COLLECT, FW_META_TIMEOUT_S, child_mkdir, &fp);
 }
 
 /* --- GET …/stat/{path} --- */
+
+static int child_stat(void *arg, const struct fw_env *env)
+{
+	struct fspath *fp = arg;
+	struct sbx_err e;
+	struct stat st;
+	auto_close int dfd = -1;
+
+	err_clear(&e);
+	if (!*fp->name) {
+		if (fstat(env->root, &st) < 0)
+			return child_fail(env, (files_errno(&e, errno, "stat", fp->abs), &e));
+		return fw_send_json(env->chan, 200, entry_json("/", "/", &st)) < 0;
+	}
+	dfd = open_parent(env->root, fp, &e);
+	if (dfd < 0)
+		return child_fail(env, &e);
+	if (fstatat(dfd, fp->name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return child_fail(env, (files_errno(&e, errno, "stat", fp->abs), &e));
+	return fw_send_json(env->chan, 200, entry_json(fp->name, fp->abs, &st)) < 0;
+}
 
 void agent_h_stat_get(struct httpd_req *r)
 {
 	struct sbx_err e;
 	struct fspath fp;
 	struct agent_sb *sb;
-	struct stat st;
-	auto_close int dfd = -1;
 
 	err_clear(&e);
 	sb = begin(r, &fp, &e);
-	if (!sb)
-		goto fail;
-	if (!*fp.name) {
-		if (fstat(sb_root(sb), &st) < 0) {
-			files_errno(&e, errno, "stat", fp.abs);
-			goto fail;
-		}
-		httpd_reply_json(r, 200, entry_json("/", "/", &st));
+	if (!sb) {
+		httpd_reply_err(r, &e);
 		return;
 	}
-	dfd = open_parent(sb_root(sb), &fp, &e);
-	if (dfd < 0)
-		goto fail;
-	if (fstatat(dfd, fp.name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-		files_errno(&e, errno, "stat", fp.abs);
-		goto fail;
-	}
-	httpd_reply_json(r, 200, entry_json(fp.name, fp.abs, &st));
-	return;
-fail:
-	httpd_reply_err(r, &e);
+	run_helper(r, sb, FW_COLLECT, FW_META_TIMEOUT_S, child_stat, &fp);
 }
 
 /* --- POST …/move --- */
@@ -1062,18 +1340,51 @@ static const struct jsonv_field move_fields[] = {
 	{ NULL, 0, 0 },
 };
 
+struct move_op {
+	struct fspath from, to;
+	int overwrite;
+};
+
+static int child_move(void *arg, const struct fw_env *env)
+{
+	struct move_op *o = arg;
+	struct sbx_err e;
+	struct stat st;
+	auto_close int fdir = -1;
+	auto_close int tdir = -1;
+
+	err_clear(&e);
+	fdir = open_parent(env->root, &o->from, &e);
+	if (fdir < 0)
+		return child_fail(env, &e);
+	if (fstatat(fdir, o->from.name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return child_fail(env, (files_errno(&e, errno, "move", o->from.abs), &e));
+	tdir = open_parent(env->root, &o->to, &e);
+	if (tdir < 0)
+		return child_fail(env, &e);
+	if (!fs_allowed(fdir, 1) || !fs_allowed(tdir, 1))
+		return child_fail(env, (special_fs(&e, fs_allowed(fdir, 1) ? o->to.abs : o->from.abs), &e));
+	if (renameat2(fdir, o->from.name, tdir, o->to.name, o->overwrite ? 0 : RENAME_NOREPLACE) < 0) {
+		int err = errno;
+
+		if (err == EEXIST || (err == ENOTEMPTY && !o->overwrite))
+			err_set(&e, SBX_E_FILE_EXISTS, "'%s' already exists", o->to.abs);
+		else
+			files_errno(&e, err, "move", err == ENOENT ? o->from.abs : o->to.abs);
+		return child_fail(env, &e);
+	}
+	return fw_send_json(env->chan, 200,
+			    json_pack("{s:s, s:s}", "from", o->from.abs, "to", o->to.abs)) < 0;
+}
+
 void agent_h_move(struct httpd_req *r)
 {
 	struct sbx_err e;
-	struct fspath from, to;
+	struct move_op o;
 	struct agent_sb *sb;
-	struct stat st;
 	json_t *body = NULL;
-	auto_close int fdir = -1;
-	auto_close int tdir = -1;
 	const char *data;
 	size_t len;
-	int overwrite;
 	const json_t *jf, *jt;
 
 	err_clear(&e);
@@ -1086,39 +1397,16 @@ void agent_h_move(struct httpd_req *r)
 		goto fail;
 	jf = json_object_get(body, "from");
 	jt = json_object_get(body, "to");
-	overwrite = json_is_true(json_object_get(body, "overwrite"));
-	if (fspath_parse(json_string_value(jf), json_string_length(jf), &from, &e) < 0 ||
-	    fspath_parse(json_string_value(jt), json_string_length(jt), &to, &e) < 0)
+	o.overwrite = json_is_true(json_object_get(body, "overwrite"));
+	if (fspath_parse(json_string_value(jf), json_string_length(jf), &o.from, &e) < 0 ||
+	    fspath_parse(json_string_value(jt), json_string_length(jt), &o.to, &e) < 0)
 		goto fail;
-	if (!*from.name || !*to.name) {
+	if (!*o.from.name || !*o.to.name) {
 		err_set(&e, SBX_E_VALIDATION, "cannot move '/'");
 		goto fail;
 	}
-	fdir = open_parent(sb_root(sb), &from, &e);
-	if (fdir < 0)
-		goto fail;
-	if (fstatat(fdir, from.name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-		files_errno(&e, errno, "move", from.abs);
-		goto fail;
-	}
-	tdir = open_parent(sb_root(sb), &to, &e);
-	if (tdir < 0)
-		goto fail;
-	if (!fs_allowed(fdir, 1) || !fs_allowed(tdir, 1)) {
-		special_fs(&e, fs_allowed(fdir, 1) ? to.abs : from.abs);
-		goto fail;
-	}
-	if (renameat2(fdir, from.name, tdir, to.name, overwrite ? 0 : RENAME_NOREPLACE) < 0) {
-		int err = errno;
-
-		if (err == EEXIST || (err == ENOTEMPTY && !overwrite))
-			err_set(&e, SBX_E_FILE_EXISTS, "'%s' already exists", to.abs);
-		else
-			files_errno(&e, err, "move", err == ENOENT ? from.abs : to.abs);
-		goto fail;
-	}
-	httpd_reply_json(r, 200, json_pack("{s:s, s:s}", "from", from.abs, "to", to.abs));
 	json_decref(body);
+	run_helper(r, sb, FW_COLLECT, FW_META_TIMEOUT_S, child_move, &o);
 	return;
 fail:
 	json_decref(body);

@@ -5,7 +5,10 @@
 #ifndef SBX_AGENT_FILES_H
 #define SBX_AGENT_FILES_H
 
+#include "buf.h"
 #include "httpd.h"
+
+#include <stddef.h>
 
 void agent_h_files_get(struct httpd_req *r);
 void agent_h_files_put(struct httpd_req *r);     /* HTTPD_ROUTE_STREAM_BODY */
@@ -14,5 +17,20 @@ void agent_h_dirs_get(struct httpd_req *r);
 void agent_h_dirs_put(struct httpd_req *r);
 void agent_h_stat_get(struct httpd_req *r);
 void agent_h_move(struct httpd_req *r);
+
+/* Pure helpers of ?encoding= (unit-tested). */
+/* Append s[0..n) to b as the inside of a JSON string (what jansson writes:
+ * \" \\ \b \f \n \r \t, \u00XX for the other control bytes). 0 or -1. */
+int files_json_escape(struct buf *b, const char *s, size_t n);
+
+/* The encoded read's UTF-8 check (ids_valid_utf8: NUL is refused) over
+ * chunks of a file: a sequence cut at the end of a chunk is carried over;
+ * last = 1 with the final chunk (maybe empty). Start with valid = 1. */
+struct files_utf8 {
+	char carry[4];
+	size_t ncarry;
+	int valid;
+};
+void files_utf8_feed(struct files_utf8 *u, const char *s, size_t n, int last);
 
 #endif

@@ -5,6 +5,7 @@
 
 #include "agent_processes.h"
 #include "agent_sessions.h"
+#include "files_worker.h"
 #include "forward.h"
 #include "tunnel.h"
 
@@ -15,5 +16,6 @@ const struct agent_module *const agent_modules[] = {
 	&agent_proc_module,
 	&tunnel_module,
 	&fwd_module,
+	&fw_module,
 	NULL,
 };

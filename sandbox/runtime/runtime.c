@@ -25,6 +25,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -724,6 +726,75 @@ void rt_thaw_pooled(struct rt *rt)
 		if (sb->pooled && !sb->destroyed && rt_frozen(sb) == 1 && rt_freeze(sb, 0, &e) < 0)
 			log_warn("pooled sandbox '%s': %s", sb->key, e.msg);
 	}
+}
+
+void rt_helper_release(struct rt_helper *h)
+{
+	if (h->mnt_fd >= 0)
+		close(h->mnt_fd);
+	if (h->user_fd >= 0)
+		close(h->user_fd);
+	while (h->ncg > 0)
+		close(h->cg_fds[--h->ncg]);
+	h->mnt_fd = h->user_fd = -1;
+}
+
+int rt_helper_open(const struct rt_sandbox *sb, struct rt_helper *h, struct sbx_err *e)
+{
+	char path[64];
+
+	h->mnt_fd = h->user_fd = -1;
+	h->ncg = 0;
+	if (sb->dead || sb->destroyed)
+		return err_set(e, SBX_E_NODE_UNAVAILABLE, "the sandbox is not running");
+	snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)sb->pid);
+	h->mnt_fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (h->mnt_fd < 0)
+		return err_sys(e, errno, "cannot open the sandbox's mount namespace");
+	if (sb->rt->userns) {
+		snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)sb->pid);
+		h->user_fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (h->user_fd < 0) {
+			err_sys(e, errno, "cannot open the sandbox's user namespace");
+			rt_helper_release(h);
+			return -1;
+		}
+	}
+	h->ncg = rt_cgroup_procs_open(sb, h->cg_fds, RT_CGROUP_FDS, e);
+	if (h->ncg < 0) {
+		h->ncg = 0;
+		rt_helper_release(h);
+		return -1;
+	}
+	return 0;
+}
+
+int rt_helper_enter(const struct rt_sandbox *sb, const struct rt_helper *h)
+{
+	int fd;
+
+	for (int i = 0; i < h->ncg; i++)
+		if (write(h->cg_fds[i], "0", 1) != 1)
+			return -1;
+	fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, "1000", 4) != 4) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	if (setgroups(0, NULL) < 0 || setns(h->mnt_fd, CLONE_NEWNS) < 0)
+		return -1;
+	/* the user namespace last: from inside it, the mount namespace (owned
+	 * by the host's user namespace) could not be joined any more */
+	if (h->user_fd >= 0 && (setns(h->user_fd, CLONE_NEWUSER) < 0 || setresgid(0, 0, 0) < 0 ||
+				setresuid(0, 0, 0) < 0))
+		return -1;
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 ||
+	    caps_apply(sb->rt->caps_keep, sb->rt->caps_last) < 0 ||
+	    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		return -1;
+	return 0;
 }
 
 int64_t rt_memory_bytes(const struct rt_sandbox *sb)

@@ -112,6 +112,30 @@ uid_t rt_host_uid(const struct rt_sandbox *sb);
 /* 1 while the sandbox's init runs (0 after it died or rt_destroy). */
 int rt_alive(const struct rt_sandbox *sb);
 
+/* ---- helpers that act for a sandbox (the Files API) ---------------------
+ * A helper is a fresh single-threaded child of the agent that does file
+ * work for the sandbox with the sandbox's own rights. rt_helper_open runs
+ * in the agent before the fork and opens what the child needs (O_CLOEXEC):
+ * the sandbox's mount and user namespaces and its cgroup.procs files
+ * (rt_cgroup_procs_open); 0 or -1 with e (NODE_UNAVAILABLE when it is not
+ * running). rt_helper_enter runs in the child after the fork: it joins the
+ * sandbox's cgroups (its memory, pids and CPU are charged to the sandbox;
+ * oom_score_adj 1000 makes it the first victim of the sandbox's OOM), its
+ * mount namespace (the kernel then refuses to unlink, rename or rename
+ * over any of the sandbox's mount points: EBUSY), and its user namespace
+ * as uid/gid 0 there (host rt_host_uid()), with no supplementary groups,
+ * the sandbox's capability set and no_new_privs. 0, or -1 with errno: the
+ * child must then _exit. rt_helper_release closes the fds (in the agent). */
+struct rt_helper {
+	int mnt_fd;
+	int user_fd;               /* -1 without a user namespace */
+	int cg_fds[RT_CGROUP_FDS];
+	int ncg;
+};
+int rt_helper_open(const struct rt_sandbox *sb, struct rt_helper *h, struct sbx_err *e);
+int rt_helper_enter(const struct rt_sandbox *sb, const struct rt_helper *h);
+void rt_helper_release(struct rt_helper *h);
+
 /* A process to spawn in a sandbox. The fds are the process's stdin, stdout
  * and stderr; the runtime passes them to init and closes its copies — in
  * every case, also when rt_spawn fails (an fd given twice is closed once). */

@@ -1,0 +1,743 @@
+/*
+ * files_worker.c — the helper processes of the Files API (files_worker.h).
+ *
+ * The agent is single-threaded when it forks (the loop's short-lived
+ * threads are joined before their callers return), so the child may
+ * allocate: it runs the handler's own code on a copy of the agent's
+ * memory, after rt_helper_enter() made it the sandbox's root.
+ */
+#include "files_worker.h"
+#include "buf.h"
+#include "log.h"
+#include "runtime.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The container went away under a call: like any data call whose sandbox
+ * changed since sbx-api routed it (call.h), a 503 the client retries. */
+#define FW_GONE "the sandbox was stopped (sleep, restart or delete) during the file call"
+#define FW_BUF (FW_REC_MAX + sizeof(struct fw_result) + 16)
+#define FW_PEND_MAX (2 * 1024 * 1024)   /* upload bytes held while the helper catches up
+					 * (a compat view feeds up to 1 MiB at once) */
+
+struct fw_call {
+	struct fw_call *next;
+	struct agent *a;
+	struct httpd_req *r;       /* NULL once the request is over */
+	struct fw_spec spec;
+	char key[AGENT_KEY_MAX];
+	int64_t run;
+	struct agent_stream live;
+	pid_t pid;
+	int pidfd, chan;
+	struct event *ev_read, *ev_write, *ev_reap;
+	int reaped, wstatus;
+	int gone;                  /* the container went away */
+	int answered;              /* r has its answer (or the call handed r on) */
+	int have_head;
+	struct fw_result head;
+	struct buf body;           /* FW_COLLECT / FW_UPLOAD: the JSON text */
+	size_t counted;            /* bytes of body counted in collect_bytes */
+	char *rec;                 /* FW_STREAM: the record being sent */
+	size_t rec_len, rec_off;
+	struct buf pend;           /* FW_UPLOAD: body bytes not yet sent */
+	int body_end, end_sent, paused;
+};
+
+static struct fw_call *calls;
+static unsigned ncalls;
+static size_t collect_bytes;
+
+/* --- records (both sides) --- */
+
+int fw_send(int chan, char type, const void *data, size_t len)
+{
+	char rec[FW_BUF];
+
+	if (len > sizeof(rec) - 1) {
+		errno = EMSGSIZE;
+		return -1;
+	}
+	rec[0] = type;
+	if (len)
+		memcpy(rec + 1, data, len);
+	for (;;) {
+		if (send(chan, rec, len + 1, MSG_NOSIGNAL) >= 0)
+			return 0;
+		if (errno != EINTR)
+			return -1;
+	}
+}
+
+int fw_send_err(int chan, const struct sbx_err *e)
+{
+	struct fw_result res;
+
+	memset(&res, 0, sizeof(res));
+	res.code = e->code ? (int32_t)e->code : SBX_E_INTERNAL;
+	snprintf(res.msg, sizeof(res.msg), "%s", e->msg);
+	return fw_send(chan, 'R', &res, sizeof(res));
+}
+
+int fw_send_head(int chan, int status)
+{
+	struct fw_result res;
+
+	memset(&res, 0, sizeof(res));
+	res.status = status;
+	return fw_send(chan, 'R', &res, sizeof(res));
+}
+
+int fw_send_json(int chan, int status, json_t *body)
+{
+	char *text = NULL;
+	size_t n = 0;
+	int rc = 0;
+
+	if (body) {
+		text = json_dumps(body, JSON_COMPACT);
+		json_decref(body);
+		if (!text) {
+			struct sbx_err e;
+
+			err_sys(&e, ENOMEM, "answer");
+			return fw_send_err(chan, &e);
+		}
+		n = strlen(text);
+	}
+	if (fw_send_head(chan, status) < 0)
+		rc = -1;
+	for (size_t off = 0; rc == 0 && off < n; off += FW_REC_MAX)
+		rc = fw_send(chan, 'D', text + off, n - off < FW_REC_MAX ? n - off : FW_REC_MAX);
+	free(text);
+	return rc < 0 ? -1 : fw_send(chan, 'E', NULL, 0);
+}
+
+int fw_send_fd(int chan, int fd, uint64_t size)
+{
+	char rec[1 + sizeof(struct fw_result)];
+	struct fw_result res;
+	union {
+		struct cmsghdr h;
+		char space[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct iovec iov = { .iov_base = rec, .iov_len = sizeof(rec) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.space,
+			     .msg_controllen = sizeof(u.space) };
+	struct cmsghdr *c;
+
+	memset(&res, 0, sizeof(res));
+	res.status = 200;
+	res.size = size;
+	rec[0] = 'F';
+	memcpy(rec + 1, &res, sizeof(res));
+	memset(&u, 0, sizeof(u));
+	c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	return sendmsg(chan, &mh, MSG_NOSIGNAL) < 0 ? -1 : 0;
+}
+
+/* One record; an fd that came with it into *fd (else -1). */
+static ssize_t recv_rec(int chan, char *buf, size_t max, int *fd)
+{
+	union {
+		struct cmsghdr h;
+		char space[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct iovec iov = { .iov_base = buf, .iov_len = max };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.space,
+			     .msg_controllen = sizeof(u.space) };
+	ssize_t n;
+
+	*fd = -1;
+	/* ECONNRESET: the peer closed with records of ours unread; it is
+	 * reported once, before the records the peer sent (read them next) */
+	do
+		n = recvmsg(chan, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && (errno == EINTR || errno == ECONNRESET));
+	if (n < 0)
+		return -1;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+		    c->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(fd, CMSG_DATA(c), sizeof(int));
+	if (mh.msg_flags & MSG_TRUNC) {
+		errno = EMSGSIZE;
+		return -1;
+	}
+	return n;
+}
+
+ssize_t fw_recv(int chan, char *buf, size_t max)
+{
+	int fd;
+	ssize_t n = recv_rec(chan, buf, max, &fd);
+
+	if (fd >= 0)
+		close(fd);
+	return n;
+}
+
+/* --- the child --- */
+
+/* In the child: become the sandbox's helper, run fn, exit. Never returns. */
+static void child_main(struct rt_sandbox *rsb, const struct rt_helper *h, int chan, int proc,
+		       const struct fw_spec *spec)
+{
+	struct fw_env env = { 3, 4, 5 };
+	sigset_t none;
+	int fds[3];
+
+	for (int s = 1; s < NSIG; s++)
+		signal(s, SIG_DFL);
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (rt_helper_enter(rsb, h) < 0) {
+		struct sbx_err e;
+
+		if (errno == ENOENT || errno == ENODEV)   /* its cgroup is gone: it stopped */
+			err_set(&e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
+		else
+			err_sys(&e, errno, "cannot enter the sandbox");
+		fw_send_err(chan, &e);
+		_exit(125);
+	}
+	alarm(spec->timeout_s);
+	/* a reader that stops reading (or an uploader that stops sending)
+	 * holds its helper for FW_IDLE_TIMEOUT_S at most */
+	{
+		struct timeval tv = { .tv_sec = FW_IDLE_TIMEOUT_S };
+
+		if (setsockopt(chan, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ||
+		    setsockopt(chan, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
+			_exit(125);
+	}
+	/* the three fds on 3, 4, 5 and nothing else but stdio */
+	fds[0] = fcntl(rt_root_fd(rsb), F_DUPFD_CLOEXEC, 64);
+	fds[1] = fcntl(chan, F_DUPFD_CLOEXEC, 64);
+	fds[2] = fcntl(proc, F_DUPFD_CLOEXEC, 64);
+	if (fds[0] < 0 || fds[1] < 0 || fds[2] < 0)
+		_exit(125);
+	for (int i = 0; i < 3; i++)
+		if (dup2(fds[i], 3 + i) < 0)
+			_exit(125);
+	if (syscall(SYS_close_range, 6, ~0U, 0) < 0)
+		_exit(125);
+	_exit(spec->fn(spec->arg, &env) & 0x7f);
+}
+
+/* --- the agent --- */
+
+static void call_free(struct fw_call *c)
+{
+	struct fw_call **pp;
+
+	for (pp = &calls; *pp; pp = &(*pp)->next) {
+		if (*pp == c) {
+			*pp = c->next;
+			ncalls--;
+			break;
+		}
+	}
+	if (c->ev_read)
+		event_free(c->ev_read);
+	if (c->ev_write)
+		event_free(c->ev_write);
+	if (c->ev_reap)
+		event_free(c->ev_reap);
+	if (c->chan >= 0)
+		close(c->chan);
+	if (c->pidfd >= 0)
+		close(c->pidfd);
+	collect_bytes -= c->counted;
+	buf_release(&c->body);
+	buf_release(&c->pend);
+	free(c->rec);
+	free(c);
+}
+
+static void reap(struct fw_call *c, int block)
+{
+	siginfo_t si;
+
+	if (c->reaped)
+		return;
+	memset(&si, 0, sizeof(si));
+	while (waitid((idtype_t)P_PIDFD, (id_t)c->pidfd, &si, WEXITED | (block ? 0 : WNOHANG)) < 0) {
+		if (errno != EINTR) {
+			c->reaped = 1;   /* not ours to wait for any more */
+			return;
+		}
+	}
+	if (si.si_pid == 0)
+		return;
+	c->reaped = 1;
+	c->wstatus = si.si_code == CLD_EXITED ? si.si_status : 128 + si.si_status;
+	if (c->ev_reap)
+		event_del(c->ev_reap);
+}
+
+static void kill_helper(struct fw_call *c)
+{
+	if (!c->reaped)
+		syscall(SYS_pidfd_send_signal, c->pidfd, SIGKILL, NULL, 0);
+}
+
+static void on_reap(evutil_socket_t fd, short what, void *arg)
+{
+	struct fw_call *c = arg;
+
+	reap(c, 0);
+	if (c->reaped && !c->r)
+		call_free(c);
+}
+
+static void answer_err(struct fw_call *c, const struct sbx_err *e)
+{
+	if (c->answered || !c->r)
+		return;
+	c->answered = 1;
+	httpd_reply_err(c->r, e);
+}
+
+/* The helper ended (its channel closed) without a complete answer. */
+static void helper_failed(struct fw_call *c)
+{
+	struct sbx_err e;
+
+	if (c->answered || !c->r)
+		return;
+	reap(c, 1);
+	if (c->gone && c->a->shutting_down)
+		err_set(&e, SBX_E_NODE_UNAVAILABLE, "the node is shutting down");
+	else if (c->gone)
+		err_set(&e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
+	else if (c->wstatus == 128 + SIGALRM)
+		err_set(&e, SBX_E_NO_CAPACITY, "the file call took longer than %u s", c->spec.timeout_s);
+	else if (c->wstatus == 128 + SIGKILL && c->spec.mode == FW_UPLOAD)
+		err_set(&e, SBX_E_FILE_TOO_LARGE,
+			"the upload does not fit in the sandbox's memory limit");
+	else if (c->wstatus == 128 + SIGKILL)
+		err_set(&e, SBX_E_NO_CAPACITY, "the file call ran out of the sandbox's memory");
+	else
+		err_set(&e, SBX_E_INTERNAL, "file helper of '%s' ended with status %d", c->key,
+			c->wstatus);
+	answer_err(c, &e);
+}
+
+/* A complete JSON answer (FW_COLLECT / FW_UPLOAD). */
+static void answer_json(struct fw_call *c)
+{
+	struct sbx_err e;
+	json_t *body;
+
+	if (c->answered || !c->r)
+		return;
+	/* A node that lost its lease meanwhile may have been replaced: what the
+	 * helper did belongs to a copy that is frozen and maybe gone (fencing,
+	 * docs/ARCHITECTURE.md), never an answer of success. */
+	if (!agent_stream_lease_held(c->a, &c->live)) {
+		err_set(&e, SBX_E_NODE_UNAVAILABLE, "this node lost its lease during the file call");
+		answer_err(c, &e);
+		return;
+	}
+	if (c->head.status == 204 && !c->body.len) {
+		c->answered = 1;
+		httpd_reply_empty(c->r, 204);
+		return;
+	}
+	if (!httpd_json_filtered(c->r)) {
+		/* the helper's text is what httpd_reply_json would send: no parse */
+		c->answered = 1;
+		httpd_reply_bytes(c->r, c->head.status, "application/json",
+				  c->body.data ? c->body.data : "", c->body.len);
+		return;
+	}
+	body = json_loadb(c->body.data ? c->body.data : "", c->body.len, 0, NULL);
+	if (!body) {
+		err_set(&e, SBX_E_INTERNAL, "file helper of '%s' sent bad JSON", c->key);
+		answer_err(c, &e);
+		return;
+	}
+	c->answered = 1;
+	httpd_reply_json(c->r, c->head.status, body);
+}
+
+static struct agent_sb *call_sandbox(struct fw_call *c)
+{
+	struct agent_sb *sb = agent_sb_find(c->a, c->key);
+
+	if (!sb || sb->run != c->run || !agent_sb_container(sb))
+		return NULL;
+	return sb;
+}
+
+static ssize_t stream_read(void *arg, char *out, size_t max);
+
+/* The head ('R' / 'F') arrived. */
+static void on_head(struct fw_call *c, const char *rec, size_t n, int fd)
+{
+	struct sbx_err e;
+	struct agent_sb *sb;
+
+	if (n != 1 + sizeof(c->head)) {
+		if (fd >= 0)
+			close(fd);
+		err_set(&e, SBX_E_INTERNAL, "file helper of '%s' sent a bad head", c->key);
+		answer_err(c, &e);
+		kill_helper(c);
+		return;
+	}
+	memcpy(&c->head, rec + 1, sizeof(c->head));
+	c->head.msg[sizeof(c->head.msg) - 1] = '\0';
+	c->have_head = 1;
+	if (c->head.status == 0) {
+		if (fd >= 0)
+			close(fd);
+		if (c->head.code <= SBX_E_NONE || c->head.code >= SBX_E__COUNT)
+			c->head.code = SBX_E_INTERNAL;
+		err_set(&e, (enum sbx_ecode)c->head.code, "%s", c->head.msg);
+		answer_err(c, &e);
+		return;
+	}
+	if (c->spec.mode == FW_FD) {
+		sb = call_sandbox(c);
+		if (rec[0] != 'F' || fd < 0 || !sb) {
+			if (fd >= 0)
+				close(fd);
+			if (!sb)
+				err_set(&e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
+			else
+				err_set(&e, SBX_E_INTERNAL, "file helper of '%s' sent no file", c->key);
+			answer_err(c, &e);
+			return;
+		}
+		c->answered = 1;
+		c->spec.on_fd(c->r, sb, fd, c->head.size, c->spec.fd_arg);
+		return;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (c->spec.mode == FW_STREAM) {
+		c->answered = 1;
+		event_del(c->ev_read);
+		httpd_reply_stream(c->r, c->head.status, c->spec.content_type, stream_read, c);
+	}
+}
+
+static void on_data(struct fw_call *c, const char *data, size_t n)
+{
+	struct sbx_err e;
+
+	if (c->answered)
+		return;
+	if (collect_bytes + n > FW_COLLECT_NODE_MAX) {
+		err_set(&e, SBX_E_NO_CAPACITY, "too many file answers in flight on this node");
+	} else if (buf_add(&c->body, data, n) == 0) {
+		c->counted += n;
+		collect_bytes += n;
+		return;
+	} else {
+		err_set(&e, SBX_E_FILE_TOO_LARGE, "the answer is larger than %d bytes", FW_COLLECT_MAX);
+	}
+	answer_err(c, &e);
+	kill_helper(c);
+}
+
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+	struct fw_call *c = arg;
+	char rec[FW_BUF];
+
+	if (c->spec.mode == FW_STREAM && c->have_head) {
+		event_del(c->ev_read);
+		if (c->r)
+			httpd_stream_wake(c->r);
+		return;
+	}
+	for (int i = 0; i < 64; i++) {
+		int rfd;
+		ssize_t n = recv_rec(c->chan, rec, sizeof(rec), &rfd);
+
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0) {
+			if (rfd >= 0)
+				close(rfd);
+			event_del(c->ev_read);
+			helper_failed(c);
+			return;
+		}
+		if (!c->have_head) {
+			if (rec[0] == 'R' || rec[0] == 'F') {
+				on_head(c, rec, (size_t)n, rfd);
+			} else {
+				if (rfd >= 0)
+					close(rfd);
+				kill_helper(c);
+			}
+			if (c->spec.mode == FW_STREAM && c->have_head)
+				return;
+			continue;
+		}
+		if (rfd >= 0)
+			close(rfd);
+		if (rec[0] == 'D')
+			on_data(c, rec + 1, (size_t)n - 1);
+		else if (rec[0] == 'E')
+			answer_json(c);
+	}
+}
+
+/* FW_STREAM's reader: the 'D' records as they come; 'E' ends it; a helper
+ * that dies first aborts the answer. */
+static ssize_t stream_read(void *arg, char *out, size_t max)
+{
+	struct fw_call *c = arg;
+	int fd;
+
+	while (c->rec_off >= c->rec_len) {
+		ssize_t n = recv_rec(c->chan, c->rec, FW_BUF, &fd);
+
+		if (fd >= 0)
+			close(fd);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			event_add(c->ev_read, NULL);
+			return 0;
+		}
+		if (n <= 0)
+			return -2;
+		if (c->rec[0] == 'E')
+			return -1;
+		if (c->rec[0] != 'D')
+			return -2;
+		c->rec_len = (size_t)n;
+		c->rec_off = 1;
+	}
+	if (max > c->rec_len - c->rec_off)
+		max = c->rec_len - c->rec_off;
+	memcpy(out, c->rec + c->rec_off, max);
+	c->rec_off += max;
+	return (ssize_t)max;
+}
+
+/* FW_UPLOAD: send what is pending; 1 while bytes are left (the socket is
+ * full), 0 when all is out, -1 when the helper is gone. */
+static int flush_pend(struct fw_call *c)
+{
+	size_t off = 0;
+	int rc = 0;
+
+	while (off < c->pend.len) {
+		size_t n = c->pend.len - off < FW_REC_MAX ? c->pend.len - off : FW_REC_MAX;
+
+		if (fw_send(c->chan, 'D', c->pend.data + off, n) < 0) {
+			rc = errno == EAGAIN || errno == EWOULDBLOCK ? 1 : -1;
+			break;
+		}
+		off += n;
+	}
+	if (off) {
+		memmove(c->pend.data, c->pend.data + off, c->pend.len - off);
+		c->pend.len -= off;
+	}
+	if (rc == 0 && c->body_end && !c->end_sent) {
+		if (fw_send(c->chan, 'E', NULL, 0) == 0)
+			c->end_sent = 1;
+		else
+			rc = errno == EAGAIN || errno == EWOULDBLOCK ? 1 : -1;
+	}
+	if (rc == 1)
+		event_add(c->ev_write, NULL);
+	return rc;
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg)
+{
+	struct fw_call *c = arg;
+	int rc = flush_pend(c);
+
+	if (rc != 1 && c->paused && c->r) {
+		c->paused = 0;
+		httpd_body_resume(c->r);
+	}
+}
+
+static int upload_sink(void *arg, const char *data, size_t len)
+{
+	struct fw_call *c = arg;
+	int rc;
+
+	if (c->answered)
+		return -1;
+	if (!data) {
+		c->body_end = 1;
+		httpd_defer(c->r);
+		flush_pend(c);
+		return 0;
+	}
+	if (buf_add(&c->pend, data, len) < 0)
+		return -1;   /* cannot happen: a pause comes first */
+	rc = flush_pend(c);
+	if (rc < 0)
+		return 0;    /* the helper is gone: its answer (or its end) tells why */
+	if (rc == 1 && c->pend.len >= FW_REC_MAX) {
+		c->paused = 1;
+		return HTTPD_BODY_PAUSE;
+	}
+	return 0;
+}
+
+static void call_close(void *arg, int failed)
+{
+	struct fw_call *c = arg;
+
+	(void)failed;
+	c->r = NULL;
+	agent_sb_stream_end(c->a, &c->live);
+	kill_helper(c);
+	reap(c, 0);
+	if (c->reaped)
+		call_free(c);
+}
+
+int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spec,
+	     struct sbx_err *e)
+{
+	struct agent *a = httpd_ctx(r);
+	struct rt_sandbox *rsb = agent_sb_container(sb);
+	struct fw_call *c;
+	struct rt_helper h = { .mnt_fd = -1, .user_fd = -1 };
+	int sv[2] = { -1, -1 }, proc = -1;
+	unsigned mine = 0;
+	pid_t pid;
+
+	if (!rsb)
+		return err_set(e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
+	for (c = calls; c; c = c->next)
+		mine += c->r && strcmp(c->key, sb->key) == 0;   /* requests in progress */
+	if (ncalls >= FW_NODE_MAX || mine >= FW_SANDBOX_MAX)
+		return err_set(e, SBX_E_NO_CAPACITY, "too many file calls in progress %s",
+			       mine >= FW_SANDBOX_MAX ? "in this sandbox" : "on this node");
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return err_sys(e, ENOMEM, "file call");
+	c->a = a;
+	c->r = r;
+	c->spec = *spec;
+	c->pidfd = c->chan = -1;
+	snprintf(c->key, sizeof(c->key), "%s", sb->key);
+	c->run = sb->run;
+	buf_init(&c->body, FW_COLLECT_MAX);
+	buf_init(&c->pend, FW_PEND_MAX);
+	if (spec->mode == FW_STREAM && !(c->rec = malloc(FW_BUF)))
+		goto nomem;
+	if (rt_helper_open(rsb, &h, e) < 0)
+		goto fail;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 ||
+	    (proc = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		err_sys(e, errno, "file helper");
+		goto fail;
+	}
+	/* the bytes in flight of a call: one socket buffer each way */
+	for (int i = 0; i < 2; i++) {
+		int sz = FW_SOCKBUF;
+
+		if (setsockopt(sv[i], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz)) < 0) {
+			err_sys(e, errno, "file helper");
+			goto fail;
+		}
+	}
+	pid = fork();
+	if (pid < 0) {
+		if (errno == EAGAIN || errno == ENOMEM)
+			err_set(e, SBX_E_NO_CAPACITY, "cannot start a file helper on this node");
+		else
+			err_sys(e, errno, "fork of a file helper");
+		goto fail;
+	}
+	if (pid == 0) {
+		close(sv[0]);
+		child_main(rsb, &h, sv[1], proc, spec);
+	}
+	c->pid = pid;
+	c->chan = sv[0];
+	sv[0] = -1;
+	close(sv[1]);
+	sv[1] = -1;
+	c->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (c->pidfd < 0) {
+		err_sys(e, errno, "pidfd of a file helper");
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		goto fail;
+	}
+	c->ev_read = event_new(a->base, c->chan, EV_READ | EV_PERSIST, on_readable, c);
+	c->ev_write = event_new(a->base, c->chan, EV_WRITE, on_writable, c);
+	c->ev_reap = event_new(a->base, c->pidfd, EV_READ | EV_PERSIST, on_reap, c);
+	if (util_set_nonblock(c->chan) < 0 || !c->ev_read || !c->ev_write || !c->ev_reap ||
+	    event_add(c->ev_read, NULL) < 0 || event_add(c->ev_reap, NULL) < 0) {
+		err_sys(e, ENOMEM, "file helper");
+		kill_helper(c);
+		reap(c, 1);
+		goto fail;
+	}
+	rt_helper_release(&h);
+	close(proc);
+	c->next = calls;
+	calls = c;
+	ncalls++;
+	agent_sb_stream_begin(sb, &c->live);
+	httpd_on_close(r, call_close, c);
+	if (spec->mode == FW_UPLOAD)
+		httpd_body_sink(r, upload_sink, c);
+	else
+		httpd_defer(r);
+	return 0;
+nomem:
+	err_sys(e, ENOMEM, "file call");
+fail:
+	rt_helper_release(&h);
+	for (int i = 0; i < 2; i++)
+		if (sv[i] >= 0)
+			close(sv[i]);
+	if (proc >= 0)
+		close(proc);
+	ncalls++;   /* call_free counts it out */
+	c->next = calls;
+	calls = c;
+	call_free(c);
+	return -1;
+}
+
+/* The container of sb is gone: its helpers die with it (they are in its
+ * cgroups, which rt_destroy emptied) and their requests answer so. */
+static void fw_container_gone(struct agent *a, struct agent_sb *sb)
+{
+	(void)a;
+	for (struct fw_call *c = calls; c; c = c->next) {
+		if (strcmp(c->key, sb->key) == 0 && c->run == sb->run) {
+			c->gone = 1;
+			kill_helper(c);
+		}
+	}
+}
+
+const struct agent_module fw_module = {
+	.name = "files",
+	.container_gone = fw_container_gone,
+};
