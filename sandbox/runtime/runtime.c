@@ -260,7 +260,8 @@ static int init_send(struct rt_sandbox *sb, const void *msg, size_t len, int *fd
 	o->next = NULL;
 	o->len = len;
 	o->nfds = nfds;
-	memcpy(o->fds, fds, (size_t)nfds * sizeof(int));
+	if (nfds > 0)   /* fds may be NULL then, and memcpy's arguments must not be */
+		memcpy(o->fds, fds, (size_t)nfds * sizeof(int));
 	memcpy(o->data, msg, len);
 	*sb->outq_tail = o;
 	sb->outq_tail = &o->next;
