@@ -28,6 +28,7 @@
  * The API never hears from us directly: it reads Redis.
  */
 #include "agent.h"
+#include "rkeys.h"
 #include "ids.h"
 #include "log.h"
 #include "registry.h"
@@ -43,7 +44,6 @@
 #define LC_TICK_MS 1000
 #define LC_LEASE_WATCH_MS 100
 #define LC_SWEEP_MIN_MS 1000
-#define LC_RECORD_KEY_MAX (AGENT_KEY_MAX + 16)
 
 struct agent_lc {
 	struct agent *a;
@@ -84,12 +84,6 @@ static const char lua_lost[] =
 	"if r[3] ~= 'running' and r[3] ~= 'starting' then return 0 end\n"
 	"redis.call('HSET', KEYS[1], 'state', 'sleeping')\n"
 	"return {r[4] or '0', r[2]}\n";
-
-static int record_key(char *out, size_t n, const char *tenant, const char *id)
-{
-	int k = snprintf(out, n, "sbx:sb:{%s/%s}", tenant, id);
-	return k < 0 || (size_t)k >= n ? -1 : 0;
-}
 
 /* --- live streams --- */
 
@@ -193,11 +187,12 @@ static void note_reply(void *arg, struct redisReply *reply)
 static void cas_sleeping(struct agent *a, const char *key, const char *tenant, const char *id,
 			 int64_t epoch, int64_t generation, int64_t last_active, const char *why)
 {
-	char rkey[LC_RECORD_KEY_MAX], active[32] = "";
+	char rkey[RKEYS_MAX], active[32] = "";
 	struct lc_note *n;
 
-	if (!a->reg || record_key(rkey, sizeof(rkey), tenant, id) < 0)
+	if (!a->reg)
 		return;
+	rkeys_sandbox(rkey, tenant, id);
 	if (last_active > 0)
 		util_iso8601(last_active, active);
 	n = note_new(a, key, why, tenant, id, generation, epoch);
@@ -222,7 +217,7 @@ static void add_event(struct agent *a, const char *type, const char *tenant, con
 {
 	if (a->reg)
 		registry_command(a->reg, NULL, NULL,
-				 "XADD sbx:events MAXLEN ~ 10000 * type %s tenant %s id %s node %s "
+				 RKEYS_XADD_EVENT "type %s tenant %s id %s node %s "
 				 "generation %lld epoch %lld",
 				 type, tenant, id, a->conf->agent.name, (long long)generation,
 				 (long long)epoch);
@@ -381,7 +376,7 @@ out:
 static void sweep(struct agent_lc *lc)
 {
 	struct agent *a = lc->a;
-	char rkey[LC_RECORD_KEY_MAX];
+	char rkey[RKEYS_MAX];
 
 	if (a->shutting_down)
 		return;
@@ -391,8 +386,7 @@ static void sweep(struct agent_lc *lc)
 	for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next) {
 		struct sweep_ctx *c;
 
-		if (record_key(rkey, sizeof(rkey), sb->tenant, sb->id) < 0)
-			continue;
+		rkeys_sandbox(rkey, sb->tenant, sb->id);
 		c = calloc(1, sizeof(*c));
 		if (!c)
 			return;
@@ -437,7 +431,7 @@ static void lease_cb(evutil_socket_t fd, short what, void *arg)
 static void members_reply(void *arg, struct redisReply *reply)
 {
 	struct agent *a = arg;
-	char key[AGENT_KEY_MAX], rkey[LC_RECORD_KEY_MAX], tenant[64];
+	char key[AGENT_KEY_MAX], rkey[RKEYS_MAX], tenant[64];
 
 	for (size_t i = 0; reply && reply->type == REDIS_REPLY_ARRAY && !a->shutting_down &&
 			   i < reply->elements; i++) {
@@ -455,9 +449,9 @@ static void members_reply(void *arg, struct redisReply *reply)
 		memcpy(tenant, m, tl);
 		tenant[tl] = '\0';
 		if (!ids_valid_tenant(tenant) || !ids_valid_sandbox(id) ||
-		    agent_key(key, sizeof(key), tenant, id) < 0 ||
-		    record_key(rkey, sizeof(rkey), tenant, id) < 0)
+		    agent_key(key, sizeof(key), tenant, id) < 0)
 			continue;
+		rkeys_sandbox(rkey, tenant, id);
 		sb = agent_sb_find(a, key);
 		if (sb && sb->rt && !sb->dead)
 			continue;
@@ -481,8 +475,8 @@ static void connected(void *arg, int first)
 	if (first)
 		log_info("lifecycle: marking what an earlier run of '%s' left as lost",
 			 a->conf->agent.name);
-	if (registry_command(lc->reg, members_reply, a, "SMEMBERS sbx:node:{%s}:sandboxes",
-			     a->conf->agent.name) < 0)
+	if (registry_command(lc->reg, members_reply, a, "SMEMBERS %s",
+			     RK_NODE(a->conf->agent.name, "sandboxes")) < 0)
 		registry_announce(lc->reg);
 	sweep(lc);
 }

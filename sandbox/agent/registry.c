@@ -1,4 +1,6 @@
 #include "registry.h"
+#include "rkeys.h"
+#include "ids.h"
 #include "httpd.h"
 #include "log.h"
 #include "redisurl.h"
@@ -33,8 +35,8 @@ struct registry {
 	const struct sbx_conf *conf;
 	struct redisurl url;
 	char version[64];
-	char hash_key[CONF_STR_MAX + 16];
-	char alive_key[CONF_STR_MAX + 24];
+	char hash_key[RKEYS_MAX];
+	char alive_key[RKEYS_MAX];
 	char started_at[32];
 	long long memory_mib;      /* what placement may commit here (heartbeat) */
 	long long cpus_milli;
@@ -177,7 +179,7 @@ static void write_entry(struct registry *reg)
 		 reg->hash_key, reg->conf->agent.name, reg->conf->agent.listen,
 		 (long long)reg->conf->agent.capacity, load, sandboxes, reg->memory_mib,
 		 reg->cpus_milli, reg->version, reg->started_at, now);
-	send_cmd(reg, "SADD", "SADD sbx:nodes %s", reg->conf->agent.name);
+	send_cmd(reg, "SADD", "SADD " RKEYS_NODES " %s", reg->conf->agent.name);
 	{
 		int64_t *sent = malloc(sizeof(*sent));
 
@@ -465,7 +467,7 @@ void registry_announce(struct registry *reg)
 	reg->announced = 1;
 	heartbeat_start(reg);
 	write_entry(reg);
-	send_cmd(reg, "XADD", "XADD sbx:events MAXLEN ~ 10000 * type node.up node %s address %s",
+	send_cmd(reg, "XADD", RKEYS_XADD_EVENT "type node.up node %s address %s",
 		 reg->conf->agent.name, reg->conf->agent.listen);
 }
 
@@ -613,7 +615,6 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 {
 	struct registry *reg;
 	struct timeval tv;
-	int n1, n2;
 
 	reg = calloc(1, sizeof(*reg));
 	if (!reg) {
@@ -635,15 +636,14 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 	snprintf(reg->version, sizeof(reg->version), "%s", version);
 	util_iso8601(util_wall_ms(), reg->started_at);
 	node_size(conf, &reg->memory_mib, &reg->cpus_milli);
-	n1 = snprintf(reg->hash_key, sizeof(reg->hash_key), "sbx:node:{%s}", conf->agent.name);
-	n2 = snprintf(reg->alive_key, sizeof(reg->alive_key), "sbx:node:{%s}:alive", conf->agent.name);
-	if (n1 < 0 || (size_t)n1 >= sizeof(reg->hash_key) || n2 < 0 ||
-	    (size_t)n2 >= sizeof(reg->alive_key)) {
+	if (!ids_valid_node(conf->agent.name)) {
 		munmap(reg->lease, sizeof(*reg->lease));
 		free(reg);
-		err_set(e, SBX_E_VALIDATION, "agent.name is too long");
+		err_set(e, SBX_E_VALIDATION, "agent.name must be 1-63 of [a-z0-9-]");
 		return NULL;
 	}
+	rkeys_node(reg->hash_key, conf->agent.name, NULL);
+	rkeys_node(reg->alive_key, conf->agent.name, "alive");
 	if (redisurl_parse(conf->redis.url, &reg->url, e) < 0) {
 		munmap(reg->lease, sizeof(*reg->lease));
 		free(reg);
@@ -774,9 +774,9 @@ void registry_shutdown(struct registry *reg, int timeout_ms, void (*done)(void *
 	}
 	send_cmd(reg, "DEL", "DEL %s", reg->alive_key);
 	send_cmd(reg, "DEL", "DEL %s", reg->hash_key);
-	send_cmd(reg, "SREM", "SREM sbx:nodes %s", reg->conf->agent.name);
+	send_cmd(reg, "SREM", "SREM " RKEYS_NODES " %s", reg->conf->agent.name);
 	redisAsyncCommand(reg->ac, last_reply_cb, NULL,
-			  "XADD sbx:events MAXLEN ~ 10000 * type node.down node %s",
+			  RKEYS_XADD_EVENT "type node.down node %s",
 			  reg->conf->agent.name);
 	evtimer_add(reg->done_ev, &tv);
 }

@@ -2,6 +2,7 @@
  * tunnel.c — tunnel processes and their agent routes; see tunnel.h.
  */
 #include "tunnel.h"
+#include "rkeys.h"
 #include "caps.h"
 #include "forward.h"
 #include "jsonv.h"
@@ -220,7 +221,7 @@ static void evict_reply(void *arg, struct redisReply *rep)
 
 		log_info("tunnel %s/%s port %d evicted (%s)", n->tenant, n->id, n->port, n->url);
 		registry_command(n->a->reg, NULL, NULL,
-				 "XADD sbx:events MAXLEN ~ 10000 * type tunnel-down tenant %s id %s "
+				 RKEYS_XADD_EVENT "type tunnel-down tenant %s id %s "
 				 "port %lld tunnel %s provider %s node %s reason %s",
 				 n->tenant, n->id, (long long)n->port, tid, n->provider,
 				 n->a->conf->agent.name, "process-exited");
@@ -236,7 +237,7 @@ static void evict_reply(void *arg, struct redisReply *rep)
 static void tun_evict(struct tun *t)
 {
 	struct evict_note *n;
-	char hkey[192], pstr[8];
+	char hkey[RKEYS_MAX], pstr[8];
 
 	if (!t->a->reg)
 		return;
@@ -249,7 +250,7 @@ static void tun_evict(struct tun *t)
 	snprintf(n->id, sizeof(n->id), "%s", t->id);
 	snprintf(n->provider, sizeof(n->provider), "%s", t->prov->name);
 	snprintf(n->url, sizeof(n->url), "%s", t->url);
-	snprintf(hkey, sizeof(hkey), "sbx:sb:{%s/%s}:tunnels", t->tenant, t->id);
+	rkeys_sandbox_sub(hkey, t->tenant, t->id, "tunnels");
 	snprintf(pstr, sizeof(pstr), "%d", t->port);
 	if (registry_command(t->a->reg, evict_reply, n, "EVAL %s 1 %s %s %s", lua_evict, hkey, pstr,
 			     t->url) < 0) {
