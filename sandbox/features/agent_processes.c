@@ -102,7 +102,6 @@ struct proc {
 	struct buf inq;
 	size_t inq_off;
 	int in_eof;               /* close stdin once inq is written */
-	struct event *kill_ev;    /* SIGKILL after the grace */
 	struct httpd_req *start_req;
 	struct proc_follow *follows;
 	struct proc_wait *waits;
@@ -263,8 +262,12 @@ static void proc_close_io(struct proc *p)
 
 static void proc_free(struct proc *p)
 {
+	struct rt_sandbox *rsb = p->box ? agent_sb_container(p->box->sb) : NULL;
+
+	/* its tree may live on (and be killed): the runtime must not call back */
+	if (rsb && p->handle > 0)
+		rt_detach(rsb, p->handle);
 	proc_close_io(p);
-	free_ev(&p->kill_ev);
 	for (int i = 0; i < 2; i++)
 		free(p->log[i].data);
 	free(p->command);
@@ -505,14 +508,14 @@ static void waits_exit(struct proc *p)
 
 	err_set(&e, SBX_E_PROCESS_EXITED_BEFORE_READY, "process '%s' exited with code %d", p->id,
 		p->ex.exit_code);
-	while (p->waits) {
-		struct proc_wait *w = p->waits;
+	for (struct proc_wait *w = p->waits, *next; w; w = next) {
+		next = w->next;
 		switch (w->kind) {
 		case W_EXIT:
 			wait_answer(w, 200, json_pack("{s:i}", "exitCode", p->ex.exit_code), NULL);
 			break;
 		case W_KILL:
-			wait_answer(w, 200, proc_json(p), NULL);
+			/* answered when the whole tree is gone (proc_gone) */
 			break;
 		default:
 			wait_answer(w, 0, NULL, &e);
@@ -640,7 +643,6 @@ static void proc_exited(void *arg, const struct rt_exit *ex)
 	struct proc *p = arg;
 	size_t taken = 0;
 
-	p->handle = 0;
 	p->ex = *ex;
 	p->ended_at = util_wall_ms();
 	/* What it wrote before it ended is in the pipes now; a child that
@@ -657,7 +659,6 @@ static void proc_exited(void *arg, const struct rt_exit *ex)
 	}
 	p->state = P_EXITED;
 	proc_close_io(p);
-	free_ev(&p->kill_ev);
 	reply_started(p);
 	while (p->follows) {
 		struct proc_follow *f = p->follows;
@@ -672,36 +673,32 @@ static void proc_exited(void *arg, const struct rt_exit *ex)
 		box_trim(p->box);
 }
 
-static void kill_grace_cb(evutil_socket_t fd, short what, void *arg)
+/* No process of p's tree is left (after a kill): answer the kills. */
+static void proc_gone(void *arg)
 {
 	struct proc *p = arg;
-	struct rt_sandbox *rsb = agent_sb_container(p->box->sb);
 
-	if (rsb && p->handle > 0 && p->state != P_EXITED)
-		rt_signal(rsb, p->handle, SIGKILL, 1);
+	p->handle = 0;
+	for (struct proc_wait *w = p->waits, *next; w; w = next) {
+		next = w->next;
+		if (w->kind == W_KILL)
+			wait_answer(w, 200, proc_json(p), NULL);
+	}
 }
 
-/* Signal the process group of p; SIGKILL survivors after grace_ms. 0 or -1. */
+/* Kill p's tree — also when p itself has exited and only its children are
+ * left: sig to every process of it, SIGKILL to what is left after
+ * grace_ms. 0, or -1 when nothing of it is left. */
 static int proc_signal(struct proc *p, int sig, int64_t grace_ms)
 {
 	struct rt_sandbox *rsb = agent_sb_container(p->box->sb);
 
-	if (!rsb || p->handle <= 0 || p->state == P_EXITED)
+	if (!rsb || p->handle <= 0)
 		return -1;
-	if (rt_signal(rsb, p->handle, sig, 1) < 0)
+	if (rt_kill(rsb, p->handle, sig, grace_ms, proc_gone) < 0) {
+		if (p->state == P_EXITED)
+			p->handle = 0;  /* the tree is gone */
 		return -1;
-	if (sig == SIGKILL)
-		return 0;
-	if (grace_ms <= 0) {
-		rt_signal(rsb, p->handle, SIGKILL, 1);
-		return 0;
-	}
-	free_ev(&p->kill_ev);
-	p->kill_ev = evtimer_new(p->box->a->base, kill_grace_cb, p);
-	if (p->kill_ev) {
-		struct timeval tv = { (time_t)(grace_ms / 1000),
-				      (suseconds_t)((grace_ms % 1000) * 1000) };
-		evtimer_add(p->kill_ev, &tv);
 	}
 	return 0;
 }
@@ -1068,16 +1065,16 @@ void agent_h_proc_kill(struct httpd_req *r)
 
 	if (!p || kill_args(r, SIGTERM, &sig, &grace, &e) < 0)
 		goto fail;
-	if (p->state == P_EXITED) {
+	if (p->state == P_EXITED && proc_signal(p, sig, grace) < 0) {
 		httpd_reply_json(r, 200, proc_json(p));
 		return;
 	}
-	if (proc_signal(p, sig, grace) < 0) {
+	if (p->state != P_EXITED && proc_signal(p, sig, grace) < 0) {
 		err_set(&e, SBX_E_CONFLICT, "process '%s' cannot be signalled now", p->id);
 		goto fail;
 	}
-	/* Answer with the final record once it has exited (the grace plus a
-	 * margin at most: then with the record as it is). */
+	/* Answer with the final record once no process of its tree is left
+	 * (the grace plus a margin at most: then with the record as it is). */
 	if (!wait_new(a, p, r, W_KILL, (sig == SIGKILL ? 0 : grace) + 5000)) {
 		err_sys(&e, ENOMEM, "kill");
 		goto fail;
@@ -1101,9 +1098,13 @@ void agent_h_proc_kill_all(struct httpd_req *r)
 		return;
 	}
 	b = box_get(a, sb, 0);
-	for (struct proc *p = b ? b->list : NULL; p; p = p->next)
-		if (p->state != P_EXITED && proc_signal(p, sig, grace) == 0)
+	for (struct proc *p = b ? b->list : NULL; p; p = p->next) {
+		int running = p->state != P_EXITED;
+
+		/* an exited one may have left children: they go too */
+		if (proc_signal(p, sig, grace) == 0 && running)
 			n++;
+	}
 	httpd_reply_json(r, 200, json_pack("{s:i}", "killed", n));
 }
 

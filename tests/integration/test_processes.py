@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from conftest import assert_error
+from conftest import assert_error, sandbox_procs
 
 
 @pytest.fixture(scope="module")
@@ -215,3 +215,68 @@ def test_bad_start_bodies(api, box, body):
 
 def test_bad_process_ref(api, box):
     assert_error(api("GET", P(box, "/a%20b")), 400, "VALIDATION_FAILED")
+
+
+# ---- a kill takes the whole process tree ------------------------------------------
+
+@pytest.fixture
+def fresh(stack):
+    """A sandbox of its own: (id, key); every process in it is the test's."""
+    sid = "prt-" + uuid.uuid4().hex[:10]
+    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+    assert r.status_code == 201, r.text
+    yield sid, "dev." + sid
+    stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def others(key):
+    """The sandbox's host processes other than its init: [(pid, comm)]."""
+    return [(pid, comm) for pid, comm, _ in sandbox_procs(key) if comm != "sbx-init"]
+
+
+TRAPPED = "trap '' TERM; while :; do sleep 1; done"
+
+
+@pytest.mark.parametrize("name,command,grace", [
+    # the leader dies of TERM; its child ignores it
+    ("nested", """sh -c "sh -c 'trap \\"\\" TERM; while :; do sleep 1; done'" """, None),
+    # a descendant in a session of its own
+    ("setsid", "setsid sh -c \"%s\" & wait" % TRAPPED, "graceMs=500"),
+    # a descendant whose parent exited first (reparented)
+    ("orphan", "(sh -c \"%s\" &); sleep 1000" % TRAPPED, "graceMs=500"),
+])
+def test_kill_leaves_no_process_of_the_tree(api, fresh, name, command, grace):
+    sid, key = fresh
+    assert others(key) == []
+    start(api, sid, id=name, command=command)
+    # the tree is up: the trapping shell runs its sleeps
+    deadline = time.monotonic() + 10
+    while not any(comm == "sleep" for _, comm in others(key)):
+        assert time.monotonic() < deadline, others(key)
+        time.sleep(0.05)
+    r = api("DELETE", P(sid, "/%s%s" % (name, "?" + grace if grace else "")), timeout=30)
+    assert r.status_code == 200, r.text
+    rec = r.json()
+    assert rec["status"] == "killed" and rec["exitCode"] == 143, rec
+    # the answer comes once the tree is gone: nothing of it is left
+    assert others(key) == []
+
+
+def test_kill_of_an_exited_process_takes_what_it_left(api, fresh, stack):
+    sid, key = fresh
+    start(api, sid, id="left", command="(sh -c \"%s\" &) ; echo bye" % TRAPPED)
+    assert wait_exit(api, sid, "left") == 0
+    stack.wait("the orphan to run", lambda: any(c == "sleep" for _, c in others(key)))
+    rec = api("DELETE", P(sid, "/left?graceMs=300"), timeout=30).json()
+    assert rec["status"] == "completed" and rec["exitCode"] == 0
+    assert others(key) == []
+
+
+def test_kill_all_leaves_no_process(api, fresh, stack):
+    sid, key = fresh
+    start(api, sid, id="a", command="setsid sh -c \"%s\" & wait" % TRAPPED)
+    start(api, sid, id="b", command="(sh -c \"%s\" &); sleep 1000" % TRAPPED)
+    stack.wait("the trees to run", lambda: sum(c == "sh" for _, c in others(key)) >= 3)
+    r = api("DELETE", P(sid, "?signal=TERM&graceMs=300"))
+    assert r.status_code == 200 and r.json()["killed"] == 2
+    stack.wait("no process of the trees", lambda: others(key) == [], timeout=15)
