@@ -427,8 +427,11 @@ static void shell_started(void *arg, pid_t pid)
 	struct sess *s = arg;
 
 	s->pid = pid;
-	if (s->cur)
+	if (s->cur) {
 		agent_exec_started(s->cur->x, pid);
+		/* only now: no output of the command can come before its start */
+		event_add(s->in_ev, NULL);
+	}
 }
 
 static void shell_exited(void *arg, const struct rt_exit *ex)
@@ -557,9 +560,12 @@ static void sess_next(struct sess *s)
 			continue;
 		}
 		s->cur = c;
-		event_add(s->in_ev, NULL);
-		if (s->pid > 0)
+		/* A shell still starting gets the script in shell_started, after
+		 * the start event. */
+		if (s->pid > 0) {
 			agent_exec_started(c->x, s->pid);
+			event_add(s->in_ev, NULL);
+		}
 		agent_exec_arm_timeout(c->x, c->timeout_ms);
 	}
 }
