@@ -18,8 +18,16 @@
  * The agent always reads a process's stdout and stderr into a bounded log
  * per stream (PROC_LOG_MAX, the oldest bytes dropped), so a background
  * process never blocks on its output. Its stdin pipe stays open for
- * POST …/stdin. Records live until the container stops; at most
- * PROC_MAX_FINISHED finished ones are kept (the oldest dropped).
+ * POST …/stdin (at most agent.proc_stdin_bytes queued). Records live until
+ * the container stops; at most PROC_MAX_FINISHED finished ones are kept
+ * (the oldest dropped).
+ *
+ * Log memory is charged: the logs of a sandbox's records hold at most
+ * agent.proc_logs_sandbox_bytes, those of the node at most
+ * agent.proc_logs_node_bytes. Past either, the logs of the records that
+ * finished first are freed (the record stays, "evicted"); when no finished
+ * log is left to free, a running process's log stops growing and keeps
+ * its last bytes in what it has (at least PLOG_MIN per stream).
  */
 #include "agent_processes.h"
 #include "call.h"
@@ -41,7 +49,7 @@
 #define PROC_LOG_MAX (1024 * 1024)
 #define PROC_MAX_FINISHED 256
 #define PROC_MAX_RUNNING 256
-#define PROC_STDIN_MAX (4 * 1024 * 1024)
+#define PLOG_MIN (16 * 1024)
 #define PROC_READ_CHUNK (16 * 1024)
 #define PROC_DRAIN_MAX (1024 * 1024)
 #define PROC_WAIT_DEFAULT_MS 300000
@@ -87,6 +95,9 @@ struct proc_box;
 struct proc {
 	struct proc *next;
 	struct proc_box *box;
+	struct proc *fin_prev, *fin_next;  /* finished with logs, oldest first */
+	int on_fin;
+	int evicted;              /* its logs were freed for memory */
 	char id[PROC_ID_MAX];
 	char *command;
 	pid_t pid;
@@ -113,45 +124,160 @@ struct proc_box {
 	struct agent *a;
 	struct agent_sb *sb;      /* borrowed: the box is freed before the entry */
 	struct proc *list;        /* newest first */
+	size_t log_bytes;         /* allocated by the logs of its records */
 };
+
+/* Log memory of the whole node, and the finished records holding some,
+ * in the order they finished (the next to evict first). */
+static size_t node_log_bytes;
+static struct proc *fin_head, *fin_tail;
 
 /* --- logs ---------------------------------------------------------------------- */
 
-static void plog_add(struct plog *l, const char *data, size_t n)
+static void fin_unlink(struct proc *p)
 {
-	if (n >= PROC_LOG_MAX) {
-		l->dropped += l->len + (n - PROC_LOG_MAX);
-		data += n - PROC_LOG_MAX;
-		n = PROC_LOG_MAX;
+	if (!p->on_fin)
+		return;
+	*(p->fin_prev ? &p->fin_prev->fin_next : &fin_head) = p->fin_next;
+	*(p->fin_next ? &p->fin_next->fin_prev : &fin_tail) = p->fin_prev;
+	p->fin_prev = p->fin_next = NULL;
+	p->on_fin = 0;
+}
+
+static void fin_append(struct proc *p)
+{
+	if (p->on_fin)
+		return;
+	p->fin_prev = fin_tail;
+	p->fin_next = NULL;
+	*(fin_tail ? &fin_tail->fin_next : &fin_head) = p;
+	fin_tail = p;
+	p->on_fin = 1;
+}
+
+/* Change the charge of p's logs by delta bytes (may be negative). */
+static void log_charge(struct proc *p, ssize_t delta)
+{
+	p->box->log_bytes = (size_t)((ssize_t)p->box->log_bytes + delta);
+	node_log_bytes = (size_t)((ssize_t)node_log_bytes + delta);
+}
+
+/* Free p's logs (a finished record) and mark it evicted. */
+static void plog_evict(struct proc *p)
+{
+	for (int i = 0; i < 2; i++) {
+		struct plog *l = &p->log[i];
+
+		log_charge(p, -(ssize_t)l->cap);
+		l->dropped += l->len;
+		free(l->data);
+		l->data = NULL;
+		l->len = l->cap = 0;
+	}
+	p->evicted = 1;
+	fin_unlink(p);
+}
+
+/* Make room for n more log bytes of box b: evict the logs of finished
+ * records, the first finished first (of this sandbox for its own bound,
+ * of any for the node's). 0, or -1 when there is no room. */
+static int log_reserve(struct proc_box *b, size_t n)
+{
+	const struct sbx_conf *conf = b->a->conf;
+	size_t sb_max = (size_t)conf->agent.proc_logs_sandbox_bytes;
+	size_t node_max = (size_t)conf->agent.proc_logs_node_bytes;
+
+	while (b->log_bytes + n > sb_max) {
+		struct proc *v = fin_head;
+
+		while (v && v->box != b)
+			v = v->fin_next;
+		if (!v)
+			return -1;
+		plog_evict(v);
+	}
+	while (node_log_bytes + n > node_max) {
+		if (!fin_head)
+			return -1;
+		plog_evict(fin_head);
+	}
+	return 0;
+}
+
+/* Append output to log i of p: when full, the oldest quarter (at least) is
+ * dropped. The log grows up to PROC_LOG_MAX while the memory bounds allow
+ * (log_reserve), else stays at the size it has (at least PLOG_MIN). */
+static void plog_add(struct proc *p, int i, const char *data, size_t n)
+{
+	struct plog *l = &p->log[i];
+	size_t want = l->len + n > PROC_LOG_MAX ? PROC_LOG_MAX : l->len + n;
+	size_t max;
+
+	if (want > l->cap) {
+		size_t cap = l->cap ? l->cap : 4096;
+		char *d;
+
+		while (cap < want)
+			cap *= 2;
+		if (cap > PROC_LOG_MAX)
+			cap = PROC_LOG_MAX;
+		if (cap > PLOG_MIN && log_reserve(p->box, cap - l->cap) < 0)
+			cap = l->cap > PLOG_MIN ? l->cap : PLOG_MIN;
+		if (cap > l->cap) {
+			d = realloc(l->data, cap);
+			if (d) {
+				log_charge(p, (ssize_t)(cap - l->cap));
+				l->data = d;
+				l->cap = cap;
+			}
+		}
+	}
+	max = l->cap;
+	if (max == 0) {
+		l->dropped += n;
+		return;
+	}
+	if (n >= max) {
+		l->dropped += l->len + (n - max);
+		data += n - max;
+		n = max;
 		l->len = 0;
 	}
-	if (l->len + n > PROC_LOG_MAX) {
-		size_t drop = l->len + n - PROC_LOG_MAX;
-		if (drop < PROC_LOG_MAX / 4)
-			drop = PROC_LOG_MAX / 4;
+	if (l->len + n > max) {
+		size_t drop = l->len + n - max;
+		if (drop < max / 4)
+			drop = max / 4;
 		if (drop > l->len)
 			drop = l->len;
 		memmove(l->data, l->data + drop, l->len - drop);
 		l->len -= drop;
 		l->dropped += drop;
 	}
-	if (l->len + n > l->cap) {
-		size_t cap = l->cap ? l->cap : 4096;
-		char *d;
-		while (cap < l->len + n)
-			cap *= 2;
-		if (cap > PROC_LOG_MAX)
-			cap = PROC_LOG_MAX;
-		d = realloc(l->data, cap);
-		if (!d) {
-			l->dropped += n;
-			return;
-		}
-		l->data = d;
-		l->cap = cap;
-	}
 	memcpy(l->data + l->len, data, n);
 	l->len += n;
+}
+
+/* A finished record's logs: give back what they do not use, and queue
+ * them for eviction. */
+static void plog_finish(struct proc *p)
+{
+	for (int i = 0; i < 2; i++) {
+		struct plog *l = &p->log[i];
+
+		if (l->cap > l->len) {
+			char *d = l->len ? realloc(l->data, l->len) : NULL;
+
+			if (d || !l->len) {
+				if (!l->len)
+					free(l->data);
+				log_charge(p, -(ssize_t)(l->cap - l->len));
+				l->data = d;
+				l->cap = l->len;
+			}
+		}
+	}
+	if (p->log[0].cap || p->log[1].cap)
+		fin_append(p);
 }
 
 /* The line of l around the match at off (without its newline); new ref. */
@@ -268,8 +394,12 @@ static void proc_free(struct proc *p)
 	if (rsb && p->handle > 0)
 		rt_detach(rsb, p->handle);
 	proc_close_io(p);
-	for (int i = 0; i < 2; i++)
+	fin_unlink(p);
+	for (int i = 0; i < 2; i++) {
+		if (p->box)
+			log_charge(p, -(ssize_t)p->log[i].cap);
 		free(p->log[i].data);
+	}
 	free(p->command);
 	free(p);
 }
@@ -549,7 +679,7 @@ static void proc_take(struct proc *p, int i, const char *data, size_t n)
 {
 	size_t before;
 
-	plog_add(&p->log[i], data, n);
+	plog_add(p, i, data, n);
 	before = p->log[i].len >= n ? p->log[i].len - n : 0;
 	for (struct proc_follow *f = p->follows; f; f = f->next)
 		agent_exec_output(f->x, i, data, n);
@@ -601,7 +731,7 @@ static void proc_write_cb(evutil_socket_t fd, short what, void *arg)
 		}
 		p->inq_off += (size_t)n;
 	}
-	buf_reset(&p->inq);
+	buf_release(&p->inq);  /* give its memory back while idle */
 	p->inq_off = 0;
 	event_del(p->in_ev);
 	if (p->in_eof) {
@@ -659,6 +789,7 @@ static void proc_exited(void *arg, const struct rt_exit *ex)
 	}
 	p->state = P_EXITED;
 	proc_close_io(p);
+	plog_finish(p);
 	reply_started(p);
 	while (p->follows) {
 		struct proc_follow *f = p->follows;
@@ -827,7 +958,7 @@ void agent_h_proc_start(struct httpd_req *r)
 	}
 	snprintf(p->id, sizeof(p->id), "%s", id);
 	p->out_fd[0] = p->out_fd[1] = p->in_fd = -1;
-	buf_init(&p->inq, PROC_STDIN_MAX);
+	buf_init(&p->inq, (size_t)a->conf->agent.proc_stdin_bytes);
 	p->started_at = util_wall_ms();
 	p->box = b;
 	ps = (struct rt_proc_spec){ .argv = c.argv, .env = env, .cwd = c.cwd };
@@ -933,9 +1064,9 @@ void agent_h_proc_logs(struct httpd_req *r)
 	}
 	if (!accepts_sse(r)) {
 		httpd_reply_json(r, 200,
-				 json_pack("{s:o*,s:o*,s:b}", "stdout", plog_text(&p->log[0]), "stderr",
+				 json_pack("{s:o*,s:o*,s:b,s:b}", "stdout", plog_text(&p->log[0]), "stderr",
 					   plog_text(&p->log[1]), "truncated",
-					   p->log[0].dropped || p->log[1].dropped));
+					   p->log[0].dropped || p->log[1].dropped, "evicted", p->evicted));
 		return;
 	}
 	f = calloc(1, sizeof(*f));
@@ -986,6 +1117,11 @@ void agent_h_proc_stdin(struct httpd_req *r)
 		goto fail;
 	}
 	data = httpd_body(r, &len);
+	if (len > p->inq.max) {
+		err_set(&e, SBX_E_PAYLOAD_TOO_LARGE, "stdin of process '%s' takes at most %zu bytes at once",
+			p->id, p->inq.max);
+		goto fail;
+	}
 	if (len && buf_add(&p->inq, data, len) < 0) {
 		err_set(&e, SBX_E_QUOTA_EXCEEDED, "process '%s' has too much stdin pending", p->id);
 		goto fail;

@@ -56,7 +56,7 @@ def test_start_get_list_logs(api, box):
     by_pid = api("GET", P(box, "/%d" % rec["pid"])).json()
     assert by_pid["id"] == "basic"
     logs = api("GET", P(box, "/basic/logs")).json()
-    assert logs == {"stdout": "out\n", "stderr": "err\n", "truncated": False}
+    assert logs == {"stdout": "out\n", "stderr": "err\n", "truncated": False, "evicted": False}
     ids = [p["id"] for p in api("GET", P(box)).json()["processes"]]
     assert "basic" in ids
 
@@ -280,3 +280,50 @@ def test_kill_all_leaves_no_process(api, fresh, stack):
     r = api("DELETE", P(sid, "?signal=TERM&graceMs=300"))
     assert r.status_code == 200 and r.json()["killed"] == 2
     stack.wait("no process of the trees", lambda: others(key) == [], timeout=15)
+
+
+# ---- the memory of logs is bounded ----------------------------------------------------
+
+def agent_rss_kib(stack, node):
+    with open("/proc/%d/status" % stack.pid(node)) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_log_memory_is_bounded_and_eviction_is_marked(api, stack):
+    """100 finished processes of 1 MiB of output each: the owning agent's RSS
+    grows by about agent.proc_logs_sandbox_bytes (32 MiB), not by 100 MiB+;
+    the logs evicted first say so."""
+    sid = "prm-" + uuid.uuid4().hex[:10]
+    r = api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+    assert r.status_code == 201, r.text
+    node = r.json()["node"]
+    try:
+        before = agent_rss_kib(stack, node)
+        for batch in range(10):
+            for k in range(10):
+                start(api, sid, id="big%d" % (batch * 10 + k),
+                      command="head -c 1048576 /dev/zero | tr '\\0' x")
+            for k in range(10):
+                assert wait_exit(api, sid, "big%d" % (batch * 10 + k)) == 0
+        grown = agent_rss_kib(stack, node) - before
+        assert grown < 64 * 1024, "the agent's RSS grew by %d KiB" % grown
+        first = api("GET", P(sid, "/big0/logs")).json()
+        assert first == {"stdout": "", "stderr": "", "truncated": True, "evicted": True}
+        last = api("GET", P(sid, "/big99/logs")).json()
+        assert last["evicted"] is False and last["stdout"] == "x" * 1048576
+        assert api("GET", P(sid, "/big0")).json()["status"] == "completed"
+    finally:
+        api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def test_stdin_queue_is_bounded(api, box):
+    """A process that does not read: its pipe and agent.proc_stdin_bytes
+    (1 MiB) of queue fill, then a POST is refused with 429, not queued."""
+    start(api, box, id="stdin-full", command="sleep 30")
+    assert api("POST", P(box, "/stdin-full/stdin"), data=b"y" * (1024 * 1024)).status_code == 200
+    assert_error(api("POST", P(box, "/stdin-full/stdin"), data=b"z" * (512 * 1024)), 429,
+                 "QUOTA_EXCEEDED")
+    api("DELETE", P(box, "/stdin-full?signal=KILL"))
