@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from conftest import assert_error, sandbox_procs
+from test_exhaustion import agent_rss_kib, sanitized
 
 
 @pytest.fixture(scope="module")
@@ -284,14 +285,6 @@ def test_kill_all_leaves_no_process(api, fresh, stack):
 
 # ---- the memory of logs is bounded ----------------------------------------------------
 
-def agent_rss_kib(stack, node):
-    with open("/proc/%d/status" % stack.pid(node)) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 def test_log_memory_is_bounded_and_eviction_is_marked(api, stack):
     """100 finished processes of 1 MiB of output each: the owning agent's RSS
     grows by about agent.proc_logs_sandbox_bytes (32 MiB), not by 100 MiB+;
@@ -309,7 +302,9 @@ def test_log_memory_is_bounded_and_eviction_is_marked(api, stack):
             for k in range(10):
                 assert wait_exit(api, sid, "big%d" % (batch * 10 + k)) == 0
         grown = agent_rss_kib(stack, node) - before
-        assert grown < 64 * 1024, "the agent's RSS grew by %d KiB" % grown
+        # (AddressSanitizer's quarantine of freed memory dominates RSS there)
+        if not sanitized(stack.pid(node)):
+            assert grown < 64 * 1024, "the agent's RSS grew by %d KiB" % grown
         first = api("GET", P(sid, "/big0/logs")).json()
         assert first == {"stdout": "", "stderr": "", "truncated": True, "evicted": True}
         last = api("GET", P(sid, "/big99/logs")).json()
