@@ -34,6 +34,7 @@
 #include "agent_exec.h"
 #include "agent_sse.h"
 #include "buf.h"
+#include "child_io.h"
 #include "ids.h"
 #include "jsonv.h"
 #include "log.h"
@@ -50,7 +51,6 @@
 #define PROC_MAX_FINISHED 256
 #define PROC_MAX_RUNNING 256
 #define PLOG_MIN (16 * 1024)
-#define PROC_READ_CHUNK (16 * 1024)
 #define PROC_DRAIN_MAX (1024 * 1024)
 #define PROC_WAIT_DEFAULT_MS 300000
 #define PROC_WAIT_MAX_MS 3600000
@@ -106,13 +106,7 @@ struct proc {
 	struct rt_exit ex;
 	int64_t started_at, ended_at;
 	struct plog log[2];
-	int out_fd[2];
-	struct event *out_ev[2];
-	int in_fd;
-	struct event *in_ev;
-	struct buf inq;
-	size_t inq_off;
-	int in_eof;               /* close stdin once inq is written */
+	struct child_io *io;      /* its pipes, while it runs */
 	struct httpd_req *start_req;
 	struct proc_follow *follows;
 	struct proc_wait *waits;
@@ -370,20 +364,8 @@ static void free_ev(struct event **ev)
 
 static void proc_close_io(struct proc *p)
 {
-	for (int i = 0; i < 2; i++) {
-		free_ev(&p->out_ev[i]);
-		if (p->out_fd[i] >= 0) {
-			close(p->out_fd[i]);
-			p->out_fd[i] = -1;
-		}
-	}
-	free_ev(&p->in_ev);
-	if (p->in_fd >= 0) {
-		close(p->in_fd);
-		p->in_fd = -1;
-	}
-	buf_release(&p->inq);
-	p->inq_off = 0;
+	child_io_free(p->io);
+	p->io = NULL;
 }
 
 static void proc_free(struct proc *p)
@@ -686,60 +668,12 @@ static void proc_take(struct proc *p, int i, const char *data, size_t n)
 	waits_check_log(p, i, before);
 }
 
-/* Read once from output i: 1 data, 0 nothing now, -1 EOF. */
-static int proc_read_once(struct proc *p, int i)
+static void proc_io_data(void *arg, int i, const char *data, size_t n)
 {
-	char chunk[PROC_READ_CHUNK];
-	ssize_t n = read(p->out_fd[i], chunk, sizeof(chunk));
-
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
-		return 0;
-	if (n <= 0) {
-		free_ev(&p->out_ev[i]);
-		close(p->out_fd[i]);
-		p->out_fd[i] = -1;
-		return -1;
-	}
-	proc_take(p, i, chunk, (size_t)n);
-	return 1;
+	proc_take(arg, i, data, n);
 }
 
-static void proc_read_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct proc *p = arg;
-	int i = p->out_fd[1] == fd;
-
-	for (int k = 0; k < 8 && p->out_fd[i] >= 0; k++)
-		if (proc_read_once(p, i) <= 0)
-			break;
-}
-
-static void proc_write_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct proc *p = arg;
-
-	while (p->inq_off < p->inq.len) {
-		ssize_t n = write(p->in_fd, p->inq.data + p->inq_off, p->inq.len - p->inq_off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			return;
-		if (n <= 0) {
-			/* EPIPE: it closed its stdin; later writes get 409. */
-			p->in_eof = 1;
-			break;
-		}
-		p->inq_off += (size_t)n;
-	}
-	buf_release(&p->inq);  /* give its memory back while idle */
-	p->inq_off = 0;
-	event_del(p->in_ev);
-	if (p->in_eof) {
-		free_ev(&p->in_ev);
-		close(p->in_fd);
-		p->in_fd = -1;
-	}
-}
+static const struct child_io_ops proc_io_ops = { proc_io_data, NULL, NULL };
 
 static void reply_started(struct proc *p)
 {
@@ -771,15 +705,13 @@ static void proc_started(void *arg, pid_t pid)
 static void proc_exited(void *arg, const struct rt_exit *ex)
 {
 	struct proc *p = arg;
-	size_t taken = 0;
 
 	p->ex = *ex;
 	p->ended_at = util_wall_ms();
 	/* What it wrote before it ended is in the pipes now; a child that
 	 * still holds them is not waited for. */
-	for (int i = 0; i < 2; i++)
-		while (p->out_fd[i] >= 0 && taken < PROC_DRAIN_MAX && proc_read_once(p, i) > 0)
-			taken += PROC_READ_CHUNK;
+	if (p->io)
+		child_io_drain(p->io, -1, PROC_DRAIN_MAX);
 	if (ex->start_errno) {
 		char msg[256];
 		int n = snprintf(msg, sizeof(msg), "sbx: cannot run '%.64s': %s\n", p->command,
@@ -957,8 +889,6 @@ void agent_h_proc_start(struct httpd_req *r)
 		goto fail;
 	}
 	snprintf(p->id, sizeof(p->id), "%s", id);
-	p->out_fd[0] = p->out_fd[1] = p->in_fd = -1;
-	buf_init(&p->inq, (size_t)a->conf->agent.proc_stdin_bytes);
 	p->started_at = util_wall_ms();
 	p->box = b;
 	ps = (struct rt_proc_spec){ .argv = c.argv, .env = env, .cwd = c.cwd };
@@ -969,24 +899,19 @@ void agent_h_proc_start(struct httpd_req *r)
 		err_prefix(&e, "cannot start the process");
 		goto fail;
 	}
-	p->in_fd = io[0];
-	p->out_fd[0] = io[1];
-	p->out_fd[1] = io[2];
-	p->in_ev = event_new(a->base, p->in_fd, EV_WRITE | EV_PERSIST, proc_write_cb, p);
-	for (int i = 0; i < 2; i++) {
-		p->out_ev[i] = event_new(a->base, p->out_fd[i], EV_READ | EV_PERSIST, proc_read_cb, p);
-		if (p->out_ev[i])
-			event_add(p->out_ev[i], NULL);
-	}
 	p->next = b->list;
 	b->list = p;
-	if (!p->in_ev || !p->out_ev[0] || !p->out_ev[1]) {
+	/* child_io takes the fds in every case */
+	p->io = child_io_new(a->base, io, (size_t)a->conf->agent.proc_stdin_bytes, &proc_io_ops, p);
+	if (!p->io) {
 		/* It runs already: kill it; the record shows it killed. */
 		rt_signal(sb->rt, p->handle, SIGKILL, 1);
-		err_sys(&e, ENOMEM, "process events");
+		err_sys(&e, ENOMEM, "process pipes");
 		p = NULL;
 		goto fail;
 	}
+	child_io_set_burst(p->io, 8);
+	child_io_pause(p->io, 0);
 	p->start_req = r;
 	httpd_on_close(r, start_closed, p);
 	httpd_defer(r);
@@ -1103,7 +1028,7 @@ void agent_h_proc_stdin(struct httpd_req *r)
 	struct sbx_err e = { 0 };
 	struct proc *p = path_proc(r, NULL, &e);
 	const char *data, *eof = httpd_query(r, "eof");
-	size_t len;
+	size_t len, max;
 
 	if (!p)
 		goto fail;
@@ -1111,25 +1036,24 @@ void agent_h_proc_stdin(struct httpd_req *r)
 		err_set(&e, SBX_E_VALIDATION, "'eof' must be true or false");
 		goto fail;
 	}
-	if (p->state == P_EXITED || p->in_fd < 0 || p->in_eof) {
+	if (p->state == P_EXITED || !p->io || !child_io_stdin_open(p->io)) {
 		err_set(&e, SBX_E_CONFLICT, "process '%s' %s", p->id,
 			p->state == P_EXITED ? "has exited" : "has its stdin closed");
 		goto fail;
 	}
 	data = httpd_body(r, &len);
-	if (len > p->inq.max) {
+	max = (size_t)p->box->a->conf->agent.proc_stdin_bytes;
+	if (len > max) {
 		err_set(&e, SBX_E_PAYLOAD_TOO_LARGE, "stdin of process '%s' takes at most %zu bytes at once",
-			p->id, p->inq.max);
+			p->id, max);
 		goto fail;
 	}
-	if (len && buf_add(&p->inq, data, len) < 0) {
+	if (child_io_write(p->io, data, len) < 0) {
 		err_set(&e, SBX_E_QUOTA_EXCEEDED, "process '%s' has too much stdin pending", p->id);
 		goto fail;
 	}
 	if (truthy(eof))
-		p->in_eof = 1;
-	if (p->in_ev)
-		event_add(p->in_ev, NULL);
+		child_io_close_stdin(p->io, 0);
 	httpd_reply_json(r, 200, json_pack("{s:I}", "written", (json_int_t)len));
 	return;
 fail:
