@@ -238,13 +238,18 @@ static int signal_descendants(pid_t keeper, int sig)
 	return count;
 }
 
-/* Signal the whole tree of p; a SIGKILL is repeated while it finds any. */
+/* Signal the whole tree of p, each process once; a SIGKILL is repeated
+ * while it finds any (and later, see rekill). */
 static void signal_tree(struct proc *p, int sig)
 {
-	kill(-p->pid, sig);   /* the group, in case /proc is not readable */
-	for (int round = 0; round < KILL_ROUNDS; round++)
-		if (signal_descendants(p->keeper, sig) <= 0 || sig != SIGKILL)
+	for (int round = 0; round < KILL_ROUNDS; round++) {
+		int n = signal_descendants(p->keeper, sig);
+
+		if (n < 0)
+			kill(-p->pid, sig);   /* no /proc: the group at least */
+		if (n <= 0 || sig != SIGKILL)
 			break;
+	}
 	if (sig == SIGKILL)
 		p->killing = 1;
 }
