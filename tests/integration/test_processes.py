@@ -322,3 +322,41 @@ def test_stdin_queue_is_bounded(api, box):
     assert_error(api("POST", P(box, "/stdin-full/stdin"), data=b"z" * (512 * 1024)), 429,
                  "QUOTA_EXCEEDED")
     api("DELETE", P(box, "/stdin-full?signal=KILL"))
+
+
+def test_node_log_bound_evicts_across_sandboxes():
+    """On a node bounded at 3 MiB of logs (each sandbox at 2 MiB): the
+    finished logs of one sandbox are evicted for another's, the first
+    finished first, and a running process's log grows by evicting them."""
+    from conftest import stack_down, stack_up
+
+    st = stack_up(agents=1, overrides=["agent.proc_logs_node_bytes=3145728",
+                                       "agent.proc_logs_sandbox_bytes=2097152"])
+    a, b = "pna-" + uuid.uuid4().hex[:8], "pnb-" + uuid.uuid4().hex[:8]
+    try:
+        for sid in (a, b):
+            assert st.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30).status_code == 201
+        mib = "head -c 1048576 /dev/zero | tr '\\0' %s"
+        start(st.api, a, id="a1", command=mib % "a")
+        assert wait_exit(st.api, a, "a1") == 0
+        start(st.api, a, id="a2", command=mib % "b")
+        assert wait_exit(st.api, a, "a2") == 0
+        # sandbox a holds 2 MiB: its own bound; b's first MiB takes the node to 3
+        start(st.api, b, id="b1", command=mib % "c")
+        assert wait_exit(st.api, b, "b1") == 0
+        assert st.api("GET", P(a, "/a1/logs")).json()["evicted"] is False
+        # one more MiB in b: the node evicts the first finished log (a's a1)
+        start(st.api, b, id="b2", command=mib % "d")
+        assert wait_exit(st.api, b, "b2") == 0
+        assert st.api("GET", P(a, "/a1/logs")).json()["evicted"] is True
+        assert st.api("GET", P(a, "/a2/logs")).json()["stdout"] == "b" * 1048576
+        # b is at its own bound with b1 and b2: a running process's log takes
+        # the room of b's first finished one
+        start(st.api, b, id="run", command="%s; echo; echo tail-end; sleep 30" % (mib % "e"))
+        st.api("GET", P(b, "/run/wait?log=tail-end&timeoutMs=10000"), timeout=15)
+        logs = st.api("GET", P(b, "/run/logs")).json()
+        assert logs["stdout"].endswith("e\ntail-end\n") and logs["evicted"] is False
+        assert st.api("GET", P(b, "/b1/logs")).json()["evicted"] is True
+        st.api("DELETE", P(b, "/run?signal=KILL"))
+    finally:
+        stack_down(st)
