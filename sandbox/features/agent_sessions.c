@@ -55,6 +55,7 @@
 #define SESS_SCRIPT_MAX (16 * 1024 * 1024)
 #define SESS_MARK_LEN AGENT_SESS_MARK_LEN
 #define SESS_ID_MAX 65
+#define SESS_LEFT_MAX 16        /* earlier shells' trees a delete still kills */
 
 static const char shell_boot[] =
 	"if [ -x /bin/bash ]; then exec /bin/bash --noprofile --norc; fi; exec /bin/sh";
@@ -81,6 +82,9 @@ struct sess {
 	int64_t handle;           /* > 0 while the shell runs */
 	pid_t pid;                /* in the sandbox, 0 until started */
 	struct child_io *io;      /* the shell's pipes, while it runs */
+	int64_t left[SESS_LEFT_MAX]; /* trees of shells that exited on their own
+				  * (their background jobs may run on) */
+	int nleft;
 	int draining;             /* reading the last output of an exited shell */
 	int paused;
 	int killing;              /* we killed the shell (timeout, cancel, delete) */
@@ -393,12 +397,35 @@ static void shell_started(void *arg, pid_t pid)
 	}
 }
 
+/* Remember the tree of a shell that exited on its own, for a delete. */
+static void remember_left(struct sess *s, int64_t handle)
+{
+	if (s->nleft == SESS_LEFT_MAX) {
+		log_warn("session '%s': more than %d earlier shells left processes; "
+			 "the oldest is no longer tracked", s->id, SESS_LEFT_MAX);
+		memmove(s->left, s->left + 1, (SESS_LEFT_MAX - 1) * sizeof(s->left[0]));
+		s->nleft--;
+	}
+	s->left[s->nleft++] = handle;
+}
+
+/* Kill what earlier shells of s left running (a tree already gone is
+ * unknown to the runtime: nothing happens). */
+static void kill_left(struct sess *s, struct rt_sandbox *rsb)
+{
+	for (int i = 0; i < s->nleft && rsb; i++)
+		(void)rt_signal(rsb, s->left[i], SIGKILL, 1);
+	s->nleft = 0;
+}
+
 static void shell_exited(void *arg, const struct rt_exit *ex)
 {
 	struct sess *s = arg;
 	struct sess_cmd *c;
 	int killed = s->killing;
 
+	if (!killed && !ex->sandbox_gone && !ex->start_errno && !s->removed)
+		remember_left(s, s->handle);
 	s->handle = 0;
 	s->pid = 0;
 	s->killing = 0;
@@ -879,6 +906,7 @@ void agent_h_session_delete(struct httpd_req *r)
 	rsb = agent_sb_container(b->sb);
 	box_unlink_sess(s);
 	s->removed = 1;
+	kill_left(s, rsb);
 	if (s->handle > 0 && rsb && rt_signal(rsb, s->handle, SIGKILL, 1) == 0) {
 		/* shell_exited answers the commands and frees s. */
 		s->killing = 0;

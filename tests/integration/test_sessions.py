@@ -194,8 +194,14 @@ def test_delete_kills_the_sessions_background_jobs(api, stack):
                            "(sleep 1003 >/dev/null 2>&1 &); echo started")
         stack.wait("the jobs to run",
                    lambda: sum(c == "sleep" for _, c, _ in sandbox_procs(key)) == 3)
+        # a shell that exits on its own leaves its job; the next shell is new
+        assert_error(sx(api, sid, "bg", "sleep 1004 >/dev/null 2>&1 & exit 3"), 410,
+                     "SESSION_TERMINATED")
+        ok(api, sid, "bg", "sleep 1005 >/dev/null 2>&1 & echo again")
+        stack.wait("the jobs to run",
+                   lambda: sum(c == "sleep" for _, c, _ in sandbox_procs(key)) == 5)
         assert api("DELETE", base + "/bg").status_code == 204
-        stack.wait("no process of the session's tree",
+        stack.wait("no process of the session's shells",
                    lambda: [c for _, c, _ in sandbox_procs(key) if c != "sbx-init"] == [],
                    timeout=10)
     finally:
