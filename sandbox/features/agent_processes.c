@@ -18,7 +18,8 @@
  * The agent always reads a process's stdout and stderr into a bounded log
  * per stream (PROC_LOG_MAX, the oldest bytes dropped), so a background
  * process never blocks on its output. Its stdin pipe stays open for
- * POST …/stdin (at most agent.proc_stdin_bytes queued). Records live until
+ * POST …/stdin (at most agent.proc_stdin_bytes queued; a POST that does
+ * not fit waits for room, PROC_STDIN_WAITERS at most). Records live until
  * the container stops; at most PROC_MAX_FINISHED finished ones are kept
  * (the oldest dropped).
  *
@@ -51,6 +52,8 @@
 #define PROC_MAX_FINISHED 256
 #define PROC_MAX_RUNNING 256
 #define PLOG_MIN (16 * 1024)
+#define PROC_STDIN_WAITERS 4          /* POSTs of stdin waiting for room */
+#define PROC_STDIN_WAIT_MS 10000      /* then 429 */
 #define PROC_DRAIN_MAX (1024 * 1024)
 #define PROC_WAIT_DEFAULT_MS 300000
 #define PROC_WAIT_MAX_MS 3600000
@@ -90,6 +93,17 @@ struct proc_wait {
 	struct event *timer, *poll;
 };
 
+/* A POST …/stdin waiting for room in the queue (backpressure). */
+struct proc_stdin {
+	struct proc_stdin *next;
+	struct proc *p;
+	struct httpd_req *r;
+	const char *data;         /* the request's body: valid while r is */
+	size_t len;
+	int eof;
+	struct event *timer;
+};
+
 struct proc_box;
 
 struct proc {
@@ -110,6 +124,8 @@ struct proc {
 	struct httpd_req *start_req;
 	struct proc_follow *follows;
 	struct proc_wait *waits;
+	struct proc_stdin *stdin_waits;  /* oldest first */
+	int nstdin_waits;
 };
 
 /* The processes of one container of a sandbox: made on first use, freed
@@ -673,7 +689,94 @@ static void proc_io_data(void *arg, int i, const char *data, size_t n)
 	proc_take(arg, i, data, n);
 }
 
-static const struct child_io_ops proc_io_ops = { proc_io_data, NULL, NULL };
+/* --- stdin -------------------------------------------------------------------------- */
+
+static void stdin_unlink(struct proc_stdin *w)
+{
+	struct proc_stdin **pp;
+
+	for (pp = &w->p->stdin_waits; *pp; pp = &(*pp)->next)
+		if (*pp == w) {
+			*pp = w->next;
+			w->p->nstdin_waits--;
+			break;
+		}
+	free_ev(&w->timer);
+}
+
+/* Answer a waiting stdin POST: written (e NULL) or the error e; free it. */
+static void stdin_answer(struct proc_stdin *w, const struct sbx_err *e)
+{
+	stdin_unlink(w);
+	httpd_on_close(w->r, NULL, NULL);
+	if (e)
+		httpd_reply_err(w->r, e);
+	else
+		httpd_reply_json(w->r, 200, json_pack("{s:I}", "written", (json_int_t)w->len));
+	free(w);
+}
+
+static void stdin_closed(void *arg, int failed)
+{
+	struct proc_stdin *w = arg;
+
+	stdin_unlink(w);
+	free(w);
+}
+
+static void stdin_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct proc_stdin *w = arg;
+	struct sbx_err e = { 0 };
+
+	err_set(&e, SBX_E_QUOTA_EXCEEDED, "process '%s' does not read its stdin; retry later",
+		w->p->id);
+	stdin_answer(w, &e);
+}
+
+/* Queue data for p's stdin (then EOF when eof). 0, or -1 with errno
+ * (E2BIG: no room now; EPIPE: stdin is closed). */
+static int stdin_put(struct proc *p, const char *data, size_t len, int eof)
+{
+	if (!p->io) {
+		errno = EPIPE;
+		return -1;
+	}
+	if (child_io_write(p->io, data, len) < 0)
+		return -1;
+	if (eof)
+		child_io_close_stdin(p->io, 0);
+	return 0;
+}
+
+/* The queue is empty again (or stdin broke): admit the waiting POSTs in
+ * order while they fit; answer them all when stdin is closed. */
+static void stdin_admit(struct proc *p)
+{
+	struct sbx_err e = { 0 };
+
+	while (p->stdin_waits) {
+		struct proc_stdin *w = p->stdin_waits;
+
+		if (stdin_put(p, w->data, w->len, w->eof) == 0) {
+			stdin_answer(w, NULL);
+			continue;
+		}
+		if (errno == E2BIG)
+			return;
+		err_set(&e, SBX_E_CONFLICT, "process '%s' %s", p->id,
+			p->state == P_EXITED ? "has exited" : "has its stdin closed");
+		stdin_answer(w, &e);
+	}
+}
+
+static void proc_io_drained(void *arg)
+{
+	stdin_admit(arg);
+}
+
+static const struct child_io_ops proc_io_ops = { proc_io_data, NULL, proc_io_drained };
+
 
 static void reply_started(struct proc *p)
 {
@@ -721,6 +824,7 @@ static void proc_exited(void *arg, const struct rt_exit *ex)
 	}
 	p->state = P_EXITED;
 	proc_close_io(p);
+	stdin_admit(p);   /* answers the waiting POSTs: exited */
 	plog_finish(p);
 	reply_started(p);
 	while (p->follows) {
@@ -1028,6 +1132,8 @@ void agent_h_proc_stdin(struct httpd_req *r)
 	struct sbx_err e = { 0 };
 	struct proc *p = path_proc(r, NULL, &e);
 	const char *data, *eof = httpd_query(r, "eof");
+	struct timeval tv = { PROC_STDIN_WAIT_MS / 1000, (PROC_STDIN_WAIT_MS % 1000) * 1000 };
+	struct proc_stdin *w, **pp;
 	size_t len, max;
 
 	if (!p)
@@ -1048,13 +1154,33 @@ void agent_h_proc_stdin(struct httpd_req *r)
 			p->id, max);
 		goto fail;
 	}
-	if (child_io_write(p->io, data, len) < 0) {
+	/* in order: behind the POSTs that wait already */
+	if (!p->stdin_waits && stdin_put(p, data, len, truthy(eof)) == 0) {
+		httpd_reply_json(r, 200, json_pack("{s:I}", "written", (json_int_t)len));
+		return;
+	}
+	if (p->nstdin_waits >= PROC_STDIN_WAITERS) {
 		err_set(&e, SBX_E_QUOTA_EXCEEDED, "process '%s' has too much stdin pending", p->id);
 		goto fail;
 	}
-	if (truthy(eof))
-		child_io_close_stdin(p->io, 0);
-	httpd_reply_json(r, 200, json_pack("{s:I}", "written", (json_int_t)len));
+	if (!(w = calloc(1, sizeof(*w))) ||
+	    !(w->timer = evtimer_new(p->box->a->base, stdin_timeout_cb, w))) {
+		free(w);
+		err_sys(&e, ENOMEM, "stdin");
+		goto fail;
+	}
+	w->p = p;
+	w->r = r;
+	w->data = data;
+	w->len = len;
+	w->eof = truthy(eof);
+	for (pp = &p->stdin_waits; *pp; pp = &(*pp)->next)
+		;
+	*pp = w;
+	p->nstdin_waits++;
+	evtimer_add(w->timer, &tv);
+	httpd_on_close(r, stdin_closed, w);
+	httpd_defer(r);
 	return;
 fail:
 	httpd_reply_err(r, &e);

@@ -314,14 +314,20 @@ def test_log_memory_is_bounded_and_eviction_is_marked(api, stack):
         api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 
 
-def test_stdin_queue_is_bounded(api, box):
-    """A process that does not read: its pipe and agent.proc_stdin_bytes
-    (1 MiB) of queue fill, then a POST is refused with 429, not queued."""
-    start(api, box, id="stdin-full", command="sleep 30")
-    assert api("POST", P(box, "/stdin-full/stdin"), data=b"y" * (1024 * 1024)).status_code == 200
-    assert_error(api("POST", P(box, "/stdin-full/stdin"), data=b"z" * (512 * 1024)), 429,
-                 "QUOTA_EXCEEDED")
-    api("DELETE", P(box, "/stdin-full?signal=KILL"))
+def test_stdin_queue_is_bounded_with_backpressure(api, box):
+    """The queue holds agent.proc_stdin_bytes (1 MiB): a body larger than
+    that is 413; one that does not fit now waits until the process has read
+    what is queued, and everything arrives in order."""
+    start(api, box, id="stdin-slow", command="sleep 1; wc -c")
+    r = api("POST", P(box, "/stdin-slow/stdin"), data=b"y" * (1024 * 1024 + 1))
+    assert_error(r, 413, "PAYLOAD_TOO_LARGE")
+    assert api("POST", P(box, "/stdin-slow/stdin"), data=b"y" * (1024 * 1024)).json() == \
+        {"written": 1024 * 1024}
+    # does not fit next to the first MiB: answered once wc has read it
+    r = api("POST", P(box, "/stdin-slow/stdin?eof=true"), data=b"z" * (512 * 1024), timeout=30)
+    assert r.status_code == 200 and r.json() == {"written": 512 * 1024}, r.text
+    assert wait_exit(api, box, "stdin-slow") == 0
+    assert api("GET", P(box, "/stdin-slow/logs")).json()["stdout"].strip() == str(1536 * 1024)
 
 
 def test_node_log_bound_evicts_across_sandboxes():
