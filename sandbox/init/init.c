@@ -254,52 +254,63 @@ static void signal_tree(struct proc *p, int sig)
 		p->killing = 1;
 }
 
-/* In the keeper: write the note for init, then stop talking to it. */
+/* In the keeper: one note for init (the pid, then how the start went). */
 static void keeper_note(int fd, pid_t pid, int err)
 {
 	struct keeper_note kn = { .pid = pid, .err = err };
 
 	(void)!write(fd, &kn, sizeof(kn));
-	close(fd);
 }
 
 /* In the forked keeper: start the process, report it, reap the tree until
- * nothing is left. Never returns. */
+ * nothing is left. Never returns. Init learns the pid before the process
+ * runs anything of its own, so that a keeper killed from inside the
+ * sandbox never leaves a process init does not know of. */
 static void keeper_main(const struct initproto_msg *m, const int *fds, int notefd)
 {
-	int ep[2], err = 0, st;
+	int ep[2] = { -1, -1 }, gp[2] = { -1, -1 }, err = 0, st;
 	pid_t pid, w;
 	ssize_t n;
 
 	/* A kill of the tree spares the keeper; a kill of everything from
-	 * inside the sandbox is noticed by init (reap). */
+	 * inside the sandbox is noticed by init (reap). Faults keep their
+	 * default action. */
 	for (int s = 1; s < NSIG; s++)
-		if (s != SIGKILL && s != SIGSTOP && s != SIGCHLD)
+		if (s != SIGKILL && s != SIGSTOP && s != SIGCHLD && s != SIGSEGV && s != SIGBUS &&
+		    s != SIGFPE && s != SIGILL && s != SIGABRT && s != SIGTRAP && s != SIGSYS)
 			signal(s, SIG_IGN);
 	close(sigfd);
 	prctl(PR_SET_NAME, "sbx-keeper");
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	if (pipe2(ep, O_CLOEXEC) < 0) {
-		err = errno;
-		send_msg(INITPROTO_FAILED, m->handle, err, 0);
-		keeper_note(notefd, 0, err);
-		_exit(0);
-	}
-	pid = fork();
-	if (pid < 0) {
+	if (pipe2(ep, O_CLOEXEC) < 0 || pipe2(gp, O_CLOEXEC) < 0 || (pid = fork()) < 0) {
 		err = errno;
 		send_msg(INITPROTO_FAILED, m->handle, err, 0);
 		keeper_note(notefd, 0, err);
 		_exit(0);
 	}
 	if (pid == 0) {
+		char go;
+
 		close(ep[0]);
+		close(gp[1]);
 		close(notefd);
+		setsid();
+		/* wait until init knows the pid; the keeper gone: do not run */
+		do
+			n = read(gp[0], &go, 1);
+		while (n < 0 && errno == EINTR);
+		if (n != 1)
+			_exit(127);
+		close(gp[0]);
 		child_exec(m, fds, ep[1]);
 	}
 	close(ep[1]);
+	close(gp[0]);
 	for (int i = 0; i < 3; i++)
 		close(fds[i]);
+	keeper_note(notefd, pid, 0);
+	(void)!write(gp[1], "g", 1);
+	close(gp[1]);
 	do
 		n = read(ep[0], &err, sizeof(err));
 	while (n < 0 && errno == EINTR);
@@ -315,6 +326,7 @@ static void keeper_main(const struct initproto_msg *m, const int *fds, int notef
 	/* STARTED goes first so that EXITED, sent from here too, follows it. */
 	send_msg(INITPROTO_STARTED, m->handle, pid, 0);
 	keeper_note(notefd, pid, 0);
+	close(notefd);
 	for (;;) {
 		w = waitpid(-1, &st, 0);
 		if (w < 0) {
@@ -328,12 +340,22 @@ static void keeper_main(const struct initproto_msg *m, const int *fds, int notef
 	_exit(0);
 }
 
+/* Read one keeper note. 0, or -1 when the keeper died first. */
+static int read_note(int fd, struct keeper_note *kn)
+{
+	ssize_t n;
+
+	do
+		n = read(fd, kn, sizeof(*kn));
+	while (n < 0 && errno == EINTR);
+	return n == (ssize_t)sizeof(*kn) ? 0 : -1;
+}
+
 static void do_spawn(const struct initproto_msg *m, const int *fds, int nfds)
 {
-	struct keeper_note kn = { 0, EIO };
+	struct keeper_note kn = { 0, EIO }, res = { 0, EIO };
 	int np[2];
 	pid_t keeper;
-	ssize_t n;
 
 	if (nfds != 3) {
 		send_msg(INITPROTO_FAILED, m->handle, EBADF, 0);
@@ -363,18 +385,27 @@ static void do_spawn(const struct initproto_msg *m, const int *fds, int nfds)
 	close(np[1]);
 	/* Wait until the process runs (or not), so that a SIGNAL that follows
 	 * this SPAWN finds it. The keeper has sent STARTED or FAILED. */
-	do
-		n = read(np[0], &kn, sizeof(kn));
-	while (n < 0 && errno == EINTR);
-	close(np[0]);
-	if (n != (ssize_t)sizeof(kn)) {
-		/* the keeper died before it could say: nothing was reported */
+	if (read_note(np[0], &kn) < 0) {
+		/* the keeper died before it forked: nothing runs, nothing was said */
+		close(np[0]);
 		kill(keeper, SIGKILL);
 		send_msg(INITPROTO_FAILED, m->handle, EIO, 0);
 		return;
 	}
-	if (kn.err)
+	if (kn.err) {
+		close(np[0]);
 		return;  /* FAILED is sent; the keeper exits, untracked */
+	}
+	if (read_note(np[0], &res) < 0) {
+		/* the keeper was killed while the process started: end it */
+		close(np[0]);
+		kill(-kn.pid, SIGKILL);
+		send_msg(INITPROTO_EXITED, m->handle, kn.pid, SIGKILL);
+		return;
+	}
+	close(np[0]);
+	if (res.err)
+		return;
 	track(m->handle, keeper, kn.pid);
 }
 

@@ -273,6 +273,19 @@ def test_kill_of_an_exited_process_takes_what_it_left(api, fresh, stack):
     assert others(key) == []
 
 
+@pytest.mark.parametrize("when", ["", "sleep 0.3; "])
+def test_a_killed_keeper_ends_its_process(api, fresh, stack, when):
+    """A process that kills its keeper (its parent, a child subreaper) at
+    once or later does not run on unseen: init reports it killed and kills
+    its group."""
+    sid, key = fresh
+    r = api("POST", P(sid), json={"id": "rogue", "command": when + "kill -9 $PPID; sleep 1000"})
+    assert r.status_code == 201, r.text
+    assert wait_exit(api, sid, "rogue") == 137
+    assert api("GET", P(sid, "/rogue")).json()["status"] == "killed"
+    stack.wait("no process of it", lambda: others(key) == [])
+
+
 def test_kill_all_leaves_no_process(api, fresh, stack):
     sid, key = fresh
     start(api, sid, id="a", command="setsid sh -c \"%s\" & wait" % TRAPPED)
