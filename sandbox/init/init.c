@@ -131,12 +131,14 @@ fail:
 	_exit(127);
 }
 
-/* Parent pid and state letter of pid from /proc. 0, or -1 when gone. */
-static int proc_stat(pid_t pid, pid_t *ppid, char *state)
+/* Parent pid, process group and state letter of pid from /proc (pgrp may
+ * be NULL). 0, or -1 when gone. */
+static int proc_stat(pid_t pid, pid_t *ppid, pid_t *pgrp, char *state)
 {
 	char path[32], buf[512];
 	const char *rp;
-	long pp;
+	char *end;
+	long pp, pg;
 	ssize_t n;
 	int fd;
 
@@ -155,15 +157,18 @@ static int proc_stat(pid_t pid, pid_t *ppid, char *state)
 		return -1;
 	*state = rp[2];
 	errno = 0;
-	pp = strtol(rp + 4, NULL, 10);
-	if (errno || pp < 0)
+	pp = strtol(rp + 4, &end, 10);
+	pg = strtol(end, NULL, 10);
+	if (errno || pp < 0 || pg < 0)
 		return -1;
 	*ppid = (pid_t)pp;
+	if (pgrp)
+		*pgrp = (pid_t)pg;
 	return 0;
 }
 
 struct pnode {
-	pid_t pid, ppid;
+	pid_t pid, ppid, pgrp;
 	char state;
 	int mark;
 };
@@ -207,7 +212,7 @@ static int signal_descendants(pid_t keeper, int sig)
 		}
 		v[n].pid = (pid_t)pid;
 		v[n].mark = 0;
-		if (proc_stat(v[n].pid, &v[n].ppid, &v[n].state) == 0)
+		if (proc_stat(v[n].pid, &v[n].ppid, &v[n].pgrp, &v[n].state) == 0)
 			n++;
 	}
 	closedir(dir);
@@ -231,6 +236,14 @@ static int signal_descendants(pid_t keeper, int sig)
 				v[i].mark = changed = 1;
 		}
 	} while (changed);
+	/* A SIGKILL goes to the groups led by the tree's processes first: a
+	 * group kill is atomic against fork (a fork bomb in one group ends at
+	 * once). Their members are all of the tree: every session in it was
+	 * made by one of its processes. Other signals reach each process once. */
+	if (sig == SIGKILL)
+		for (size_t i = 0; i < n; i++)
+			if (v[i].mark && v[i].pgrp == v[i].pid && v[i].pid > 1)
+				kill(-v[i].pid, SIGKILL);
 	for (size_t i = 0; i < n; i++)
 		if (v[i].mark && v[i].state != 'Z' && kill(v[i].pid, sig) == 0)
 			count++;
@@ -419,7 +432,7 @@ static void do_signal(const struct initproto_msg *m)
 		return;
 	if (m->tree)
 		signal_tree(p, m->value);
-	else if (proc_stat(p->pid, &ppid, &state) == 0 && ppid == p->keeper && state != 'Z')
+	else if (proc_stat(p->pid, &ppid, NULL, &state) == 0 && ppid == p->keeper && state != 'Z')
 		kill(p->pid, m->value);
 }
 
