@@ -73,6 +73,9 @@ static const struct conf_entry entries[] = {
 	{ "agent", "max_forward_conns_per_tenant", T_INT, OFF(agent.max_forward_conns_per_tenant), "1024", 1, 1000000, NULL },
 	{ "agent", "max_forward_conns_per_sandbox", T_INT, OFF(agent.max_forward_conns_per_sandbox), "256", 1, 1000000, NULL },
 	{ "agent", "max_connections", T_INT, OFF(agent.max_connections), "4096", 16, 16384, NULL },
+	{ "agent", "proc_logs_sandbox_bytes", T_INT, OFF(agent.proc_logs_sandbox_bytes), "33554432", 65536, 17179869184LL, NULL },
+	{ "agent", "proc_logs_node_bytes", T_INT, OFF(agent.proc_logs_node_bytes), "536870912", 65536, 274877906944LL, NULL },
+	{ "agent", "proc_stdin_bytes", T_INT, OFF(agent.proc_stdin_bytes), "1048576", 4096, 67108864, NULL },
 
 	{ "sandbox", "memory_mib", T_INT, OFF(sandbox.memory_mib), "512", 16, 1048576, NULL },
 	{ "sandbox", "cpus_milli", T_INT, OFF(sandbox.cpus_milli), "1000", 10, 256000, NULL },

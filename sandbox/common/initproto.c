@@ -70,7 +70,7 @@ ssize_t initproto_encode(void *buf, size_t cap, uint32_t type, int64_t handle, i
 	char *p = buf;
 
 	if (type != INITPROTO_SIGNAL && type != INITPROTO_STARTED && type != INITPROTO_FAILED &&
-	    type != INITPROTO_EXITED) {
+	    type != INITPROTO_EXITED && type != INITPROTO_GONE) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -154,7 +154,7 @@ int initproto_decode(const void *buf, size_t len, struct initproto_msg *m)
 	m->handle = h.handle;
 	if (h.type == INITPROTO_SPAWN)
 		return decode_spawn(p, len, m);
-	if (h.type < INITPROTO_SIGNAL || h.type > INITPROTO_EXITED || len != FIXED_LEN)
+	if (h.type < INITPROTO_SIGNAL || h.type > INITPROTO_GONE || len != FIXED_LEN)
 		goto bad;
 	memcpy(&a, p + sizeof(h), sizeof(a));
 	memcpy(&b, p + sizeof(h) + sizeof(a), sizeof(b));
@@ -175,7 +175,7 @@ int initproto_decode(const void *buf, size_t len, struct initproto_msg *m)
 			goto bad;
 		m->value = a;
 		break;
-	default: /* EXITED */
+	default: /* EXITED, GONE */
 		if (a < 1)
 			goto bad;
 		m->pid = a;

@@ -5,7 +5,13 @@
  * Every message starts with struct initproto_hdr (native byte order: both
  * ends run on the same host). Agent -> init: SPAWN (with exactly 3 fds by
  * SCM_RIGHTS: stdin, stdout, stderr) and SIGNAL. Init -> agent: STARTED,
- * FAILED (the process never ran) and EXITED (wait status).
+ * FAILED (the process never ran), EXITED (wait status of the process) and
+ * GONE (no process of its tree is left; always after EXITED or FAILED).
+ *
+ * The tree of a spawned process is everything it ever started, also what
+ * called setsid() or was orphaned: init runs each process under a keeper
+ * of its own (a PR_SET_CHILD_SUBREAPER), so the tree is the keeper's
+ * descendants, and lives on after the process itself exits.
  *
  * SPAWN payload: u32 argc, u32 envc, then argc+envc+1 NUL-terminated
  * strings packed back to back: cwd, argv[0..argc-1], env[0..envc-1].
@@ -30,6 +36,7 @@ enum initproto_type {
 	INITPROTO_STARTED = 3,
 	INITPROTO_FAILED = 4,
 	INITPROTO_EXITED = 5,
+	INITPROTO_GONE = 6,
 };
 
 struct initproto_hdr {
@@ -43,9 +50,12 @@ struct initproto_hdr {
 struct initproto_msg {
 	uint32_t type;
 	int64_t handle;
-	int32_t pid;        /* STARTED, EXITED */
-	int32_t value;      /* FAILED: errno; EXITED: wait status; SIGNAL: signal */
-	int32_t tree;       /* SIGNAL: the whole process group */
+	int32_t pid;        /* STARTED, EXITED; GONE: the keeper's pid */
+	int32_t value;      /* FAILED: errno; EXITED: wait status; SIGNAL: signal;
+			     * GONE: the keeper's wait status */
+	int32_t tree;       /* SIGNAL: 1 = every process of the tree (its group and
+			     * every descendant, while any is left), 0 = the
+			     * process only (while it runs) */
 	const char *cwd;    /* SPAWN */
 	char **argv;        /* SPAWN, NULL-terminated */
 	char **env;         /* SPAWN, NULL-terminated */
@@ -56,8 +66,8 @@ struct initproto_msg {
 ssize_t initproto_encode_spawn(void *buf, size_t cap, int64_t handle, const char *cwd,
 			       char *const *argv, char *const *env);
 
-/* Encode a fixed-size message (SIGNAL, STARTED, FAILED, EXITED): a and b
- * are (sig, tree), (pid, 0), (errno, 0) or (pid, status). Returns the length
+/* Encode a fixed-size message (SIGNAL, STARTED, FAILED, EXITED, GONE): a
+ * and b are (sig, tree), (pid, 0), (errno, 0) or (pid, status). Returns the length
  * or -1 (EINVAL for an unknown type, E2BIG when cap is too small). */
 ssize_t initproto_encode(void *buf, size_t cap, uint32_t type, int64_t handle, int32_t a, int32_t b);
 

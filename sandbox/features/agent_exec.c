@@ -18,6 +18,7 @@
 #include "agent_exec.h"
 #include "agent_sse.h"
 #include "buf.h"
+#include "child_io.h"
 #include "ids.h"
 #include "jsonv.h"
 #include "log.h"
@@ -32,7 +33,7 @@
 
 #define EXEC_SSE_SOFT_MAX (64 * 1024)      /* stop reading pipes above this */
 #define EXEC_SSE_HARD_MAX (32 * 1024 * 1024)
-#define EXEC_READ_CHUNK (16 * 1024)
+#define EXEC_READ_CHUNK CHILD_IO_CHUNK
 #define EXEC_KEEPALIVE_MS 15000
 #define EXEC_DRAIN_GRACE_MS 250            /* after exit, wait this long for EOF */
 #define EXEC_FINAL_DRAIN_MAX (1024 * 1024) /* then take at most this much more */
@@ -42,8 +43,6 @@
 struct exec_stream {
 	struct agent_exec *x;
 	const char *name;          /* "stdout" / "stderr" */
-	int fd;                    /* our read end, -1 at EOF (always -1 when pushed) */
-	struct event *ev;
 	struct buf cap;            /* JSON mode: kept bytes */
 	int truncated;
 	char carry[4];             /* stream mode: an incomplete UTF-8 tail */
@@ -64,10 +63,8 @@ struct agent_exec {
 	int started, exited, finished, timed_out, oom_killed;
 	struct rt_exit ex;
 	struct exec_stream out[2];
-	int in_fd;
-	struct event *in_ev;
-	char *in_data;
-	size_t in_len, in_off;
+	struct child_io *io;       /* the process's pipes (NULL when pushed, or over) */
+	int draining;              /* the final bounded read after the exit */
 	struct buf sse;            /* stream mode: bytes not yet taken by the client */
 	size_t sse_off;
 	int sse_end;               /* the terminal event is in sse */
@@ -84,30 +81,23 @@ struct agent_exec {
 
 static void exec_check_done(struct agent_exec *x);
 
-static void stream_close(struct exec_stream *s)
+/* Stop reading stream i of x (its pipe closed). */
+static void stream_close(struct agent_exec *x, int i)
 {
-	if (s->ev) {
-		event_free(s->ev);
-		s->ev = NULL;
-	}
-	if (s->fd >= 0) {
-		close(s->fd);
-		s->fd = -1;
-	}
+	if (x->io)
+		child_io_close_output(x->io, i);
+}
+
+/* 1 while the process's output stream i is still open. */
+static int stream_open(const struct agent_exec *x, int i)
+{
+	return x->io && child_io_output_open(x->io, i);
 }
 
 static void stdin_close(struct agent_exec *x)
 {
-	if (x->in_ev) {
-		event_free(x->in_ev);
-		x->in_ev = NULL;
-	}
-	if (x->in_fd >= 0) {
-		close(x->in_fd);
-		x->in_fd = -1;
-	}
-	free(x->in_data);
-	x->in_data = NULL;
+	if (x->io)
+		child_io_close_stdin(x->io, 1);
 }
 
 static void free_event(struct event **ev)
@@ -120,11 +110,9 @@ static void free_event(struct event **ev)
 
 static void exec_free(struct agent_exec *x)
 {
-	for (int i = 0; i < 2; i++) {
-		stream_close(&x->out[i]);
+	for (int i = 0; i < 2; i++)
 		buf_release(&x->out[i].cap);
-	}
-	stdin_close(x);
+	child_io_free(x->io);
 	free_event(&x->timeout_ev);
 	free_event(&x->keepalive_ev);
 	free_event(&x->grace_ev);
@@ -208,9 +196,8 @@ static void pause_reading(struct agent_exec *x)
 			x->src->pause(x->src_arg, 1);
 		return;
 	}
-	for (int i = 0; i < 2; i++)
-		if (x->out[i].ev)
-			event_del(x->out[i].ev);
+	if (x->io)
+		child_io_pause(x->io, 1);
 }
 
 static void resume_reading(struct agent_exec *x)
@@ -221,9 +208,8 @@ static void resume_reading(struct agent_exec *x)
 			x->src->pause(x->src_arg, 0);
 		return;
 	}
-	for (int i = 0; i < 2; i++)
-		if (x->out[i].ev)
-			event_add(x->out[i].ev, NULL);
+	if (x->io)
+		child_io_pause(x->io, 0);
 }
 
 /* Hand n bytes of stream s to the answer. */
@@ -235,44 +221,28 @@ static void stream_take(struct exec_stream *s, const char *data, size_t n)
 		json_output(s, data, n);
 }
 
-/* Read once from s: 1 got data, 0 nothing now, -1 EOF (stream closed). */
-static int stream_read_once(struct exec_stream *s)
+/* Output of the process's pipe i. Stream mode takes one chunk per wakeup
+ * and pauses while the client lags; JSON mode drains a few. */
+static void io_data(void *arg, int i, const char *data, size_t n)
 {
-	struct agent_exec *x = s->x;
-	char chunk[EXEC_READ_CHUNK];
-	ssize_t n = read(s->fd, chunk, sizeof(chunk));
+	struct agent_exec *x = arg;
 
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
-		return 0;
-	if (n <= 0) {
-		if (x->stream_mode && s->ncarry)
-			sse_output(s, "", 0, 1);
-		stream_close(s);
-		return -1;
-	}
-	stream_take(s, chunk, (size_t)n);
-	return 1;
-}
-
-static void stream_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct exec_stream *s = arg;
-	struct agent_exec *x = s->x;
-
-	/* JSON mode drains a few chunks per wakeup; stream mode one chunk at a
-	 * time and only while the client keeps up. */
-	for (int i = 0; i < (x->stream_mode ? 1 : 8); i++) {
-		int rc = stream_read_once(s);
-		if (rc < 0) {
-			exec_check_done(x);
-			return;
-		}
-		if (rc == 0)
-			break;
-	}
-	if (x->stream_mode && sse_pending(x) >= EXEC_SSE_SOFT_MAX)
+	stream_take(&x->out[i], data, n);
+	if (x->stream_mode && !x->paused && sse_pending(x) >= EXEC_SSE_SOFT_MAX)
 		pause_reading(x);
 }
+
+static void io_eof(void *arg, int i)
+{
+	struct agent_exec *x = arg;
+
+	if (x->stream_mode && x->out[i].ncarry)
+		sse_output(&x->out[i], "", 0, 1);
+	if (!x->draining)
+		exec_check_done(x);
+}
+
+static const struct child_io_ops exec_io_ops = { io_data, io_eof, NULL };
 
 /* Called by httpd when the client can take more bytes. */
 static ssize_t sse_read(void *arg, char *buf, size_t max)
@@ -416,21 +386,17 @@ static void exec_finish(struct agent_exec *x)
 static void grace_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct agent_exec *x = arg;
-	size_t taken = 0;
 
 	/* Something (a background child) still holds the pipes: take what is
 	 * there now, bounded, and end. */
+	x->draining = 1;
+	if (x->io)
+		child_io_drain(x->io, -1, EXEC_FINAL_DRAIN_MAX);
+	x->draining = 0;
 	for (int i = 0; i < 2; i++) {
-		struct exec_stream *s = &x->out[i];
-		while (s->fd >= 0 && taken < EXEC_FINAL_DRAIN_MAX) {
-			int rc = stream_read_once(s);
-			if (rc <= 0)
-				break;
-			taken += EXEC_READ_CHUNK;
-		}
-		if (s->x->stream_mode && s->ncarry)
-			sse_output(s, "", 0, 1);
-		stream_close(s);
+		if (x->stream_mode && x->out[i].ncarry)
+			sse_output(&x->out[i], "", 0, 1);
+		stream_close(x, i);
 	}
 	exec_check_done(x);
 }
@@ -439,7 +405,7 @@ static void exec_check_done(struct agent_exec *x)
 {
 	if (x->finished || x->spawning || !x->exited)
 		return;
-	if (x->out[0].fd >= 0 || x->out[1].fd >= 0) {
+	if (stream_open(x, 0) || stream_open(x, 1)) {
 		if (!x->grace_ev) {
 			struct timeval tv = { 0, EXEC_DRAIN_GRACE_MS * 1000 };
 			x->grace_ev = evtimer_new(x->a->base, grace_cb, x);
@@ -455,11 +421,9 @@ static void exec_check_done(struct agent_exec *x)
  * comes first). */
 static void start_reading(struct agent_exec *x)
 {
-	if (x->spawning || x->paused || !x->r)
+	if (x->spawning || x->paused || !x->r || !x->io)
 		return;
-	for (int i = 0; i < 2; i++)
-		if (x->out[i].ev)
-			event_add(x->out[i].ev, NULL);
+	child_io_pause(x->io, 0);
 }
 
 void agent_exec_started(struct agent_exec *x, pid_t pid)
@@ -568,23 +532,6 @@ static void keepalive_cb(evutil_socket_t fd, short what, void *arg)
 		sse_wake(x);
 }
 
-static void stdin_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct agent_exec *x = arg;
-
-	while (x->in_off < x->in_len) {
-		ssize_t n = write(x->in_fd, x->in_data + x->in_off, x->in_len - x->in_off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			return;
-		if (n <= 0)
-			break; /* EPIPE: the process does not read its stdin */
-		x->in_off += (size_t)n;
-	}
-	stdin_close(x);
-}
-
 /* The request is over (answered, or the client went away). */
 static void on_close(void *arg, int failed)
 {
@@ -592,9 +539,8 @@ static void on_close(void *arg, int failed)
 
 	x->r = NULL;
 	agent_sb_stream_end(x->a, &x->live);
-	for (int i = 0; i < 2; i++)
-		stream_close(&x->out[i]);
-	stdin_close(x);
+	child_io_free(x->io);
+	x->io = NULL;
 	free_event(&x->keepalive_ev);
 	free_event(&x->grace_ev);
 	if (x->exited) {
@@ -631,8 +577,6 @@ struct agent_exec *agent_exec_new(struct agent *a, struct httpd_req *r, struct a
 	x->rsb = src ? NULL : sb->rt;
 	x->src = src;
 	x->src_arg = src_arg;
-	x->in_fd = -1;
-	x->out[0].fd = x->out[1].fd = -1;
 	x->stream_mode = accepts_sse(r);
 	x->t0 = util_now_ms();
 	snprintf(x->key, sizeof(x->key), "%s", sb->key);
@@ -797,15 +741,6 @@ void agent_exec_run(struct httpd_req *r, struct agent_sb *sb, const struct agent
 		err_sys(&e, ENOMEM, "exec");
 		goto fail;
 	}
-	if (stdin_len > 0) {
-		x->in_len = stdin_len;
-		x->in_data = malloc(x->in_len);
-		if (!x->in_data) {
-			err_sys(&e, ENOMEM, "stdin");
-			goto fail;
-		}
-		memcpy(x->in_data, stdin_data, x->in_len);
-	}
 	ps = (struct rt_proc_spec){ .argv = c->argv, .env = env, .cwd = c->cwd };
 	x->oom_before = rt_oom_kills(sb->rt);
 	x->t0 = util_now_ms();
@@ -818,29 +753,22 @@ void agent_exec_run(struct httpd_req *r, struct agent_sb *sb, const struct agent
 		err_prefix(&e, "cannot run the command");
 		goto fail;
 	}
-	x->in_fd = steal_fd(&io[0]);
-	x->out[0].fd = steal_fd(&io[1]);
-	x->out[1].fd = steal_fd(&io[2]);
-	for (int i = 0; i < 2; i++)
-		x->out[i].ev = event_new(a->base, x->out[i].fd, EV_READ | EV_PERSIST, stream_cb,
-					 &x->out[i]);
-	if (x->in_data)
-		x->in_ev = event_new(a->base, x->in_fd, EV_WRITE | EV_PERSIST, stdin_cb, x);
-	if (!x->out[0].ev || !x->out[1].ev || (x->in_data && !x->in_ev)) {
+	/* child_io takes the fds in every case; stdin is queued whole, then EOF */
+	x->io = child_io_new(a->base, io, stdin_len, &exec_io_ops, x);
+	io[0] = io[1] = io[2] = -1;
+	if (!x->io || child_io_write(x->io, stdin_data, stdin_len) < 0) {
 		/* The process runs already: kill it; on_exited frees x. */
-		log_error("exec '%s': cannot allocate events", x->key);
+		log_error("exec '%s': cannot set up its pipes", x->key);
 		rt_signal(sb->rt, x->handle, SIGKILL, 1);
 		x->r = NULL;
-		err_sys(&e, ENOMEM, "exec events");
+		err_sys(&e, ENOMEM, "exec pipes");
 		httpd_reply_err(r, &e);
 		return;
 	}
+	child_io_close_stdin(x->io, 0); /* empty stdin: the process reads EOF at once */
+	child_io_set_burst(x->io, x->stream_mode ? 1 : 8);
 	if (!x->stream_mode || x->started || x->exited)
 		start_reading(x);
-	if (x->in_ev)
-		event_add(x->in_ev, NULL);
-	else
-		stdin_close(x); /* empty stdin: the process reads EOF at once */
 	agent_exec_arm_timeout(x, timeout_ms);
 	agent_exec_begin(x);
 	exec_check_done(x);

@@ -18,14 +18,24 @@
  * The agent always reads a process's stdout and stderr into a bounded log
  * per stream (PROC_LOG_MAX, the oldest bytes dropped), so a background
  * process never blocks on its output. Its stdin pipe stays open for
- * POST …/stdin. Records live until the container stops; at most
- * PROC_MAX_FINISHED finished ones are kept (the oldest dropped).
+ * POST …/stdin (at most agent.proc_stdin_bytes queued; a POST that does
+ * not fit waits for room, PROC_STDIN_WAITERS at most). Records live until
+ * the container stops; at most PROC_MAX_FINISHED finished ones are kept
+ * (the oldest dropped).
+ *
+ * Log memory is charged: the logs of a sandbox's records hold at most
+ * agent.proc_logs_sandbox_bytes, those of the node at most
+ * agent.proc_logs_node_bytes. Past either, the logs of the records that
+ * finished first are freed (the record stays, "evicted"); when no finished
+ * log is left to free, a running process's log stops growing and keeps
+ * its last bytes in what it has (at least PLOG_MIN per stream).
  */
 #include "agent_processes.h"
 #include "call.h"
 #include "agent_exec.h"
 #include "agent_sse.h"
 #include "buf.h"
+#include "child_io.h"
 #include "ids.h"
 #include "jsonv.h"
 #include "log.h"
@@ -41,8 +51,9 @@
 #define PROC_LOG_MAX (1024 * 1024)
 #define PROC_MAX_FINISHED 256
 #define PROC_MAX_RUNNING 256
-#define PROC_STDIN_MAX (4 * 1024 * 1024)
-#define PROC_READ_CHUNK (16 * 1024)
+#define PLOG_MIN (16 * 1024)
+#define PROC_STDIN_WAITERS 4          /* POSTs of stdin waiting for room */
+#define PROC_STDIN_WAIT_MS 10000      /* then 429 */
 #define PROC_DRAIN_MAX (1024 * 1024)
 #define PROC_WAIT_DEFAULT_MS 300000
 #define PROC_WAIT_MAX_MS 3600000
@@ -82,11 +93,25 @@ struct proc_wait {
 	struct event *timer, *poll;
 };
 
+/* A POST …/stdin waiting for room in the queue (backpressure). */
+struct proc_stdin {
+	struct proc_stdin *next;
+	struct proc *p;
+	struct httpd_req *r;
+	const char *data;         /* the request's body: valid while r is */
+	size_t len;
+	int eof;
+	struct event *timer;
+};
+
 struct proc_box;
 
 struct proc {
 	struct proc *next;
 	struct proc_box *box;
+	struct proc *fin_prev, *fin_next;  /* finished with logs, oldest first */
+	int on_fin;
+	int evicted;              /* its logs were freed for memory */
 	char id[PROC_ID_MAX];
 	char *command;
 	pid_t pid;
@@ -95,17 +120,12 @@ struct proc {
 	struct rt_exit ex;
 	int64_t started_at, ended_at;
 	struct plog log[2];
-	int out_fd[2];
-	struct event *out_ev[2];
-	int in_fd;
-	struct event *in_ev;
-	struct buf inq;
-	size_t inq_off;
-	int in_eof;               /* close stdin once inq is written */
-	struct event *kill_ev;    /* SIGKILL after the grace */
+	struct child_io *io;      /* its pipes, while it runs */
 	struct httpd_req *start_req;
 	struct proc_follow *follows;
 	struct proc_wait *waits;
+	struct proc_stdin *stdin_waits;  /* oldest first */
+	int nstdin_waits;
 };
 
 /* The processes of one container of a sandbox: made on first use, freed
@@ -114,45 +134,160 @@ struct proc_box {
 	struct agent *a;
 	struct agent_sb *sb;      /* borrowed: the box is freed before the entry */
 	struct proc *list;        /* newest first */
+	size_t log_bytes;         /* allocated by the logs of its records */
 };
+
+/* Log memory of the whole node, and the finished records holding some,
+ * in the order they finished (the next to evict first). */
+static size_t node_log_bytes;
+static struct proc *fin_head, *fin_tail;
 
 /* --- logs ---------------------------------------------------------------------- */
 
-static void plog_add(struct plog *l, const char *data, size_t n)
+static void fin_unlink(struct proc *p)
 {
-	if (n >= PROC_LOG_MAX) {
-		l->dropped += l->len + (n - PROC_LOG_MAX);
-		data += n - PROC_LOG_MAX;
-		n = PROC_LOG_MAX;
+	if (!p->on_fin)
+		return;
+	*(p->fin_prev ? &p->fin_prev->fin_next : &fin_head) = p->fin_next;
+	*(p->fin_next ? &p->fin_next->fin_prev : &fin_tail) = p->fin_prev;
+	p->fin_prev = p->fin_next = NULL;
+	p->on_fin = 0;
+}
+
+static void fin_append(struct proc *p)
+{
+	if (p->on_fin)
+		return;
+	p->fin_prev = fin_tail;
+	p->fin_next = NULL;
+	*(fin_tail ? &fin_tail->fin_next : &fin_head) = p;
+	fin_tail = p;
+	p->on_fin = 1;
+}
+
+/* Change the charge of p's logs by delta bytes (may be negative). */
+static void log_charge(struct proc *p, ssize_t delta)
+{
+	p->box->log_bytes = (size_t)((ssize_t)p->box->log_bytes + delta);
+	node_log_bytes = (size_t)((ssize_t)node_log_bytes + delta);
+}
+
+/* Free p's logs (a finished record) and mark it evicted. */
+static void plog_evict(struct proc *p)
+{
+	for (int i = 0; i < 2; i++) {
+		struct plog *l = &p->log[i];
+
+		log_charge(p, -(ssize_t)l->cap);
+		l->dropped += l->len;
+		free(l->data);
+		l->data = NULL;
+		l->len = l->cap = 0;
+	}
+	p->evicted = 1;
+	fin_unlink(p);
+}
+
+/* Make room for n more log bytes of box b: evict the logs of finished
+ * records, the first finished first (of this sandbox for its own bound,
+ * of any for the node's). 0, or -1 when there is no room. */
+static int log_reserve(struct proc_box *b, size_t n)
+{
+	const struct sbx_conf *conf = b->a->conf;
+	size_t sb_max = (size_t)conf->agent.proc_logs_sandbox_bytes;
+	size_t node_max = (size_t)conf->agent.proc_logs_node_bytes;
+
+	while (b->log_bytes + n > sb_max) {
+		struct proc *v = fin_head;
+
+		while (v && v->box != b)
+			v = v->fin_next;
+		if (!v)
+			return -1;
+		plog_evict(v);
+	}
+	while (node_log_bytes + n > node_max) {
+		if (!fin_head)
+			return -1;
+		plog_evict(fin_head);
+	}
+	return 0;
+}
+
+/* Append output to log i of p: when full, the oldest quarter (at least) is
+ * dropped. The log grows up to PROC_LOG_MAX while the memory bounds allow
+ * (log_reserve), else stays at the size it has (at least PLOG_MIN). */
+static void plog_add(struct proc *p, int i, const char *data, size_t n)
+{
+	struct plog *l = &p->log[i];
+	size_t want = l->len + n > PROC_LOG_MAX ? PROC_LOG_MAX : l->len + n;
+	size_t max;
+
+	if (want > l->cap) {
+		size_t cap = l->cap ? l->cap : 4096;
+		char *d;
+
+		while (cap < want)
+			cap *= 2;
+		if (cap > PROC_LOG_MAX)
+			cap = PROC_LOG_MAX;
+		if (cap > PLOG_MIN && log_reserve(p->box, cap - l->cap) < 0)
+			cap = l->cap > PLOG_MIN ? l->cap : PLOG_MIN;
+		if (cap > l->cap) {
+			d = realloc(l->data, cap);
+			if (d) {
+				log_charge(p, (ssize_t)(cap - l->cap));
+				l->data = d;
+				l->cap = cap;
+			}
+		}
+	}
+	max = l->cap;
+	if (max == 0) {
+		l->dropped += n;
+		return;
+	}
+	if (n >= max) {
+		l->dropped += l->len + (n - max);
+		data += n - max;
+		n = max;
 		l->len = 0;
 	}
-	if (l->len + n > PROC_LOG_MAX) {
-		size_t drop = l->len + n - PROC_LOG_MAX;
-		if (drop < PROC_LOG_MAX / 4)
-			drop = PROC_LOG_MAX / 4;
+	if (l->len + n > max) {
+		size_t drop = l->len + n - max;
+		if (drop < max / 4)
+			drop = max / 4;
 		if (drop > l->len)
 			drop = l->len;
 		memmove(l->data, l->data + drop, l->len - drop);
 		l->len -= drop;
 		l->dropped += drop;
 	}
-	if (l->len + n > l->cap) {
-		size_t cap = l->cap ? l->cap : 4096;
-		char *d;
-		while (cap < l->len + n)
-			cap *= 2;
-		if (cap > PROC_LOG_MAX)
-			cap = PROC_LOG_MAX;
-		d = realloc(l->data, cap);
-		if (!d) {
-			l->dropped += n;
-			return;
-		}
-		l->data = d;
-		l->cap = cap;
-	}
 	memcpy(l->data + l->len, data, n);
 	l->len += n;
+}
+
+/* A finished record's logs: give back what they do not use, and queue
+ * them for eviction. */
+static void plog_finish(struct proc *p)
+{
+	for (int i = 0; i < 2; i++) {
+		struct plog *l = &p->log[i];
+
+		if (l->cap > l->len) {
+			char *d = l->len ? realloc(l->data, l->len) : NULL;
+
+			if (d || !l->len) {
+				if (!l->len)
+					free(l->data);
+				log_charge(p, -(ssize_t)(l->cap - l->len));
+				l->data = d;
+				l->cap = l->len;
+			}
+		}
+	}
+	if (p->log[0].cap || p->log[1].cap)
+		fin_append(p);
 }
 
 /* The line of l around the match at off (without its newline); new ref. */
@@ -245,28 +380,24 @@ static void free_ev(struct event **ev)
 
 static void proc_close_io(struct proc *p)
 {
-	for (int i = 0; i < 2; i++) {
-		free_ev(&p->out_ev[i]);
-		if (p->out_fd[i] >= 0) {
-			close(p->out_fd[i]);
-			p->out_fd[i] = -1;
-		}
-	}
-	free_ev(&p->in_ev);
-	if (p->in_fd >= 0) {
-		close(p->in_fd);
-		p->in_fd = -1;
-	}
-	buf_release(&p->inq);
-	p->inq_off = 0;
+	child_io_free(p->io);
+	p->io = NULL;
 }
 
 static void proc_free(struct proc *p)
 {
+	struct rt_sandbox *rsb = p->box ? agent_sb_container(p->box->sb) : NULL;
+
+	/* its tree may live on (and be killed): the runtime must not call back */
+	if (rsb && p->handle > 0)
+		rt_detach(rsb, p->handle);
 	proc_close_io(p);
-	free_ev(&p->kill_ev);
-	for (int i = 0; i < 2; i++)
+	fin_unlink(p);
+	for (int i = 0; i < 2; i++) {
+		if (p->box)
+			log_charge(p, -(ssize_t)p->log[i].cap);
 		free(p->log[i].data);
+	}
 	free(p->command);
 	free(p);
 }
@@ -505,14 +636,14 @@ static void waits_exit(struct proc *p)
 
 	err_set(&e, SBX_E_PROCESS_EXITED_BEFORE_READY, "process '%s' exited with code %d", p->id,
 		p->ex.exit_code);
-	while (p->waits) {
-		struct proc_wait *w = p->waits;
+	for (struct proc_wait *w = p->waits, *next; w; w = next) {
+		next = w->next;
 		switch (w->kind) {
 		case W_EXIT:
 			wait_answer(w, 200, json_pack("{s:i}", "exitCode", p->ex.exit_code), NULL);
 			break;
 		case W_KILL:
-			wait_answer(w, 200, proc_json(p), NULL);
+			/* answered when the whole tree is gone (proc_gone) */
 			break;
 		default:
 			wait_answer(w, 0, NULL, &e);
@@ -546,67 +677,106 @@ static void proc_take(struct proc *p, int i, const char *data, size_t n)
 {
 	size_t before;
 
-	plog_add(&p->log[i], data, n);
+	plog_add(p, i, data, n);
 	before = p->log[i].len >= n ? p->log[i].len - n : 0;
 	for (struct proc_follow *f = p->follows; f; f = f->next)
 		agent_exec_output(f->x, i, data, n);
 	waits_check_log(p, i, before);
 }
 
-/* Read once from output i: 1 data, 0 nothing now, -1 EOF. */
-static int proc_read_once(struct proc *p, int i)
+static void proc_io_data(void *arg, int i, const char *data, size_t n)
 {
-	char chunk[PROC_READ_CHUNK];
-	ssize_t n = read(p->out_fd[i], chunk, sizeof(chunk));
-
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
-		return 0;
-	if (n <= 0) {
-		free_ev(&p->out_ev[i]);
-		close(p->out_fd[i]);
-		p->out_fd[i] = -1;
-		return -1;
-	}
-	proc_take(p, i, chunk, (size_t)n);
-	return 1;
+	proc_take(arg, i, data, n);
 }
 
-static void proc_read_cb(evutil_socket_t fd, short what, void *arg)
+/* --- stdin -------------------------------------------------------------------------- */
+
+static void stdin_unlink(struct proc_stdin *w)
 {
-	struct proc *p = arg;
-	int i = p->out_fd[1] == fd;
+	struct proc_stdin **pp;
 
-	for (int k = 0; k < 8 && p->out_fd[i] >= 0; k++)
-		if (proc_read_once(p, i) <= 0)
-			break;
-}
-
-static void proc_write_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct proc *p = arg;
-
-	while (p->inq_off < p->inq.len) {
-		ssize_t n = write(p->in_fd, p->inq.data + p->inq_off, p->inq.len - p->inq_off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			return;
-		if (n <= 0) {
-			/* EPIPE: it closed its stdin; later writes get 409. */
-			p->in_eof = 1;
+	for (pp = &w->p->stdin_waits; *pp; pp = &(*pp)->next)
+		if (*pp == w) {
+			*pp = w->next;
+			w->p->nstdin_waits--;
 			break;
 		}
-		p->inq_off += (size_t)n;
+	free_ev(&w->timer);
+}
+
+/* Answer a waiting stdin POST: written (e NULL) or the error e; free it. */
+static void stdin_answer(struct proc_stdin *w, const struct sbx_err *e)
+{
+	stdin_unlink(w);
+	httpd_on_close(w->r, NULL, NULL);
+	if (e)
+		httpd_reply_err(w->r, e);
+	else
+		httpd_reply_json(w->r, 200, json_pack("{s:I}", "written", (json_int_t)w->len));
+	free(w);
+}
+
+static void stdin_closed(void *arg, int failed)
+{
+	struct proc_stdin *w = arg;
+
+	stdin_unlink(w);
+	free(w);
+}
+
+static void stdin_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct proc_stdin *w = arg;
+	struct sbx_err e = { 0 };
+
+	err_set(&e, SBX_E_QUOTA_EXCEEDED, "process '%s' does not read its stdin; retry later",
+		w->p->id);
+	stdin_answer(w, &e);
+}
+
+/* Queue data for p's stdin (then EOF when eof). 0, or -1 with errno
+ * (E2BIG: no room now; EPIPE: stdin is closed). */
+static int stdin_put(struct proc *p, const char *data, size_t len, int eof)
+{
+	if (!p->io) {
+		errno = EPIPE;
+		return -1;
 	}
-	buf_reset(&p->inq);
-	p->inq_off = 0;
-	event_del(p->in_ev);
-	if (p->in_eof) {
-		free_ev(&p->in_ev);
-		close(p->in_fd);
-		p->in_fd = -1;
+	if (child_io_write(p->io, data, len) < 0)
+		return -1;
+	if (eof)
+		child_io_close_stdin(p->io, 0);
+	return 0;
+}
+
+/* The queue is empty again (or stdin broke): admit the waiting POSTs in
+ * order while they fit; answer them all when stdin is closed. */
+static void stdin_admit(struct proc *p)
+{
+	struct sbx_err e = { 0 };
+
+	while (p->stdin_waits) {
+		struct proc_stdin *w = p->stdin_waits;
+
+		if (stdin_put(p, w->data, w->len, w->eof) == 0) {
+			stdin_answer(w, NULL);
+			continue;
+		}
+		if (errno == E2BIG)
+			return;
+		err_set(&e, SBX_E_CONFLICT, "process '%s' %s", p->id,
+			p->state == P_EXITED ? "has exited" : "has its stdin closed");
+		stdin_answer(w, &e);
 	}
 }
+
+static void proc_io_drained(void *arg)
+{
+	stdin_admit(arg);
+}
+
+static const struct child_io_ops proc_io_ops = { proc_io_data, NULL, proc_io_drained };
+
 
 static void reply_started(struct proc *p)
 {
@@ -638,16 +808,13 @@ static void proc_started(void *arg, pid_t pid)
 static void proc_exited(void *arg, const struct rt_exit *ex)
 {
 	struct proc *p = arg;
-	size_t taken = 0;
 
-	p->handle = 0;
 	p->ex = *ex;
 	p->ended_at = util_wall_ms();
 	/* What it wrote before it ended is in the pipes now; a child that
 	 * still holds them is not waited for. */
-	for (int i = 0; i < 2; i++)
-		while (p->out_fd[i] >= 0 && taken < PROC_DRAIN_MAX && proc_read_once(p, i) > 0)
-			taken += PROC_READ_CHUNK;
+	if (p->io)
+		child_io_drain(p->io, -1, PROC_DRAIN_MAX);
 	if (ex->start_errno) {
 		char msg[256];
 		int n = snprintf(msg, sizeof(msg), "sbx: cannot run '%.64s': %s\n", p->command,
@@ -657,7 +824,8 @@ static void proc_exited(void *arg, const struct rt_exit *ex)
 	}
 	p->state = P_EXITED;
 	proc_close_io(p);
-	free_ev(&p->kill_ev);
+	stdin_admit(p);   /* answers the waiting POSTs: exited */
+	plog_finish(p);
 	reply_started(p);
 	while (p->follows) {
 		struct proc_follow *f = p->follows;
@@ -672,36 +840,32 @@ static void proc_exited(void *arg, const struct rt_exit *ex)
 		box_trim(p->box);
 }
 
-static void kill_grace_cb(evutil_socket_t fd, short what, void *arg)
+/* No process of p's tree is left (after a kill): answer the kills. */
+static void proc_gone(void *arg)
 {
 	struct proc *p = arg;
-	struct rt_sandbox *rsb = agent_sb_container(p->box->sb);
 
-	if (rsb && p->handle > 0 && p->state != P_EXITED)
-		rt_signal(rsb, p->handle, SIGKILL, 1);
+	p->handle = 0;
+	for (struct proc_wait *w = p->waits, *next; w; w = next) {
+		next = w->next;
+		if (w->kind == W_KILL)
+			wait_answer(w, 200, proc_json(p), NULL);
+	}
 }
 
-/* Signal the process group of p; SIGKILL survivors after grace_ms. 0 or -1. */
+/* Kill p's tree — also when p itself has exited and only its children are
+ * left: sig to every process of it, SIGKILL to what is left after
+ * grace_ms. 0, or -1 when nothing of it is left. */
 static int proc_signal(struct proc *p, int sig, int64_t grace_ms)
 {
 	struct rt_sandbox *rsb = agent_sb_container(p->box->sb);
 
-	if (!rsb || p->handle <= 0 || p->state == P_EXITED)
+	if (!rsb || p->handle <= 0)
 		return -1;
-	if (rt_signal(rsb, p->handle, sig, 1) < 0)
+	if (rt_kill(rsb, p->handle, sig, grace_ms, proc_gone) < 0) {
+		if (p->state == P_EXITED)
+			p->handle = 0;  /* the tree is gone */
 		return -1;
-	if (sig == SIGKILL)
-		return 0;
-	if (grace_ms <= 0) {
-		rt_signal(rsb, p->handle, SIGKILL, 1);
-		return 0;
-	}
-	free_ev(&p->kill_ev);
-	p->kill_ev = evtimer_new(p->box->a->base, kill_grace_cb, p);
-	if (p->kill_ev) {
-		struct timeval tv = { (time_t)(grace_ms / 1000),
-				      (suseconds_t)((grace_ms % 1000) * 1000) };
-		evtimer_add(p->kill_ev, &tv);
 	}
 	return 0;
 }
@@ -829,8 +993,6 @@ void agent_h_proc_start(struct httpd_req *r)
 		goto fail;
 	}
 	snprintf(p->id, sizeof(p->id), "%s", id);
-	p->out_fd[0] = p->out_fd[1] = p->in_fd = -1;
-	buf_init(&p->inq, PROC_STDIN_MAX);
 	p->started_at = util_wall_ms();
 	p->box = b;
 	ps = (struct rt_proc_spec){ .argv = c.argv, .env = env, .cwd = c.cwd };
@@ -841,24 +1003,19 @@ void agent_h_proc_start(struct httpd_req *r)
 		err_prefix(&e, "cannot start the process");
 		goto fail;
 	}
-	p->in_fd = io[0];
-	p->out_fd[0] = io[1];
-	p->out_fd[1] = io[2];
-	p->in_ev = event_new(a->base, p->in_fd, EV_WRITE | EV_PERSIST, proc_write_cb, p);
-	for (int i = 0; i < 2; i++) {
-		p->out_ev[i] = event_new(a->base, p->out_fd[i], EV_READ | EV_PERSIST, proc_read_cb, p);
-		if (p->out_ev[i])
-			event_add(p->out_ev[i], NULL);
-	}
 	p->next = b->list;
 	b->list = p;
-	if (!p->in_ev || !p->out_ev[0] || !p->out_ev[1]) {
+	/* child_io takes the fds in every case */
+	p->io = child_io_new(a->base, io, (size_t)a->conf->agent.proc_stdin_bytes, &proc_io_ops, p);
+	if (!p->io) {
 		/* It runs already: kill it; the record shows it killed. */
 		rt_signal(sb->rt, p->handle, SIGKILL, 1);
-		err_sys(&e, ENOMEM, "process events");
+		err_sys(&e, ENOMEM, "process pipes");
 		p = NULL;
 		goto fail;
 	}
+	child_io_set_burst(p->io, 8);
+	child_io_pause(p->io, 0);
 	p->start_req = r;
 	httpd_on_close(r, start_closed, p);
 	httpd_defer(r);
@@ -936,9 +1093,9 @@ void agent_h_proc_logs(struct httpd_req *r)
 	}
 	if (!accepts_sse(r)) {
 		httpd_reply_json(r, 200,
-				 json_pack("{s:o*,s:o*,s:b}", "stdout", plog_text(&p->log[0]), "stderr",
+				 json_pack("{s:o*,s:o*,s:b,s:b}", "stdout", plog_text(&p->log[0]), "stderr",
 					   plog_text(&p->log[1]), "truncated",
-					   p->log[0].dropped || p->log[1].dropped));
+					   p->log[0].dropped || p->log[1].dropped, "evicted", p->evicted));
 		return;
 	}
 	f = calloc(1, sizeof(*f));
@@ -975,7 +1132,9 @@ void agent_h_proc_stdin(struct httpd_req *r)
 	struct sbx_err e = { 0 };
 	struct proc *p = path_proc(r, NULL, &e);
 	const char *data, *eof = httpd_query(r, "eof");
-	size_t len;
+	struct timeval tv = { PROC_STDIN_WAIT_MS / 1000, (PROC_STDIN_WAIT_MS % 1000) * 1000 };
+	struct proc_stdin *w, **pp;
+	size_t len, max;
 
 	if (!p)
 		goto fail;
@@ -983,21 +1142,45 @@ void agent_h_proc_stdin(struct httpd_req *r)
 		err_set(&e, SBX_E_VALIDATION, "'eof' must be true or false");
 		goto fail;
 	}
-	if (p->state == P_EXITED || p->in_fd < 0 || p->in_eof) {
+	if (p->state == P_EXITED || !p->io || !child_io_stdin_open(p->io)) {
 		err_set(&e, SBX_E_CONFLICT, "process '%s' %s", p->id,
 			p->state == P_EXITED ? "has exited" : "has its stdin closed");
 		goto fail;
 	}
 	data = httpd_body(r, &len);
-	if (len && buf_add(&p->inq, data, len) < 0) {
+	max = (size_t)p->box->a->conf->agent.proc_stdin_bytes;
+	if (len > max) {
+		err_set(&e, SBX_E_PAYLOAD_TOO_LARGE, "stdin of process '%s' takes at most %zu bytes at once",
+			p->id, max);
+		goto fail;
+	}
+	/* in order: behind the POSTs that wait already */
+	if (!p->stdin_waits && stdin_put(p, data, len, truthy(eof)) == 0) {
+		httpd_reply_json(r, 200, json_pack("{s:I}", "written", (json_int_t)len));
+		return;
+	}
+	if (p->nstdin_waits >= PROC_STDIN_WAITERS) {
 		err_set(&e, SBX_E_QUOTA_EXCEEDED, "process '%s' has too much stdin pending", p->id);
 		goto fail;
 	}
-	if (truthy(eof))
-		p->in_eof = 1;
-	if (p->in_ev)
-		event_add(p->in_ev, NULL);
-	httpd_reply_json(r, 200, json_pack("{s:I}", "written", (json_int_t)len));
+	if (!(w = calloc(1, sizeof(*w))) ||
+	    !(w->timer = evtimer_new(p->box->a->base, stdin_timeout_cb, w))) {
+		free(w);
+		err_sys(&e, ENOMEM, "stdin");
+		goto fail;
+	}
+	w->p = p;
+	w->r = r;
+	w->data = data;
+	w->len = len;
+	w->eof = truthy(eof);
+	for (pp = &p->stdin_waits; *pp; pp = &(*pp)->next)
+		;
+	*pp = w;
+	p->nstdin_waits++;
+	evtimer_add(w->timer, &tv);
+	httpd_on_close(r, stdin_closed, w);
+	httpd_defer(r);
 	return;
 fail:
 	httpd_reply_err(r, &e);
@@ -1068,16 +1251,16 @@ void agent_h_proc_kill(struct httpd_req *r)
 
 	if (!p || kill_args(r, SIGTERM, &sig, &grace, &e) < 0)
 		goto fail;
-	if (p->state == P_EXITED) {
+	if (p->state == P_EXITED && proc_signal(p, sig, grace) < 0) {
 		httpd_reply_json(r, 200, proc_json(p));
 		return;
 	}
-	if (proc_signal(p, sig, grace) < 0) {
+	if (p->state != P_EXITED && proc_signal(p, sig, grace) < 0) {
 		err_set(&e, SBX_E_CONFLICT, "process '%s' cannot be signalled now", p->id);
 		goto fail;
 	}
-	/* Answer with the final record once it has exited (the grace plus a
-	 * margin at most: then with the record as it is). */
+	/* Answer with the final record once no process of its tree is left
+	 * (the grace plus a margin at most: then with the record as it is). */
 	if (!wait_new(a, p, r, W_KILL, (sig == SIGKILL ? 0 : grace) + 5000)) {
 		err_sys(&e, ENOMEM, "kill");
 		goto fail;
@@ -1101,9 +1284,13 @@ void agent_h_proc_kill_all(struct httpd_req *r)
 		return;
 	}
 	b = box_get(a, sb, 0);
-	for (struct proc *p = b ? b->list : NULL; p; p = p->next)
-		if (p->state != P_EXITED && proc_signal(p, sig, grace) == 0)
+	for (struct proc *p = b ? b->list : NULL; p; p = p->next) {
+		int running = p->state != P_EXITED;
+
+		/* an exited one may have left children: they go too */
+		if (proc_signal(p, sig, grace) == 0 && running)
 			n++;
+	}
 	httpd_reply_json(r, 200, json_pack("{s:i}", "killed", n));
 }
 

@@ -36,6 +36,7 @@
 #include "call.h"
 #include "agent_exec.h"
 #include "buf.h"
+#include "child_io.h"
 #include "ids.h"
 #include "jsonv.h"
 #include "log.h"
@@ -52,8 +53,9 @@
 #define SESS_READ_CHUNK (16 * 1024)
 #define SESS_DRAIN_MAX (1024 * 1024)
 #define SESS_SCRIPT_MAX (16 * 1024 * 1024)
-#define SESS_MARK_LEN 32        /* hex chars */
+#define SESS_MARK_LEN AGENT_SESS_MARK_LEN
 #define SESS_ID_MAX 65
+#define SESS_LEFT_MAX 16        /* earlier shells' trees a delete still kills */
 
 static const char shell_boot[] =
 	"if [ -x /bin/bash ]; then exec /bin/bash --noprofile --norc; fi; exec /bin/sh";
@@ -64,16 +66,8 @@ struct sess_cmd {
 	struct sess_cmd *next;
 	struct sess *s;
 	struct agent_exec *x;
-	struct buf body;        /* the script up to the marker lines */
+	struct buf body;        /* the script (with its marker lines once it runs) */
 	int64_t timeout_ms;
-};
-
-/* Marker scanner of one output stream. */
-struct sess_scan {
-	char hold[SESS_MARK_LEN + 48];
-	size_t nhold;
-	int done;
-	int rc;
 };
 
 struct sess_box;
@@ -87,15 +81,16 @@ struct sess {
 	int64_t created_at;
 	int64_t handle;           /* > 0 while the shell runs */
 	pid_t pid;                /* in the sandbox, 0 until started */
-	int in_fd, out_fd[2];
-	struct event *in_ev, *out_ev[2];
-	struct buf inq;
-	size_t inq_off;
+	struct child_io *io;      /* the shell's pipes, while it runs */
+	int64_t left[SESS_LEFT_MAX]; /* trees of shells that exited on their own
+				  * (their background jobs may run on) */
+	int nleft;
+	int draining;             /* reading the last output of an exited shell */
 	int paused;
 	int killing;              /* we killed the shell (timeout, cancel, delete) */
 	int removed;              /* deleted: freed once the shell is gone */
 	char mark[SESS_MARK_LEN + 1];
-	struct sess_scan scan[2];
+	struct agent_sess_scan scan[2];
 	struct sess_cmd *cur;
 	struct sess_cmd *queue, **qtail;
 	int nqueue;
@@ -126,33 +121,14 @@ static void cmd_free(struct sess_cmd *c)
 
 static void shell_close(struct sess *s)
 {
-	for (int i = 0; i < 2; i++) {
-		if (s->out_ev[i]) {
-			event_free(s->out_ev[i]);
-			s->out_ev[i] = NULL;
-		}
-		if (s->out_fd[i] >= 0) {
-			close(s->out_fd[i]);
-			s->out_fd[i] = -1;
-		}
-	}
-	if (s->in_ev) {
-		event_free(s->in_ev);
-		s->in_ev = NULL;
-	}
-	if (s->in_fd >= 0) {
-		close(s->in_fd);
-		s->in_fd = -1;
-	}
-	buf_reset(&s->inq);
-	s->inq_off = 0;
+	child_io_free(s->io);
+	s->io = NULL;
 	s->paused = 0;
 }
 
 static void sess_free(struct sess *s)
 {
 	shell_close(s);
-	buf_release(&s->inq);
 	json_decref(s->env);
 	free(s);
 }
@@ -223,26 +199,44 @@ static struct sess *sess_find(struct sess_box *b, const char *id)
 
 /* --- the shell's output ------------------------------------------------------ */
 
-static void cmd_output(struct sess *s, int i, const char *data, size_t n)
+struct scan_out {
+	struct sess *s;
+	int i;
+};
+
+static void cmd_output(void *arg, const char *data, size_t n)
 {
-	if (n && s->cur)
-		agent_exec_output(s->cur->x, i, data, n);
+	struct scan_out *o = arg;
+
+	if (n && o->s->cur)
+		agent_exec_output(o->s->cur->x, o->i, data, n);
 }
 
-/* Feed shell output of stream i through the marker scanner: bytes before
- * the marker go to the current command, the marker line is eaten, anything
- * after it (or with no command running) is background output and dropped. */
+/* Shell output of stream i: through the marker scanner to the current
+ * command (without one, it is background output and dropped). */
 static void scan_feed(struct sess *s, int i, const char *data, size_t n)
 {
-	struct sess_scan *sc = &s->scan[i];
+	struct scan_out o = { s, i };
+
+	if (s->cur)
+		agent_sess_scan_feed(&s->scan[i], s->mark, data, n, cmd_output, &o);
+}
+
+void agent_sess_scan_feed(struct agent_sess_scan *sc, const char *mark, const char *data, size_t n,
+			  void (*out)(void *arg, const char *data, size_t n), void *arg)
+{
 	char tmp[SESS_READ_CHUNK + sizeof(sc->hold)];
 	char pat[SESS_MARK_LEN + 4];
 	size_t len, plen, k;
 	const char *p;
+	int w;
 
-	if (!s->cur || sc->done)
+	if (sc->done)
 		return;
-	plen = (size_t)snprintf(pat, sizeof(pat), "\001%s ", s->mark);
+	w = snprintf(pat, sizeof(pat), "\001%s ", mark);
+	if (w < 0 || (size_t)w >= sizeof(pat))
+		return;
+	plen = (size_t)w;
 	while (n > 0) {
 		size_t take = n > SESS_READ_CHUNK ? SESS_READ_CHUNK : n;
 
@@ -257,7 +251,7 @@ static void scan_feed(struct sess *s, int i, const char *data, size_t n)
 			const char *digits = p + plen, *end = tmp + len;
 			const char *nl = memchr(digits, '\n', (size_t)(end - digits));
 
-			cmd_output(s, i, tmp, (size_t)(p - tmp));
+			out(arg, tmp, (size_t)(p - tmp));
 			if (!nl) {
 				if ((size_t)(end - p) <= sizeof(sc->hold)) {
 					sc->nhold = (size_t)(end - p);
@@ -285,7 +279,7 @@ static void scan_feed(struct sess *s, int i, const char *data, size_t n)
 		k = len < plen - 1 ? len : plen - 1;
 		while (k > 0 && memcmp(tmp + len - k, pat, k) != 0)
 			k--;
-		cmd_output(s, i, tmp, len - k);
+		out(arg, tmp, len - k);
 		memcpy(sc->hold, tmp + len - k, k);
 		sc->nhold = k;
 	}
@@ -296,9 +290,8 @@ static void shell_resume(struct sess *s)
 	if (!s->paused)
 		return;
 	s->paused = 0;
-	for (int i = 0; i < 2; i++)
-		if (s->out_ev[i])
-			event_add(s->out_ev[i], NULL);
+	if (s->io)
+		child_io_pause(s->io, 0);
 }
 
 /* When both markers arrived, end the current command; 1 if it ended. */
@@ -323,58 +316,29 @@ static void cmd_check_done(struct sess *s)
 		sess_next(s);
 }
 
-/* Read once from output i: 1 data, 0 nothing now, -1 EOF/error. */
-static int shell_read_once(struct sess *s, int i)
-{
-	char chunk[SESS_READ_CHUNK];
-	ssize_t n = read(s->out_fd[i], chunk, sizeof(chunk));
-
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
-		return 0;
-	if (n <= 0) {
-		if (s->out_ev[i]) {
-			event_free(s->out_ev[i]);
-			s->out_ev[i] = NULL;
-		}
-		close(s->out_fd[i]);
-		s->out_fd[i] = -1;
-		return -1;
-	}
-	scan_feed(s, i, chunk, (size_t)n);
-	return 1;
-}
-
-static void shell_read_cb(evutil_socket_t fd, short what, void *arg)
+static void shell_io_data(void *arg, int i, const char *data, size_t n)
 {
 	struct sess *s = arg;
-	int i = s->out_fd[1] == fd;
 
-	if (shell_read_once(s, i) > 0)
+	scan_feed(s, i, data, n);
+	/* an exited shell's last output: shell_exited ends the command */
+	if (!s->draining)
 		cmd_check_done(s);
 }
 
-static void shell_write_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct sess *s = arg;
+static const struct child_io_ops shell_io_ops = { shell_io_data, NULL, NULL };
 
-	while (s->inq_off < s->inq.len) {
-		ssize_t n = write(s->in_fd, s->inq.data + s->inq_off, s->inq.len - s->inq_off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			return;
-		if (n <= 0) {
-			/* The shell is gone; its exit ends the command. */
-			buf_reset(&s->inq);
-			s->inq_off = 0;
-			event_del(s->in_ev);
-			return;
-		}
-		s->inq_off += (size_t)n;
-	}
-	buf_reset(&s->inq);
-	s->inq_off = 0;
-	event_del(s->in_ev);
+/* Hand the current command's script to the shell (EPIPE: the shell is
+ * gone; its exit ends the command). */
+static void shell_write_cur(struct sess *s)
+{
+	struct sess_cmd *c = s->cur;
+
+	if (!c || !s->io)
+		return;
+	if (child_io_write(s->io, c->body.data, c->body.len) < 0 && errno != EPIPE)
+		log_warn("session '%s': cannot queue the command: %s", s->id, strerror(errno));
+	buf_release(&c->body);
 }
 
 static void sess_pause(void *arg, int on)
@@ -386,9 +350,8 @@ static void sess_pause(void *arg, int on)
 		return;
 	if (on && !s->paused) {
 		s->paused = 1;
-		for (int i = 0; i < 2; i++)
-			if (s->out_ev[i])
-				event_del(s->out_ev[i]);
+		if (s->io)
+			child_io_pause(s->io, 1);
 	} else if (!on) {
 		shell_resume(s);
 	}
@@ -427,24 +390,50 @@ static void shell_started(void *arg, pid_t pid)
 	struct sess *s = arg;
 
 	s->pid = pid;
-	if (s->cur)
+	if (s->cur) {
 		agent_exec_started(s->cur->x, pid);
+		/* only now: no output of the command can come before its start */
+		shell_write_cur(s);
+	}
+}
+
+/* Remember the tree of a shell that exited on its own, for a delete. */
+static void remember_left(struct sess *s, int64_t handle)
+{
+	if (s->nleft == SESS_LEFT_MAX) {
+		log_warn("session '%s': more than %d earlier shells left processes; "
+			 "the oldest is no longer tracked", s->id, SESS_LEFT_MAX);
+		memmove(s->left, s->left + 1, (SESS_LEFT_MAX - 1) * sizeof(s->left[0]));
+		s->nleft--;
+	}
+	s->left[s->nleft++] = handle;
+}
+
+/* Kill what earlier shells of s left running (a tree already gone is
+ * unknown to the runtime: nothing happens). */
+static void kill_left(struct sess *s, struct rt_sandbox *rsb)
+{
+	for (int i = 0; i < s->nleft && rsb; i++)
+		(void)rt_signal(rsb, s->left[i], SIGKILL, 1);
+	s->nleft = 0;
 }
 
 static void shell_exited(void *arg, const struct rt_exit *ex)
 {
 	struct sess *s = arg;
 	struct sess_cmd *c;
-	size_t taken = 0;
 	int killed = s->killing;
 
+	if (!killed && !ex->sandbox_gone && !ex->start_errno && !s->removed)
+		remember_left(s, s->handle);
 	s->handle = 0;
 	s->pid = 0;
 	s->killing = 0;
 	/* Whatever the shell wrote before it ended is in the pipes now. */
-	for (int i = 0; i < 2; i++)
-		while (s->out_fd[i] >= 0 && taken < SESS_DRAIN_MAX && shell_read_once(s, i) > 0)
-			taken += SESS_READ_CHUNK;
+	s->draining = 1;
+	if (s->io)
+		child_io_drain(s->io, -1, SESS_DRAIN_MAX);
+	s->draining = 0;
 	shell_close(s);
 	cmd_complete(s); /* it may have finished just before the shell ended */
 	if ((c = s->cur)) {
@@ -496,22 +485,15 @@ static int shell_spawn(struct sess *s, struct sbx_err *e)
 		err_prefix(e, "cannot start the session's shell");
 		return -1;
 	}
-	s->in_fd = io[0];
-	s->out_fd[0] = io[1];
-	s->out_fd[1] = io[2];
-	s->in_ev = event_new(base, s->in_fd, EV_WRITE | EV_PERSIST, shell_write_cb, s);
-	for (int i = 0; i < 2; i++) {
-		s->out_ev[i] = event_new(base, s->out_fd[i], EV_READ | EV_PERSIST, shell_read_cb, s);
-		if (s->out_ev[i])
-			event_add(s->out_ev[i], NULL);
-	}
-	if (!s->in_ev || !s->out_ev[0] || !s->out_ev[1]) {
+	/* child_io takes the fds in every case */
+	s->io = child_io_new(base, io, SESS_SCRIPT_MAX, &shell_io_ops, s);
+	if (!s->io) {
 		rt_signal(rsb, s->handle, SIGKILL, 1);
 		rt_detach(rsb, s->handle);
 		s->handle = 0;
-		shell_close(s);
-		return err_sys(e, ENOMEM, "session events");
+		return err_sys(e, ENOMEM, "session pipes");
 	}
+	child_io_pause(s->io, 0);
 	return 0;
 }
 
@@ -542,24 +524,25 @@ static void sess_next(struct sess *s)
 		}
 		util_hex(rnd, sizeof(rnd), s->mark);
 		memset(s->scan, 0, sizeof(s->scan));
-		if (buf_add(&s->inq, c->body.data, c->body.len) < 0 ||
-		    buf_printf(&s->inq,
+		if (buf_printf(&c->body,
 			       "__sbx_rc=$?\n"
 			       "[ \"$__sbx_in\" = /dev/null ] || rm -f \"$__sbx_in\"\n"
 			       "command printf '\\001%%s%%s %%d\\n' '%.*s' '%s' \"$__sbx_rc\"\n"
 			       "command printf '\\001%%s%%s %%d\\n' '%.*s' '%s' \"$__sbx_rc\" >&2\n"
 			       "unset __sbx_rc __sbx_in\n",
 			       half, s->mark, s->mark + half, half, s->mark, s->mark + half) < 0) {
-			buf_reset(&s->inq);
 			err_set(&e, SBX_E_PAYLOAD_TOO_LARGE, "the command is too large");
 			agent_exec_fail(c->x, &e, NULL);
 			cmd_free(c);
 			continue;
 		}
 		s->cur = c;
-		event_add(s->in_ev, NULL);
-		if (s->pid > 0)
+		/* A shell still starting gets the script in shell_started, after
+		 * the start event. */
+		if (s->pid > 0) {
 			agent_exec_started(c->x, s->pid);
+			shell_write_cur(s);
+		}
 		agent_exec_arm_timeout(c->x, c->timeout_ms);
 	}
 }
@@ -729,10 +712,8 @@ static struct sess *sess_new(struct sess_box *b, const char *id, const char *cwd
 	snprintf(s->id, sizeof(s->id), "%s", id);
 	snprintf(s->cwd, sizeof(s->cwd), "%s", cwd);
 	s->env = env && json_object_size(env) ? json_deep_copy(env) : NULL;
-	s->in_fd = s->out_fd[0] = s->out_fd[1] = -1;
 	s->created_at = util_wall_ms();
 	s->qtail = &s->queue;
-	buf_init(&s->inq, SESS_SCRIPT_MAX);
 	s->box = b;
 	s->next = b->list;
 	b->list = s;
@@ -925,6 +906,7 @@ void agent_h_session_delete(struct httpd_req *r)
 	rsb = agent_sb_container(b->sb);
 	box_unlink_sess(s);
 	s->removed = 1;
+	kill_left(s, rsb);
 	if (s->handle > 0 && rsb && rt_signal(rsb, s->handle, SIGKILL, 1) == 0) {
 		/* shell_exited answers the commands and frees s. */
 		s->killing = 0;

@@ -20,4 +20,21 @@ void agent_h_session_create(struct httpd_req *r);
 void agent_h_session_list(struct httpd_req *r);
 void agent_h_session_delete(struct httpd_req *r);
 
+/* The end-of-command marker scanner of one output stream of a shell: it
+ * looks for the line "\001<mark> <status>\n" (mark: AGENT_SESS_MARK_LEN
+ * hex chars), also split over any number of feeds. Bytes before it go to
+ * out (possibly held back a while: a tail that may start the marker); the
+ * line sets done and rc (its status, 0..255; 1 when unreadable) and is
+ * eaten; anything after it, and every feed once done, is dropped. Zero
+ * the struct to start. */
+#define AGENT_SESS_MARK_LEN 32
+struct agent_sess_scan {
+	char hold[AGENT_SESS_MARK_LEN + 48];
+	size_t nhold;
+	int done;
+	int rc;
+};
+void agent_sess_scan_feed(struct agent_sess_scan *sc, const char *mark, const char *data, size_t n,
+			  void (*out)(void *arg, const char *data, size_t n), void *arg);
+
 #endif

@@ -2,18 +2,25 @@
  * sbx-init — PID 1 of every sandbox. Statically linked, libc only.
  *
  * It talks to sbx-agent over the SOCK_SEQPACKET socket on fd INITPROTO_FD
- * (initproto.h): SPAWN forks and execs a process in its own session with
- * the three passed fds as stdio; SIGNAL signals a process or its group.
- * It reaps every child (orphans too) and reports the exits of the processes
- * it started. When the agent's end closes, it kills everything and exits.
- * Its stdio is /dev/null; it never prints.
+ * (initproto.h). SPAWN forks a keeper, which becomes the child subreaper
+ * of the new process's tree and forks and execs the process in its own
+ * session with the three passed fds as stdio; the keeper reports STARTED
+ * or FAILED and the process's EXITED, and reaps everything of its tree
+ * until nothing is left; init reports GONE when the keeper has exited.
+ * SIGNAL signals the process, or every process of its tree (the keeper's
+ * descendants: also what called setsid() or lost its parent); a SIGKILL of
+ * a tree is repeated until the tree is empty. Init reaps every child
+ * (orphans of a killed keeper too). When the agent's end closes, it kills
+ * everything and exits. Its stdio is /dev/null; it never prints.
  */
 #include "initproto.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -26,16 +33,28 @@
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
 
+#define KILL_ROUNDS 8          /* scans per SIGKILL of a tree */
+#define KILL_RETRY_MS 50       /* then again this often until it is empty */
+
 extern char **environ;
 
 struct proc {
 	int64_t handle;
-	pid_t pid;
+	pid_t keeper;          /* the subreaper of the tree */
+	pid_t pid;             /* the process itself */
+	int killing;           /* SIGKILLed: kill again until the keeper is gone */
+};
+
+/* What a keeper tells init once the process started (or did not). */
+struct keeper_note {
+	int32_t pid;
+	int32_t err;
 };
 
 static struct proc *procs;
 static size_t nprocs, capprocs;
 static int sock = INITPROTO_FD;
+static int sigfd = -1;
 
 static void send_msg(uint32_t type, int64_t handle, int32_t a, int32_t b)
 {
@@ -46,7 +65,8 @@ static void send_msg(uint32_t type, int64_t handle, int32_t a, int32_t b)
 		(void)initproto_send(sock, buf, (size_t)n, NULL, 0, 0);
 }
 
-static int track(int64_t handle, pid_t pid)
+/* Room for one more record. 0 or -1. */
+static int reserve(void)
 {
 	if (nprocs == capprocs) {
 		size_t nc = capprocs ? capprocs * 2 : 16;
@@ -57,10 +77,16 @@ static int track(int64_t handle, pid_t pid)
 		procs = np;
 		capprocs = nc;
 	}
-	procs[nprocs].handle = handle;
-	procs[nprocs].pid = pid;
-	nprocs++;
 	return 0;
+}
+
+static void track(int64_t handle, pid_t keeper, pid_t pid)
+{
+	procs[nprocs].handle = handle;
+	procs[nprocs].keeper = keeper;
+	procs[nprocs].pid = pid;
+	procs[nprocs].killing = 0;
+	nprocs++;
 }
 
 static struct proc *find_handle(int64_t handle)
@@ -105,66 +131,314 @@ fail:
 	_exit(127);
 }
 
+/* Parent pid, process group and state letter of pid from /proc (pgrp may
+ * be NULL). 0, or -1 when gone. */
+static int proc_stat(pid_t pid, pid_t *ppid, pid_t *pgrp, char *state)
+{
+	char path[32], buf[512];
+	const char *rp;
+	char *end;
+	long pp, pg;
+	ssize_t n;
+	int fd;
+
+	if (snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid) >= (int)sizeof(path))
+		return -1;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	rp = strrchr(buf, ')');
+	if (!rp || rp[1] != ' ' || !rp[2] || rp[3] != ' ')
+		return -1;
+	*state = rp[2];
+	errno = 0;
+	pp = strtol(rp + 4, &end, 10);
+	pg = strtol(end, NULL, 10);
+	if (errno || pp < 0 || pg < 0)
+		return -1;
+	*ppid = (pid_t)pp;
+	if (pgrp)
+		*pgrp = (pid_t)pg;
+	return 0;
+}
+
+struct pnode {
+	pid_t pid, ppid, pgrp;
+	char state;
+	int mark;
+};
+
+static int pnode_cmp(const void *a, const void *b)
+{
+	const struct pnode *x = a, *y = b;
+
+	return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+/* Send sig to every live descendant of keeper (not to keeper itself).
+ * Returns how many were signalled, or -1 when /proc cannot be read. */
+static int signal_descendants(pid_t keeper, int sig)
+{
+	struct pnode *v = NULL, key;
+	size_t n = 0, cap = 0;
+	struct dirent *d;
+	int changed, count = 0;
+	DIR *dir = opendir("/proc");
+
+	if (!dir)
+		return -1;
+	while ((d = readdir(dir))) {
+		char *end;
+		long pid;
+
+		if (d->d_name[0] < '0' || d->d_name[0] > '9')
+			continue;
+		pid = strtol(d->d_name, &end, 10);
+		if (*end || pid <= 1)
+			continue;
+		if (n == cap) {
+			size_t nc = cap ? cap * 2 : 128;
+			struct pnode *nv = realloc(v, nc * sizeof(*nv));
+
+			if (!nv)
+				break;
+			v = nv;
+			cap = nc;
+		}
+		v[n].pid = (pid_t)pid;
+		v[n].mark = 0;
+		if (proc_stat(v[n].pid, &v[n].ppid, &v[n].pgrp, &v[n].state) == 0)
+			n++;
+	}
+	closedir(dir);
+	if (n)
+		qsort(v, n, sizeof(*v), pnode_cmp);
+	/* Mark the keeper's children, then their children, until no change. */
+	do {
+		changed = 0;
+		for (size_t i = 0; i < n; i++) {
+			struct pnode *parent;
+
+			if (v[i].mark)
+				continue;
+			if (v[i].ppid == keeper) {
+				v[i].mark = changed = 1;
+				continue;
+			}
+			key.pid = v[i].ppid;
+			parent = bsearch(&key, v, n, sizeof(*v), pnode_cmp);
+			if (parent && parent->mark)
+				v[i].mark = changed = 1;
+		}
+	} while (changed);
+	/* A SIGKILL goes to the groups led by the tree's processes first: a
+	 * group kill is atomic against fork (a fork bomb in one group ends at
+	 * once). Their members are all of the tree: every session in it was
+	 * made by one of its processes. Other signals reach each process once. */
+	if (sig == SIGKILL)
+		for (size_t i = 0; i < n; i++)
+			if (v[i].mark && v[i].pgrp == v[i].pid && v[i].pid > 1)
+				kill(-v[i].pid, SIGKILL);
+	for (size_t i = 0; i < n; i++)
+		if (v[i].mark && v[i].state != 'Z' && kill(v[i].pid, sig) == 0)
+			count++;
+	free(v);
+	return count;
+}
+
+/* Signal the whole tree of p, each process once; a SIGKILL is repeated
+ * while it finds any (and later, see rekill). */
+static void signal_tree(struct proc *p, int sig)
+{
+	for (int round = 0; round < KILL_ROUNDS; round++) {
+		int n = signal_descendants(p->keeper, sig);
+
+		if (n < 0)
+			kill(-p->pid, sig);   /* no /proc: the group at least */
+		if (n <= 0 || sig != SIGKILL)
+			break;
+	}
+	if (sig == SIGKILL)
+		p->killing = 1;
+}
+
+/* In the keeper: one note for init (the pid, then how the start went). */
+static void keeper_note(int fd, pid_t pid, int err)
+{
+	struct keeper_note kn = { .pid = pid, .err = err };
+
+	(void)!write(fd, &kn, sizeof(kn));
+}
+
+/* In the forked keeper: start the process, report it, reap the tree until
+ * nothing is left. Never returns. Init learns the pid before the process
+ * runs anything of its own, so that a keeper killed from inside the
+ * sandbox never leaves a process init does not know of. */
+static void keeper_main(const struct initproto_msg *m, const int *fds, int notefd)
+{
+	int ep[2] = { -1, -1 }, gp[2] = { -1, -1 }, err = 0, st;
+	pid_t pid, w;
+	ssize_t n;
+
+	/* A kill of the tree spares the keeper; a kill of everything from
+	 * inside the sandbox is noticed by init (reap). Faults keep their
+	 * default action. */
+	for (int s = 1; s < NSIG; s++)
+		if (s != SIGKILL && s != SIGSTOP && s != SIGCHLD && s != SIGSEGV && s != SIGBUS &&
+		    s != SIGFPE && s != SIGILL && s != SIGABRT && s != SIGTRAP && s != SIGSYS)
+			signal(s, SIG_IGN);
+	close(sigfd);
+	prctl(PR_SET_NAME, "sbx-keeper");
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	if (pipe2(ep, O_CLOEXEC) < 0 || pipe2(gp, O_CLOEXEC) < 0 || (pid = fork()) < 0) {
+		err = errno;
+		send_msg(INITPROTO_FAILED, m->handle, err, 0);
+		keeper_note(notefd, 0, err);
+		_exit(0);
+	}
+	if (pid == 0) {
+		char go;
+
+		close(ep[0]);
+		close(gp[1]);
+		close(notefd);
+		setsid();
+		/* wait until init knows the pid; the keeper gone: do not run */
+		do
+			n = read(gp[0], &go, 1);
+		while (n < 0 && errno == EINTR);
+		if (n != 1)
+			_exit(127);
+		close(gp[0]);
+		child_exec(m, fds, ep[1]);
+	}
+	close(ep[1]);
+	close(gp[0]);
+	for (int i = 0; i < 3; i++)
+		close(fds[i]);
+	keeper_note(notefd, pid, 0);
+	(void)!write(gp[1], "g", 1);
+	close(gp[1]);
+	do
+		n = read(ep[0], &err, sizeof(err));
+	while (n < 0 && errno == EINTR);
+	close(ep[0]);
+	if (n == (ssize_t)sizeof(err)) {
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+		err = err > 0 ? err : EIO;
+		send_msg(INITPROTO_FAILED, m->handle, err, 0);
+		keeper_note(notefd, pid, err);
+		_exit(0);
+	}
+	/* STARTED goes first so that EXITED, sent from here too, follows it. */
+	send_msg(INITPROTO_STARTED, m->handle, pid, 0);
+	keeper_note(notefd, pid, 0);
+	close(notefd);
+	for (;;) {
+		w = waitpid(-1, &st, 0);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			break;   /* ECHILD: the tree is empty */
+		}
+		if (w == pid)
+			send_msg(INITPROTO_EXITED, m->handle, pid, st);
+	}
+	_exit(0);
+}
+
+/* Read one keeper note. 0, or -1 when the keeper died first. */
+static int read_note(int fd, struct keeper_note *kn)
+{
+	ssize_t n;
+
+	do
+		n = read(fd, kn, sizeof(*kn));
+	while (n < 0 && errno == EINTR);
+	return n == (ssize_t)sizeof(*kn) ? 0 : -1;
+}
+
 static void do_spawn(const struct initproto_msg *m, const int *fds, int nfds)
 {
-	int pp[2], err = 0;
-	pid_t pid;
-	ssize_t n;
+	struct keeper_note kn = { 0, EIO }, res = { 0, EIO };
+	int np[2];
+	pid_t keeper;
 
 	if (nfds != 3) {
 		send_msg(INITPROTO_FAILED, m->handle, EBADF, 0);
 		return;
 	}
-	if (find_handle(m->handle) || pipe2(pp, O_CLOEXEC) < 0) {
-		send_msg(INITPROTO_FAILED, m->handle, find_handle(m->handle) ? EEXIST : errno, 0);
+	if (find_handle(m->handle)) {
+		send_msg(INITPROTO_FAILED, m->handle, EEXIST, 0);
 		return;
 	}
-	pid = fork();
-	if (pid < 0) {
-		err = errno;
-		close(pp[0]);
-		close(pp[1]);
+	if (reserve() < 0 || pipe2(np, O_CLOEXEC) < 0) {
+		send_msg(INITPROTO_FAILED, m->handle, errno ? errno : ENOMEM, 0);
+		return;
+	}
+	keeper = fork();
+	if (keeper < 0) {
+		int err = errno;
+
+		close(np[0]);
+		close(np[1]);
 		send_msg(INITPROTO_FAILED, m->handle, err, 0);
 		return;
 	}
-	if (pid == 0) {
-		close(pp[0]);
-		child_exec(m, fds, pp[1]);
+	if (keeper == 0) {
+		close(np[0]);
+		keeper_main(m, fds, np[1]);
 	}
-	close(pp[1]);
-	do
-		n = read(pp[0], &err, sizeof(err));
-	while (n < 0 && errno == EINTR);
-	close(pp[0]);
-	if (n == (ssize_t)sizeof(err)) {
-		int st;
-
-		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-			;
-		send_msg(INITPROTO_FAILED, m->handle, err > 0 ? err : EIO, 0);
+	close(np[1]);
+	/* Wait until the process runs (or not), so that a SIGNAL that follows
+	 * this SPAWN finds it. The keeper has sent STARTED or FAILED. */
+	if (read_note(np[0], &kn) < 0) {
+		/* the keeper died before it forked: nothing runs, nothing was said */
+		close(np[0]);
+		kill(keeper, SIGKILL);
+		send_msg(INITPROTO_FAILED, m->handle, EIO, 0);
 		return;
 	}
-	if (track(m->handle, pid) < 0) {
-		kill(-pid, SIGKILL);
-		send_msg(INITPROTO_FAILED, m->handle, ENOMEM, 0);
+	if (kn.err) {
+		close(np[0]);
+		return;  /* FAILED is sent; the keeper exits, untracked */
+	}
+	if (read_note(np[0], &res) < 0) {
+		/* the keeper was killed while the process started: end it */
+		close(np[0]);
+		kill(-kn.pid, SIGKILL);
+		send_msg(INITPROTO_EXITED, m->handle, kn.pid, SIGKILL);
 		return;
 	}
-	send_msg(INITPROTO_STARTED, m->handle, pid, 0);
+	close(np[0]);
+	if (res.err)
+		return;
+	track(m->handle, keeper, kn.pid);
 }
 
 static void do_signal(const struct initproto_msg *m)
 {
 	struct proc *p = find_handle(m->handle);
+	pid_t ppid;
+	char state;
 
 	if (!p)
 		return;
 	if (m->tree)
-		kill(-p->pid, m->value);
-	else
+		signal_tree(p, m->value);
+	else if (proc_stat(p->pid, &ppid, NULL, &state) == 0 && ppid == p->keeper && state != 'Z')
 		kill(p->pid, m->value);
 }
 
-/* Reap every child that has exited; report the tracked ones. */
+/* Reap every child that has exited: a keeper ends its tree. A keeper that
+ * did not exit on its own (killed from inside the sandbox) may not have
+ * reported the process: report it killed, and kill its group. */
 static void reap(void)
 {
 	for (;;) {
@@ -174,15 +448,35 @@ static void reap(void)
 		if (pid <= 0)
 			return;
 		for (size_t i = 0; i < nprocs; i++) {
-			if (procs[i].pid == pid) {
-				int64_t h = procs[i].handle;
+			if (procs[i].keeper == pid) {
+				struct proc p = procs[i];
 
 				untrack(&procs[i]);
-				send_msg(INITPROTO_EXITED, h, pid, st);
+				if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+					kill(-p.pid, SIGKILL);
+					send_msg(INITPROTO_EXITED, p.handle, p.pid, SIGKILL);
+				}
+				send_msg(INITPROTO_GONE, p.handle, pid, st);
 				break;
 			}
 		}
 	}
+}
+
+/* Kill again what is left of the trees being killed. */
+static void rekill(void)
+{
+	for (size_t i = 0; i < nprocs; i++)
+		if (procs[i].killing)
+			signal_descendants(procs[i].keeper, SIGKILL);
+}
+
+static int any_killing(void)
+{
+	for (size_t i = 0; i < nprocs; i++)
+		if (procs[i].killing)
+			return 1;
+	return 0;
 }
 
 /* One message from the agent; 0, or -1 when the agent is gone. */
@@ -220,31 +514,34 @@ int main(void)
 	static char buf[INITPROTO_MAX];
 	struct pollfd pfd[2];
 	sigset_t set;
-	int sfd;
 
 	prctl(PR_SET_DUMPABLE, 0);
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &set, NULL);
-	sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (sfd < 0 || fcntl(sock, F_SETFD, FD_CLOEXEC) < 0)
+	sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sigfd < 0 || fcntl(sock, F_SETFD, FD_CLOEXEC) < 0)
 		return 1;
 	pfd[0].fd = sock;
 	pfd[0].events = POLLIN;
-	pfd[1].fd = sfd;
+	pfd[1].fd = sigfd;
 	pfd[1].events = POLLIN;
 	for (;;) {
-		int r = poll(pfd, 2, -1);
+		int r = poll(pfd, 2, any_killing() ? KILL_RETRY_MS : -1);
 
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
+		if (r == 0 || any_killing())
+			rekill();
+		if (r == 0)
+			continue;
 		if (pfd[1].revents) {
 			struct signalfd_siginfo si;
 
-			while (read(sfd, &si, sizeof(si)) > 0)
+			while (read(sigfd, &si, sizeof(si)) > 0)
 				;
 			reap();
 		}

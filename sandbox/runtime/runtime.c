@@ -37,12 +37,16 @@
 
 struct rt_proc {
 	struct rt_proc *next;
+	struct rt_sandbox *sb;
 	int64_t handle;
 	pid_t pid;
 	int started;
+	int exited;            /* EXITED came; the record stays until GONE */
 	rt_started_cb on_started;
 	rt_exited_cb on_exited;
+	rt_gone_cb on_gone;
 	void *arg;
+	struct event *kill_ev; /* SIGKILL of the tree after the grace */
 };
 
 struct rt_out {
@@ -176,15 +180,38 @@ static struct rt_proc *proc_find(struct rt_sandbox *sb, int64_t handle, struct r
 	return NULL;
 }
 
-/* Unlink p, fire its on_exited (if still attached), free it. */
+/* The process itself ended: fire on_exited once (the record stays while
+ * its tree lives). p may be freed by the callback (rt_destroy). */
+static void proc_exited(struct rt_proc *p, const struct rt_exit *ex)
+{
+	rt_exited_cb cb = p->on_exited;
+
+	if (p->exited)
+		return;
+	p->exited = 1;
+	p->on_started = NULL;
+	p->on_exited = NULL;
+	if (cb)
+		cb(p->arg, ex);
+}
+
+/* Unlink p: no process of its tree is left (or the sandbox is gone). Fire
+ * on_exited (when ex is given and it did not yet), then on_gone; free it. */
 static void proc_finish(struct rt_sandbox *sb, struct rt_proc **link, const struct rt_exit *ex)
 {
 	struct rt_proc *p = *link;
+	rt_exited_cb exited = p->exited ? NULL : p->on_exited;
+	rt_gone_cb gone = p->on_gone;
+	void *arg = p->arg;
 
 	*link = p->next;
-	if (p->on_exited)
-		p->on_exited(p->arg, ex);
+	if (p->kill_ev)
+		event_free(p->kill_ev);
 	free(p);
+	if (exited && ex)
+		exited(arg, ex);
+	if (gone)
+		gone(arg);
 }
 
 static void procs_fail_all(struct rt_sandbox *sb)
@@ -295,6 +322,11 @@ static void handle_msg(struct rt_sandbox *sb, const struct initproto_msg *m)
 		} else {
 			ex.exit_code = WEXITSTATUS(m->value);
 		}
+		proc_exited(p, &ex);
+		break;
+	case INITPROTO_GONE:
+		ex.exit_code = 128 + SIGKILL;
+		ex.signal = SIGKILL;
 		proc_finish(sb, link, &ex);
 		break;
 	default:
@@ -877,6 +909,7 @@ int64_t rt_spawn(struct rt_sandbox *sb, const struct rt_proc_spec *ps, rt_starte
 		free(p);
 		return err_sys(e, err, "cannot talk to the sandbox's init");
 	}
+	p->sb = sb;
 	p->handle = handle;
 	p->on_started = on_started;
 	p->on_exited = on_exited;
@@ -886,17 +919,62 @@ int64_t rt_spawn(struct rt_sandbox *sb, const struct rt_proc_spec *ps, rt_starte
 	return handle;
 }
 
-int rt_signal(struct rt_sandbox *sb, int64_t handle, int sig, int tree)
+/* Send one SIGNAL to init. 0 or -1. */
+static int send_signal(struct rt_sandbox *sb, int64_t handle, int sig, int tree)
 {
 	char msg[64];
 	ssize_t len;
 
-	if (sb->dead || sb->destroyed || sig < 1 || sig > 64 || !proc_find(sb, handle, NULL))
-		return -1;
 	len = initproto_encode(msg, sizeof(msg), INITPROTO_SIGNAL, handle, sig, tree ? 1 : 0);
 	if (len < 0 || init_send(sb, msg, (size_t)len, NULL, 0) < 0)
 		return -1;
 	return 0;
+}
+
+int rt_signal(struct rt_sandbox *sb, int64_t handle, int sig, int tree)
+{
+	struct rt_proc *p;
+
+	if (sb->dead || sb->destroyed || sig < 1 || sig > 64)
+		return -1;
+	p = proc_find(sb, handle, NULL);
+	if (!p || (!tree && p->exited))
+		return -1;
+	return send_signal(sb, handle, sig, tree);
+}
+
+static void kill_grace_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct rt_proc *p = arg;
+
+	if (!p->sb->dead && !p->sb->destroyed)
+		(void)send_signal(p->sb, p->handle, SIGKILL, 1);
+}
+
+int rt_kill(struct rt_sandbox *sb, int64_t handle, int sig, int64_t grace_ms, rt_gone_cb gone)
+{
+	struct rt_proc *p;
+
+	if (sb->dead || sb->destroyed || sig < 1 || sig > 64)
+		return -1;
+	p = proc_find(sb, handle, NULL);
+	if (!p || send_signal(sb, handle, sig, 1) < 0)
+		return -1;
+	p->on_gone = gone;
+	if (sig == SIGKILL)
+		return 0;
+	if (grace_ms <= 0)
+		return send_signal(sb, handle, SIGKILL, 1) < 0 ? -1 : 0;
+	if (!p->kill_ev)
+		p->kill_ev = evtimer_new(sb->rt->base, kill_grace_cb, p);
+	if (p->kill_ev) {
+		struct timeval tv = { (time_t)(grace_ms / 1000), (suseconds_t)((grace_ms % 1000) * 1000) };
+
+		evtimer_add(p->kill_ev, &tv);
+		return 0;
+	}
+	/* no timer: do not leave the tree running */
+	return send_signal(sb, handle, SIGKILL, 1) < 0 ? -1 : 0;
 }
 
 void rt_detach(struct rt_sandbox *sb, int64_t handle)
@@ -906,6 +984,7 @@ void rt_detach(struct rt_sandbox *sb, int64_t handle)
 	if (p) {
 		p->on_started = NULL;
 		p->on_exited = NULL;
+		p->on_gone = NULL;
 		p->arg = NULL;
 	}
 }

@@ -156,16 +156,30 @@ struct rt_exit {
 
 typedef void (*rt_started_cb)(void *arg, pid_t pid);
 typedef void (*rt_exited_cb)(void *arg, const struct rt_exit *ex);
+typedef void (*rt_gone_cb)(void *arg);
 
 /* Spawn a process in its own process group. on_started fires once with the
  * pid inside the sandbox; on_exited fires exactly once (also when the start
- * failed, or the sandbox is destroyed). Returns a handle > 0, or -1. */
+ * failed, or the sandbox is destroyed). Returns a handle > 0, or -1.
+ *
+ * The handle names the process's tree — everything it started, also what
+ * called setsid() or outlived its parent — and stays valid after the
+ * process exited, for as long as any process of the tree is left. */
 int64_t rt_spawn(struct rt_sandbox *sb, const struct rt_proc_spec *ps, rt_started_cb on_started,
 		 rt_exited_cb on_exited, void *arg, struct sbx_err *e);
 
-/* Send sig to the process group of a spawned process (tree = 1) or only to
- * the process. 0, or -1 when it is unknown or gone. */
+/* Send sig to every process of the tree of handle (tree = 1; a SIGKILL is
+ * repeated by init until the tree is empty), or only to the process while
+ * it runs (tree = 0). 0, or -1 when it is unknown or gone. */
 int rt_signal(struct rt_sandbox *sb, int64_t handle, int sig, int tree);
+
+/* Kill the tree of handle, whether or not the process itself still runs:
+ * sig to every process of it now and, unless sig is SIGKILL, SIGKILL to
+ * every one left after grace_ms (at once when grace_ms <= 0). gone (may be
+ * NULL) fires with the spawn's arg once no process of the tree is left,
+ * or the sandbox went (after on_exited). 0, or -1 when the tree is gone
+ * already (gone does not fire). */
+int rt_kill(struct rt_sandbox *sb, int64_t handle, int sig, int64_t grace_ms, rt_gone_cb gone);
 
 /* Forget the callbacks of a handle (the caller is going away); the process
  * keeps running unless it was signalled. */

@@ -97,6 +97,18 @@ def test_timeout_kills_the_whole_tree(api, box):
     assert count_procs(api, box, "sleep 101") == 0, "the timed-out tree survived"
 
 
+def test_timeout_kills_setsid_and_orphaned_descendants(api, box, stack):
+    """A timeout kills the tree, not only the group: a descendant that called
+    setsid() and one whose parent exited first (trapping TERM both) go too."""
+    res = ex(api, box, command="setsid sh -c 'trap \"\" TERM; sleep 102' & "
+                               "(sh -c 'trap \"\" TERM; sleep 103' &); sleep 104",
+             timeoutMs=500)
+    assert res["exitCode"] == 124 and res["timedOut"] is True
+    stack.wait("the timed-out tree to be gone",
+               lambda: all(count_procs(api, box, "sleep %d" % n) == 0 for n in (102, 103, 104)),
+               timeout=10)
+
+
 def test_json_output_is_capped_and_marked(api, box):
     res = ex(api, box, command="head -c 3000000 /dev/zero | tr '\\0' x")
     assert res["truncated"] is True and res["exitCode"] == 0

@@ -6,7 +6,8 @@ import uuid
 
 import pytest
 
-from conftest import assert_error
+from conftest import assert_error, sandbox_procs
+from test_exhaustion import agent_rss_kib, sanitized
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_start_get_list_logs(api, box):
     by_pid = api("GET", P(box, "/%d" % rec["pid"])).json()
     assert by_pid["id"] == "basic"
     logs = api("GET", P(box, "/basic/logs")).json()
-    assert logs == {"stdout": "out\n", "stderr": "err\n", "truncated": False}
+    assert logs == {"stdout": "out\n", "stderr": "err\n", "truncated": False, "evicted": False}
     ids = [p["id"] for p in api("GET", P(box)).json()["processes"]]
     assert "basic" in ids
 
@@ -215,3 +216,166 @@ def test_bad_start_bodies(api, box, body):
 
 def test_bad_process_ref(api, box):
     assert_error(api("GET", P(box, "/a%20b")), 400, "VALIDATION_FAILED")
+
+
+# ---- a kill takes the whole process tree ------------------------------------------
+
+@pytest.fixture
+def fresh(stack):
+    """A sandbox of its own: (id, key); every process in it is the test's."""
+    sid = "prt-" + uuid.uuid4().hex[:10]
+    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+    assert r.status_code == 201, r.text
+    yield sid, "dev." + sid
+    stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def others(key):
+    """The sandbox's host processes other than its init: [(pid, comm)]."""
+    return [(pid, comm) for pid, comm, _ in sandbox_procs(key) if comm != "sbx-init"]
+
+
+TRAPPED = "trap '' TERM; while :; do sleep 1; done"
+
+
+@pytest.mark.parametrize("name,command,grace", [
+    # the leader dies of TERM; its child ignores it
+    ("nested", """sh -c "sh -c 'trap \\"\\" TERM; while :; do sleep 1; done'" """, None),
+    # a descendant in a session of its own
+    ("setsid", "setsid sh -c \"%s\" & wait" % TRAPPED, "graceMs=500"),
+    # a descendant whose parent exited first (reparented)
+    ("orphan", "(sh -c \"%s\" &); sleep 1000" % TRAPPED, "graceMs=500"),
+])
+def test_kill_leaves_no_process_of_the_tree(api, fresh, name, command, grace):
+    sid, key = fresh
+    assert others(key) == []
+    start(api, sid, id=name, command=command)
+    # the tree is up: the trapping shell runs its sleeps
+    deadline = time.monotonic() + 10
+    while not any(comm == "sleep" for _, comm in others(key)):
+        assert time.monotonic() < deadline, others(key)
+        time.sleep(0.05)
+    r = api("DELETE", P(sid, "/%s%s" % (name, "?" + grace if grace else "")), timeout=30)
+    assert r.status_code == 200, r.text
+    rec = r.json()
+    assert rec["status"] == "killed" and rec["exitCode"] == 143, rec
+    # the answer comes once the tree is gone: nothing of it is left
+    assert others(key) == []
+
+
+def test_kill_of_an_exited_process_takes_what_it_left(api, fresh, stack):
+    sid, key = fresh
+    start(api, sid, id="left", command="(sh -c \"%s\" &) ; echo bye" % TRAPPED)
+    assert wait_exit(api, sid, "left") == 0
+    stack.wait("the orphan to run", lambda: any(c == "sleep" for _, c in others(key)))
+    rec = api("DELETE", P(sid, "/left?graceMs=300"), timeout=30).json()
+    assert rec["status"] == "completed" and rec["exitCode"] == 0
+    assert others(key) == []
+
+
+@pytest.mark.parametrize("when", ["", "sleep 0.3; "])
+def test_a_killed_keeper_ends_its_process(api, fresh, stack, when):
+    """A process that kills its keeper (its parent, a child subreaper) at
+    once or later does not run on unseen: init reports it killed and kills
+    its group."""
+    sid, key = fresh
+    r = api("POST", P(sid), json={"id": "rogue", "command": when + "kill -9 $PPID; sleep 1000"})
+    assert r.status_code == 201, r.text
+    assert wait_exit(api, sid, "rogue") == 137
+    assert api("GET", P(sid, "/rogue")).json()["status"] == "killed"
+    stack.wait("no process of it", lambda: others(key) == [])
+
+
+def test_kill_all_leaves_no_process(api, fresh, stack):
+    sid, key = fresh
+    start(api, sid, id="a", command="setsid sh -c \"%s\" & wait" % TRAPPED)
+    start(api, sid, id="b", command="(sh -c \"%s\" &); sleep 1000" % TRAPPED)
+    stack.wait("the trees to run", lambda: sum(c == "sh" for _, c in others(key)) >= 3)
+    r = api("DELETE", P(sid, "?signal=TERM&graceMs=300"))
+    assert r.status_code == 200 and r.json()["killed"] == 2
+    stack.wait("no process of the trees", lambda: others(key) == [], timeout=15)
+
+
+# ---- the memory of logs is bounded ----------------------------------------------------
+
+def test_log_memory_is_bounded_and_eviction_is_marked(api, stack):
+    """100 finished processes of 1 MiB of output each: the owning agent's RSS
+    grows by about agent.proc_logs_sandbox_bytes (32 MiB), not by 100 MiB+;
+    the logs evicted first say so."""
+    sid = "prm-" + uuid.uuid4().hex[:10]
+    r = api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+    assert r.status_code == 201, r.text
+    node = r.json()["node"]
+    try:
+        before = agent_rss_kib(stack, node)
+        for batch in range(10):
+            for k in range(10):
+                start(api, sid, id="big%d" % (batch * 10 + k),
+                      command="head -c 1048576 /dev/zero | tr '\\0' x")
+            for k in range(10):
+                assert wait_exit(api, sid, "big%d" % (batch * 10 + k)) == 0
+        grown = agent_rss_kib(stack, node) - before
+        # (AddressSanitizer's quarantine of freed memory dominates RSS there)
+        if not sanitized(stack.pid(node)):
+            assert grown < 64 * 1024, "the agent's RSS grew by %d KiB" % grown
+        first = api("GET", P(sid, "/big0/logs")).json()
+        assert first == {"stdout": "", "stderr": "", "truncated": True, "evicted": True}
+        last = api("GET", P(sid, "/big99/logs")).json()
+        assert last["evicted"] is False and last["stdout"] == "x" * 1048576
+        assert api("GET", P(sid, "/big0")).json()["status"] == "completed"
+    finally:
+        api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def test_stdin_queue_is_bounded_with_backpressure(api, box):
+    """The queue holds agent.proc_stdin_bytes (1 MiB): a body larger than
+    that is 413; one that does not fit now waits until the process has read
+    what is queued, and everything arrives in order."""
+    start(api, box, id="stdin-slow", command="sleep 1; wc -c")
+    r = api("POST", P(box, "/stdin-slow/stdin"), data=b"y" * (1024 * 1024 + 1))
+    assert_error(r, 413, "PAYLOAD_TOO_LARGE")
+    assert api("POST", P(box, "/stdin-slow/stdin"), data=b"y" * (1024 * 1024)).json() == \
+        {"written": 1024 * 1024}
+    # does not fit next to the first MiB: answered once wc has read it
+    r = api("POST", P(box, "/stdin-slow/stdin?eof=true"), data=b"z" * (512 * 1024), timeout=30)
+    assert r.status_code == 200 and r.json() == {"written": 512 * 1024}, r.text
+    assert wait_exit(api, box, "stdin-slow") == 0
+    assert api("GET", P(box, "/stdin-slow/logs")).json()["stdout"].strip() == str(1536 * 1024)
+
+
+def test_node_log_bound_evicts_across_sandboxes():
+    """On a node bounded at 3 MiB of logs (each sandbox at 2 MiB): the
+    finished logs of one sandbox are evicted for another's, the first
+    finished first, and a running process's log grows by evicting them."""
+    from conftest import stack_down, stack_up
+
+    st = stack_up(agents=1, overrides=["agent.proc_logs_node_bytes=3145728",
+                                       "agent.proc_logs_sandbox_bytes=2097152"])
+    a, b = "pna-" + uuid.uuid4().hex[:8], "pnb-" + uuid.uuid4().hex[:8]
+    try:
+        for sid in (a, b):
+            assert st.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30).status_code == 201
+        mib = "head -c 1048576 /dev/zero | tr '\\0' %s"
+        start(st.api, a, id="a1", command=mib % "a")
+        assert wait_exit(st.api, a, "a1") == 0
+        start(st.api, a, id="a2", command=mib % "b")
+        assert wait_exit(st.api, a, "a2") == 0
+        # sandbox a holds 2 MiB: its own bound; b's first MiB takes the node to 3
+        start(st.api, b, id="b1", command=mib % "c")
+        assert wait_exit(st.api, b, "b1") == 0
+        assert st.api("GET", P(a, "/a1/logs")).json()["evicted"] is False
+        # one more MiB in b: the node evicts the first finished log (a's a1)
+        start(st.api, b, id="b2", command=mib % "d")
+        assert wait_exit(st.api, b, "b2") == 0
+        assert st.api("GET", P(a, "/a1/logs")).json()["evicted"] is True
+        assert st.api("GET", P(a, "/a2/logs")).json()["stdout"] == "b" * 1048576
+        # b is at its own bound with b1 and b2: a running process's log takes
+        # the room of b's first finished one
+        start(st.api, b, id="run", command="%s; echo; echo tail-end; sleep 30" % (mib % "e"))
+        st.api("GET", P(b, "/run/wait?log=tail-end&timeoutMs=10000"), timeout=15)
+        logs = st.api("GET", P(b, "/run/logs")).json()
+        assert logs["stdout"].endswith("e\ntail-end\n") and logs["evicted"] is False
+        assert st.api("GET", P(b, "/b1/logs")).json()["evicted"] is True
+        st.api("DELETE", P(b, "/run?signal=KILL"))
+    finally:
+        stack_down(st)

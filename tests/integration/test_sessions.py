@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from conftest import assert_error
+from conftest import assert_error, sandbox_procs
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +21,17 @@ def box(stack):
 def sx(api, box, session, command, timeout=30, **extra):
     body = dict(command=command, session=session, **extra)
     return api("POST", "/v1/sandboxes/%s/exec" % box, json=body, timeout=timeout)
+
+
+def sse_events(resp):
+    """(event, data) pairs of an SSE answer."""
+    events, name = [], None
+    for line in resp.iter_lines(decode_unicode=True):
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            events.append((name, json.loads(line[6:])))
+    return events
 
 
 def ok(api, box, session, command, **extra):
@@ -110,19 +121,34 @@ def test_stream_in_a_session(api, box):
             headers={"Accept": "text/event-stream"},
             json={"command": "echo one; echo two >&2; exit_code=7; (exit 7)", "session": "sse"})
     assert r.status_code == 200
-    events = []
-    name = None
-    for line in r.iter_lines(decode_unicode=True):
-        if line.startswith("event: "):
-            name = line[7:]
-        elif line.startswith("data: "):
-            events.append((name, json.loads(line[6:])))
+    events = sse_events(r)
     names = [n for n, _ in events]
     assert names[0] == "start" and names[-1] == "exit"
     out = "".join(d["data"] for n, d in events if n == "stdout")
     err = "".join(d["data"] for n, d in events if n == "stderr")
     assert out == "one\n" and err == "two\n"
     assert events[-1][1]["exitCode"] == 7
+
+
+@pytest.mark.parametrize("how", ["implicit", "created", "restarted"])
+def test_start_comes_first_on_a_new_shell(api, box, how):
+    """The first command of a new (or restarted) shell: `start` precedes
+    every output event, every time."""
+    for i in range(30):
+        session = "first-%s-%d-%s" % (how, i, uuid.uuid4().hex[:6])
+        if how == "created":
+            r = api("POST", "/v1/sandboxes/%s/sessions" % box, json={"id": session})
+            assert r.status_code == 201, r.text
+        if how == "restarted":
+            assert_error(sx(api, box, session, "exit 4"), 410, "SESSION_TERMINATED")
+        r = api("POST", "/v1/sandboxes/%s/exec" % box, stream=True,
+                headers={"Accept": "text/event-stream"},
+                json={"command": "echo out; echo err >&2", "session": session})
+        assert r.status_code == 200
+        names = [n for n, _ in sse_events(r)]
+        assert names[0] == "start" and names[-1] == "exit", (i, names)
+        assert "stdout" in names and "stderr" in names, (i, names)
+        api("DELETE", "/v1/sandboxes/%s/sessions/%s" % (box, session))
 
 
 def test_create_list_delete(api, box):
@@ -152,6 +178,34 @@ def test_delete_kills_the_running_command(api, box, stack):
     assert api("DELETE", base + "/doomed").status_code == 204
     t.join(10)
     assert_error(holder["r"], 410, "SESSION_TERMINATED")
+
+
+def test_delete_kills_the_sessions_background_jobs(api, stack):
+    """Deleting a session kills its shell's whole tree: a background job, one
+    in a session of its own, and an orphan whose parent exited first."""
+    sid = "sxt-" + uuid.uuid4().hex[:8]
+    assert api("PUT", "/v1/sandboxes/" + sid).status_code == 201
+    key = "dev." + sid
+    try:
+        base = "/v1/sandboxes/%s/sessions" % sid
+        assert api("POST", base, json={"id": "bg"}).status_code == 201
+        ok(api, sid, "bg", "sleep 1001 >/dev/null 2>&1 & "
+                           "setsid sh -c 'trap \"\" TERM; sleep 1002' >/dev/null 2>&1 & "
+                           "(sleep 1003 >/dev/null 2>&1 &); echo started")
+        stack.wait("the jobs to run",
+                   lambda: sum(c == "sleep" for _, c, _ in sandbox_procs(key)) == 3)
+        # a shell that exits on its own leaves its job; the next shell is new
+        assert_error(sx(api, sid, "bg", "sleep 1004 >/dev/null 2>&1 & exit 3"), 410,
+                     "SESSION_TERMINATED")
+        ok(api, sid, "bg", "sleep 1005 >/dev/null 2>&1 & echo again")
+        stack.wait("the jobs to run",
+                   lambda: sum(c == "sleep" for _, c, _ in sandbox_procs(key)) == 5)
+        assert api("DELETE", base + "/bg").status_code == 204
+        stack.wait("no process of the session's shells",
+                   lambda: [c for _, c, _ in sandbox_procs(key) if c != "sbx-init"] == [],
+                   timeout=10)
+    finally:
+        api("DELETE", "/v1/sandboxes/" + sid)
 
 
 def test_bad_input(api, box):

@@ -59,6 +59,14 @@ TEST(rt_initproto_fixed_roundtrip)
 	n = initproto_encode(buf, sizeof(buf), INITPROTO_FAILED, 4, ENOENT, 0);
 	CHECK_INT(initproto_decode(buf, (size_t)n, &m), 0);
 	CHECK_INT(m.value, ENOENT);
+	n = initproto_encode(buf, sizeof(buf), INITPROTO_GONE, 5, 77, 0);
+	CHECK_INT(initproto_decode(buf, (size_t)n, &m), 0);
+	CHECK_INT(m.type, INITPROTO_GONE);
+	CHECK_INT(m.handle, 5);
+	CHECK_INT(m.pid, 77);
+	CHECK_INT(m.value, 0);
+	n = initproto_encode(buf, sizeof(buf), INITPROTO_GONE, 5, 0, 0);
+	CHECK_INT(initproto_decode(buf, (size_t)n, &m), -1);   /* no keeper pid */
 	CHECK_INT(initproto_encode(buf, sizeof(buf), 99, 1, 1, 1), -1);
 	CHECK_INT(initproto_encode(buf, 8, INITPROTO_STARTED, 1, 1, 0), -1);
 }
