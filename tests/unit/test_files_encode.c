@@ -12,6 +12,7 @@ TEST(files_json_escape_matches_jansson)
 {
 	char s[160];
 	struct buf b;
+	json_t *str;
 	char *want;
 	size_t n = 0;
 
@@ -19,7 +20,9 @@ TEST(files_json_escape_matches_jansson)
 		s[n++] = (char)c;
 	memcpy(s + n, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 9);   /* é € 😀 pass through */
 	n += 9;
-	want = json_dumps(json_stringn(s, n), JSON_ENCODE_ANY | JSON_COMPACT);
+	str = json_stringn(s, n);
+	want = json_dumps(str, JSON_ENCODE_ANY | JSON_COMPACT);
+	json_decref(str);
 	CHECK(want != NULL);
 	buf_init(&b, 4096);
 	CHECK_INT(buf_add(&b, "\"", 1), 0);
@@ -34,26 +37,31 @@ TEST(files_json_escape_matches_jansson)
  * says of the whole. */
 TEST(files_utf8_feed_any_split)
 {
-	static const char *const samples[] = {
-		"plain ascii",
-		"a\xc3\xa9" "b\xe2\x82\xac" "c\xf0\x9f\x98\x80" "d",
-		"\xf0\x9f\x98\x80\xf0\x9f\x98\x80",
-		"bad \xff byte",
-		"cut at the end \xe2\x82",
-		"nul \x00 inside",
-		"\xc3",
-		"\x80 lone continuation",
+	/* lengths from sizeof: a NUL inside a sample is part of it */
+#define SAMPLE(lit) { lit, sizeof(lit) - 1 }
+	static const struct {
+		const char *s;
+		size_t len;
+	} samples[] = {
+		SAMPLE("plain ascii"),
+		SAMPLE("a\xc3\xa9" "b\xe2\x82\xac" "c\xf0\x9f\x98\x80" "d"),
+		SAMPLE("\xf0\x9f\x98\x80\xf0\x9f\x98\x80"),
+		SAMPLE("bad \xff byte"),
+		SAMPLE("cut at the end \xe2\x82"),
+		SAMPLE("nul \x00 inside"),
+		SAMPLE("\xc3"),
+		SAMPLE("\x80 lone continuation"),
 	};
-	static const size_t lens[] = { 11, 14, 8, 12, 17, 13, 1, 20 };
+#undef SAMPLE
 
-	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
-		int want = ids_valid_utf8(samples[i], lens[i]);
+	for (size_t i = 0; i < sizeof(samples) / sizeof(samples[0]); i++) {
+		int want = ids_valid_utf8(samples[i].s, samples[i].len);
 
-		for (size_t cut = 0; cut <= lens[i]; cut++) {
+		for (size_t cut = 0; cut <= samples[i].len; cut++) {
 			struct files_utf8 u = { .valid = 1 };
 
-			files_utf8_feed(&u, samples[i], cut, 0);
-			files_utf8_feed(&u, samples[i] + cut, lens[i] - cut, 0);
+			files_utf8_feed(&u, samples[i].s, cut, 0);
+			files_utf8_feed(&u, samples[i].s + cut, samples[i].len - cut, 0);
 			files_utf8_feed(&u, "", 0, 1);
 			if (u.valid != want)
 				fprintf(stderr, "  sample %zu cut %zu: %d, expected %d\n", i, cut, u.valid, want);
@@ -63,8 +71,8 @@ TEST(files_utf8_feed_any_split)
 		{
 			struct files_utf8 u = { .valid = 1 };
 
-			for (size_t k = 0; k < lens[i]; k++)
-				files_utf8_feed(&u, samples[i] + k, 1, 0);
+			for (size_t k = 0; k < samples[i].len; k++)
+				files_utf8_feed(&u, samples[i].s + k, 1, 0);
 			files_utf8_feed(&u, "", 0, 1);
 			CHECK_INT(u.valid, want);
 		}
