@@ -147,10 +147,13 @@ bench: deps
 	SBX_BUILD=$(BUILD) $(PYTHON) tests/bench/run.py
 
 # Two minutes of mixed load at ~60% of the measured peak; RSS and fd samples
-# of the API pool and the agents every 10 s (not part of `make test`).
+# of the API pool and the agents every 10 s; then the soak under abuse (one
+# tenant attacks the node, another's execs must see no error). Not part of
+# `make test`.
 soak: deps
 	$(MAKE) all
 	SBX_BUILD=$(BUILD) $(PYTHON) tests/soak/run.py $(SOAK_ARGS)
+	SBX_BUILD=$(BUILD) $(PYTHON) tests/soak/abuse.py $(ABUSE_ARGS)
 
 clean:
 	rm -rf build
