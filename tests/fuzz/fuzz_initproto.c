@@ -30,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		free(copy);
 		return 0;
 	}
-	FUZZ_ASSERT(m.type >= INITPROTO_SPAWN && m.type <= INITPROTO_EXITED);
+	FUZZ_ASSERT(m.type >= INITPROTO_SPAWN && m.type <= INITPROTO_GONE);
 	again = malloc(INITPROTO_MAX);
 	FUZZ_ASSERT(again);
 	if (m.type == INITPROTO_SPAWN) {
