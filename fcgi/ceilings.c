@@ -238,7 +238,7 @@ static int run_usage(const char *tenant, const char *id, const struct placement_
 	snprintf(c, sizeof(c), "%lld", (long long)(need ? need->cpus_milli : 0));
 	snprintf(lm, sizeof(lm), "%lld", (long long)(lim ? lim->memory_mib : 0));
 	snprintf(lc, sizeof(lc), "%lld", (long long)(lim ? lim->cpus_milli : 0));
-	r = scripts_run(SCRIPT_TENANT_USAGE, 2, (const char *[]){ zkey, ukey }, 6,
+	r = scripts_run(RSCRIPT_TENANT_USAGE, 2, (const char *[]){ zkey, ukey }, 6,
 			(const char *[]){ id, m, c, lm, lc, resize ? "1" : "0" }, e);
 	if (!r)
 		return -1;

@@ -231,7 +231,7 @@ json_t *lifecycle_record_json(const json_t *f)
 /* Run a script that changes the record of tenant/id together with its
  * index entries: KEYS the record and the tenant's set (quota and listing).
  * New reply or NULL with e. */
-static redisReply *run_indexed(enum script_id script, const char *tenant, const char *id,
+static redisReply *run_indexed(enum rscript_id script, const char *tenant, const char *id,
 			       int nargs, const char **args, struct sbx_err *e)
 {
 	char key[RKEYS_MAX], tkey[RKEYS_MAX];
@@ -435,7 +435,7 @@ static int set_state(const char *tenant, const char *id, const char *epoch, cons
 
 	rkeys_sandbox(key, tenant, id);
 	now_iso(now);
-	r = scripts_run(SCRIPT_SET_STATE, 1, (const char *[]){ key }, started ? 6 : 4, args, e);
+	r = scripts_run(RSCRIPT_SET_STATE, 1, (const char *[]){ key }, started ? 6 : 4, args, e);
 	if (!r)
 		return -1;
 	if (r->type != REDIS_REPLY_INTEGER)
@@ -455,7 +455,7 @@ static int start_new(const char *tenant, const char *id, const json_t *rec, cons
 
 	rkeys_sandbox(key, tenant, id);
 	now_iso(now);
-	r = scripts_run(SCRIPT_START, 1, (const char *[]){ key }, 4,
+	r = scripts_run(RSCRIPT_START, 1, (const char *[]){ key }, 4,
 			(const char *[]){ fstr(rec, "epoch"), node, "1", now }, e);
 	if (!r)
 		return -1;
@@ -682,7 +682,7 @@ static int update_record(const char *tenant, const char *id, const struct lc_spe
 		text = merged ? json_dumps(merged, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 		if (!text)
 			return err_set(e, SBX_E_INTERNAL, "out of memory");
-		r = scripts_run(SCRIPT_UPDATE, 1, (const char *[]){ key }, 5,
+		r = scripts_run(RSCRIPT_UPDATE, 1, (const char *[]){ key }, 5,
 				(const char *[]){ old_pending, fstr(rec, "generation") ? fstr(rec, "generation") : "",
 						  text, sleep_ms, keep }, e);
 		if (!r)
@@ -734,7 +734,7 @@ int lifecycle_update(const char *tenant, const char *id, const struct lc_spec *s
 static int destroy_record(const char *tenant, const char *id, const char *epoch,
 			  struct sbx_err *e)
 {
-	auto_reply redisReply *r = run_indexed(SCRIPT_DESTROY, tenant, id, 3,
+	auto_reply redisReply *r = run_indexed(RSCRIPT_DESTROY, tenant, id, 3,
 						(const char *[]){ epoch, tenant, id }, e);
 
 	if (!r)
@@ -754,7 +754,7 @@ static int destroy_record(const char *tenant, const char *id, const char *epoch,
 int lifecycle_repair_index(const char *tenant, const char *id, long long *changed,
 			   struct sbx_err *e)
 {
-	auto_reply redisReply *r = run_indexed(SCRIPT_REPAIR, tenant, id, 2,
+	auto_reply redisReply *r = run_indexed(RSCRIPT_REPAIR, tenant, id, 2,
 						(const char *[]){ tenant, id }, e);
 
 	if (!r)
@@ -922,7 +922,7 @@ static int create_record(const struct sbx_conf *c, const char *tenant, const cha
 	snprintf(sleep_ms, sizeof(sleep_ms), "%lld",
 		 (long long)((s->has & LC_HAS_SLEEP_AFTER) ? s->sleep_after_ms : c->sandbox.sleep_after_ms));
 	snprintf(quota, sizeof(quota), "%lld", (long long)quota_sandboxes);
-	r = run_indexed(SCRIPT_CREATE, tenant, id, 12,
+	r = run_indexed(RSCRIPT_CREATE, tenant, id, 12,
 			(const char *[]){ tenant, id, node, sleep_ms,
 					  (s->has & LC_HAS_KEEP_ALIVE) && s->keep_alive ? "1" : "0",
 					  labels, resources,
