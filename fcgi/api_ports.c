@@ -135,7 +135,7 @@ static int expose_once(struct http_req *r, const char *id, int port, const char 
 	}
 	keys[0] = key;
 	args[0] = r->tenant;
-	cl = scripts_run(SCRIPT_PREVIEW_CLAIM, 1, keys, 1, args, e);
+	cl = scripts_run(RSCRIPT_PREVIEW_CLAIM, 1, keys, 1, args, e);
 	if (!cl) {
 		json_decref(old);
 		return -1;

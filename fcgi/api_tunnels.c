@@ -361,7 +361,7 @@ static int tunnel_make(struct http_req *r, const char *id, int port, const struc
 	args[0] = pstr;
 	args[1] = nonce;
 	args[2] = text;
-	rep = scripts_run(SCRIPT_TUNNEL_COMMIT, 2, keys, 3, args, e);
+	rep = scripts_run(RSCRIPT_TUNNEL_COMMIT, 2, keys, 3, args, e);
 	if (!rep)
 		goto undo;
 	stored = rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
@@ -501,7 +501,7 @@ int api_tunnels_create(struct http_req *r, struct sbx_err *e)
 		args[3] = nonce;
 		args[4] = ttls;
 		args[5] = maxs;
-		rep = scripts_run(SCRIPT_TUNNEL_CLAIM, 2, keys, 6, args, e);
+		rep = scripts_run(RSCRIPT_TUNNEL_CLAIM, 2, keys, 6, args, e);
 		if (!rep)
 			return -1;
 		if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 ||

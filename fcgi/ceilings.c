@@ -2,10 +2,10 @@
 #include "rkeys.h"
 #include "jsonv.h"
 #include "scripts.h"
+#include "spec.h"
 #include "store.h"
 #include "util.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -56,23 +56,6 @@ int ceilings_conf_check(const struct sbx_conf *c, struct sbx_err *e)
 				       "sandbox.%s (%lld) is above its ceiling sandbox.max_%s (%lld)",
 				       pairs[i].key, (long long)pairs[i].def, pairs[i].key,
 				       (long long)pairs[i].max);
-	return 0;
-}
-
-int ceilings_json_milli(const json_t *obj, const char *name, const char *where, int64_t lo,
-			int64_t hi, int64_t *out, struct sbx_err *e)
-{
-	const json_t *v = json_object_get(obj, name);
-	double d;
-
-	if (!v)
-		return 0;
-	d = json_number_value(v);
-	if (!json_is_number(v) || !(d > 0) || !isfinite(d) || d * 1000.0 + 0.5 < (double)lo ||
-	    d * 1000.0 + 0.5 >= (double)hi + 1)
-		return err_set(e, SBX_E_VALIDATION, "field '%s' in %s must be between %g and %g",
-			       name, where, (double)lo / 1000.0, (double)hi / 1000.0);
-	*out = (int64_t)(d * 1000.0 + 0.5);
 	return 0;
 }
 
@@ -150,7 +133,7 @@ int ceilings_tenant_parse(const json_t *body, struct ceilings_tenant *out, unsig
 	if (json_is_number(json_object_get(body, "cpus"))) {
 		if (conf_bounds("api", "tenant_cpus_milli", &lo, &hi) < 0)
 			return err_set(e, SBX_E_INTERNAL, "no bounds of tenant_cpus_milli");
-		if (ceilings_json_milli(body, "cpus", "the body", lo, hi, &out->cpus_milli, e) < 0)
+		if (spec_milli(body, "cpus", "the body", lo, hi, &out->cpus_milli, e) < 0)
 			return -1;
 		*set |= CEILINGS_CPUS;
 	}
@@ -255,7 +238,7 @@ static int run_usage(const char *tenant, const char *id, const struct placement_
 	snprintf(c, sizeof(c), "%lld", (long long)(need ? need->cpus_milli : 0));
 	snprintf(lm, sizeof(lm), "%lld", (long long)(lim ? lim->memory_mib : 0));
 	snprintf(lc, sizeof(lc), "%lld", (long long)(lim ? lim->cpus_milli : 0));
-	r = scripts_run(SCRIPT_TENANT_USAGE, 2, (const char *[]){ zkey, ukey }, 6,
+	r = scripts_run(RSCRIPT_TENANT_USAGE, 2, (const char *[]){ zkey, ukey }, 6,
 			(const char *[]){ id, m, c, lm, lc, resize ? "1" : "0" }, e);
 	if (!r)
 		return -1;

@@ -60,11 +60,6 @@ int ceilings_conf_check(const struct sbx_conf *c, struct sbx_err *e);
 int ceilings_check_sandbox(const struct sbx_conf *c, int64_t memory_mib, int64_t cpus_milli,
 			   int64_t pids, int64_t disk_mib, struct sbx_err *e);
 
-/* The number obj[name] as thousandths in [lo, hi] (absent: *out unchanged);
- * where names the object in the message. 0 or -1 with e = VALIDATION. */
-int ceilings_json_milli(const json_t *obj, const char *name, const char *where, int64_t lo,
-			int64_t hi, int64_t *out, struct sbx_err *e);
-
 /* memoryMiB and cpus of a resources object ({memoryMiB, cpus, ...}); a
  * missing or malformed member is 0. */
 void ceilings_resources_need(const json_t *resources, struct placement_need *need);

@@ -8,6 +8,7 @@
 #include "placement.h"
 #include "preview.h"
 #include "scripts.h"
+#include "spec.h"
 #include "store.h"
 #include "util.h"
 
@@ -38,23 +39,6 @@ static const struct jsonv_field spec_fields[] = {
 	{ NULL, 0, 0 },
 };
 
-static const struct jsonv_field resource_fields[] = {
-	{ "memoryMiB", JV_INTEGER, 0 },
-	{ "cpus", JV_NUMBER, 0 },
-	{ "pids", JV_INTEGER, 0 },
-	{ "diskMiB", JV_INTEGER, 0 },
-	{ NULL, 0, 0 },
-};
-
-/* A numeric bound of the config table (the same limits as sbx.conf). */
-static void bounds(const char *key, int64_t *min, int64_t *max)
-{
-	if (conf_bounds("sandbox", key, min, max) < 0) {
-		*min = 1;
-		*max = INT64_MAX;
-	}
-}
-
 json_t *lifecycle_resources_json(int64_t memory_mib, int64_t cpus_milli, int64_t pids,
 				 int64_t disk_mib)
 {
@@ -65,118 +49,62 @@ json_t *lifecycle_resources_json(int64_t memory_mib, int64_t cpus_milli, int64_t
 			 "pids", (json_int_t)pids, "diskMiB", (json_int_t)disk_mib);
 }
 
+/* resources: the shared rules (spec.c), then the operator ceilings. */
 static int parse_resources(const json_t *res, const struct sbx_conf *c, struct lc_spec *s,
 			   struct sbx_err *e)
 {
-	int64_t mem = c->sandbox.memory_mib, cpus = c->sandbox.cpus_milli, pids = c->sandbox.pids;
-	int64_t disk = c->sandbox.disk_mib, lo, hi;
+	struct spec_resources r;
 
-	if (jsonv_check(res, resource_fields, "'resources'", e) < 0)
+	spec_resources_default(c, &r);
+	if (spec_resources(res, &r, e) < 0 ||
+	    ceilings_check_sandbox(c, r.memory_mib, r.cpus_milli, r.pids, r.disk_mib, e) < 0)
 		return -1;
-	bounds("memory_mib", &lo, &hi);
-	if (jsonv_int(res, "memoryMiB", lo, hi, &mem, e) < 0)
-		return -1;
-	bounds("pids", &lo, &hi);
-	if (jsonv_int(res, "pids", lo, hi, &pids, e) < 0)
-		return -1;
-	bounds("disk_mib", &lo, &hi);
-	if (jsonv_int(res, "diskMiB", lo, hi, &disk, e) < 0)
-		return -1;
-	bounds("cpus_milli", &lo, &hi);
-	if (ceilings_json_milli(res, "cpus", "'resources'", lo, hi, &cpus, e) < 0 ||
-	    ceilings_check_sandbox(c, mem, cpus, pids, disk, e) < 0)
-		return -1;
-	s->resources = lifecycle_resources_json(mem, cpus, pids, disk);
+	s->resources = lifecycle_resources_json(r.memory_mib, r.cpus_milli, r.pids, r.disk_mib);
 	if (!s->resources)
 		return err_set(e, SBX_E_INTERNAL, "out of memory");
 	s->has |= LC_HAS_RESOURCES;
 	return 0;
 }
 
-static int parse_sleep_after(const json_t *v, struct lc_spec *s, struct sbx_err *e)
-{
-	int64_t ms;
-
-	if (json_is_integer(v))
-		ms = json_integer_value(v);
-	else if (conf_parse_duration(json_string_value(v), &ms) < 0)
-		return err_set(e, SBX_E_VALIDATION,
-			       "'sleepAfter' must be milliseconds or a duration like \"30s\", \"10m\", \"1h\"");
-	if (ms < LC_SLEEP_MIN_MS || ms > LC_SLEEP_MAX_MS)
-		return err_set(e, SBX_E_VALIDATION, "'sleepAfter' must be between 1s and 30 days");
-	s->sleep_after_ms = ms;
-	s->has |= LC_HAS_SLEEP_AFTER;
-	return 0;
-}
-
 int lifecycle_parse_spec(const json_t *body, const struct sbx_conf *c, struct lc_spec *s,
 			 struct sbx_err *e)
 {
-	const char *k;
-	json_t *v, *item;   /* item: the member while v is the object iterated */
+	json_t *v;
 
 	memset(s, 0, sizeof(*s));
 	if (jsonv_check(body, spec_fields, "the body", e) < 0)
 		goto fail;
 	if ((v = json_object_get(body, "labels"))) {
-		if (jsonv_string_map(v, "labels", LC_LABELS_MAX, 63, 255, 0, e) < 0)
+		if (spec_labels(v, e) < 0)
 			goto fail;
-		json_object_foreach(v, k, item) {
-			if (!ids_valid_label_key(k)) {
-				err_set(e, SBX_E_VALIDATION,
-					"label key '%.64s' must be 1-63 printable ASCII without '{', '}', ':', ',' or space",
-					k);
-				goto fail;
-			}
-			if (!ids_valid_label_value(json_string_value(item))) {
-				err_set(e, SBX_E_VALIDATION,
-					"label '%.64s' must have a value of 0-255 printable ASCII without '{', '}' or ','",
-					k);
-				goto fail;
-			}
-		}
-		s->labels = json_deep_copy(json_object_get(body, "labels"));
+		s->labels = json_deep_copy(v);
 		s->has |= LC_HAS_LABELS;
 	}
 	if ((v = json_object_get(body, "env"))) {
-		if (jsonv_string_map(v, "env", LC_ENV_MAX, LC_ENV_KEY_MAX, LC_ENV_VALUE_MAX, 0, e) < 0)
+		if (spec_env(v, 0, e) < 0)
 			goto fail;
-		json_object_foreach(v, k, item) {
-			if (!ids_valid_env_name(k)) {
-				err_set(e, SBX_E_VALIDATION,
-					"env name '%.64s' must match [A-Za-z_][A-Za-z0-9_]* (at most %d bytes)",
-					k, LC_ENV_KEY_MAX);
-				goto fail;
-			}
-			if (strlen(json_string_value(item)) != json_string_length(item)) {
-				err_set(e, SBX_E_VALIDATION, "env '%.64s' must not contain NUL", k);
-				goto fail;
-			}
-		}
-		s->env = json_deep_copy(json_object_get(body, "env"));
+		s->env = json_deep_copy(v);
 		s->has |= LC_HAS_ENV;
 	}
 	if ((v = json_object_get(body, "image"))) {
-		if (!ids_valid_image(json_string_value(v))) {
-			err_set(e, SBX_E_VALIDATION, "'image' must match [a-z0-9][a-z0-9._-]{0,62}");
+		if (spec_image(v, e) < 0)
 			goto fail;
-		}
 		snprintf(s->image, sizeof(s->image), "%s", json_string_value(v));
 		s->has |= LC_HAS_IMAGE;
 	}
 	if ((v = json_object_get(body, "network"))) {
-		const char *n = json_string_value(v);
-		if (strcmp(n, "none") != 0 && strcmp(n, "egress") != 0) {
-			err_set(e, SBX_E_VALIDATION, "'network' must be \"none\" or \"egress\"");
+		if (spec_network(v, NULL, e) < 0)
 			goto fail;
-		}
-		snprintf(s->network, sizeof(s->network), "%s", n);
+		snprintf(s->network, sizeof(s->network), "%s", json_string_value(v));
 		s->has |= LC_HAS_NETWORK;
 	}
 	if ((v = json_object_get(body, "resources")) && parse_resources(v, c, s, e) < 0)
 		goto fail;
-	if ((v = json_object_get(body, "sleepAfter")) && parse_sleep_after(v, s, e) < 0)
-		goto fail;
+	if ((v = json_object_get(body, "sleepAfter"))) {
+		if (spec_sleep_after(v, &s->sleep_after_ms, e) < 0)
+			goto fail;
+		s->has |= LC_HAS_SLEEP_AFTER;
+	}
 	if ((v = json_object_get(body, "keepAlive"))) {
 		s->keep_alive = json_is_true(v);
 		s->has |= LC_HAS_KEEP_ALIVE;
@@ -303,7 +231,7 @@ json_t *lifecycle_record_json(const json_t *f)
 /* Run a script that changes the record of tenant/id together with its
  * index entries: KEYS the record and the tenant's set (quota and listing).
  * New reply or NULL with e. */
-static redisReply *run_indexed(enum script_id script, const char *tenant, const char *id,
+static redisReply *run_indexed(enum rscript_id script, const char *tenant, const char *id,
 			       int nargs, const char **args, struct sbx_err *e)
 {
 	char key[RKEYS_MAX], tkey[RKEYS_MAX];
@@ -507,7 +435,7 @@ static int set_state(const char *tenant, const char *id, const char *epoch, cons
 
 	rkeys_sandbox(key, tenant, id);
 	now_iso(now);
-	r = scripts_run(SCRIPT_SET_STATE, 1, (const char *[]){ key }, started ? 6 : 4, args, e);
+	r = scripts_run(RSCRIPT_SET_STATE, 1, (const char *[]){ key }, started ? 6 : 4, args, e);
 	if (!r)
 		return -1;
 	if (r->type != REDIS_REPLY_INTEGER)
@@ -527,7 +455,7 @@ static int start_new(const char *tenant, const char *id, const json_t *rec, cons
 
 	rkeys_sandbox(key, tenant, id);
 	now_iso(now);
-	r = scripts_run(SCRIPT_START, 1, (const char *[]){ key }, 4,
+	r = scripts_run(RSCRIPT_START, 1, (const char *[]){ key }, 4,
 			(const char *[]){ fstr(rec, "epoch"), node, "1", now }, e);
 	if (!r)
 		return -1;
@@ -754,7 +682,7 @@ static int update_record(const char *tenant, const char *id, const struct lc_spe
 		text = merged ? json_dumps(merged, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 		if (!text)
 			return err_set(e, SBX_E_INTERNAL, "out of memory");
-		r = scripts_run(SCRIPT_UPDATE, 1, (const char *[]){ key }, 5,
+		r = scripts_run(RSCRIPT_UPDATE, 1, (const char *[]){ key }, 5,
 				(const char *[]){ old_pending, fstr(rec, "generation") ? fstr(rec, "generation") : "",
 						  text, sleep_ms, keep }, e);
 		if (!r)
@@ -806,7 +734,7 @@ int lifecycle_update(const char *tenant, const char *id, const struct lc_spec *s
 static int destroy_record(const char *tenant, const char *id, const char *epoch,
 			  struct sbx_err *e)
 {
-	auto_reply redisReply *r = run_indexed(SCRIPT_DESTROY, tenant, id, 3,
+	auto_reply redisReply *r = run_indexed(RSCRIPT_DESTROY, tenant, id, 3,
 						(const char *[]){ epoch, tenant, id }, e);
 
 	if (!r)
@@ -826,7 +754,7 @@ static int destroy_record(const char *tenant, const char *id, const char *epoch,
 int lifecycle_repair_index(const char *tenant, const char *id, long long *changed,
 			   struct sbx_err *e)
 {
-	auto_reply redisReply *r = run_indexed(SCRIPT_REPAIR, tenant, id, 2,
+	auto_reply redisReply *r = run_indexed(RSCRIPT_REPAIR, tenant, id, 2,
 						(const char *[]){ tenant, id }, e);
 
 	if (!r)
@@ -994,7 +922,7 @@ static int create_record(const struct sbx_conf *c, const char *tenant, const cha
 	snprintf(sleep_ms, sizeof(sleep_ms), "%lld",
 		 (long long)((s->has & LC_HAS_SLEEP_AFTER) ? s->sleep_after_ms : c->sandbox.sleep_after_ms));
 	snprintf(quota, sizeof(quota), "%lld", (long long)quota_sandboxes);
-	r = run_indexed(SCRIPT_CREATE, tenant, id, 12,
+	r = run_indexed(RSCRIPT_CREATE, tenant, id, 12,
 			(const char *[]){ tenant, id, node, sleep_ms,
 					  (s->has & LC_HAS_KEEP_ALIVE) && s->keep_alive ? "1" : "0",
 					  labels, resources,

@@ -18,17 +18,19 @@
 #include "conf.h"
 #include "err.h"
 #include "ids.h"
+#include "spec.h"
 
 #include <hiredis/hiredis.h>
 #include <jansson.h>
 #include <stdint.h>
 
-#define LC_LABELS_MAX 64
-#define LC_ENV_MAX 256
-#define LC_ENV_KEY_MAX IDS_ENV_NAME_MAX
-#define LC_ENV_VALUE_MAX 32768
-#define LC_SLEEP_MIN_MS 1000
-#define LC_SLEEP_MAX_MS 2592000000LL   /* 30 days */
+/* The rules of a spec are shared with the agent (sandbox/common/spec.h). */
+#define LC_LABELS_MAX SPEC_LABELS_MAX
+#define LC_ENV_MAX SPEC_ENV_MAX
+#define LC_ENV_KEY_MAX SPEC_ENV_KEY_MAX
+#define LC_ENV_VALUE_MAX SPEC_ENV_VALUE_MAX
+#define LC_SLEEP_MIN_MS SPEC_SLEEP_MIN_MS
+#define LC_SLEEP_MAX_MS SPEC_SLEEP_MAX_MS
 
 enum lc_has {
 	LC_HAS_LABELS = 1 << 0,

@@ -173,7 +173,7 @@ void preview_cad(const char *key, const char *value)
 {
 	struct sbx_err e = { 0 };
 	const char *keys[1] = { key }, *args[1] = { value };
-	redisReply *r = scripts_run(SCRIPT_CAD, 1, keys, 1, args, &e);
+	redisReply *r = scripts_run(RSCRIPT_CAD, 1, keys, 1, args, &e);
 
 	if (r)
 		freeReplyObject(r);
@@ -417,7 +417,7 @@ int preview_record_del(const char *tenant, const char *id, const char *kind, int
 
 	rkeys_sandbox_sub(key, tenant, id, kind);
 	snprintf(pstr, sizeof(pstr), "%d", port);
-	r = scripts_run(SCRIPT_HCAD, 1, keys, 2, args, e);
+	r = scripts_run(RSCRIPT_HCAD, 1, keys, 2, args, e);
 	if (!r)
 		return -1;
 	freeReplyObject(r);

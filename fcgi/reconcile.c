@@ -178,7 +178,7 @@ static int prune(struct scan_ctx *c, const char *kind, const char *member, const
 	auto_reply redisReply *r = NULL;
 
 	rkeys_sandbox(rkey, tenant, id);
-	r = scripts_run(SCRIPT_PRUNE, 2, (const char *[]){ c->key, rkey }, 3,
+	r = scripts_run(RSCRIPT_PRUNE, 2, (const char *[]){ c->key, rkey }, 3,
 			(const char *[]){ kind, member, value }, e);
 	if (!r)
 		return -1;

@@ -7,217 +7,19 @@
 
 #define SCRIPT_MAX_ARGV 48
 
-/*
- * The Lua shared by the scripts that keep a sandbox's index entries in step
- * with its record: the tenant's set (quota and listing), the label sets of
- * its applied labels and the set of its node. The keys are built here from
- * the record's own tenant, id, labels and node (validated names: no '{' or
- * '}'), so the record and every index entry change in one script.
- */
-#define LUA_INDEX \
-	"local function label_index(verb, tenant, id, labels)\n" \
-	"  local ok, l = pcall(cjson.decode, labels or '{}')\n" \
-	"  local n = 0\n" \
-	"  if not ok or type(l) ~= 'table' then return 0 end\n" \
-	"  for k, v in pairs(l) do\n" \
-	"    if type(k) == 'string' and type(v) == 'string' then\n" \
-	"      local key = 'sbx:tenant:{' .. tenant .. '}:label:' .. k .. '=' .. v\n" \
-	"      if verb == 'ZADD' then n = n + redis.call('ZADD', key, 0, id)\n" \
-	"      else n = n + redis.call('ZREM', key, id) end\n" \
-	"    end\n" \
-	"  end\n" \
-	"  return n\n" \
-	"end\n" \
-	"local function node_set(verb, node, member)\n" \
-	"  if not node or node == '' then return 0 end\n" \
-	"  return redis.call(verb, 'sbx:node:{' .. node .. '}:sandboxes', member)\n" \
-	"end\n"
-
-static const char *const sources[SCRIPT__COUNT] = {
-	[SCRIPT_CREATE] = LUA_INDEX
-		"if redis.call('EXISTS', KEYS[1]) == 1 then\n"
-		"  local c = redis.call('HMGET', KEYS[1], 'epoch', 'generation')\n"
-		"  return {0, c[1] or '0', c[2] or '0'}\n"
-		"end\n"
-		"if not redis.call('ZSCORE', KEYS[2], ARGV[2]) and\n"
-		"   redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[12]) then return {-1, '', ''} end\n"
-		"local t = redis.call('TIME')\n"
-		"local epoch = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))\n"
-		"redis.call('HSET', KEYS[1], 'id', ARGV[2], 'tenant', ARGV[1], 'state', 'starting',\n"
-		"  'node', ARGV[3], 'epoch', epoch, 'generation', '1', 'sleepAfter', ARGV[4],\n"
-		"  'keepAlive', ARGV[5], 'labels', ARGV[6], 'resources', ARGV[7], 'network', ARGV[8],\n"
-		"  'image', ARGV[9], 'env', ARGV[10], 'pending', '{}', 'createdAt', ARGV[11],\n"
-		"  'startedAt', '', 'lastActiveAt', ARGV[11])\n"
-		"redis.call('ZADD', KEYS[2], 0, ARGV[2])\n"
-		"label_index('ZADD', ARGV[1], ARGV[2], ARGV[6])\n"
-		"node_set('SADD', ARGV[3], ARGV[1] .. '/' .. ARGV[2])\n"
-		"return {1, epoch, '1'}\n",
-	[SCRIPT_START] = LUA_INDEX
-		"local cur = redis.call('HMGET', KEYS[1], 'epoch', 'generation', 'pending', 'labels',\n"
-		"  'node', 'tenant', 'id')\n"
-		"if not cur[1] then return {-1} end\n"
-		"if cur[1] ~= ARGV[1] then return {-2} end\n"
-		"local t = redis.call('TIME')\n"
-		"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-		"local epoch = math.max(tonumber(cur[1]) + 1, now)\n"
-		"local gen = tonumber(cur[2]) + 1\n"
-		"if ARGV[3] == '1' and cur[3] and cur[3] ~= '{}' and cur[3] ~= '' then\n"
-		"  local p = cjson.decode(cur[3])\n"
-		"  for _, f in ipairs({'labels', 'resources', 'env'}) do\n"
-		"    if p[f] ~= nil then redis.call('HSET', KEYS[1], f, cjson.encode(p[f])) end\n"
-		"  end\n"
-		"  for _, f in ipairs({'image', 'network'}) do\n"
-		"    if p[f] ~= nil then redis.call('HSET', KEYS[1], f, p[f]) end\n"
-		"  end\n"
-		"  redis.call('HSET', KEYS[1], 'pending', '{}')\n"
-		"end\n"
-		"local e = string.format('%d', epoch)\n"
-		"local g = string.format('%d', gen)\n"
-		"redis.call('HSET', KEYS[1], 'state', 'starting', 'node', ARGV[2], 'epoch', e,\n"
-		"  'generation', g, 'lastActiveAt', ARGV[4])\n"
-		"if cur[6] and cur[7] then\n"
-		"  local labels = redis.call('HGET', KEYS[1], 'labels')\n"
-		"  local member = cur[6] .. '/' .. cur[7]\n"
-		"  if (cur[4] or '{}') ~= labels then\n"
-		"    label_index('ZREM', cur[6], cur[7], cur[4])\n"
-		"    label_index('ZADD', cur[6], cur[7], labels)\n"
-		"  end\n"
-		"  if cur[5] ~= ARGV[2] then node_set('SREM', cur[5], member) end\n"
-		"  node_set('SADD', ARGV[2], member)\n"
-		"end\n"
-		"return {e, g}\n",
-	[SCRIPT_SET_STATE] =
-		"local ep = redis.call('HGET', KEYS[1], 'epoch')\n"
-		"if not ep then return -1 end\n"
-		"if ep ~= ARGV[1] then return 0 end\n"
-		"redis.call('HSET', KEYS[1], 'state', ARGV[2], unpack(ARGV, 3))\n"
-		"return 1\n",
-	[SCRIPT_UPDATE] =
-		"local cur = redis.call('HMGET', KEYS[1], 'pending', 'generation')\n"
-		"if not cur[2] then return -1 end\n"
-		"if (cur[1] or '{}') ~= ARGV[1] or cur[2] ~= ARGV[2] then return 0 end\n"
-		"redis.call('HSET', KEYS[1], 'pending', ARGV[3])\n"
-		"if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'sleepAfter', ARGV[4]) end\n"
-		"if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'keepAlive', ARGV[5]) end\n"
-		"return 1\n",
-	[SCRIPT_DESTROY] = LUA_INDEX
-		"local cur = redis.call('HMGET', KEYS[1], 'epoch', 'labels', 'node', 'generation')\n"
-		"if not cur[1] then return {-1} end\n"
-		"if cur[1] ~= ARGV[1] then return {0} end\n"
-		"redis.call('DEL', KEYS[1])\n"
-		"redis.call('ZREM', KEYS[2], ARGV[3])\n"
-		"redis.call('HDEL', 'sbx:tenant:{' .. ARGV[2] .. '}:usage', ARGV[3])\n"
-		"label_index('ZREM', ARGV[2], ARGV[3], cur[2])\n"
-		"node_set('SREM', cur[3], ARGV[2] .. '/' .. ARGV[3])\n"
-		"return {1, cur[3] or '', cur[4] or ''}\n",
-	[SCRIPT_REPAIR] = LUA_INDEX
-		"local cur = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'labels', 'node')\n"
-		"if not cur[1] or not cur[2] then\n"
-		"  redis.call('HDEL', 'sbx:tenant:{' .. ARGV[1] .. '}:usage', ARGV[2])\n"
-		"  return -redis.call('ZREM', KEYS[2], ARGV[2])\n"
-		"end\n"
-		"local n = redis.call('ZADD', KEYS[2], 0, ARGV[2])\n"
-		"n = n + label_index('ZADD', ARGV[1], ARGV[2], cur[3])\n"
-		"return n + node_set('SADD', cur[4], ARGV[1] .. '/' .. ARGV[2])\n",
-	[SCRIPT_PRUNE] =
-		"local cur = redis.call('HMGET', KEYS[2], 'epoch', 'labels', 'node')\n"
-		"if cur[1] then\n"
-		"  if ARGV[1] == 'node' and cur[3] == ARGV[3] then return 0 end\n"
-		"  if ARGV[1] == 'label' then\n"
-		"    local ok, l = pcall(cjson.decode, cur[2] or '{}')\n"
-		"    if ok and type(l) == 'table' then\n"
-		"      for k, v in pairs(l) do\n"
-		"        if type(k) == 'string' and type(v) == 'string' and k .. '=' .. v == ARGV[3] then\n"
-		"          return 0\n"
-		"        end\n"
-		"      end\n"
-		"    end\n"
-		"  end\n"
-		"end\n"
-		"if ARGV[1] == 'node' then return redis.call('SREM', KEYS[1], ARGV[2]) end\n"
-		"return redis.call('ZREM', KEYS[1], ARGV[2])\n",
-	[SCRIPT_CAD] =
-		"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
-		"return 0\n",
-	[SCRIPT_HCAD] =
-		"if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then\n"
-		"  return redis.call('HDEL', KEYS[1], ARGV[1])\n"
-		"end\n"
-		"return 0\n",
-	[SCRIPT_PREVIEW_CLAIM] =
-		"local v = redis.call('GET', KEYS[1])\n"
-		"if not v then redis.call('SET', KEYS[1], ARGV[1]) return 1 end\n"
-		"if v == ARGV[1] then return 1 end\n"
-		"return 0\n",
-	[SCRIPT_TUNNEL_CLAIM] =
-		"local v = redis.call('HGET', KEYS[1], ARGV[1])\n"
-		"local dead = ''\n"
-		"if v then\n"
-		"  local ok, t = pcall(cjson.decode, v)\n"
-		"  if ok and type(t) == 'table' and t.generation == tonumber(ARGV[2])\n"
-		"     and t.incarnation == ARGV[3] then return {1, v} end\n"
-		"  redis.call('HDEL', KEYS[1], ARGV[1])\n"
-		"  if ok and type(t) == 'table' and type(t.id) == 'string' then dead = t.id end\n"
-		"elseif redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[6]) then\n"
-		"  return {-1, dead}\n"
-		"end\n"
-		"if redis.call('SET', KEYS[2], ARGV[4], 'NX', 'PX', ARGV[5]) then return {2, dead} end\n"
-		"return {0, dead}\n",
-	[SCRIPT_TUNNEL_COMMIT] =
-		"if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end\n"
-		"redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])\n"
-		"redis.call('DEL', KEYS[2])\n"
-		"return 1\n",
-	[SCRIPT_TENANT_USAGE] =
-		"local um, uc = 0, 0\n"
-		"local all = redis.call('HGETALL', KEYS[2])\n"
-		"for i = 1, #all, 2 do\n"
-		"  if not redis.call('ZSCORE', KEYS[1], all[i]) then\n"
-		"    redis.call('HDEL', KEYS[2], all[i])\n"
-		"  elseif all[i] ~= ARGV[1] then\n"
-		"    local m, c = string.match(all[i + 1], '^(%d+) (%d+)$')\n"
-		"    um = um + (tonumber(m) or 0)\n"
-		"    uc = uc + (tonumber(c) or 0)\n"
-		"  end\n"
-		"end\n"
-		"local n = redis.call('ZCARD', KEYS[1])\n"
-		"if ARGV[1] == '' then return {2, um, uc, n} end\n"
-		"if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {0, um, uc, n} end\n"
-		"local m, c = tonumber(ARGV[2]), tonumber(ARGV[3])\n"
-		"local om, oc = string.match(redis.call('HGET', KEYS[2], ARGV[1]) or '', '^(%d+) (%d+)$')\n"
-		"local grows = ARGV[6] ~= '1' or not om or m > tonumber(om) or c > tonumber(oc)\n"
-		"if grows and um + m > tonumber(ARGV[4]) then return {-2, um, uc, n} end\n"
-		"if grows and uc + c > tonumber(ARGV[5]) then return {-3, um, uc, n} end\n"
-		"redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ' ' .. ARGV[3])\n"
-		"return {1, um, uc, n}\n",
-};
-
-static const char *const names[SCRIPT__COUNT] = {
-	[SCRIPT_CREATE] = "create", [SCRIPT_START] = "start", [SCRIPT_SET_STATE] = "set_state",
-	[SCRIPT_UPDATE] = "update", [SCRIPT_DESTROY] = "destroy", [SCRIPT_REPAIR] = "repair",
-	[SCRIPT_PRUNE] = "prune", [SCRIPT_CAD] = "cad", [SCRIPT_HCAD] = "hcad",
-	[SCRIPT_PREVIEW_CLAIM] = "preview_claim", [SCRIPT_TUNNEL_CLAIM] = "tunnel_claim",
-	[SCRIPT_TUNNEL_COMMIT] = "tunnel_commit", [SCRIPT_TENANT_USAGE] = "tenant_usage",
-};
-
 /* Digests of the loaded scripts of this process ("" = not loaded). */
-static char shas[SCRIPT__COUNT][41];
+static char shas[RSCRIPT__COUNT][41];
 
-const char *scripts_source(enum script_id id)
+static int load(enum rscript_id id, struct sbx_err *e)
 {
-	return id < SCRIPT__COUNT ? sources[id] : NULL;
-}
-
-static int load(enum script_id id, struct sbx_err *e)
-{
-	redisReply *r = store_command(e, "SCRIPT LOAD %s", sources[id]);
+	redisReply *r = store_command(e, "SCRIPT LOAD %s", rscripts_source(id));
 
 	if (!r)
 		return -1;
 	if (r->type != REDIS_REPLY_STRING || r->len != 40) {
 		freeReplyObject(r);
 		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: SCRIPT LOAD of '%s' gave no digest",
-			       names[id]);
+			       rscripts_name(id));
 	}
 	memcpy(shas[id], r->str, 41);
 	freeReplyObject(r);
@@ -250,12 +52,13 @@ static redisReply *call(const char *cmd, const char *body, int nkeys, const char
 	return r;
 }
 
-redisReply *scripts_run(enum script_id id, int nkeys, const char **keys, int nargs,
+redisReply *scripts_run(enum rscript_id id, int nkeys, const char **keys, int nargs,
 			const char **args, struct sbx_err *e)
 {
 	redisReply *r;
 
-	if (id >= SCRIPT__COUNT || nkeys < 0 || nargs < 0 || 3 + nkeys + nargs > SCRIPT_MAX_ARGV) {
+	if (!rscripts_source(id) || nkeys < 0 || nargs < 0 ||
+	    3 + nkeys + nargs > SCRIPT_MAX_ARGV) {
 		err_set(e, SBX_E_INTERNAL, "bad script call");
 		return NULL;
 	}
@@ -265,16 +68,16 @@ redisReply *scripts_run(enum script_id id, int nkeys, const char **keys, int nar
 	if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
 		freeReplyObject(r);
 		shas[id][0] = '\0';
-		r = call("EVAL", sources[id], nkeys, keys, nargs, args, e);
+		r = call("EVAL", rscripts_source(id), nkeys, keys, nargs, args, e);
 	}
 	if (r && r->type == REDIS_REPLY_ERROR) {
 		/* A bug in a script is ours; anything else (OOM, READONLY, BUSY,
 		 * LOADING) is Redis being unable to serve. */
 		int ours = strstr(r->str, "script") != NULL;
-		log_error("lua script '%s' failed: %.200s", names[id], r->str);
+		log_error("lua script '%s' failed: %.200s", rscripts_name(id), r->str);
 		freeReplyObject(r);
 		err_set(e, ours ? SBX_E_INTERNAL : SBX_E_REDIS_UNAVAILABLE, "lua script '%s' failed",
-			names[id]);
+			rscripts_name(id));
 		return NULL;
 	}
 	return r;

@@ -29,6 +29,7 @@
  */
 #include "agent.h"
 #include "rkeys.h"
+#include "rscripts.h"
 #include "ids.h"
 #include "log.h"
 #include "registry.h"
@@ -56,34 +57,6 @@ struct agent_lc {
 
 /* For agent_stream_lease_held / stream begin (the agent is one per process). */
 static const struct registry *lease_reg;
-
-/* Set the record to sleeping when it still names this node (ARGV[1]) with
- * epoch ARGV[2] and is running or starting. ARGV: node epoch lastActiveAt
- * (ISO, or ""). 1 done, 0 the record moved on, -1 no record. The event is
- * added by the caller: sbx:events lives in another hash slot, and a script
- * touches the keys of one sandbox only (Redis Cluster). */
-static const char lua_sleep[] =
-	"local r = redis.call('HMGET', KEYS[1], 'node', 'epoch', 'state', 'lastActiveAt')\n"
-	"if not r[2] then return -1 end\n"
-	"if r[1] ~= ARGV[1] or r[2] ~= ARGV[2] then return 0 end\n"
-	"if r[3] ~= 'running' and r[3] ~= 'starting' then return 0 end\n"
-	"redis.call('HSET', KEYS[1], 'state', 'sleeping')\n"
-	"if ARGV[3] ~= '' and (r[4] or '') < ARGV[3] then\n"
-	"  redis.call('HSET', KEYS[1], 'lastActiveAt', ARGV[3])\n"
-	"end\n"
-	"return 1\n";
-
-/* After an agent restart: the record names this node (ARGV[1]) and says
- * running/starting, but nothing runs here: set it sleeping. ARGV: node.
- * {generation, epoch} done (the caller adds the "lost" event), 0 not ours
- * / not running, -1 no record. */
-static const char lua_lost[] =
-	"local r = redis.call('HMGET', KEYS[1], 'node', 'epoch', 'state', 'generation')\n"
-	"if not r[2] then return -1 end\n"
-	"if r[1] ~= ARGV[1] then return 0 end\n"
-	"if r[3] ~= 'running' and r[3] ~= 'starting' then return 0 end\n"
-	"redis.call('HSET', KEYS[1], 'state', 'sleeping')\n"
-	"return {r[4] or '0', r[2]}\n";
 
 /* --- live streams --- */
 
@@ -156,7 +129,7 @@ static struct lc_note *note_new(struct agent *a, const char *key, const char *wh
 	return n;
 }
 
-/* The outcome of a record update: 1, or {generation, epoch} (lua_lost),
+/* The outcome of a record update: 1, or {generation, epoch} (agent_lost),
  * means done; then the event goes to sbx:events. */
 static void note_reply(void *arg, struct redisReply *reply)
 {
@@ -198,7 +171,8 @@ static void cas_sleeping(struct agent *a, const char *key, const char *tenant, c
 	n = note_new(a, key, why, tenant, id, generation, epoch);
 	if (!n)
 		return;
-	if (registry_command(a->reg, note_reply, n, "EVAL %s 1 %s %s %lld %s", lua_sleep, rkey,
+	if (registry_command(a->reg, note_reply, n, "EVAL %s 1 %s %s %lld %s",
+			     rscripts_source(RSCRIPT_AGENT_SLEEP), rkey,
 			     a->conf->agent.name, (long long)epoch, active) < 0) {
 		log_warn("sandbox '%s': no redis connection; its record is fixed at the next sweep",
 			 key);
@@ -457,7 +431,8 @@ static void members_reply(void *arg, struct redisReply *reply)
 			continue;
 		if (!(n = note_new(a, key, "lost", tenant, id, 0, 0)))
 			break;
-		if (registry_command(a->reg, note_reply, n, "EVAL %s 1 %s %s", lua_lost, rkey,
+		if (registry_command(a->reg, note_reply, n, "EVAL %s 1 %s %s",
+				     rscripts_source(RSCRIPT_AGENT_LOST), rkey,
 				     a->conf->agent.name) < 0) {
 			free(n);
 			break;

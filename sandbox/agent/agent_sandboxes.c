@@ -8,17 +8,13 @@
 #include "jsonv.h"
 #include "log.h"
 #include "pool.h"
+#include "spec.h"
 #include "util.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define ENV_MAX_ENTRIES 256
-#define ENV_MAX_KEY IDS_ENV_NAME_MAX
-#define ENV_MAX_VALUE 32768
-#define LABELS_MAX 64
 
 int agent_key(char *out, size_t outsz, const char *tenant, const char *id)
 {
@@ -145,20 +141,7 @@ fail:
 
 int agent_env_check(const json_t *env, int allow_null, struct sbx_err *e)
 {
-	const char *k;
-	json_t *v;
-
-	if (jsonv_string_map(env, "env", ENV_MAX_ENTRIES, ENV_MAX_KEY, ENV_MAX_VALUE, allow_null,
-			     e) < 0)
-		return -1;
-	json_object_foreach((json_t *)env, k, v) {
-		if (!ids_valid_env_name(k))
-			return err_set(e, SBX_E_VALIDATION, "'env' key '%.64s' is not a valid variable name",
-				       k);
-		if (json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v))
-			return err_set(e, SBX_E_VALIDATION, "'env.%s' contains a NUL character", k);
-	}
-	return 0;
+	return spec_env(env, allow_null, e);
 }
 
 static const char *network_name(enum rt_network n)
@@ -244,14 +227,6 @@ void agent_sb_destroy_all(struct agent *a)
 		agent_sb_remove(a, a->sandboxes);
 }
 
-static const struct jsonv_field resource_fields[] = {
-	{ "memoryMiB", JV_INTEGER, 0 },
-	{ "cpus", JV_NUMBER, 0 },
-	{ "pids", JV_INTEGER, 0 },
-	{ "diskMiB", JV_INTEGER, 0 },
-	{ NULL, 0, 0 },
-};
-
 struct put_req {
 	int64_t generation, epoch;
 	const char *image;
@@ -262,83 +237,61 @@ struct put_req {
 	int keep_alive;         /* -1: not given */
 };
 
-/* sleepAfter (ms, or a duration string like "30s") and keepAlive of a
- * create or patch body into p (-1 = absent). 0 or -1 (400). */
+/* sleepAfter and keepAlive of a create or patch body into p (-1 = absent).
+ * 0 or -1 (400). */
 static int parse_sleep(json_t *body, struct put_req *p, struct sbx_err *e)
 {
 	json_t *v = json_object_get(body, "sleepAfter");
-	int64_t min = 1000, max = 2592000000LL;
 
-	conf_bounds("sandbox", "sleep_after", &min, &max);
 	p->sleep_after_ms = -1;
 	p->keep_alive = -1;
-	if (json_is_string(v)) {
-		if (conf_parse_duration(json_string_value(v), &p->sleep_after_ms) < 0)
-			return err_set(e, SBX_E_VALIDATION, "'sleepAfter' must be a duration like \"30s\"");
-		if (p->sleep_after_ms < min || p->sleep_after_ms > max)
-			return err_set(e, SBX_E_VALIDATION, "'sleepAfter' must be between %lld and %lld ms",
-				       (long long)min, (long long)max);
-	} else if (v && jsonv_int(body, "sleepAfter", min, max, &p->sleep_after_ms, e) < 0) {
+	if (v && spec_sleep_after(v, &p->sleep_after_ms, e) < 0)
 		return -1;
-	}
 	if ((v = json_object_get(body, "keepAlive")))
 		p->keep_alive = json_is_true(v);
 	return 0;
 }
 
-/* Validate a create body into p (borrowing from body). 0 or -1 (400). */
+/* Validate a create body into p (borrowing from body). The body comes from
+ * the API, which holds the node secret and has already checked it with the
+ * same rules (sandbox/common/spec.c); this re-check keeps a malformed body
+ * from reaching the runtime. The operator ceilings (sandbox.max_*) and the
+ * tenant's limits are the API's business and are not applied here. 0 or
+ * -1 (400). */
 static int parse_put(const struct sbx_conf *conf, json_t *body, struct put_req *p,
 		     struct sbx_err *e)
 {
-	json_t *res, *v;
-	const char *k;
+	struct spec_resources r;
+	json_t *v;
+	int egress = 0;
 
 	if (parse_sleep(body, p, e) < 0)
 		return -1;
 	if (jsonv_int(body, "generation", 0, INT64_MAX, &p->generation, e) < 0 ||
 	    jsonv_int(body, "epoch", 0, INT64_MAX, &p->epoch, e) < 0)
 		return -1;
-	p->image = json_string_value(json_object_get(body, "image"));
-	if (!p->image)
-		p->image = "default";
-	if (!ids_valid_image(p->image))
-		return err_set(e, SBX_E_VALIDATION, "'image' must be 1-63 of [a-z0-9._-]");
-	p->network = RT_NET_NONE;
-	if ((v = json_object_get(body, "network"))) {
-		if (strcmp(json_string_value(v), "egress") == 0)
-			p->network = RT_NET_EGRESS;
-		else if (strcmp(json_string_value(v), "none") != 0)
-			return err_set(e, SBX_E_VALIDATION, "'network' must be \"none\" or \"egress\"");
-	}
-	p->limits.memory_mib = conf->sandbox.memory_mib;
-	p->limits.cpus_milli = conf->sandbox.cpus_milli;
-	p->limits.pids = conf->sandbox.pids;
-	p->limits.disk_mib = conf->sandbox.disk_mib;
-	if ((res = json_object_get(body, "resources"))) {
-		if (jsonv_check(res, resource_fields, "'resources'", e) < 0 ||
-		    jsonv_int(res, "memoryMiB", 16, 1048576, &p->limits.memory_mib, e) < 0 ||
-		    jsonv_int(res, "pids", 8, 1000000, &p->limits.pids, e) < 0 ||
-		    jsonv_int(res, "diskMiB", 1, 1048576, &p->limits.disk_mib, e) < 0)
+	p->image = "default";
+	if ((v = json_object_get(body, "image"))) {
+		if (spec_image(v, e) < 0)
 			return -1;
-		if ((v = json_object_get(res, "cpus"))) {
-			double c = json_number_value(v);
-			if (!(c >= 0.01 && c <= 256))
-				return err_set(e, SBX_E_VALIDATION,
-					       "'resources.cpus' must be between 0.01 and 256");
-			p->limits.cpus_milli = (int64_t)(c * 1000 + 0.5);
-		}
+		p->image = json_string_value(v);
 	}
+	if ((v = json_object_get(body, "network")) && spec_network(v, &egress, e) < 0)
+		return -1;
+	p->network = egress ? RT_NET_EGRESS : RT_NET_NONE;
+	spec_resources_default(conf, &r);
+	if ((v = json_object_get(body, "resources")) && spec_resources(v, &r, e) < 0)
+		return -1;
+	p->limits.memory_mib = r.memory_mib;
+	p->limits.cpus_milli = r.cpus_milli;
+	p->limits.pids = r.pids;
+	p->limits.disk_mib = r.disk_mib;
 	p->env = json_object_get(body, "env");
-	if (p->env && agent_env_check(p->env, 0, e) < 0)
+	if (p->env && spec_env(p->env, 0, e) < 0)
 		return -1;
 	p->labels = json_object_get(body, "labels");
-	if (p->labels) {
-		if (jsonv_string_map(p->labels, "labels", LABELS_MAX, 63, 255, 0, e) < 0)
-			return -1;
-		json_object_foreach(p->labels, k, v)
-			if (!ids_valid_label_key(k) || !ids_valid_label_value(json_string_value(v)))
-				return err_set(e, SBX_E_VALIDATION, "invalid label '%.64s'", k);
-	}
+	if (p->labels && spec_labels(p->labels, e) < 0)
+		return -1;
 	return 0;
 }
 

@@ -61,5 +61,12 @@ char *rkeys_tunnel(char out[RKEYS_MAX], const char *tid);
 #define RKEYS_SANDBOX_HEAD "sbx:sb:{"
 #define RKEYS_TENANT_HEAD "sbx:tenant:{"
 #define RKEYS_NODE_HEAD "sbx:node:{"
+/* The rest of the index keys the lifecycle scripts build from a record's
+ * own fields (rscripts.c): RKEYS_TENANT_HEAD tenant RKEYS_LABEL_MID "k=v",
+ * RKEYS_NODE_HEAD node RKEYS_SANDBOXES_TAIL, RKEYS_TENANT_HEAD tenant
+ * RKEYS_USAGE_TAIL (test_rkeys compares them with the builders). */
+#define RKEYS_LABEL_MID "}:label:"
+#define RKEYS_SANDBOXES_TAIL "}:sandboxes"
+#define RKEYS_USAGE_TAIL "}:usage"
 
 #endif

@@ -3,6 +3,7 @@
  */
 #include "tunnel.h"
 #include "rkeys.h"
+#include "rscripts.h"
 #include "caps.h"
 #include "forward.h"
 #include "jsonv.h"
@@ -37,18 +38,6 @@ extern char **environ;
 static const struct tunnel_provider *const providers[] = {
 	&tunnel_cloudflared,
 };
-
-/* Compare-and-delete of a tunnel record: KEYS tunnels-hash; ARGV port url.
- * {1, tunnel id} deleted, {0, ''} the record is another one (or gone). */
-static const char lua_evict[] =
-	"local v = redis.call('HGET', KEYS[1], ARGV[1])\n"
-	"if not v then return {0, ''} end\n"
-	"local ok, t = pcall(cjson.decode, v)\n"
-	"if ok and type(t) == 'table' and t.url == ARGV[2] then\n"
-	"  redis.call('HDEL', KEYS[1], ARGV[1])\n"
-	"  return {1, type(t.id) == 'string' and t.id or ''}\n"
-	"end\n"
-	"return {0, ''}\n";
 
 struct tun;
 
@@ -252,7 +241,8 @@ static void tun_evict(struct tun *t)
 	snprintf(n->url, sizeof(n->url), "%s", t->url);
 	rkeys_sandbox_sub(hkey, t->tenant, t->id, "tunnels");
 	snprintf(pstr, sizeof(pstr), "%d", t->port);
-	if (registry_command(t->a->reg, evict_reply, n, "EVAL %s 1 %s %s %s", lua_evict, hkey, pstr,
+	if (registry_command(t->a->reg, evict_reply, n, "EVAL %s 1 %s %s %s",
+			     rscripts_source(RSCRIPT_TUNNEL_EVICT), hkey, pstr,
 			     t->url) < 0) {
 		log_warn("tunnel %s port %d: no redis connection; the API evicts the record when it "
 			 "next checks it", t->key, t->port);

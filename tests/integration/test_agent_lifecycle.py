@@ -277,3 +277,32 @@ def test_record_that_lost_writes_is_reset_not_stuck(stack):
         assert len(inits_of(tenant, sid)) == 1, "more than one container for the sandbox"
     finally:
         destroy(stack, sid)
+
+
+def test_agent_recheck_applies_the_api_rules(stack):
+    """A create body the API refuses, sent to an agent directly with the node
+    secret, is refused there with the same code and message: both tiers
+    check a spec with sandbox/common/spec.c."""
+    tenant = tenant_of(stack, stack.key)
+    address = stack.env["SBX_AGENT_1"]
+    bad = [
+        {"labels": {"a:b": "1"}},
+        {"labels": {"k": "{x}"}},
+        {"env": {"1A": "x"}},
+        {"image": "../x"},
+        {"network": "host"},
+        {"resources": {"memoryMiB": 15}},
+        {"resources": {"cpus": 0}},
+        {"resources": {"gpu": 1}},
+        {"sleepAfter": "0s"},
+        {"sleepAfter": "soon"},
+    ]
+    for spec in bad:
+        sid = "lc-" + uuid.uuid4().hex[:10]
+        api_err = assert_error(stack.api("PUT", "/v1/sandboxes/" + sid, json=spec, timeout=30),
+                               400, "VALIDATION_FAILED")
+        body = dict(spec, generation=1, epoch=1)
+        r = requests.put("http://%s/agent/v1/sandboxes/%s/%s" % (address, tenant, sid),
+                         json=body, headers={"X-Sbx-Node-Secret": stack.secret}, timeout=10)
+        agent_err = assert_error(r, 400, api_err["code"])
+        assert agent_err["message"] == api_err["message"], (spec, api_err, agent_err)

@@ -170,7 +170,10 @@ TEST(fcgi_lifecycle_record_json)
 
 TEST(fcgi_lifecycle_scripts_present)
 {
-	for (int i = 0; i < SCRIPT__COUNT; i++)
-		CHECK(scripts_source((enum script_id)i) && scripts_source((enum script_id)i)[0]);
-	CHECK(scripts_source(SCRIPT__COUNT) == NULL);
+	for (int i = 0; i < RSCRIPT__COUNT; i++) {
+		CHECK(rscripts_source((enum rscript_id)i) && rscripts_source((enum rscript_id)i)[0]);
+		CHECK(rscripts_name((enum rscript_id)i) && rscripts_name((enum rscript_id)i)[0]);
+	}
+	CHECK(rscripts_source(RSCRIPT__COUNT) == NULL);
+	CHECK(rscripts_name(RSCRIPT__COUNT) == NULL);
 }

@@ -23,6 +23,18 @@ TEST(rkeys_names)
 	CHECK_STR(RKEYS_XADD_EVENT, "XADD sbx:events MAXLEN ~ 10000 * ");
 }
 
+/* The parts the Lua scripts build index keys from (rscripts.c) spell the
+ * same keys as the builders. */
+TEST(rkeys_script_parts_match_builders)
+{
+	char k[RKEYS_MAX];
+
+	CHECK_STR(rkeys_node(k, "n1", "sandboxes"), RKEYS_NODE_HEAD "n1" RKEYS_SANDBOXES_TAIL);
+	CHECK_STR(rkeys_tenant(k, "dev", "sandboxes"), RKEYS_TENANT_HEAD "dev" RKEYS_SANDBOXES_TAIL);
+	CHECK_STR(rkeys_tenant(k, "dev", "usage"), RKEYS_TENANT_HEAD "dev" RKEYS_USAGE_TAIL);
+	CHECK_STR(rkeys_tenant_label(k, "dev", "a", "b"), RKEYS_TENANT_HEAD "dev" RKEYS_LABEL_MID "a=b");
+}
+
 /* The longest valid names (63-byte tenant and id, a 63-byte label key and
  * a 255-byte value) fit: a truncated key would be another key. */
 TEST(rkeys_longest_names_fit)
