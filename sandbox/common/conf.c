@@ -52,6 +52,7 @@ static const struct conf_entry entries[] = {
 	{ "agent", "capacity", T_INT, OFF(agent.capacity), "500", 1, 100000, NULL },
 	{ "agent", "userns", T_ENUM, OFF(agent.userns), "auto", 0, 0, "auto|on|off" },
 	{ "agent", "uid_base", T_INT, OFF(agent.uid_base), "100000", 1000, 4000000000LL, NULL },
+	{ "agent", "uid_ranges", T_INT, OFF(agent.uid_ranges), "1024", 1, 65535, NULL },
 	{ "agent", "cgroup_parent", T_STR, OFF(agent.cgroup_parent), "sbx", 0, 0, NULL },
 	{ "agent", "dns", T_STR, OFF(agent.dns), "1.1.1.1", 0, 0, NULL },
 	{ "agent", "max_exec_output_bytes", T_INT, OFF(agent.max_exec_output_bytes), "1048576", 1024, 67108864, NULL },

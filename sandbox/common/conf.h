@@ -51,7 +51,8 @@ struct sbx_conf {
 		char init_path[CONF_STR_MAX];   /* the sbx-init binary */
 		int64_t capacity;               /* sandboxes this node takes */
 		char userns[CONF_STR_MAX];      /* auto | on | off */
-		int64_t uid_base;               /* first host uid of the sandbox range */
+		int64_t uid_base;               /* first host uid of the sandbox ranges */
+		int64_t uid_ranges;             /* how many 65536-id ranges from uid_base */
 		char cgroup_parent[CONF_STR_MAX];
 		char dns[CONF_STR_MAX];         /* nameserver written into /etc/resolv.conf */
 		int64_t max_exec_output_bytes;  /* JSON exec answers cap each stream here */

@@ -4,6 +4,8 @@
  * The layout inside the sandbox's private mount namespace, under base:
  *   base           tmpfs of disk_mib (the only writable storage)
  *   base/upper     overlay upper, base/work overlay work
+ *   base/lower     with a user namespace: the image, idmapped to the
+ *                  sandbox's ids (one image on disk serves every range)
  *   base/merged    overlay(lower = image, upper) -> the sandbox's /
  * and below merged: /usr (default image), /proc with masked and read-only
  * paths, /sys read-only, a small /dev, /dev/pts, /dev/shm, /tmp.
@@ -21,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static const char *keep(struct mnt_plan *p, char *s)
@@ -165,7 +168,7 @@ static const char *const dev_nodes[] = { "null", "zero", "full", "random", "uran
 int mnt_plan_build(struct mnt_plan *p, const struct mnt_params *mp, struct sbx_err *e)
 {
 	struct ctx c = { .p = p };
-	const char *base, *upper, *work, *ovl, *tmpfs_opts, *hosts, *small, *devopts;
+	const char *base, *upper, *work, *lower, *ovl, *tmpfs_opts, *hosts, *small, *devopts;
 	struct mnt_op *op;
 	const unsigned long nsd = MS_NOSUID | MS_NODEV, nsde = MS_NOSUID | MS_NODEV | MS_NOEXEC;
 
@@ -176,14 +179,15 @@ int mnt_plan_build(struct mnt_plan *p, const struct mnt_params *mp, struct sbx_e
 	upper = fmt(p, "%s/upper", mp->base);
 	work = fmt(p, "%s/work", mp->base);
 	c.merged = fmt(p, "%s/merged", mp->base);
+	lower = mp->idmapped ? fmt(p, "%s/lower", mp->base) : mp->lower;
 	tmpfs_opts = fmt(p, "size=%lldm,mode=0755,uid=%u,gid=%u", (long long)mp->disk_mib,
 			 (unsigned)mp->owner, (unsigned)mp->owner);
-	ovl = fmt(p, "lowerdir=%s,upperdir=%s,workdir=%s", mp->lower, upper, work);
+	ovl = fmt(p, "lowerdir=%s,upperdir=%s,workdir=%s", lower ? lower : "", upper, work);
 	hosts = fmt(p, "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
 		    mp->hostname);
 	small = fmt(p, "mode=1777,size=64m,uid=%u,gid=%u", (unsigned)mp->owner, (unsigned)mp->owner);
 	devopts = fmt(p, "mode=0755,size=512k,uid=%u,gid=%u", (unsigned)mp->owner, (unsigned)mp->owner);
-	if (!base || !upper || !work || !c.merged || !tmpfs_opts || !ovl || !hosts || !small || !devopts)
+	if (!base || !upper || !work || !lower || !c.merged || !tmpfs_opts || !ovl || !hosts || !small || !devopts)
 		goto oom;
 
 	/* the sandbox's storage: tmpfs with upper + work, then the overlay */
@@ -229,6 +233,18 @@ int mnt_plan_build(struct mnt_plan *p, const struct mnt_params *mp, struct sbx_e
 	op->data = hosts;
 	op->mode = 0644;
 	op->uid = mp->owner;
+	if (mp->idmapped) {
+		op = add(p, MNT_MKDIR, "mkdir lower");
+		if (!op)
+			goto oom;
+		op->target = lower;
+		op->mode = 0755;
+		op = add(p, MNT_ATTACH, "attach the idmapped image");
+		if (!op)
+			goto oom;
+		op->target = lower;
+		op->fd = mp->lower_fd;
+	}
 	op = add(p, MNT_MOUNT, "mount overlay root");
 	if (!op)
 		goto oom;
@@ -311,6 +327,19 @@ oom:
 	return err_sys(e, ENOMEM, "cannot build the mount plan");
 }
 
+int mnt_open_idmapped(const char *dir, int userns_fd, struct sbx_err *e)
+{
+	struct mount_attr attr = { .attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t)userns_fd };
+	auto_close int fd = (int)syscall(SYS_open_tree, AT_FDCWD, dir,
+					 OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+
+	if (fd < 0)
+		return err_sys(e, errno, "cannot clone the image's mount");
+	if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0)
+		return err_sys(e, errno, "cannot idmap the image's mount");
+	return steal_fd(&fd);
+}
+
 void mnt_plan_release(struct mnt_plan *p)
 {
 	for (size_t i = 0; i < p->nstrs; i++)
@@ -391,6 +420,9 @@ static int run_op(const struct mnt_op *op)
 	}
 	case MNT_CHOWN:
 		return lchown(op->target, op->uid, op->uid);
+	case MNT_ATTACH:
+		return (int)syscall(SYS_move_mount, op->fd, "", AT_FDCWD, op->target,
+				    MOVE_MOUNT_F_EMPTY_PATH);
 	}
 	errno = EINVAL;
 	return -1;

@@ -20,6 +20,7 @@ enum mnt_kind {
 	MNT_SYMLINK,      /* symlink(src, target); EEXIST is fine */
 	MNT_WRITE,        /* write data into a new file target with mode */
 	MNT_CHOWN,        /* chown(target, uid, uid) */
+	MNT_ATTACH,       /* move_mount(fd) onto target: a detached (idmapped) tree */
 };
 
 #define MNT_F_OPTIONAL 1  /* ENOENT on the target (or source) skips the op */
@@ -31,6 +32,7 @@ struct mnt_op {
 	unsigned long mflags;   /* MS_* */
 	unsigned mode;
 	uid_t uid;
+	int fd;                 /* MNT_ATTACH */
 	const char *src, *target, *fstype, *data;
 	const char *what;       /* the step, for errors: "mount /proc" */
 };
@@ -45,6 +47,8 @@ struct mnt_plan {
 struct mnt_params {
 	const char *base;       /* host directory the sandbox's tmpfs goes on */
 	const char *lower;      /* image directory */
+	int idmapped;           /* lower_fd holds lower, idmapped to the sandbox's ids */
+	int lower_fd;           /* open_tree() fd of the idmapped lower (the caller's) */
 	int bind_usr;           /* the default image: bind the host's /usr read-only */
 	int64_t disk_mib;       /* size of the tmpfs holding upper + work */
 	uid_t owner;            /* host uid of the sandbox's root */
@@ -56,6 +60,12 @@ struct mnt_params {
  * "<base>/merged" (mnt_root_path). Free with mnt_plan_release. */
 int mnt_plan_build(struct mnt_plan *p, const struct mnt_params *mp, struct sbx_err *e);
 void mnt_plan_release(struct mnt_plan *p);
+
+/* A detached copy of the mount tree at dir (open_tree OPEN_TREE_CLONE)
+ * whose ids are shifted through the user namespace userns_fd: a file
+ * owned by id k on disk shows as the host id k maps to there. An O_CLOEXEC
+ * fd (the caller's) for MNT_ATTACH, or -1 with e filled. */
+int mnt_open_idmapped(const char *dir, int userns_fd, struct sbx_err *e);
 
 /* Run the plan (in the child: syscalls only). 0, or -1 with errno set and
  * *failed pointing at the failing op. */

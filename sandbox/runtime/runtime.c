@@ -10,6 +10,7 @@
 #include "caps.h"
 #include "cgroup.h"
 #include "egress.h"
+#include "idrange.h"
 #include "image.h"
 #include "initproto.h"
 #include "log.h"
@@ -34,6 +35,8 @@
 #include <unistd.h>
 
 #define RT_KEY_MAX 160
+/* Host-wide: every agent of the host locks the uid ranges it hands out here. */
+#define RT_UID_LOCK_DIR "/run/sbx/uid-ranges"
 
 struct rt_proc {
 	struct rt_proc *next;
@@ -65,6 +68,7 @@ struct rt_sandbox {
 				   * cgroups cannot be renamed (v2) */
 	pid_t pid;
 	int pidfd, sock, netns_fd, root_fd;
+	int64_t host_uid;         /* its id range's first id; -1: none (no userns) */
 	struct event *ev_sock, *ev_write, *ev_pid;
 	struct rt_proc *procs;
 	struct rt_out *outq, **outq_tail;
@@ -84,7 +88,9 @@ struct rt {
 	uint64_t caps_keep;
 	int caps_last;
 	int userns;
-	uid_t owner;
+	struct idrange ids;       /* with userns: one range per sandbox */
+	int *idmap_fds;           /* per range: the image's idmap user namespace, or -1 */
+	uid_t image_owner;        /* host uid owning the image files on disk */
 	int init_fd;
 	char default_image[PATH_MAX];
 	char mnt_base[PATH_MAX];
@@ -440,7 +446,20 @@ struct rt *rt_new(struct event_base *base, const struct sbx_conf *conf, struct s
 		err_set(e, SBX_E_INTERNAL, "bad agent.uid_base");
 		return NULL;
 	}
-	rt->owner = rt->userns ? (uid_t)conf->agent.uid_base : 0;
+	if (rt->userns) {
+		if (idrange_init(&rt->ids, conf->agent.uid_base, conf->agent.uid_ranges,
+				 RT_UID_LOCK_DIR, e) < 0)
+			return NULL;
+		rt->idmap_fds = malloc(rt->ids.count * sizeof(int));
+		if (!rt->idmap_fds) {
+			idrange_release(&rt->ids);
+			err_sys(e, ENOMEM, "cannot allocate the runtime");
+			return NULL;
+		}
+		for (unsigned i = 0; i < rt->ids.count; i++)
+			rt->idmap_fds[i] = -1;
+	}
+	rt->image_owner = rt->userns ? (uid_t)conf->agent.uid_base : 0;
 
 	rt->init_fd = open(conf->agent.init_path, O_PATH | O_CLOEXEC);
 	if (rt->init_fd < 0 || fstat(rt->init_fd, &st) < 0 || !S_ISREG(st.st_mode)) {
@@ -459,7 +478,10 @@ struct rt *rt_new(struct event_base *base, const struct sbx_conf *conf, struct s
 		err_sys(e, errno, "cannot create '%s'", rt->mnt_base);
 		goto fail;
 	}
-	if (image_prepare_default(conf->agent.images_dir, rt->owner, conf->agent.dns, rt->default_image,
+	/* owned by agent.uid_base on disk: each sandbox sees it through an
+	 * idmapped mount as its own root's (image_idmap) */
+	if (image_prepare_default(conf->agent.images_dir, rt->image_owner, conf->agent.dns,
+				  rt->default_image,
 				  sizeof(rt->default_image), e) < 0)
 		goto fail;
 	if (sec_build(&rt->sec, e) < 0)
@@ -472,6 +494,16 @@ struct rt *rt_new(struct event_base *base, const struct sbx_conf *conf, struct s
 	rt->cg = cg_new(conf->agent.cgroup_parent, conf->agent.name, e);
 	if (!rt->cg)
 		goto fail;
+	/* after cg_new killed the leftovers: whatever still runs in a range keeps it */
+	if (rt->userns) {
+		unsigned live = idrange_reserve_live(&rt->ids);
+
+		if (live)
+			log_warn("%u uid range(s) still in use by processes of an earlier run", live);
+		if (conf->agent.uid_ranges < conf->agent.capacity + conf->agent.warm_pool)
+			log_warn("agent.uid_ranges (%lld) is below capacity + warm_pool: creates fail "
+				 "with no_capacity before the node is full", (long long)conf->agent.uid_ranges);
+	}
 	if (conf->agent.egress_subnet[0]) {
 		struct sbx_err ee = { 0 };
 
@@ -487,6 +519,8 @@ fail:
 		close(rt->init_fd);
 	sec_release(&rt->sec);
 	free(rt->buf);
+	free(rt->idmap_fds);
+	idrange_release(&rt->ids);
 	return NULL;
 }
 
@@ -501,6 +535,23 @@ static int attach_cgroup(void *arg, pid_t pid, struct sbx_err *e)
 	struct rt_sandbox *sb = arg;
 
 	return sb->rt->cg->ops->attach(sb->rt->cg, sb->cg_key, pid, e);
+}
+
+/* The image at lower as the sandbox with ids from host_uid sees it: a
+ * detached mount whose files owned by the image owner's ids show as the
+ * range's (mnt_open_idmapped). The idmap's user namespace is made once
+ * per range and kept. An fd (the caller's) or -1 with e filled. */
+static int image_idmap(struct rt *rt, const char *lower, uid_t host_uid, struct sbx_err *e)
+{
+	unsigned b = (unsigned)((host_uid - rt->ids.base) / IDRANGE_SIZE);
+
+	if (b >= rt->ids.count)
+		return err_set(e, SBX_E_INTERNAL, "uid %u is outside the ranges", (unsigned)host_uid);
+	if (rt->idmap_fds[b] < 0)
+		rt->idmap_fds[b] = spawn_userns(rt->image_owner, host_uid, e);
+	if (rt->idmap_fds[b] < 0)
+		return -1;
+	return mnt_open_idmapped(lower, rt->idmap_fds[b], e);
 }
 
 static int64_t pick(int64_t v, int64_t dflt)
@@ -518,6 +569,8 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 	char lower[PATH_MAX], merged[PATH_MAX], path[64];
 	int64_t disk;
 	int sv[2] = { -1, -1 };
+	auto_close int userns_fd = -1;
+	auto_close int lower_fd = -1;
 	int64_t t0 = util_now_ms();
 	struct rt_sandbox *sb;
 
@@ -555,27 +608,52 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 		return err_sys(e, ENOMEM, "cannot allocate a sandbox"), NULL;
 	sb->rt = rt;
 	sb->pidfd = sb->sock = sb->netns_fd = sb->root_fd = -1;
+	sb->host_uid = -1;
 	sb->outq_tail = &sb->outq;
 	sb->next_handle = 1;
 	sb->net.lock_fd = -1;
 	memcpy(sb->key, spec->key, strlen(spec->key) + 1);
 	memcpy(sb->cg_key, spec->key, strlen(spec->key) + 1);
 
+	if (rt->userns) {
+		struct stat ist;
+		/* an image owned by agent.uid_base (the default one, or made like
+		 * it) is shown as the sandbox's own; any other is used as it is,
+		 * its files belonging to no sandbox's ids */
+		int shift = stat(lower, &ist) == 0 && ist.st_uid == rt->image_owner;
+
+		/* its own ids: per-user kernel limits (inotify, nproc) are per sandbox */
+		sb->host_uid = idrange_get(&rt->ids, e);
+		if (sb->host_uid < 0 || (userns_fd = spawn_userns(0, (uid_t)sb->host_uid, e)) < 0 ||
+		    (shift && (lower_fd = image_idmap(rt, lower, (uid_t)sb->host_uid, e)) < 0)) {
+			err_prefix(e, "cannot create sandbox '%s'", spec->key);
+			if (sb->host_uid >= 0)
+				idrange_put(&rt->ids, (uint32_t)sb->host_uid);
+			free(sb);
+			return NULL;
+		}
+	}
 	memset(&mp, 0, sizeof(mp));
 	mp.base = rt->mnt_base;
 	mp.lower = lower;
+	mp.idmapped = lower_fd >= 0;
+	mp.lower_fd = lower_fd;
 	mp.bind_usr = strcmp(image, "default") == 0;
 	mp.disk_mib = disk;
-	mp.owner = rt->owner;
+	mp.owner = rt->userns ? (uid_t)sb->host_uid : 0;
 	mp.hostname = spec->hostname;
 	mp.userns = rt->userns;
 	if (mnt_plan_build(&plan, &mp, e) < 0) {
+		if (sb->host_uid >= 0)
+			idrange_put(&rt->ids, (uint32_t)sb->host_uid);
 		free(sb);
 		return NULL;
 	}
 	if (snprintf(merged, sizeof(merged), "%s/merged", rt->mnt_base) >= (int)sizeof(merged)) {
 		err_set(e, SBX_E_INTERNAL, "state path too long");
 		mnt_plan_release(&plan);
+		if (sb->host_uid >= 0)
+			idrange_put(&rt->ids, (uint32_t)sb->host_uid);
 		free(sb);
 		return NULL;
 	}
@@ -589,8 +667,7 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 	sp.mounts = &plan;
 	sp.root = merged;
 	sp.hostname = spec->hostname;
-	sp.userns = rt->userns;
-	sp.uid_base = (uid_t)rt->conf.agent.uid_base;
+	sp.userns_fd = userns_fd;
 	sp.seccomp = &rt->sec.prog;
 	sp.caps_keep = rt->caps_keep;
 	sp.caps_last = rt->caps_last;
@@ -652,6 +729,9 @@ fail:
 	for (int *fd = &sb->pidfd; fd <= &sb->root_fd; fd++)
 		if (*fd >= 0)
 			close(*fd);
+	/* init (PID 1 of its namespace) is reaped: nothing runs with these ids */
+	if (sb->host_uid >= 0)
+		idrange_put(&rt->ids, (uint32_t)sb->host_uid);
 	free(sb);
 	return NULL;
 }
@@ -695,6 +775,11 @@ void rt_destroy(struct rt *rt, struct rt_sandbox *sb)
 		egress_release(rt->egress, &sb->net);
 	if (rt->cg->ops->destroy(rt->cg, sb->cg_key) < 0)
 		log_warn("sandbox '%s': cgroup not fully removed: %s", sb->key, strerror(errno));
+	/* init is reaped, so every process of its pid namespace is gone; the
+	 * cgroup's helpers too (killed above) */
+	if (sb->host_uid >= 0)
+		idrange_put(&rt->ids, (uint32_t)sb->host_uid);
+	sb->host_uid = -1;
 	sb->dead = 1;
 	sb->dispatching++;
 	procs_fail_all(sb);
@@ -715,6 +800,11 @@ void rt_free(struct rt *rt)
 	if (rt->init_fd >= 0)
 		close(rt->init_fd);
 	free(rt->buf);
+	for (unsigned i = 0; rt->idmap_fds && i < rt->ids.count; i++)
+		if (rt->idmap_fds[i] >= 0)
+			close(rt->idmap_fds[i]);
+	free(rt->idmap_fds);
+	idrange_release(&rt->ids);
 	free(rt);
 }
 
@@ -733,7 +823,7 @@ pid_t rt_init_pid(const struct rt_sandbox *sb) { return sb->pid; }
 int rt_netns_fd(const struct rt_sandbox *sb) { return sb->netns_fd; }
 int rt_root_fd(const struct rt_sandbox *sb) { return sb->root_fd; }
 unsigned rt_count(const struct rt *rt) { return rt->count; }
-uid_t rt_host_uid(const struct rt_sandbox *sb) { return sb->rt->owner; }
+uid_t rt_host_uid(const struct rt_sandbox *sb) { return sb->host_uid >= 0 ? (uid_t)sb->host_uid : 0; }
 int rt_alive(const struct rt_sandbox *sb) { return !sb->dead && !sb->destroyed; }
 
 int rt_freeze(struct rt_sandbox *sb, int frozen, struct sbx_err *e)

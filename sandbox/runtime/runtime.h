@@ -105,8 +105,8 @@ unsigned rt_pooled_count(const struct rt *rt);
 int rt_claim(struct rt *rt, struct rt_sandbox *sb, const char *key, const struct rt_limits *limits,
 	     struct sbx_err *e);
 
-/* Host uid of the sandbox's root (agent.uid_base with a user namespace,
- * else 0): files the agent creates inside a sandbox should be chowned to it. */
+/* Host uid (and gid) of the sandbox's root: with a user namespace the first
+ * id of its own range (agent.uid_base + n * 65536, idrange.h), else 0. */
 uid_t rt_host_uid(const struct rt_sandbox *sb);
 
 /* 1 while the sandbox's init runs (0 after it died or rt_destroy). */

@@ -54,6 +54,15 @@ static void child_fail(int sync, const char *step, int err)
 	_exit(1);
 }
 
+/* The credential calls of a child of a raw clone() of the (threaded)
+ * agent are raw syscalls: glibc's wrappers would signal every thread the
+ * parent had and wait for them (setxid), and the child has none of them —
+ * it hangs on a lock another thread held at the clone. */
+static int raw_setgroups0(void)
+{
+	return (int)syscall(SYS_setgroups, 0, NULL);
+}
+
 static __attribute__((noreturn)) void child_main(const struct spawn_plan *sp, int sync)
 {
 	static char *const init_argv[] = { (char *)"sbx-init", NULL };
@@ -104,21 +113,19 @@ static __attribute__((noreturn)) void child_main(const struct spawn_plan *sp, in
 	if (syscall(SYS_close_range, INITPROTO_FD + 1, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
 		child_fail(sync, "close_range", errno);
 
-	if (sp->userns) {
+	if (sp->userns_fd >= 0) {
 		/* last namespace: every other one stays owned by the host's user
-		 * namespace, so root in here cannot reconfigure them */
-		if (unshare(CLONE_NEWUSER) < 0)
-			child_fail(sync, "unshare user namespace", errno);
-		if (write(sync, "U", 1) != 1 || read(sync, &go, 1) != 1 || go != 'M')
-			_exit(1);
-		/* only after the parent wrote the maps */
-		if (setresgid(0, 0, 0) < 0)
+		 * namespace, so root in here cannot reconfigure them; its maps
+		 * were written by spawn_userns */
+		if (setns(sp->userns_fd, CLONE_NEWUSER) < 0)
+			child_fail(sync, "join the user namespace", errno);
+		if (syscall(SYS_setresgid, 0, 0, 0) < 0)
 			child_fail(sync, "setresgid", errno);
-		if (setgroups(0, NULL) < 0)
+		if (raw_setgroups0() < 0)
 			child_fail(sync, "setgroups", errno);
-		if (setresuid(0, 0, 0) < 0)
+		if (syscall(SYS_setresuid, 0, 0, 0) < 0)
 			child_fail(sync, "setresuid", errno);
-	} else if (setgroups(0, NULL) < 0) {
+	} else if (raw_setgroups0() < 0) {
 		child_fail(sync, "setgroups", errno);
 	}
 	/* after the credential change, which would reset it */
@@ -158,12 +165,13 @@ static int wait_readable(int fd, int ms)
 	}
 }
 
-static int write_map(pid_t pid, const char *file, uid_t base, struct sbx_err *e)
+static int write_map(pid_t pid, const char *file, uid_t inside, uid_t base, struct sbx_err *e)
 {
 	char path[64], map[64];
 
 	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
-	if (snprintf(map, sizeof(map), "0 %u 65536\n", (unsigned)base) >= (int)sizeof(map))
+	if (snprintf(map, sizeof(map), "%u %u 65536\n", (unsigned)inside, (unsigned)base) >=
+	    (int)sizeof(map))
 		return err_set(e, SBX_E_INTERNAL, "bad uid_base");
 	{
 		auto_close int fd = open(path, O_WRONLY | O_CLOEXEC);
@@ -172,6 +180,58 @@ static int write_map(pid_t pid, const char *file, uid_t base, struct sbx_err *e)
 			return err_sys(e, errno, "cannot write %s", file);
 	}
 	return 0;
+}
+
+int spawn_userns(uid_t inside, uid_t base, struct sbx_err *e)
+{
+	int sv[2], ret = -1;
+	char path[64], c;
+	long pid;
+	ssize_t n;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return err_sys(e, errno, "socketpair");
+	/* The namespace's owner is its creator's euid, and the kernel charges
+	 * per-user counts (inotify instances, nproc) of everything inside to
+	 * that owner in the host's namespace: created as root, every sandbox
+	 * would share root's counts. So the child becomes base first. It
+	 * waits in the namespace until the socket closes; the namespace
+	 * outlives it through the fd opened below. */
+	pid = syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, NULL);
+	if (pid == 0) {
+		close(sv[0]);
+		if (raw_setgroups0() < 0 || syscall(SYS_setresgid, base, base, base) < 0 ||
+		    syscall(SYS_setresuid, base, base, base) < 0 || unshare(CLONE_NEWUSER) < 0)
+			_exit(1);
+		if (write(sv[1], "u", 1) != 1)
+			_exit(1);
+		while (read(sv[1], &c, 1) != 0 && errno == EINTR)
+			;
+		_exit(0);
+	}
+	close(sv[1]);
+	if (pid < 0) {
+		err_sys(e, errno, "cannot create a user namespace");
+		close(sv[0]);
+		return -1;
+	}
+	do
+		n = read(sv[0], &c, 1);
+	while (n < 0 && errno == EINTR);
+	snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+	if (n != 1) {
+		err_sys(e, n < 0 ? errno : EPERM, "cannot create a user namespace as uid %u",
+			(unsigned)base);
+	} else if (write_map((pid_t)pid, "uid_map", inside, base, e) == 0 &&
+		   write_map((pid_t)pid, "gid_map", inside, base, e) == 0) {
+		ret = open(path, O_RDONLY | O_CLOEXEC);
+		if (ret < 0)
+			err_sys(e, errno, "cannot open the new user namespace");
+	}
+	close(sv[0]);
+	while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	return ret;
 }
 
 void spawn_reap(int pidfd, int wait)
@@ -204,14 +264,6 @@ static int parent_side(const struct spawn_plan *sp, pid_t pid, int sync, spawn_a
 		n = read(sync, &r, sizeof(r));
 		if (n == 0)
 			return 0;   /* CLOEXEC socket closed by the exec: init runs */
-		if (n == 1 && sp->userns && ((char *)&r)[0] == 'U') {
-			if (write_map(pid, "uid_map", sp->uid_base, e) < 0 ||
-			    write_map(pid, "gid_map", sp->uid_base, e) < 0)
-				return -1;
-			if (write(sync, "M", 1) != 1)
-				return err_sys(e, errno, "cannot resume the sandbox");
-			continue;
-		}
 		if (n == (ssize_t)sizeof(r)) {
 			r.step[sizeof(r.step) - 1] = '\0';
 			return err_sys(e, r.err, "%s", r.step);

@@ -28,8 +28,7 @@ struct spawn_plan {
 	const struct mnt_plan *mounts;
 	const char *root;              /* directory to pivot into */
 	const char *hostname;
-	int userns;                    /* enter a user namespace last: 0 -> uid_base */
-	uid_t uid_base;
+	int userns_fd;                 /* >= 0: join this user namespace last */
 	const struct sock_fprog *seccomp;
 	uint64_t caps_keep;
 	int caps_last;
@@ -45,6 +44,13 @@ typedef int (*spawn_attach_fn)(void *arg, pid_t pid, struct sbx_err *e);
  * *pidfd (O_CLOEXEC), or -1 with e filled (the child is killed and reaped). */
 pid_t spawn_sandbox(const struct spawn_plan *sp, spawn_attach_fn attach, void *arg, int *pidfd,
 		    struct sbx_err *e);
+
+/* A new user namespace owned by host uid/gid base, mapping its ids
+ * inside..inside+65535 (uids and gids) to host ids base..base+65535: an
+ * O_CLOEXEC fd of it (the caller's), or -1 with e filled. Costs one
+ * short-lived child. inside 0: a sandbox's namespace; inside = the image
+ * owner: the idmap of its image (mnt_open_idmapped). */
+int spawn_userns(uid_t inside, uid_t base, struct sbx_err *e);
 
 /* Reap a child through its pidfd (blocking when wait is set). */
 void spawn_reap(int pidfd, int wait);

@@ -76,6 +76,23 @@ TEST(rt_mounts_plan)
 	CHECK(find(&p, "write ip_unprivileged_port_start", NULL) == NULL);
 	mnt_plan_release(&p);
 
+	/* an idmapped image: attached below base, before the overlay uses it */
+	{
+		size_t i_att = 0, i_root = 0;
+
+		mp.idmapped = 1;
+		mp.lower_fd = 7;
+		CHECK_INT(mnt_plan_build(&p, &mp, &e), 0);
+		op = find(&p, "attach the idmapped image", &i_att);
+		CHECK(op && op->kind == MNT_ATTACH && op->fd == 7 &&
+		      strcmp(op->target, "/var/lib/sbx/rt/root/lower") == 0);
+		op = find(&p, "mount overlay root", &i_root);
+		CHECK(op && strncmp(op->data, "lowerdir=/var/lib/sbx/rt/root/lower,", 36) == 0);
+		CHECK(i_att > 0 && i_att < i_root);
+		mnt_plan_release(&p);
+		mp.idmapped = 0;
+	}
+
 	mp.disk_mib = 0;
 	CHECK_INT(mnt_plan_build(&p, &mp, &e), -1);
 }
