@@ -107,9 +107,8 @@ static int call_prepare(const struct agent_call_spec *spec, struct agent_call *c
 	return 0;
 }
 
-void agent_call_run(struct httpd_req *r)
+void agent_call_serve(struct httpd_req *r, const struct agent_call_spec *spec)
 {
-	const struct agent_call_spec *spec = httpd_route_data(r);
 	struct agent_call c = { .r = r, .a = httpd_ctx(r), .port = -1 };
 	struct sbx_err e = { 0 };
 
@@ -118,10 +117,7 @@ void agent_call_run(struct httpd_req *r)
 	json_decref(c.body);
 }
 
-struct agent_sb *agent_data_sandbox(struct httpd_req *r, struct sbx_err *e)
+void agent_call_run(struct httpd_req *r)
 {
-	static const struct agent_call_spec data = { NULL, AGENT_CALL_DATA, NULL };
-	struct agent_call c = { .r = r, .a = httpd_ctx(r), .port = -1 };
-
-	return call_prepare(&data, &c, e) < 0 ? NULL : c.sb;
+	agent_call_serve(r, httpd_route_data(r));
 }

@@ -59,19 +59,20 @@ struct agent_call_spec {
 	const struct jsonv_field *fields;    /* AGENT_CALL_JSON: NULL for {} only */
 };
 
-/* What AGENT_CALL_DATA resolves, for handlers not yet written as calls:
- * the running sandbox of a data route, or NULL with e filled: 400, or 503
- * NODE_UNAVAILABLE when the sandbox changed since sbx-api routed the call
- * (an older epoch: restarted or re-placed; not running here: put to sleep,
- * restarted or deleted) — a retry is routed afresh. */
-struct agent_sb *agent_data_sandbox(struct httpd_req *r, struct sbx_err *e);
-
 /* The httpd handler of every row that names a spec (the row's data). */
 void agent_call_run(struct httpd_req *r);
+
+/* Serve r with the call of spec, as a row naming it would: what a view
+ * over the agent's routes (agent_compat.c) runs once it has mapped r. */
+void agent_call_serve(struct httpd_req *r, const struct agent_call_spec *spec);
 
 /* A route row's handler and data for spec fields: { method, pattern,
  * AGENT_CALL(fn, flags, fields) } or with route flags after it. */
 #define AGENT_CALL(fn_, flags_, fields_) \
 	.fn = agent_call_run, .data = &(const struct agent_call_spec){ (fn_), (flags_), (fields_) }
+
+/* A route row's handler and data for a named spec: { method, pattern,
+ * AGENT_CALL_OF(spec) } (a spec also served by another view). */
+#define AGENT_CALL_OF(spec_) .fn = agent_call_run, .data = &(spec_)
 
 #endif

@@ -5,14 +5,15 @@
  * /v1/sandboxes/{id}/cf/api/… (docs/COMPAT.md).
  *
  * Nothing here runs a command or touches a file itself. Every compat route
- * is a view over one of the agent's own handlers, one row of cf_routes[]
- * (method, the path after …/cf/, the mapper of its request, the sbx
- * handler), reached through one entry, agent_cf_dispatch:
+ * is a view over one of the agent's own calls, one row of cf_routes[]
+ * (method, the path after …/cf/, the mapper of its request, the call of
+ * the native route: agent_routes.h), reached through one entry,
+ * agent_cf_dispatch:
  *   1. the row's mapper checks the SDK's request and rewrites it into the
  *      sbx request (body, path tail, query, Accept header: httpd_set_*);
  *   2. a filter (struct httpd_filter) is put on the answer;
- *   3. the sbx handler runs (agent_h_exec, agent_h_proc_*, agent_h_files_*,
- *      agent_h_session_*) exactly as for its own route, and the filter turns
+ *   3. the native call runs (agent_call_serve: the same flags, fields and
+ *      function as its own route's row), and the filter turns
  *      its answer into the SDK's shape: JSON results with success/timestamp,
  *      the SDK's error object {code, message, context, httpStatus,
  *      timestamp}, and event streams re-framed as `data: {"type":…}`.
@@ -26,10 +27,7 @@
 #include "call.h"
 #include "codec.h"
 #include "agent_compat.h"
-#include "agent_exec.h"
-#include "agent_processes.h"
-#include "agent_sessions.h"
-#include "agent_files.h"
+#include "agent_routes.h"
 #include "agent_sse.h"
 #include "buf.h"
 #include "fspath.h"
@@ -76,7 +74,7 @@ enum cf_kind {
 /* One compat request: what the answer filter needs to know. */
 struct cf_req {
 	enum cf_kind kind;
-	httpd_handler_fn serve;    /* the sbx handler that serves the request */
+	const struct agent_call_spec *call;   /* the call that serves the request */
 	int64_t t0;
 	char *command;
 	char *session;
@@ -849,9 +847,8 @@ static json_t *cf_exec_body(const json_t *body, const char *command, int with_ti
 /* --- the routes: one row each, with the mapper of its request --- */
 
 /* Turn the SDK's request (body: its JSON object, borrowed; NULL for a
- * route without CF_BODY) into the sbx request of c->serve: body, path
- * tail, query, params. 0, or -1 with e (nothing answered). A mapper that
- * answers itself sets c->serve to NULL. */
+ * route without CF_BODY) into the sbx request of c->call: body, path
+ * tail, query, params. 0, or -1 with e (nothing answered). */
 typedef int (*cf_map_fn)(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e);
 
 enum cf_route_flags {
@@ -868,7 +865,7 @@ struct cf_route {
 	enum cf_kind kind;
 	unsigned flags;
 	cf_map_fn map;             /* NULL: nothing to map */
-	httpd_handler_fn serve;    /* the sbx handler (the mapper may change it) */
+	const struct agent_call_spec *call;   /* the native call (the mapper may change it) */
 };
 
 /* execute / execute/stream: exec, in the session when sessionId is given;
@@ -884,7 +881,7 @@ static int map_exec(struct httpd_req *r, struct cf_req *c, json_t *body, struct 
 	c->command = strdup(command);
 	if (!stream && json_is_true(json_object_get(body, "background"))) {
 		c->kind = CF_PROC_START;
-		c->serve = agent_h_proc_start;
+		c->call = &agent_call_proc_start;
 		httpd_set_header(r, "Accept", NULL);
 		return cf_set_body(r, cf_exec_body(body, command, 0, e), e);
 	}
@@ -1067,56 +1064,55 @@ static int map_session_delete(struct httpd_req *r, struct cf_req *c, json_t *bod
 	return 0;
 }
 
-static int map_ping(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+/* ping and version: answered here, for a running sandbox (a call of
+ * AGENT_CALL_DATA, as every native one). */
+static int cf_ping(struct agent_call *c, struct sbx_err *e)
 {
-	struct agent_sb *sb = agent_data_sandbox(r, e);
-
-	if (!sb)
-		return -1;
-	c->serve = NULL;
-	httpd_reply_json(r, 200,
+	(void)e;
+	httpd_reply_json(c->r, 200,
 			 json_pack("{s:s, s:I}", "message", "pong", "uptime",
-				   (json_int_t)((util_wall_ms() - sb->started_at) / 1000)));
+				   (json_int_t)((util_wall_ms() - c->sb->started_at) / 1000)));
 	return 0;
 }
 
-static int map_version(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+static int cf_version(struct agent_call *c, struct sbx_err *e)
 {
-	if (!agent_data_sandbox(r, e))
-		return -1;
-	c->serve = NULL;
-	httpd_reply_json(r, 200, json_pack("{s:s}", "version", CF_VERSION));
+	(void)e;
+	httpd_reply_json(c->r, 200, json_pack("{s:s}", "version", CF_VERSION));
 	return 0;
 }
+
+static const struct agent_call_spec cf_call_ping = { cf_ping, AGENT_CALL_DATA, NULL };
+static const struct agent_call_spec cf_call_version = { cf_version, AGENT_CALL_DATA, NULL };
 
 static const struct cf_route cf_routes[] = {
-	{ "POST", "/api/execute", CF_EXEC, CF_BODY, map_exec, agent_h_exec },
-	{ "POST", "/api/execute/stream", CF_EXEC_STREAM, CF_BODY, map_exec, agent_h_exec },
-	{ "POST", "/api/read", CF_READ, CF_BODY, map_read, agent_h_files_get },
-	{ "POST", "/api/read/stream", CF_READ_STREAM, CF_BODY, map_path, agent_h_files_get },
-	{ "POST", "/api/write", CF_WRITE, CF_BODY | CF_FEED, map_write, agent_h_files_put },
-	{ "POST", "/api/delete", CF_DELETE, CF_BODY, map_path, agent_h_files_delete },
-	{ "POST", "/api/rename", CF_RENAME, CF_BODY, map_rename, agent_h_move },
-	{ "POST", "/api/move", CF_RENAME, CF_BODY, map_move, agent_h_move },
-	{ "POST", "/api/mkdir", CF_MKDIR, CF_BODY, map_mkdir, agent_h_dirs_put },
-	{ "POST", "/api/list-files", CF_LIST, CF_BODY, map_list, agent_h_dirs_get },
-	{ "POST", "/api/exists", CF_EXISTS, CF_BODY, map_path, agent_h_stat_get },
-	{ "POST", "/api/process/start", CF_PROC_START, CF_BODY, map_proc_start, agent_h_proc_start },
-	{ "GET", "/api/process/list", CF_PROC_LIST, 0, NULL, agent_h_proc_list },
-	{ "DELETE", "/api/process/kill-all", CF_PROC_KILL_ALL, 0, NULL, agent_h_proc_kill_all },
-	{ "GET", "/api/process/{id}", CF_PROC_GET, CF_PROC_ID, NULL, agent_h_proc_get },
-	{ "DELETE", "/api/process/{id}", CF_PROC_KILL, CF_PROC_ID, NULL, agent_h_proc_kill },
+	{ "POST", "/api/execute", CF_EXEC, CF_BODY, map_exec, &agent_call_exec },
+	{ "POST", "/api/execute/stream", CF_EXEC_STREAM, CF_BODY, map_exec, &agent_call_exec },
+	{ "POST", "/api/read", CF_READ, CF_BODY, map_read, &agent_call_files_get },
+	{ "POST", "/api/read/stream", CF_READ_STREAM, CF_BODY, map_path, &agent_call_files_get },
+	{ "POST", "/api/write", CF_WRITE, CF_BODY | CF_FEED, map_write, &agent_call_files_put },
+	{ "POST", "/api/delete", CF_DELETE, CF_BODY, map_path, &agent_call_files_delete },
+	{ "POST", "/api/rename", CF_RENAME, CF_BODY, map_rename, &agent_call_move },
+	{ "POST", "/api/move", CF_RENAME, CF_BODY, map_move, &agent_call_move },
+	{ "POST", "/api/mkdir", CF_MKDIR, CF_BODY, map_mkdir, &agent_call_dirs_put },
+	{ "POST", "/api/list-files", CF_LIST, CF_BODY, map_list, &agent_call_dirs_get },
+	{ "POST", "/api/exists", CF_EXISTS, CF_BODY, map_path, &agent_call_stat_get },
+	{ "POST", "/api/process/start", CF_PROC_START, CF_BODY, map_proc_start, &agent_call_proc_start },
+	{ "GET", "/api/process/list", CF_PROC_LIST, 0, NULL, &agent_call_proc_list },
+	{ "DELETE", "/api/process/kill-all", CF_PROC_KILL_ALL, 0, NULL, &agent_call_proc_kill_all },
+	{ "GET", "/api/process/{id}", CF_PROC_GET, CF_PROC_ID, NULL, &agent_call_proc_get },
+	{ "DELETE", "/api/process/{id}", CF_PROC_KILL, CF_PROC_ID, NULL, &agent_call_proc_kill },
 	{ "GET", "/api/process/{id}/logs", CF_PROC_LOGS, CF_PROC_ID | CF_ACCEPT_JSON, NULL,
-	  agent_h_proc_logs },
+	  &agent_call_proc_logs },
 	{ "GET", "/api/process/{id}/stream", CF_PROC_STREAM, CF_PROC_ID | CF_ACCEPT_SSE, NULL,
-	  agent_h_proc_logs },
+	  &agent_call_proc_logs },
 	{ "POST", "/api/session/create", CF_SESS_CREATE, CF_BODY, map_session_create,
-	  agent_h_session_create },
-	{ "GET", "/api/session/list", CF_SESS_LIST, 0, NULL, agent_h_session_list },
+	  &agent_call_session_create },
+	{ "GET", "/api/session/list", CF_SESS_LIST, 0, NULL, &agent_call_session_list },
 	{ "POST", "/api/session/delete", CF_SESS_DELETE, CF_BODY, map_session_delete,
-	  agent_h_session_delete },
-	{ "GET", "/api/ping", CF_PLAIN, 0, map_ping, NULL },
-	{ "GET", "/api/version", CF_PLAIN, 0, map_version, NULL },
+	  &agent_call_session_delete },
+	{ "GET", "/api/ping", CF_PLAIN, 0, NULL, &cf_call_ping },
+	{ "GET", "/api/version", CF_PLAIN, 0, NULL, &cf_call_version },
 };
 
 static const struct cf_route *cf_route_find(const char *method, const char *tail,
@@ -1133,44 +1129,47 @@ static const struct cf_route *cf_route_find(const char *method, const char *tail
 	return NULL;
 }
 
+/* Map r, the SDK's request of row rt (params: its tail's captures), into
+ * the request of its native call. 0 or -1 with e (nothing answered). */
+static int cf_map(struct httpd_req *r, const struct cf_route *rt, struct cf_req *c,
+		  char params[][HTTPD_PARAM_MAX], struct sbx_err *e)
+{
+	json_t *body = NULL;
+	int rc;
+
+	if (!rt)
+		return err_set(e, SBX_E_ROUTE_NOT_FOUND,
+			       "this endpoint of the Cloudflare Sandbox API is not supported by sbx (docs/COMPAT.md)");
+	if ((rt->flags & CF_PROC_ID) &&
+	    (!(c->proc_id = strdup(params[0])) || httpd_set_param(r, 1, params[0]) < 0))
+		return err_sys(e, ENOMEM, "process id");
+	if ((rt->flags & CF_BODY) && !(body = cf_body(r, e)))
+		return -1;
+	c->call = rt->call;
+	rc = rt->map ? rt->map(r, c, body, e) : 0;
+	json_decref(body);
+	if (rc == 0 && (rt->flags & (CF_ACCEPT_JSON | CF_ACCEPT_SSE)))
+		httpd_set_header(r, "Accept", (rt->flags & CF_ACCEPT_SSE) ? "text/event-stream" : NULL);
+	return rc;
+}
+
 void agent_cf_dispatch(struct httpd_req *r)
 {
 	char params[HTTPD_MAX_PARAMS][HTTPD_PARAM_MAX];
 	const struct cf_route *rt = cf_route_find(httpd_method(r), httpd_tail(r), params);
 	struct sbx_err e = { 0 };
-	httpd_handler_fn serve;
+	const struct agent_call_spec *call;
 	struct cf_req *c;
-	json_t *body = NULL;
 
 	c = cf_begin(r, rt ? rt->kind : CF_PLAIN);
 	if (!c)
 		return;
-	if (!rt) {
-		err_set(&e, SBX_E_ROUTE_NOT_FOUND,
-			"this endpoint of the Cloudflare Sandbox API is not supported by sbx (docs/COMPAT.md)");
-		goto fail;
+	if (cf_map(r, rt, c, params, &e) < 0) {
+		httpd_reply_err(r, &e);
+		return;
 	}
-	if ((rt->flags & CF_PROC_ID) &&
-	    (!(c->proc_id = strdup(params[0])) || httpd_set_param(r, 1, params[0]) < 0)) {
-		err_sys(&e, ENOMEM, "process id");
-		goto fail;
-	}
-	if ((rt->flags & CF_BODY) && !(body = cf_body(r, &e)))
-		goto fail;
-	c->serve = rt->serve;
-	if (rt->map && rt->map(r, c, body, &e) < 0)
-		goto fail;
-	json_decref(body);
-	if (rt->flags & (CF_ACCEPT_JSON | CF_ACCEPT_SSE))
-		httpd_set_header(r, "Accept", (rt->flags & CF_ACCEPT_SSE) ? "text/event-stream" : NULL);
-	serve = c->serve;   /* c belongs to r's filter from here on */
-	if (serve) {
-		serve(r);
-		if (rt->flags & CF_FEED)
-			httpd_feed_body(r);
-	}
-	return;
-fail:
-	json_decref(body);
-	httpd_reply_err(r, &e);
+	call = c->call;   /* c belongs to r's filter from here on */
+	agent_call_serve(r, call);
+	if (rt->flags & CF_FEED)
+		httpd_feed_body(r);
 }

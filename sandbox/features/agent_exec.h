@@ -22,6 +22,7 @@
 #define SBX_AGENT_EXEC_H
 
 #include "agent.h"
+#include "call.h"
 
 #define AGENT_EXEC_MAX_PATH 4096
 
@@ -92,7 +93,9 @@ void agent_exec_fail(struct agent_exec *x, const struct sbx_err *e, json_t *deta
 void agent_exec_run(struct httpd_req *r, struct agent_sb *sb, const struct agent_cmd *c,
 		    int64_t timeout_ms, const char *stdin_data, size_t stdin_len);
 
-/* The exec route (POST /v1/sandboxes/{id}/exec; agent_exec_route.c). */
-void agent_h_exec(struct httpd_req *r);
+/* The exec route (POST /v1/sandboxes/{id}/exec; agent_exec_route.c), a
+ * call (call.h) of AGENT_CALL_DATA | AGENT_CALL_JSON with agent_exec_fields. */
+extern const struct jsonv_field agent_exec_fields[];
+int agent_exec_post(struct agent_call *c, struct sbx_err *e);
 
 #endif
