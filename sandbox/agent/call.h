@@ -41,6 +41,18 @@ enum agent_call_flags {
 	AGENT_CALL_JSON = 1u << 5,
 };
 
+/* What a view over the routes (agent_compat.c) passes a call instead of
+ * what the request carries: the typed arguments of the call it maps its
+ * own request to. */
+#define AGENT_CALL_QUERY_MAX 4
+struct agent_call_args {
+	json_t *body;                /* AGENT_CALL_JSON: the body, checked against the fields */
+	const char *tail;            /* a "{path*}" route's raw tail */
+	const char *ref;             /* path param 1 (a session or process id) */
+	/* The query: only these (name, value) pairs; the request's is hidden. */
+	const char *query[AGENT_CALL_QUERY_MAX][2];
+};
+
 struct agent_call {
 	struct httpd_req *r;
 	struct agent *a;
@@ -49,7 +61,15 @@ struct agent_call {
 	struct agent_sb *sb;         /* see the flags; borrowed */
 	json_t *body;                /* AGENT_CALL_JSON; released after the call */
 	int port;                    /* AGENT_CALL_PORT; else -1 */
+	const struct agent_call_args *args; /* a view's; NULL: the request's own */
 };
+
+/* The inputs of a call: from its args when a view passed them, else from
+ * the request (httpd_param, httpd_tail, httpd_query). All borrowed, valid
+ * as long as the request. */
+const char *agent_call_param(const struct agent_call *c, int i);
+const char *agent_call_tail(const struct agent_call *c);
+const char *agent_call_query(const struct agent_call *c, const char *name);
 
 typedef int (*agent_call_fn)(struct agent_call *c, struct sbx_err *e);
 
@@ -62,9 +82,12 @@ struct agent_call_spec {
 /* The httpd handler of every row that names a spec (the row's data). */
 void agent_call_run(struct httpd_req *r);
 
-/* Serve r with the call of spec, as a row naming it would: what a view
- * over the agent's routes (agent_compat.c) runs once it has mapped r. */
-void agent_call_serve(struct httpd_req *r, const struct agent_call_spec *spec);
+/* Serve r with the call of spec, as a row naming it would, but with args
+ * (borrowed for the call; NULL: the request's own) for its inputs: what a
+ * view over the agent's routes (agent_compat.c) runs once it has mapped
+ * its request to args. */
+void agent_call_serve(struct httpd_req *r, const struct agent_call_spec *spec,
+		      const struct agent_call_args *args);
 
 /* A route row's handler and data for spec fields: { method, pattern,
  * AGENT_CALL(fn, flags, fields) } or with route flags after it. */

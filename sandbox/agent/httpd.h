@@ -154,18 +154,13 @@ typedef void (*httpd_close_fn)(void *arg, int failed);
 void httpd_on_close(struct httpd_req *r, httpd_close_fn fn, void *arg);
 
 /* --- views: a translation layer (agent_compat.c) runs another route's
- * handler on a rewritten request and rewrites that handler's answer --- */
+ * call (its typed arguments: call.h) and rewrites that call's answer --- */
 
-/* What the handler sees instead of the request as sent: path param i, the
- * raw tail of a "{*}" route, the body (copied), a query parameter or a
- * header (value NULL: absent). The first httpd_set_query() (or
- * httpd_hide_query) hides the real query string entirely. 0 or -1. */
-int httpd_set_param(struct httpd_req *r, int i, const char *value);
-int httpd_set_tail(struct httpd_req *r, const char *raw);
+/* What the engines under a call see instead of the request as sent: the
+ * body (copied; fed to a streamed-body sink by httpd_feed_body) or a header
+ * (value NULL: absent). 0 or -1. */
 int httpd_set_body(struct httpd_req *r, const char *data, size_t len);
-int httpd_set_query(struct httpd_req *r, const char *name, const char *value);
 int httpd_set_header(struct httpd_req *r, const char *name, const char *value);
-void httpd_hide_query(struct httpd_req *r);
 
 /* A filter on the answer of r; every hook may be NULL. */
 struct httpd_filter {

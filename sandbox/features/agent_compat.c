@@ -9,12 +9,15 @@
  * (method, the path after …/cf/, the mapper of its request, the call of
  * the native route: agent_routes.h), reached through one entry,
  * agent_cf_dispatch:
- *   1. the row's mapper checks the SDK's request and rewrites it into the
- *      sbx request (body, path tail, query, Accept header: httpd_set_*);
+ *   1. the row's mapper checks the SDK's request and maps it to the typed
+ *      arguments of the native call (struct agent_call_args: its JSON
+ *      body, path tail, session or process id, query); only what the
+ *      engines read from the request itself is rewritten there (the Accept
+ *      and Range headers, and the decoded content of a write: httpd_set_*);
  *   2. a filter (struct httpd_filter) is put on the answer;
  *   3. the native call runs (agent_call_serve: the same flags, fields and
- *      function as its own route's row), and the filter turns
- *      its answer into the SDK's shape: JSON results with success/timestamp,
+ *      function as its own route's row), and the filter turns its answer
+ *      into the SDK's shape: JSON results with success/timestamp,
  *      the SDK's error object {code, message, context, httpStatus,
  *      timestamp}, and event streams re-framed as `data: {"type":…}`.
  * So exec, sessions, processes and files keep one code path each.
@@ -75,6 +78,9 @@ enum cf_kind {
 struct cf_req {
 	enum cf_kind kind;
 	const struct agent_call_spec *call;   /* the call that serves the request */
+	struct agent_call_args args;          /* its arguments (body and tail owned) */
+	size_t nquery;
+	char *tail;
 	int64_t t0;
 	char *command;
 	char *session;
@@ -120,6 +126,8 @@ static void cf_free(void *arg)
 	free(c->path);
 	free(c->new_path);
 	free(c->proc_id);
+	free(c->tail);
+	json_decref(c->args.body);
 	buf_release(&c->in);
 	buf_release(&c->out);
 	if (c->fd >= 0)
@@ -742,8 +750,8 @@ static struct cf_req *cf_begin(struct httpd_req *r, enum cf_kind kind)
 	buf_init(&c->in, CF_SSE_IN_MAX);
 	buf_init(&c->out, CF_SSE_OUT_MAX);
 	httpd_set_filter(r, &cf_filter, c);
-	/* The SDK's routes take no query; sbx's must not see a client's. */
-	httpd_hide_query(r);
+	/* The SDK's routes take no query (the call sees only c->args'); nor
+	 * do they read a range. */
 	httpd_set_header(r, "Range", NULL);
 	return c;
 }
@@ -795,34 +803,40 @@ static int cf_copy(json_t *to, const json_t *from, const char *name, const char 
 	return err_set(e, SBX_E_VALIDATION, "'%s' has the wrong type", name);
 }
 
-/* Hand the sbx body b (stolen) to the handler. */
-static int cf_set_body(struct httpd_req *r, json_t *b, struct sbx_err *e)
+/* Make b (stolen; NULL: e is filled) the JSON body of the native call. */
+static int cf_set_body(struct cf_req *c, json_t *b, struct sbx_err *e)
 {
-	char *text = b ? jsonv_dump(b) : NULL;
-	int rc;
-
-	json_decref(b);
-	if (!text)
-		return err_sys(e, ENOMEM, "body");
-	rc = httpd_set_body(r, text, strlen(text));
-	free(text);
-	return rc < 0 ? err_set(e, SBX_E_PAYLOAD_TOO_LARGE, "request body too large") : 0;
+	if (!b)
+		return e->code ? -1 : err_sys(e, ENOMEM, "body");
+	json_decref(c->args.body);
+	c->args.body = b;
+	return 0;
 }
 
-/* Make the file path p the "{*}" tail of a files route. */
-static int cf_set_path(struct httpd_req *r, const char *p, struct sbx_err *e)
+/* Make the file path p the "{*}" tail of a files call. */
+static int cf_set_path(struct cf_req *c, const char *p, struct sbx_err *e)
 {
 	struct buf b;
-	int rc;
 
 	buf_init(&b, FSPATH_MAX * 3 + 16);
 	if (codec_pct_encode(p, strlen(p), &b) < 0 || buf_add(&b, "", 1) < 0) {
 		buf_release(&b);
 		return err_set(e, SBX_E_VALIDATION, "'path' is longer than %d bytes", FSPATH_MAX);
 	}
-	rc = httpd_set_tail(r, b.data);
-	buf_release(&b);
-	return rc < 0 ? err_sys(e, ENOMEM, "path") : 0;
+	free(c->tail);
+	c->tail = buf_steal(&b, NULL);
+	c->args.tail = c->tail;
+	return c->tail ? 0 : err_sys(e, ENOMEM, "path");
+}
+
+/* Add the query parameter name=value (both static) for the native call. */
+static void cf_query(struct cf_req *c, const char *name, const char *value)
+{
+	if (c->nquery < AGENT_CALL_QUERY_MAX) {
+		c->args.query[c->nquery][0] = name;
+		c->args.query[c->nquery][1] = value;
+		c->nquery++;
+	}
 }
 
 /* The exec body of sbx from the SDK's execute / start body. */
@@ -883,7 +897,7 @@ static int map_exec(struct httpd_req *r, struct cf_req *c, json_t *body, struct 
 		c->kind = CF_PROC_START;
 		c->call = &agent_call_proc_start;
 		httpd_set_header(r, "Accept", NULL);
-		return cf_set_body(r, cf_exec_body(body, command, 0, e), e);
+		return cf_set_body(c, cf_exec_body(body, command, 0, e), e);
 	}
 	c->session = sid && *sid ? strdup(sid) : NULL;
 	b = cf_exec_body(body, command, 1, e);
@@ -892,7 +906,7 @@ static int map_exec(struct httpd_req *r, struct cf_req *c, json_t *body, struct 
 		return err_sys(e, ENOMEM, "body");
 	}
 	httpd_set_header(r, "Accept", stream ? "text/event-stream" : NULL);
-	return b ? cf_set_body(r, b, e) : -1;
+	return b ? cf_set_body(c, b, e) : -1;
 }
 
 /* The path fields of a file call: field (required) into c->path, and
@@ -916,7 +930,7 @@ static int map_path(struct httpd_req *r, struct cf_req *c, json_t *body, struct 
 {
 	if (cf_file_paths(c, body, "path", NULL, e) < 0)
 		return -1;
-	return cf_set_path(r, c->path, e);
+	return cf_set_path(c, c->path, e);
 }
 
 /* The SDK's encoding names: 1 base64, 0 text, -1 (400) anything else. */
@@ -940,8 +954,8 @@ static int map_read(struct httpd_req *r, struct cf_req *c, json_t *body, struct 
 		c->auto_encoding = 1;
 	else if ((b64 = cf_encoding(enc, e)) < 0)
 		return -1;
-	return httpd_set_query(r, "encoding", b64 ? "base64" : "utf-8") < 0
-		       ? err_sys(e, ENOMEM, "query") : 0;
+	cf_query(c, "encoding", b64 ? "base64" : "utf-8");
+	return 0;
 }
 
 static int map_write(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
@@ -978,7 +992,7 @@ static int cf_move(struct httpd_req *r, struct cf_req *c, const json_t *body, co
 {
 	if (cf_file_paths(c, body, from, to, e) < 0)
 		return -1;
-	return cf_set_body(r,
+	return cf_set_body(c,
 			   json_pack("{s:s, s:s, s:b}", "from", c->path, "to", c->new_path,
 				     "overwrite", 1),
 			   e);
@@ -1008,12 +1022,9 @@ static int map_list(struct httpd_req *r, struct cf_req *c, json_t *body, struct 
 		return -1;
 	if (opts && !json_is_object(opts) && !json_is_null(opts))
 		return err_set(e, SBX_E_VALIDATION, "'options' must be an object");
-	if (httpd_set_query(r, "recursive",
-			    json_is_true(json_object_get(opts, "recursive")) ? "true" : "false") < 0 ||
-	    httpd_set_query(r, "hidden",
-			    json_is_true(json_object_get(opts, "includeHidden")) ? "true" : "false") < 0 ||
-	    httpd_set_query(r, "limit", CF_LIST_LIMIT) < 0)
-		return err_sys(e, ENOMEM, "query");
+	cf_query(c, "recursive", json_is_true(json_object_get(opts, "recursive")) ? "true" : "false");
+	cf_query(c, "hidden", json_is_true(json_object_get(opts, "includeHidden")) ? "true" : "false");
+	cf_query(c, "limit", CF_LIST_LIMIT);
 	return 0;
 }
 
@@ -1030,7 +1041,7 @@ static int map_proc_start(struct httpd_req *r, struct cf_req *c, json_t *body, s
 		json_decref(b);
 		return -1;
 	}
-	return b ? cf_set_body(r, b, e) : -1;
+	return b ? cf_set_body(c, b, e) : -1;
 }
 
 static int map_session_create(struct httpd_req *r, struct cf_req *c, json_t *body,
@@ -1048,7 +1059,7 @@ static int map_session_create(struct httpd_req *r, struct cf_req *c, json_t *bod
 		json_decref(b);
 		return -1;
 	}
-	return cf_set_body(r, b, e);
+	return cf_set_body(c, b, e);
 }
 
 static int map_session_delete(struct httpd_req *r, struct cf_req *c, json_t *body,
@@ -1059,8 +1070,9 @@ static int map_session_delete(struct httpd_req *r, struct cf_req *c, json_t *bod
 	if (cf_req_str(body, "sessionId", &sid, e) < 0)
 		return -1;
 	c->session = strdup(sid);
-	if (!c->session || httpd_set_param(r, 1, c->session) < 0)
+	if (!c->session || strlen(c->session) >= HTTPD_PARAM_MAX)
 		return err_set(e, SBX_E_VALIDATION, "'sessionId' must be 1-64 of [A-Za-z0-9_.-]");
+	c->args.ref = c->session;
 	return 0;
 }
 
@@ -1140,8 +1152,7 @@ static int cf_map(struct httpd_req *r, const struct cf_route *rt, struct cf_req 
 	if (!rt)
 		return err_set(e, SBX_E_ROUTE_NOT_FOUND,
 			       "this endpoint of the Cloudflare Sandbox API is not supported by sbx (docs/COMPAT.md)");
-	if ((rt->flags & CF_PROC_ID) &&
-	    (!(c->proc_id = strdup(params[0])) || httpd_set_param(r, 1, params[0]) < 0))
+	if ((rt->flags & CF_PROC_ID) && !(c->args.ref = c->proc_id = strdup(params[0])))
 		return err_sys(e, ENOMEM, "process id");
 	if ((rt->flags & CF_BODY) && !(body = cf_body(r, e)))
 		return -1;
@@ -1158,7 +1169,6 @@ void agent_cf_dispatch(struct httpd_req *r)
 	char params[HTTPD_MAX_PARAMS][HTTPD_PARAM_MAX];
 	const struct cf_route *rt = cf_route_find(httpd_method(r), httpd_tail(r), params);
 	struct sbx_err e = { 0 };
-	const struct agent_call_spec *call;
 	struct cf_req *c;
 
 	c = cf_begin(r, rt ? rt->kind : CF_PLAIN);
@@ -1168,8 +1178,8 @@ void agent_cf_dispatch(struct httpd_req *r)
 		httpd_reply_err(r, &e);
 		return;
 	}
-	call = c->call;   /* c belongs to r's filter from here on */
-	agent_call_serve(r, call);
+	/* c lives with r's filter: as long as the request */
+	agent_call_serve(r, c->call, &c->args);
 	if (rt->flags & CF_FEED)
 		httpd_feed_body(r);
 }

@@ -286,9 +286,9 @@ static json_t *entry_json(const char *name, const char *abs, const struct stat *
 
 
 /* A boolean query parameter: absent → 0; "true"/"1" → 1; "false"/"0" → 0. */
-static int query_bool(struct httpd_req *r, const char *name, int *out, struct sbx_err *e)
+static int query_bool(const struct agent_call *c, const char *name, int *out, struct sbx_err *e)
 {
-	const char *v = httpd_query(r, name);
+	const char *v = agent_call_query(c, name);
 
 	*out = 0;
 	if (!v)
@@ -592,10 +592,10 @@ static void send_file(struct httpd_req *r, struct agent_sb *sb, int fd, uint64_t
 	int rg;
 
 	(void)sb;
-	(void)arg;
 	err_clear(&e);
-	/* the path was valid when the call started: parse it again for its name */
-	if (fspath_from_url(httpd_tail(r), &fp, &e) < 0) {
+	/* the path (arg: the call's tail) was valid when the call started:
+	 * parse it again for its name */
+	if (fspath_from_url(arg, &fp, &e) < 0) {
 		close(fd);
 		httpd_reply_err(r, &e);
 		return;
@@ -631,9 +631,9 @@ int agent_files_get(struct agent_call *c, struct sbx_err *e)
 	struct fw_spec spec;
 
 	memset(&o, 0, sizeof(o));
-	if (fspath_from_url(httpd_tail(c->r), &o.fp, e) < 0)
+	if (fspath_from_url(agent_call_tail(c), &o.fp, e) < 0)
 		return -1;
-	o.encoding = httpd_query(c->r, "encoding");
+	o.encoding = agent_call_query(c, "encoding");
 	if (o.encoding && strcmp(o.encoding, "utf-8") != 0 && strcmp(o.encoding, "base64") != 0)
 		return err_set(e, SBX_E_VALIDATION, "encoding must be utf-8 or base64");
 	memset(&spec, 0, sizeof(spec));
@@ -643,6 +643,7 @@ int agent_files_get(struct agent_call *c, struct sbx_err *e)
 		spec.timeout_s = FW_META_TIMEOUT_S;
 		spec.fn = child_open;
 		spec.on_fd = send_file;
+		spec.fd_arg = (void *)agent_call_tail(c);
 	} else {
 		/* a filter (the compat view) rewrites the JSON: it needs it whole */
 		spec.mode = httpd_json_filtered(c->r) ? FW_COLLECT : FW_STREAM;
@@ -825,11 +826,11 @@ out:
 int agent_files_put(struct agent_call *c, struct sbx_err *e)
 {
 	struct put_op o;
-	const char *ms = httpd_query(c->r, "mode");
+	const char *ms = agent_call_query(c, "mode");
 
 	memset(&o, 0, sizeof(o));
 	o.mode = 0644;
-	if (fspath_from_url(httpd_tail(c->r), &o.fp, e) < 0)
+	if (fspath_from_url(agent_call_tail(c), &o.fp, e) < 0)
 		return -1;
 	if (ms && fspath_mode(ms, &o.mode) < 0)
 		return err_set(e, SBX_E_VALIDATION, "mode must be octal permission bits (0000-0777)");
@@ -960,8 +961,8 @@ int agent_files_delete(struct agent_call *c, struct sbx_err *e)
 	struct del_op o;
 
 	memset(&o, 0, sizeof(o));
-	if (fspath_from_url(httpd_tail(c->r), &o.fp, e) < 0 ||
-	    query_bool(c->r, "recursive", &o.recursive, e) < 0)
+	if (fspath_from_url(agent_call_tail(c), &o.fp, e) < 0 ||
+	    query_bool(c, "recursive", &o.recursive, e) < 0)
 		return -1;
 	if (!*o.fp.name)
 		return err_set(e, SBX_E_VALIDATION, "cannot delete '/'");
@@ -1190,14 +1191,14 @@ static int child_list(void *arg, const struct fw_env *env)
 int agent_dirs_get(struct agent_call *c, struct sbx_err *e)
 {
 	struct list_op o;
-	const char *lim = httpd_query(c->r, "limit");
+	const char *lim = agent_call_query(c, "limit");
 
 	memset(&o, 0, sizeof(o));
 	o.limit = FILES_LIST_DEFAULT;
-	o.cursor = httpd_query(c->r, "cursor");
-	if (fspath_from_url(httpd_tail(c->r), &o.fp, e) < 0 ||
-	    query_bool(c->r, "recursive", &o.recursive, e) < 0 ||
-	    query_bool(c->r, "hidden", &o.hidden, e) < 0)
+	o.cursor = agent_call_query(c, "cursor");
+	if (fspath_from_url(agent_call_tail(c), &o.fp, e) < 0 ||
+	    query_bool(c, "recursive", &o.recursive, e) < 0 ||
+	    query_bool(c, "hidden", &o.hidden, e) < 0)
 		return -1;
 	if (lim && util_parse_i64(lim, 1, FILES_LIST_MAX, &o.limit) < 0)
 		return err_set(e, SBX_E_VALIDATION, "limit must be 1-%d", FILES_LIST_MAX);
@@ -1230,7 +1231,7 @@ static int path_helper(struct agent_call *c, fw_child_fn fn, struct sbx_err *e)
 {
 	struct fspath fp;
 
-	if (fspath_from_url(httpd_tail(c->r), &fp, e) < 0)
+	if (fspath_from_url(agent_call_tail(c), &fp, e) < 0)
 		return -1;
 	return run_helper(c, FW_COLLECT, FW_META_TIMEOUT_S, fn, &fp, e);
 }

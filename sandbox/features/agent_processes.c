@@ -875,7 +875,7 @@ static int proc_signal(struct proc *p, int sig, int64_t grace_ms)
 /* The process named by the path (param 1) in c's sandbox. */
 static struct proc *path_proc(struct agent_call *c, struct sbx_err *e)
 {
-	const char *ref = httpd_param(c->r, 1);
+	const char *ref = agent_call_param(c, 1);
 	struct proc *p;
 
 	if (!ids_valid_name(ref)) {
@@ -1110,7 +1110,7 @@ static int truthy(const char *v)
 int agent_proc_stdin(struct agent_call *c, struct sbx_err *e)
 {
 	struct proc *p = path_proc(c, e);
-	const char *data, *eof = httpd_query(c->r, "eof");
+	const char *data, *eof = agent_call_query(c, "eof");
 	struct timeval tv = { PROC_STDIN_WAIT_MS / 1000, (PROC_STDIN_WAIT_MS % 1000) * 1000 };
 	struct proc_stdin *w, **pp;
 	size_t len, max;
@@ -1164,10 +1164,10 @@ static const struct {
 };
 
 /* signal and graceMs from the query. 0 or -1 (400). */
-static int kill_args(struct httpd_req *r, int def_sig, int *sig, int64_t *grace,
+static int kill_args(const struct agent_call *c, int def_sig, int *sig, int64_t *grace,
 		     struct sbx_err *e)
 {
-	const char *s = httpd_query(r, "signal"), *g = httpd_query(r, "graceMs");
+	const char *s = agent_call_query(c, "signal"), *g = agent_call_query(c, "graceMs");
 
 	*sig = def_sig;
 	*grace = PROC_GRACE_DEFAULT_MS;
@@ -1216,7 +1216,7 @@ int agent_proc_kill(struct agent_call *c, struct sbx_err *e)
 	int sig;
 	int64_t grace;
 
-	if (!p || kill_args(c->r, SIGTERM, &sig, &grace, e) < 0)
+	if (!p || kill_args(c, SIGTERM, &sig, &grace, e) < 0)
 		return -1;
 	if (p->state == P_EXITED && proc_signal(p, sig, grace) < 0) {
 		httpd_reply_json(c->r, 200, proc_json(p));
@@ -1237,7 +1237,7 @@ int agent_proc_kill_all(struct agent_call *c, struct sbx_err *e)
 	int sig, n = 0;
 	int64_t grace;
 
-	if (kill_args(c->r, SIGKILL, &sig, &grace, e) < 0)
+	if (kill_args(c, SIGKILL, &sig, &grace, e) < 0)
 		return -1;
 	b = box_get(c->a, c->sb, 0);
 	for (struct proc *p = b ? b->list : NULL; p; p = p->next) {
@@ -1253,12 +1253,12 @@ int agent_proc_kill_all(struct agent_call *c, struct sbx_err *e)
 
 /* The query of a wait: timeoutMs, and log (*needle, its length in *nlen)
  * or port (0: none). 0 or -1 (400). */
-static int wait_args(struct httpd_req *r, int64_t *timeout, const char **needle, size_t *nlen,
-		     int64_t *port, struct sbx_err *e)
+static int wait_args(const struct agent_call *c, int64_t *timeout, const char **needle,
+		     size_t *nlen, int64_t *port, struct sbx_err *e)
 {
-	const char *port_q = httpd_query(r, "port"), *tmo_q = httpd_query(r, "timeoutMs");
+	const char *port_q = agent_call_query(c, "port"), *tmo_q = agent_call_query(c, "timeoutMs");
 
-	*needle = httpd_query(r, "log");
+	*needle = agent_call_query(c, "log");
 	*timeout = PROC_WAIT_DEFAULT_MS;
 	*nlen = 0;
 	*port = 0;
@@ -1317,7 +1317,7 @@ int agent_proc_wait(struct agent_call *c, struct sbx_err *e)
 	size_t nlen;
 	int met;
 
-	if (!p || wait_args(c->r, &timeout, &needle, &nlen, &port, e) < 0)
+	if (!p || wait_args(c, &timeout, &needle, &nlen, &port, e) < 0)
 		return -1;
 	met = wait_met(c, p, needle, nlen, port, e);
 	if (met != 0)

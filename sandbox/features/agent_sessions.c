@@ -851,7 +851,7 @@ int agent_session_list(struct agent_call *c, struct sbx_err *e)
 
 int agent_session_delete(struct agent_call *c, struct sbx_err *e)
 {
-	const char *sid = httpd_param(c->r, 1);
+	const char *sid = agent_call_param(c, 1);
 	struct sess_box *b;
 	struct sess *s;
 	struct rt_sandbox *rsb;

@@ -76,6 +76,17 @@ def test_bad_body_is_a_400_in_the_sdks_shape(api, box):
         assert r.json()["code"] == "VALIDATION_FAILED"
 
 
+def test_bad_background_execute_is_a_400_not_a_500(api, box):
+    """execute with background: true maps to a process start; a field of
+    the wrong type there is the caller's mistake (it was answered 500,
+    out of memory)."""
+    for extra in ({"cwd": 1}, {"env": "x"}):
+        body = dict({"command": "true", "background": True}, **extra)
+        r = cf(api, box, "POST", "execute", json=body)
+        assert r.status_code == 400, (extra, r.text)
+        assert r.json()["code"] == "VALIDATION_FAILED", r.text
+
+
 def test_unsupported_routes_are_a_404_in_the_sdks_shape(api, box):
     for method, route in (("POST", "git/checkout"), ("GET", "commands"),
                           ("POST", "backup/create"), ("POST", "execute/code")):
