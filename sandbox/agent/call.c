@@ -153,3 +153,17 @@ const char *agent_call_query(const struct agent_call *c, const char *name)
 			return c->args->query[i][1];
 	return NULL;
 }
+
+const char *agent_call_header(const struct agent_call *c, const char *name)
+{
+	return c->args ? NULL : httpd_header(c->r, name);
+}
+
+int agent_call_sse(const struct agent_call *c)
+{
+	const char *acc = agent_call_header(c, "Accept");
+
+	if (c->args)
+		return c->args->sse;
+	return acc && strstr(acc, "text/event-stream") != NULL;
+}

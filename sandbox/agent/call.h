@@ -51,6 +51,9 @@ struct agent_call_args {
 	const char *ref;             /* path param 1 (a session or process id) */
 	/* The query: only these (name, value) pairs; the request's is hidden. */
 	const char *query[AGENT_CALL_QUERY_MAX][2];
+	/* An event stream is asked for (the Accept header of a request); no
+	 * other header of the request reaches the call's own reading (Range). */
+	int sse;
 };
 
 struct agent_call {
@@ -70,6 +73,10 @@ struct agent_call {
 const char *agent_call_param(const struct agent_call *c, int i);
 const char *agent_call_tail(const struct agent_call *c);
 const char *agent_call_query(const struct agent_call *c, const char *name);
+/* A header the call reads of its request (Range): NULL under a view. */
+const char *agent_call_header(const struct agent_call *c, const char *name);
+/* 1 when the answer is to be an event stream (Accept: text/event-stream). */
+int agent_call_sse(const struct agent_call *c);
 
 typedef int (*agent_call_fn)(struct agent_call *c, struct sbx_err *e);
 

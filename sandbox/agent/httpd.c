@@ -76,11 +76,7 @@ struct httpd_req {
 	struct event *file_ev;     /* a file answer: checks the file's size */
 	int file_fd;               /* borrowed: MHD owns it with the answer */
 	uint64_t file_end;         /* offset + length announced */
-	/* A view (httpd_set_*): the headers and body the handler sees instead
-	 * of the request's, and the filter its answer goes through. */
-	char *ov_name[HTTPD_MAX_OVERRIDES];
-	char *ov_value[HTTPD_MAX_OVERRIDES]; /* NULL: absent */
-	int nov;
+	/* A view: the filter its answer goes through (httpd_set_filter). */
 	const struct httpd_filter *filter;
 	void *filter_arg;
 };
@@ -196,25 +192,8 @@ const char *httpd_param(const struct httpd_req *r, int i)
 	return i >= 0 && i < HTTPD_MAX_PARAMS ? r->params[i] : "";
 }
 
-/* An override of header name: 1 with *value set (maybe NULL = absent), 0
- * when there is none. */
-static int override_of(const struct httpd_req *r, const char *name, const char **value)
-{
-	for (int i = r->nov - 1; i >= 0; i--) {
-		if (strcasecmp(r->ov_name[i], name) == 0) {
-			*value = r->ov_value[i];
-			return 1;
-		}
-	}
-	return 0;
-}
-
 const char *httpd_header(const struct httpd_req *r, const char *name)
 {
-	const char *v;
-
-	if (override_of(r, name, &v))
-		return v;
 	return r->conn ? MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name) : NULL;
 }
 
@@ -302,26 +281,6 @@ static void peer_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* --- views --- */
-
-int httpd_set_header(struct httpd_req *r, const char *name, const char *value)
-{
-	char *n, *v = NULL;
-
-	if (r->nov >= HTTPD_MAX_OVERRIDES)
-		return -1;
-	n = strdup(name);
-	if (value)
-		v = strdup(value);
-	if (!n || (value && !v)) {
-		free(n);
-		free(v);
-		return -1;
-	}
-	r->ov_name[r->nov] = n;
-	r->ov_value[r->nov] = v;
-	r->nov++;
-	return 0;
-}
 
 int httpd_set_body(struct httpd_req *r, const char *data, size_t len)
 {
@@ -611,10 +570,6 @@ static void req_free(struct httpd_req *r)
 	for (int i = 0; i < r->nhdr; i++) {
 		free(r->hdr_name[i]);
 		free(r->hdr_value[i]);
-	}
-	for (int i = 0; i < r->nov; i++) {
-		free(r->ov_name[i]);
-		free(r->ov_value[i]);
 	}
 	if (r->filter && r->filter->free)
 		r->filter->free(r->filter_arg);

@@ -40,7 +40,6 @@
 /* GET: 200 {"status":"ok","connections":n,"maxConnections":m}, answered
  * by the server itself (node secret required, like every route). */
 #define HTTPD_HEALTH_PATH "/agent/v1/health"
-#define HTTPD_MAX_OVERRIDES 8
 
 struct httpd;
 struct httpd_req;
@@ -156,11 +155,9 @@ void httpd_on_close(struct httpd_req *r, httpd_close_fn fn, void *arg);
 /* --- views: a translation layer (agent_compat.c) runs another route's
  * call (its typed arguments: call.h) and rewrites that call's answer --- */
 
-/* What the engines under a call see instead of the request as sent: the
- * body (copied; fed to a streamed-body sink by httpd_feed_body) or a header
- * (value NULL: absent). 0 or -1. */
+/* The body the call sees instead of the request's (copied; fed to a
+ * streamed-body sink by httpd_feed_body). 0 or -1. */
 int httpd_set_body(struct httpd_req *r, const char *data, size_t len);
-int httpd_set_header(struct httpd_req *r, const char *name, const char *value);
 
 /* A filter on the answer of r; every hook may be NULL. */
 struct httpd_filter {

@@ -11,9 +11,9 @@
  * agent_cf_dispatch:
  *   1. the row's mapper checks the SDK's request and maps it to the typed
  *      arguments of the native call (struct agent_call_args: its JSON
- *      body, path tail, session or process id, query); only what the
- *      engines read from the request itself is rewritten there (the Accept
- *      and Range headers, and the decoded content of a write: httpd_set_*);
+ *      body, path tail, session or process id, query, stream or not); only
+ *      the decoded content of a write is handed to the upload as the
+ *      request's body (httpd_set_body);
  *   2. a filter (struct httpd_filter) is put on the answer;
  *   3. the native call runs (agent_call_serve: the same flags, fields and
  *      function as its own route's row), and the filter turns its answer
@@ -749,10 +749,9 @@ static struct cf_req *cf_begin(struct httpd_req *r, enum cf_kind kind)
 	c->t0 = util_now_ms();
 	buf_init(&c->in, CF_SSE_IN_MAX);
 	buf_init(&c->out, CF_SSE_OUT_MAX);
+	/* The SDK's routes take no query, nor a range: the call reads only
+	 * c->args. */
 	httpd_set_filter(r, &cf_filter, c);
-	/* The SDK's routes take no query (the call sees only c->args'); nor
-	 * do they read a range. */
-	httpd_set_header(r, "Range", NULL);
 	return c;
 }
 
@@ -868,9 +867,8 @@ typedef int (*cf_map_fn)(struct httpd_req *r, struct cf_req *c, json_t *body, st
 enum cf_route_flags {
 	CF_BODY = 1u << 0,         /* the SDK sends a JSON body: parsed for map */
 	CF_PROC_ID = 1u << 1,      /* the tail's {id} is a process id (param 1) */
-	CF_ACCEPT_JSON = 1u << 2,  /* the sbx handler answers JSON (Accept dropped) */
-	CF_ACCEPT_SSE = 1u << 3,   /* the sbx handler answers an event stream */
-	CF_FEED = 1u << 4,         /* the sbx handler takes the body as a stream */
+	CF_ACCEPT_SSE = 1u << 2,   /* the call answers an event stream (else JSON) */
+	CF_FEED = 1u << 3,         /* the call takes the body as a stream */
 };
 
 struct cf_route {
@@ -896,7 +894,6 @@ static int map_exec(struct httpd_req *r, struct cf_req *c, json_t *body, struct 
 	if (!stream && json_is_true(json_object_get(body, "background"))) {
 		c->kind = CF_PROC_START;
 		c->call = &agent_call_proc_start;
-		httpd_set_header(r, "Accept", NULL);
 		return cf_set_body(c, cf_exec_body(body, command, 0, e), e);
 	}
 	c->session = sid && *sid ? strdup(sid) : NULL;
@@ -905,7 +902,7 @@ static int map_exec(struct httpd_req *r, struct cf_req *c, json_t *body, struct 
 		json_decref(b);
 		return err_sys(e, ENOMEM, "body");
 	}
-	httpd_set_header(r, "Accept", stream ? "text/event-stream" : NULL);
+	c->args.sse = stream;
 	return b ? cf_set_body(c, b, e) : -1;
 }
 
@@ -1114,7 +1111,7 @@ static const struct cf_route cf_routes[] = {
 	{ "DELETE", "/api/process/kill-all", CF_PROC_KILL_ALL, 0, NULL, &agent_call_proc_kill_all },
 	{ "GET", "/api/process/{id}", CF_PROC_GET, CF_PROC_ID, NULL, &agent_call_proc_get },
 	{ "DELETE", "/api/process/{id}", CF_PROC_KILL, CF_PROC_ID, NULL, &agent_call_proc_kill },
-	{ "GET", "/api/process/{id}/logs", CF_PROC_LOGS, CF_PROC_ID | CF_ACCEPT_JSON, NULL,
+	{ "GET", "/api/process/{id}/logs", CF_PROC_LOGS, CF_PROC_ID, NULL,
 	  &agent_call_proc_logs },
 	{ "GET", "/api/process/{id}/stream", CF_PROC_STREAM, CF_PROC_ID | CF_ACCEPT_SSE, NULL,
 	  &agent_call_proc_logs },
@@ -1159,8 +1156,8 @@ static int cf_map(struct httpd_req *r, const struct cf_route *rt, struct cf_req 
 	c->call = rt->call;
 	rc = rt->map ? rt->map(r, c, body, e) : 0;
 	json_decref(body);
-	if (rc == 0 && (rt->flags & (CF_ACCEPT_JSON | CF_ACCEPT_SSE)))
-		httpd_set_header(r, "Accept", (rt->flags & CF_ACCEPT_SSE) ? "text/event-stream" : NULL);
+	if (rt->flags & CF_ACCEPT_SSE)
+		c->args.sse = 1;
 	return rc;
 }
 

@@ -72,10 +72,11 @@ int agent_exec_post(struct agent_call *c, struct sbx_err *e)
 	in = plan.stdin_v ? json_string_value(plan.stdin_v) : NULL;
 	in_len = plan.stdin_v ? json_string_length(plan.stdin_v) : 0;
 	if (plan.session)
-		rc = agent_sess_exec(c->r, c->sb, plan.session, &plan.cmd, plan.timeout_ms, in,
-				     in_len, e);
+		rc = agent_sess_exec(c->r, c->sb, agent_call_sse(c), plan.session, &plan.cmd,
+				     plan.timeout_ms, in, in_len, e);
 	else
-		agent_exec_run(c->r, c->sb, &plan.cmd, plan.timeout_ms, in, in_len);
+		agent_exec_run(c->r, c->sb, agent_call_sse(c), &plan.cmd, plan.timeout_ms, in,
+			       in_len);
 	agent_cmd_release(&plan.cmd);
 	return rc;
 }

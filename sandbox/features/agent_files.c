@@ -586,6 +586,7 @@ out:
 /* FW_FD: the helper opened the file; the agent sends it (sendfile). */
 static void send_file(struct httpd_req *r, struct agent_sb *sb, int fd, uint64_t size, void *arg)
 {
+	const struct agent_call view = { .r = r, .args = arg };   /* arg: the call's args */
 	struct sbx_err e;
 	struct fspath fp;
 	uint64_t first = 0, last = 0;
@@ -593,14 +594,13 @@ static void send_file(struct httpd_req *r, struct agent_sb *sb, int fd, uint64_t
 
 	(void)sb;
 	err_clear(&e);
-	/* the path (arg: the call's tail) was valid when the call started:
-	 * parse it again for its name */
-	if (fspath_from_url(arg, &fp, &e) < 0) {
+	/* the path was valid when the call started: parse it again for its name */
+	if (fspath_from_url(agent_call_tail(&view), &fp, &e) < 0) {
 		close(fd);
 		httpd_reply_err(r, &e);
 		return;
 	}
-	rg = fspath_range(httpd_header(r, "Range"), size, &first, &last);
+	rg = fspath_range(agent_call_header(&view, "Range"), size, &first, &last);
 	if (rg == -2) {
 		char cr[64];
 
@@ -643,7 +643,7 @@ int agent_files_get(struct agent_call *c, struct sbx_err *e)
 		spec.timeout_s = FW_META_TIMEOUT_S;
 		spec.fn = child_open;
 		spec.on_fd = send_file;
-		spec.fd_arg = (void *)agent_call_tail(c);
+		spec.fd_arg = (void *)c->args;   /* NULL, or as long as the request */
 	} else {
 		/* a filter (the compat view) rewrites the JSON: it needs it whole */
 		spec.mode = httpd_json_filtered(c->r) ? FW_COLLECT : FW_STREAM;

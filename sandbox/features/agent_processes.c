@@ -1059,12 +1059,6 @@ int agent_proc_get(struct agent_call *c, struct sbx_err *e)
 	return 0;
 }
 
-static int accepts_sse(struct httpd_req *r)
-{
-	const char *acc = httpd_header(r, "Accept");
-	return acc && strstr(acc, "text/event-stream") != NULL;
-}
-
 int agent_proc_logs(struct agent_call *c, struct sbx_err *e)
 {
 	struct proc *p = path_proc(c, e);
@@ -1072,7 +1066,7 @@ int agent_proc_logs(struct agent_call *c, struct sbx_err *e)
 
 	if (!p)
 		return -1;
-	if (!accepts_sse(c->r)) {
+	if (!agent_call_sse(c)) {
 		httpd_reply_json(c->r, 200,
 				 json_pack("{s:o*,s:o*,s:b,s:b}", "stdout", plog_text(&p->log[0]), "stderr",
 					   plog_text(&p->log[1]), "truncated",
@@ -1080,7 +1074,7 @@ int agent_proc_logs(struct agent_call *c, struct sbx_err *e)
 		return 0;
 	}
 	f = calloc(1, sizeof(*f));
-	if (!f || !(f->x = agent_exec_new(c->a, c->r, c->sb, p->command, "/", &follow_src, f))) {
+	if (!f || !(f->x = agent_exec_new(c->a, c->r, c->sb, 1, p->command, "/", &follow_src, f))) {
 		free(f);
 		return err_sys(e, ENOMEM, "log stream");
 	}

@@ -721,7 +721,7 @@ static struct sess *sess_new(struct sess_box *b, const char *id, const char *cwd
 	return s;
 }
 
-int agent_sess_exec(struct httpd_req *r, struct agent_sb *sb, const char *sid,
+int agent_sess_exec(struct httpd_req *r, struct agent_sb *sb, int stream, const char *sid,
 		    const struct agent_cmd *c, int64_t timeout_ms, const char *stdin_data,
 		    size_t stdin_len, struct sbx_err *e)
 {
@@ -748,7 +748,7 @@ int agent_sess_exec(struct httpd_req *r, struct agent_sb *sb, const char *sid,
 	}
 	cmd->s = s;
 	cmd->timeout_ms = timeout_ms;
-	cmd->x = agent_exec_new(a, r, sb, c->argv[c->command ? 2 : 0], c->cwd, &sess_src, cmd);
+	cmd->x = agent_exec_new(a, r, sb, stream, c->argv[c->command ? 2 : 0], c->cwd, &sess_src, cmd);
 	if (!cmd->x) {
 		cmd_free(cmd);
 		return err_sys(e, ENOMEM, "session command");

@@ -13,9 +13,10 @@
 extern const struct agent_module agent_sess_module;
 
 /* Run the exec body (already validated by exec; c, timeout and stdin from
- * it) in session sid of sb: 0 once queued (r is answered when the command
+ * it) in session sid of sb, answered as a stream or not (agent_exec_new):
+ * 0 once queued (r is answered when the command
  * ends), or -1 with e filled and r not answered. */
-int agent_sess_exec(struct httpd_req *r, struct agent_sb *sb, const char *sid,
+int agent_sess_exec(struct httpd_req *r, struct agent_sb *sb, int stream, const char *sid,
 		    const struct agent_cmd *c, int64_t timeout_ms, const char *stdin_data,
 		    size_t stdin_len, struct sbx_err *e);
 

@@ -109,6 +109,26 @@ def test_client_query_never_reaches_the_sbx_handler(api, box):
     assert r.json()["exists"] is True
 
 
+def test_client_headers_never_reach_the_sbx_call(api, box):
+    """The compat row decides stream or not and takes no range: a client's
+    Accept or Range header does not turn a JSON answer into a stream or a
+    read into a partial one."""
+    r = cf(api, box, "POST", "execute", json={"command": "echo hi"},
+           headers={"Accept": "text/event-stream"})
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"].startswith("application/json"), r.headers
+    assert r.json()["stdout"] == "hi\n"
+    w = cf(api, box, "POST", "write", json={"path": "/workspace/range.txt", "content": "abcdef"})
+    assert w.status_code == 200, w.text
+    r = cf(api, box, "POST", "read/stream", json={"path": "/workspace/range.txt"},
+           headers={"Range": "bytes=0-1"})
+    assert r.status_code == 200, r.text
+    events = [json.loads(f[len("data: "):]) for f in r.content.decode().split("\n\n")
+              if f.startswith("data: ")]
+    assert "".join(e["data"] for e in events if e["type"] == "chunk") == "abcdef", events
+    assert events[-1] == dict(events[-1], type="complete", bytesRead=6), events
+
+
 def test_stream_framing_is_data_only_json(api, box):
     r = cf(api, box, "POST", "execute/stream", json={"command": "printf 'a\\377b'"}, stream=True)
     assert r.status_code == 200
