@@ -54,6 +54,9 @@ struct agent_call_args {
 	/* An event stream is asked for (the Accept header of a request); no
 	 * other header of the request reaches the call's own reading (Range). */
 	int sse;
+	/* The content of a call that streams its body (an upload), whole. */
+	const char *content;
+	size_t content_len;
 };
 
 struct agent_call {

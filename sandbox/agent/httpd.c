@@ -282,12 +282,6 @@ static void peer_cb(evutil_socket_t fd, short what, void *arg)
 
 /* --- views --- */
 
-int httpd_set_body(struct httpd_req *r, const char *data, size_t len)
-{
-	buf_reset(&r->body);
-	return len ? buf_add(&r->body, data, len) : 0;
-}
-
 void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *arg)
 {
 	if (r->filter && r->filter->free)
@@ -301,12 +295,12 @@ int httpd_json_filtered(const struct httpd_req *r)
 	return r->filter && r->filter->json;
 }
 
-void httpd_feed_body(struct httpd_req *r)
+void httpd_feed_body(struct httpd_req *r, const char *data, size_t len)
 {
 	if (!r->sink || r->sink_done || r->replied)
 		return;
 	r->sink_done = 1;
-	if (r->body.len && r->sink(r->sink_arg, r->body.data, r->body.len) < 0)
+	if (len && r->sink(r->sink_arg, data, len) < 0)
 		return;
 	if (!r->replied)
 		r->sink(r->sink_arg, NULL, 0);

@@ -155,10 +155,6 @@ void httpd_on_close(struct httpd_req *r, httpd_close_fn fn, void *arg);
 /* --- views: a translation layer (agent_compat.c) runs another route's
  * call (its typed arguments: call.h) and rewrites that call's answer --- */
 
-/* The body the call sees instead of the request's (copied; fed to a
- * streamed-body sink by httpd_feed_body). 0 or -1. */
-int httpd_set_body(struct httpd_req *r, const char *data, size_t len);
-
 /* A filter on the answer of r; every hook may be NULL. */
 struct httpd_filter {
 	/* A JSON answer (httpd_reply_json / httpd_reply_err) or an empty one
@@ -178,10 +174,10 @@ void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *a
  * answer would bypass it). */
 int httpd_json_filtered(const struct httpd_req *r);
 
-/* Feed the buffered body to the sink a HTTPD_ROUTE_STREAM_BODY handler
- * registered while it was called on a buffered request (a view), then its
- * end. No-op without a sink. */
-void httpd_feed_body(struct httpd_req *r);
+/* Feed data (borrowed) to the sink a HTTPD_ROUTE_STREAM_BODY handler
+ * registered while it was called on a buffered request (a view's call),
+ * as the whole body, then its end. No-op without a sink. */
+void httpd_feed_body(struct httpd_req *r, const char *data, size_t len);
 
 /* The client socket (for peer-close detection while suspended); -1 if unknown. */
 int httpd_client_fd(const struct httpd_req *r);

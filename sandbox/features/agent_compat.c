@@ -11,9 +11,8 @@
  * agent_cf_dispatch:
  *   1. the row's mapper checks the SDK's request and maps it to the typed
  *      arguments of the native call (struct agent_call_args: its JSON
- *      body, path tail, session or process id, query, stream or not); only
- *      the decoded content of a write is handed to the upload as the
- *      request's body (httpd_set_body);
+ *      body, path tail, session or process id, query, stream or not, the
+ *      decoded content of a write); the request itself is left as sent;
  *   2. a filter (struct httpd_filter) is put on the answer;
  *   3. the native call runs (agent_call_serve: the same flags, fields and
  *      function as its own route's row), and the filter turns its answer
@@ -78,9 +77,10 @@ enum cf_kind {
 struct cf_req {
 	enum cf_kind kind;
 	const struct agent_call_spec *call;   /* the call that serves the request */
-	struct agent_call_args args;          /* its arguments (body and tail owned) */
+	struct agent_call_args args;          /* its arguments (body, tail, content owned) */
 	size_t nquery;
 	char *tail;
+	struct buf content;
 	int64_t t0;
 	char *command;
 	char *session;
@@ -128,6 +128,7 @@ static void cf_free(void *arg)
 	free(c->proc_id);
 	free(c->tail);
 	json_decref(c->args.body);
+	buf_release(&c->content);
 	buf_release(&c->in);
 	buf_release(&c->out);
 	if (c->fd >= 0)
@@ -868,7 +869,6 @@ enum cf_route_flags {
 	CF_BODY = 1u << 0,         /* the SDK sends a JSON body: parsed for map */
 	CF_PROC_ID = 1u << 1,      /* the tail's {id} is a process id (param 1) */
 	CF_ACCEPT_SSE = 1u << 2,   /* the call answers an event stream (else JSON) */
-	CF_FEED = 1u << 3,         /* the call takes the body as a stream */
 };
 
 struct cf_route {
@@ -976,10 +976,15 @@ static int map_write(struct httpd_req *r, struct cf_req *c, json_t *body, struct
 	} else if (buf_add(&raw, json_string_value(content), json_string_length(content)) < 0) {
 		rc = err_set(e, SBX_E_PAYLOAD_TOO_LARGE, "'content' is too large");
 	}
-	if (rc >= 0 && httpd_set_body(r, raw.data ? raw.data : "", raw.len) < 0)
-		rc = err_sys(e, ENOMEM, "body");
-	buf_release(&raw);
-	return rc < 0 ? -1 : 0;
+	if (rc < 0) {
+		buf_release(&raw);
+		return -1;
+	}
+	buf_release(&c->content);
+	c->content = raw;
+	c->args.content = raw.data ? raw.data : "";
+	c->args.content_len = raw.len;
+	return 0;
 }
 
 /* rename and move are one rename(2) in sbx (the target is replaced, as
@@ -1099,7 +1104,7 @@ static const struct cf_route cf_routes[] = {
 	{ "POST", "/api/execute/stream", CF_EXEC_STREAM, CF_BODY, map_exec, &agent_call_exec },
 	{ "POST", "/api/read", CF_READ, CF_BODY, map_read, &agent_call_files_get },
 	{ "POST", "/api/read/stream", CF_READ_STREAM, CF_BODY, map_path, &agent_call_files_get },
-	{ "POST", "/api/write", CF_WRITE, CF_BODY | CF_FEED, map_write, &agent_call_files_put },
+	{ "POST", "/api/write", CF_WRITE, CF_BODY, map_write, &agent_call_files_put },
 	{ "POST", "/api/delete", CF_DELETE, CF_BODY, map_path, &agent_call_files_delete },
 	{ "POST", "/api/rename", CF_RENAME, CF_BODY, map_rename, &agent_call_move },
 	{ "POST", "/api/move", CF_RENAME, CF_BODY, map_move, &agent_call_move },
@@ -1177,6 +1182,4 @@ void agent_cf_dispatch(struct httpd_req *r)
 	}
 	/* c lives with r's filter: as long as the request */
 	agent_call_serve(r, c->call, &c->args);
-	if (rt->flags & CF_FEED)
-		httpd_feed_body(r);
 }

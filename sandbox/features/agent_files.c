@@ -836,7 +836,12 @@ int agent_files_put(struct agent_call *c, struct sbx_err *e)
 		return err_set(e, SBX_E_VALIDATION, "mode must be octal permission bits (0000-0777)");
 	if (!*o.fp.name)
 		return err_set(e, SBX_E_IS_DIRECTORY, "'/' is a directory");
-	return run_helper(c, FW_UPLOAD, FW_TRANSFER_TIMEOUT_S, child_upload, &o, e);
+	if (run_helper(c, FW_UPLOAD, FW_TRANSFER_TIMEOUT_S, child_upload, &o, e) < 0)
+		return -1;
+	/* a view's content is whole already: the upload takes it as the body */
+	if (c->args)
+		httpd_feed_body(c->r, c->args->content, c->args->content_len);
+	return 0;
 }
 
 /* --- DELETE …/files/{path} --- */
