@@ -4,6 +4,8 @@
 #include "registry.h"
 #include "util.h"
 
+#include <string.h>
+
 /* "<tenant>.<id>" of path params 0 and 1 into key. 0 or -1 (400). */
 static int path_key(struct httpd_req *r, char *key, size_t keysz, struct sbx_err *e)
 {
@@ -77,11 +79,16 @@ static int json_body(struct agent_call *c, const struct jsonv_field *fields, str
 {
 	static const struct jsonv_field none[] = { { NULL, 0, 0 } };
 	size_t len;
-	const char *data = httpd_body(c->r, &len);
+	const char *data;
 
-	c->body = jsonv_parse(data, len, e);
-	if (!c->body)
-		return -1;
+	if (c->args && c->args->body) {
+		c->body = json_incref(c->args->body);
+	} else {
+		data = httpd_body(c->r, &len);
+		c->body = jsonv_parse(data, len, e);
+		if (!c->body)
+			return -1;
+	}
 	return jsonv_check(c->body, fields ? fields : none, "the body", e);
 }
 
@@ -107,10 +114,10 @@ static int call_prepare(const struct agent_call_spec *spec, struct agent_call *c
 	return 0;
 }
 
-void agent_call_run(struct httpd_req *r)
+void agent_call_serve(struct httpd_req *r, const struct agent_call_spec *spec,
+		      const struct agent_call_args *args)
 {
-	const struct agent_call_spec *spec = httpd_route_data(r);
-	struct agent_call c = { .r = r, .a = httpd_ctx(r), .port = -1 };
+	struct agent_call c = { .r = r, .a = httpd_ctx(r), .port = -1, .args = args };
 	struct sbx_err e = { 0 };
 
 	if (call_prepare(spec, &c, &e) < 0 || spec->fn(&c, &e) < 0)
@@ -118,10 +125,45 @@ void agent_call_run(struct httpd_req *r)
 	json_decref(c.body);
 }
 
-struct agent_sb *agent_data_sandbox(struct httpd_req *r, struct sbx_err *e)
+void agent_call_run(struct httpd_req *r)
 {
-	static const struct agent_call_spec data = { NULL, AGENT_CALL_DATA, NULL };
-	struct agent_call c = { .r = r, .a = httpd_ctx(r), .port = -1 };
+	agent_call_serve(r, httpd_route_data(r), NULL);
+}
 
-	return call_prepare(&data, &c, e) < 0 ? NULL : c.sb;
+const char *agent_call_param(const struct agent_call *c, int i)
+{
+	if (c->args && i == 1)
+		return c->args->ref ? c->args->ref : "";
+	return httpd_param(c->r, i);
+}
+
+const char *agent_call_tail(const struct agent_call *c)
+{
+	if (c->args)
+		return c->args->tail ? c->args->tail : "";
+	return httpd_tail(c->r);
+}
+
+const char *agent_call_query(const struct agent_call *c, const char *name)
+{
+	if (!c->args)
+		return httpd_query(c->r, name);
+	for (size_t i = 0; i < AGENT_CALL_QUERY_MAX && c->args->query[i][0]; i++)
+		if (strcmp(c->args->query[i][0], name) == 0)
+			return c->args->query[i][1];
+	return NULL;
+}
+
+const char *agent_call_header(const struct agent_call *c, const char *name)
+{
+	return c->args ? NULL : httpd_header(c->r, name);
+}
+
+int agent_call_sse(const struct agent_call *c)
+{
+	const char *acc = agent_call_header(c, "Accept");
+
+	if (c->args)
+		return c->args->sse;
+	return acc && strstr(acc, "text/event-stream") != NULL;
 }

@@ -41,6 +41,24 @@ enum agent_call_flags {
 	AGENT_CALL_JSON = 1u << 5,
 };
 
+/* What a view over the routes (agent_compat.c) passes a call instead of
+ * what the request carries: the typed arguments of the call it maps its
+ * own request to. */
+#define AGENT_CALL_QUERY_MAX 4
+struct agent_call_args {
+	json_t *body;                /* AGENT_CALL_JSON: the body, checked against the fields */
+	const char *tail;            /* a "{path*}" route's raw tail */
+	const char *ref;             /* path param 1 (a session or process id) */
+	/* The query: only these (name, value) pairs; the request's is hidden. */
+	const char *query[AGENT_CALL_QUERY_MAX][2];
+	/* An event stream is asked for (the Accept header of a request); no
+	 * other header of the request reaches the call's own reading (Range). */
+	int sse;
+	/* The content of a call that streams its body (an upload), whole. */
+	const char *content;
+	size_t content_len;
+};
+
 struct agent_call {
 	struct httpd_req *r;
 	struct agent *a;
@@ -49,7 +67,19 @@ struct agent_call {
 	struct agent_sb *sb;         /* see the flags; borrowed */
 	json_t *body;                /* AGENT_CALL_JSON; released after the call */
 	int port;                    /* AGENT_CALL_PORT; else -1 */
+	const struct agent_call_args *args; /* a view's; NULL: the request's own */
 };
+
+/* The inputs of a call: from its args when a view passed them, else from
+ * the request (httpd_param, httpd_tail, httpd_query). All borrowed, valid
+ * as long as the request. */
+const char *agent_call_param(const struct agent_call *c, int i);
+const char *agent_call_tail(const struct agent_call *c);
+const char *agent_call_query(const struct agent_call *c, const char *name);
+/* A header the call reads of its request (Range): NULL under a view. */
+const char *agent_call_header(const struct agent_call *c, const char *name);
+/* 1 when the answer is to be an event stream (Accept: text/event-stream). */
+int agent_call_sse(const struct agent_call *c);
 
 typedef int (*agent_call_fn)(struct agent_call *c, struct sbx_err *e);
 
@@ -59,19 +89,23 @@ struct agent_call_spec {
 	const struct jsonv_field *fields;    /* AGENT_CALL_JSON: NULL for {} only */
 };
 
-/* What AGENT_CALL_DATA resolves, for handlers not yet written as calls:
- * the running sandbox of a data route, or NULL with e filled: 400, or 503
- * NODE_UNAVAILABLE when the sandbox changed since sbx-api routed the call
- * (an older epoch: restarted or re-placed; not running here: put to sleep,
- * restarted or deleted) — a retry is routed afresh. */
-struct agent_sb *agent_data_sandbox(struct httpd_req *r, struct sbx_err *e);
-
 /* The httpd handler of every row that names a spec (the row's data). */
 void agent_call_run(struct httpd_req *r);
+
+/* Serve r with the call of spec, as a row naming it would, but with args
+ * (borrowed for the call; NULL: the request's own) for its inputs: what a
+ * view over the agent's routes (agent_compat.c) runs once it has mapped
+ * its request to args. */
+void agent_call_serve(struct httpd_req *r, const struct agent_call_spec *spec,
+		      const struct agent_call_args *args);
 
 /* A route row's handler and data for spec fields: { method, pattern,
  * AGENT_CALL(fn, flags, fields) } or with route flags after it. */
 #define AGENT_CALL(fn_, flags_, fields_) \
 	.fn = agent_call_run, .data = &(const struct agent_call_spec){ (fn_), (flags_), (fields_) }
+
+/* A route row's handler and data for a named spec: { method, pattern,
+ * AGENT_CALL_OF(spec) } (a spec also served by another view). */
+#define AGENT_CALL_OF(spec_) .fn = agent_call_run, .data = &(spec_)
 
 #endif

@@ -76,13 +76,7 @@ struct httpd_req {
 	struct event *file_ev;     /* a file answer: checks the file's size */
 	int file_fd;               /* borrowed: MHD owns it with the answer */
 	uint64_t file_end;         /* offset + length announced */
-	/* A view (httpd_set_*): what the handler sees instead of the request
-	 * as sent, and the filter its answer goes through. */
-	int view_query;            /* the real query string is hidden */
-	char *ov_name[HTTPD_MAX_OVERRIDES];
-	char *ov_value[HTTPD_MAX_OVERRIDES]; /* NULL: absent */
-	int ov_header[HTTPD_MAX_OVERRIDES];  /* 1 header, 0 query parameter */
-	int nov;
+	/* A view: the filter its answer goes through (httpd_set_filter). */
 	const struct httpd_filter *filter;
 	void *filter_arg;
 };
@@ -198,39 +192,13 @@ const char *httpd_param(const struct httpd_req *r, int i)
 	return i >= 0 && i < HTTPD_MAX_PARAMS ? r->params[i] : "";
 }
 
-/* An override of a header (is_header) or query parameter: 1 with *value
- * set (maybe NULL = absent), 0 when there is none. */
-static int override_of(const struct httpd_req *r, int is_header, const char *name,
-		       const char **value)
-{
-	for (int i = r->nov - 1; i >= 0; i--) {
-		if (r->ov_header[i] != is_header)
-			continue;
-		if (is_header ? strcasecmp(r->ov_name[i], name) == 0 : strcmp(r->ov_name[i], name) == 0) {
-			*value = r->ov_value[i];
-			return 1;
-		}
-	}
-	return 0;
-}
-
 const char *httpd_header(const struct httpd_req *r, const char *name)
 {
-	const char *v;
-
-	if (override_of(r, 1, name, &v))
-		return v;
 	return r->conn ? MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name) : NULL;
 }
 
 const char *httpd_query(const struct httpd_req *r, const char *name)
 {
-	const char *v;
-
-	if (override_of(r, 0, name, &v))
-		return v;
-	if (r->view_query)
-		return NULL;
 	return r->conn ? MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name) : NULL;
 }
 
@@ -314,70 +282,6 @@ static void peer_cb(evutil_socket_t fd, short what, void *arg)
 
 /* --- views --- */
 
-static int add_override(struct httpd_req *r, int is_header, const char *name, const char *value)
-{
-	char *n, *v = NULL;
-
-	if (r->nov >= HTTPD_MAX_OVERRIDES)
-		return -1;
-	n = strdup(name);
-	if (value)
-		v = strdup(value);
-	if (!n || (value && !v)) {
-		free(n);
-		free(v);
-		return -1;
-	}
-	r->ov_name[r->nov] = n;
-	r->ov_value[r->nov] = v;
-	r->ov_header[r->nov] = is_header;
-	r->nov++;
-	return 0;
-}
-
-int httpd_set_param(struct httpd_req *r, int i, const char *value)
-{
-	size_t n = strlen(value);
-
-	if (i < 0 || i >= HTTPD_MAX_PARAMS || n >= HTTPD_PARAM_MAX)
-		return -1;
-	memcpy(r->params[i], value, n + 1);
-	return 0;
-}
-
-int httpd_set_tail(struct httpd_req *r, const char *raw)
-{
-	char *t = strdup(raw);
-
-	if (!t)
-		return -1;
-	free(r->tail);
-	r->tail = t;
-	return 0;
-}
-
-int httpd_set_body(struct httpd_req *r, const char *data, size_t len)
-{
-	buf_reset(&r->body);
-	return len ? buf_add(&r->body, data, len) : 0;
-}
-
-int httpd_set_query(struct httpd_req *r, const char *name, const char *value)
-{
-	r->view_query = 1;
-	return add_override(r, 0, name, value);
-}
-
-int httpd_set_header(struct httpd_req *r, const char *name, const char *value)
-{
-	return add_override(r, 1, name, value);
-}
-
-void httpd_hide_query(struct httpd_req *r)
-{
-	r->view_query = 1;
-}
-
 void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *arg)
 {
 	if (r->filter && r->filter->free)
@@ -391,12 +295,12 @@ int httpd_json_filtered(const struct httpd_req *r)
 	return r->filter && r->filter->json;
 }
 
-void httpd_feed_body(struct httpd_req *r)
+void httpd_feed_body(struct httpd_req *r, const char *data, size_t len)
 {
 	if (!r->sink || r->sink_done || r->replied)
 		return;
 	r->sink_done = 1;
-	if (r->body.len && r->sink(r->sink_arg, r->body.data, r->body.len) < 0)
+	if (len && r->sink(r->sink_arg, data, len) < 0)
 		return;
 	if (!r->replied)
 		r->sink(r->sink_arg, NULL, 0);
@@ -660,10 +564,6 @@ static void req_free(struct httpd_req *r)
 	for (int i = 0; i < r->nhdr; i++) {
 		free(r->hdr_name[i]);
 		free(r->hdr_value[i]);
-	}
-	for (int i = 0; i < r->nov; i++) {
-		free(r->ov_name[i]);
-		free(r->ov_value[i]);
 	}
 	if (r->filter && r->filter->free)
 		r->filter->free(r->filter_arg);

@@ -40,7 +40,6 @@
 /* GET: 200 {"status":"ok","connections":n,"maxConnections":m}, answered
  * by the server itself (node secret required, like every route). */
 #define HTTPD_HEALTH_PATH "/agent/v1/health"
-#define HTTPD_MAX_OVERRIDES 8
 
 struct httpd;
 struct httpd_req;
@@ -154,18 +153,7 @@ typedef void (*httpd_close_fn)(void *arg, int failed);
 void httpd_on_close(struct httpd_req *r, httpd_close_fn fn, void *arg);
 
 /* --- views: a translation layer (agent_compat.c) runs another route's
- * handler on a rewritten request and rewrites that handler's answer --- */
-
-/* What the handler sees instead of the request as sent: path param i, the
- * raw tail of a "{*}" route, the body (copied), a query parameter or a
- * header (value NULL: absent). The first httpd_set_query() (or
- * httpd_hide_query) hides the real query string entirely. 0 or -1. */
-int httpd_set_param(struct httpd_req *r, int i, const char *value);
-int httpd_set_tail(struct httpd_req *r, const char *raw);
-int httpd_set_body(struct httpd_req *r, const char *data, size_t len);
-int httpd_set_query(struct httpd_req *r, const char *name, const char *value);
-int httpd_set_header(struct httpd_req *r, const char *name, const char *value);
-void httpd_hide_query(struct httpd_req *r);
+ * call (its typed arguments: call.h) and rewrites that call's answer --- */
 
 /* A filter on the answer of r; every hook may be NULL. */
 struct httpd_filter {
@@ -186,10 +174,10 @@ void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *a
  * answer would bypass it). */
 int httpd_json_filtered(const struct httpd_req *r);
 
-/* Feed the buffered body to the sink a HTTPD_ROUTE_STREAM_BODY handler
- * registered while it was called on a buffered request (a view), then its
- * end. No-op without a sink. */
-void httpd_feed_body(struct httpd_req *r);
+/* Feed data (borrowed) to the sink a HTTPD_ROUTE_STREAM_BODY handler
+ * registered while it was called on a buffered request (a view's call),
+ * as the whole body, then its end. No-op without a sink. */
+void httpd_feed_body(struct httpd_req *r, const char *data, size_t len);
 
 /* The client socket (for peer-close detection while suspended); -1 if unknown. */
 int httpd_client_fd(const struct httpd_req *r);

@@ -5,15 +5,18 @@
  * /v1/sandboxes/{id}/cf/api/… (docs/COMPAT.md).
  *
  * Nothing here runs a command or touches a file itself. Every compat route
- * is a view over one of the agent's own handlers, one row of cf_routes[]
- * (method, the path after …/cf/, the mapper of its request, the sbx
- * handler), reached through one entry, agent_cf_dispatch:
- *   1. the row's mapper checks the SDK's request and rewrites it into the
- *      sbx request (body, path tail, query, Accept header: httpd_set_*);
+ * is a view over one of the agent's own calls, one row of cf_routes[]
+ * (method, the path after …/cf/, the mapper of its request, the call of
+ * the native route: agent_routes.h), reached through one entry,
+ * agent_cf_dispatch:
+ *   1. the row's mapper checks the SDK's request and maps it to the typed
+ *      arguments of the native call (struct agent_call_args: its JSON
+ *      body, path tail, session or process id, query, stream or not, the
+ *      decoded content of a write); the request itself is left as sent;
  *   2. a filter (struct httpd_filter) is put on the answer;
- *   3. the sbx handler runs (agent_h_exec, agent_h_proc_*, agent_h_files_*,
- *      agent_h_session_*) exactly as for its own route, and the filter turns
- *      its answer into the SDK's shape: JSON results with success/timestamp,
+ *   3. the native call runs (agent_call_serve: the same flags, fields and
+ *      function as its own route's row), and the filter turns its answer
+ *      into the SDK's shape: JSON results with success/timestamp,
  *      the SDK's error object {code, message, context, httpStatus,
  *      timestamp}, and event streams re-framed as `data: {"type":…}`.
  * So exec, sessions, processes and files keep one code path each.
@@ -26,10 +29,7 @@
 #include "call.h"
 #include "codec.h"
 #include "agent_compat.h"
-#include "agent_exec.h"
-#include "agent_processes.h"
-#include "agent_sessions.h"
-#include "agent_files.h"
+#include "agent_routes.h"
 #include "agent_sse.h"
 #include "buf.h"
 #include "fspath.h"
@@ -76,7 +76,11 @@ enum cf_kind {
 /* One compat request: what the answer filter needs to know. */
 struct cf_req {
 	enum cf_kind kind;
-	httpd_handler_fn serve;    /* the sbx handler that serves the request */
+	const struct agent_call_spec *call;   /* the call that serves the request */
+	struct agent_call_args args;          /* its arguments (body, tail, content owned) */
+	size_t nquery;
+	char *tail;
+	struct buf content;
 	int64_t t0;
 	char *command;
 	char *session;
@@ -122,6 +126,9 @@ static void cf_free(void *arg)
 	free(c->path);
 	free(c->new_path);
 	free(c->proc_id);
+	free(c->tail);
+	json_decref(c->args.body);
+	buf_release(&c->content);
 	buf_release(&c->in);
 	buf_release(&c->out);
 	if (c->fd >= 0)
@@ -743,10 +750,9 @@ static struct cf_req *cf_begin(struct httpd_req *r, enum cf_kind kind)
 	c->t0 = util_now_ms();
 	buf_init(&c->in, CF_SSE_IN_MAX);
 	buf_init(&c->out, CF_SSE_OUT_MAX);
+	/* The SDK's routes take no query, nor a range: the call reads only
+	 * c->args. */
 	httpd_set_filter(r, &cf_filter, c);
-	/* The SDK's routes take no query; sbx's must not see a client's. */
-	httpd_hide_query(r);
-	httpd_set_header(r, "Range", NULL);
 	return c;
 }
 
@@ -797,34 +803,40 @@ static int cf_copy(json_t *to, const json_t *from, const char *name, const char 
 	return err_set(e, SBX_E_VALIDATION, "'%s' has the wrong type", name);
 }
 
-/* Hand the sbx body b (stolen) to the handler. */
-static int cf_set_body(struct httpd_req *r, json_t *b, struct sbx_err *e)
+/* Make b (stolen; NULL: e is filled) the JSON body of the native call. */
+static int cf_set_body(struct cf_req *c, json_t *b, struct sbx_err *e)
 {
-	char *text = b ? jsonv_dump(b) : NULL;
-	int rc;
-
-	json_decref(b);
-	if (!text)
-		return err_sys(e, ENOMEM, "body");
-	rc = httpd_set_body(r, text, strlen(text));
-	free(text);
-	return rc < 0 ? err_set(e, SBX_E_PAYLOAD_TOO_LARGE, "request body too large") : 0;
+	if (!b)
+		return e->code ? -1 : err_sys(e, ENOMEM, "body");
+	json_decref(c->args.body);
+	c->args.body = b;
+	return 0;
 }
 
-/* Make the file path p the "{*}" tail of a files route. */
-static int cf_set_path(struct httpd_req *r, const char *p, struct sbx_err *e)
+/* Make the file path p the "{*}" tail of a files call. */
+static int cf_set_path(struct cf_req *c, const char *p, struct sbx_err *e)
 {
 	struct buf b;
-	int rc;
 
 	buf_init(&b, FSPATH_MAX * 3 + 16);
 	if (codec_pct_encode(p, strlen(p), &b) < 0 || buf_add(&b, "", 1) < 0) {
 		buf_release(&b);
 		return err_set(e, SBX_E_VALIDATION, "'path' is longer than %d bytes", FSPATH_MAX);
 	}
-	rc = httpd_set_tail(r, b.data);
-	buf_release(&b);
-	return rc < 0 ? err_sys(e, ENOMEM, "path") : 0;
+	free(c->tail);
+	c->tail = buf_steal(&b, NULL);
+	c->args.tail = c->tail;
+	return c->tail ? 0 : err_sys(e, ENOMEM, "path");
+}
+
+/* Add the query parameter name=value (both static) for the native call. */
+static void cf_query(struct cf_req *c, const char *name, const char *value)
+{
+	if (c->nquery < AGENT_CALL_QUERY_MAX) {
+		c->args.query[c->nquery][0] = name;
+		c->args.query[c->nquery][1] = value;
+		c->nquery++;
+	}
 }
 
 /* The exec body of sbx from the SDK's execute / start body. */
@@ -849,17 +861,14 @@ static json_t *cf_exec_body(const json_t *body, const char *command, int with_ti
 /* --- the routes: one row each, with the mapper of its request --- */
 
 /* Turn the SDK's request (body: its JSON object, borrowed; NULL for a
- * route without CF_BODY) into the sbx request of c->serve: body, path
- * tail, query, params. 0, or -1 with e (nothing answered). A mapper that
- * answers itself sets c->serve to NULL. */
+ * route without CF_BODY) into the sbx request of c->call: body, path
+ * tail, query, params. 0, or -1 with e (nothing answered). */
 typedef int (*cf_map_fn)(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e);
 
 enum cf_route_flags {
 	CF_BODY = 1u << 0,         /* the SDK sends a JSON body: parsed for map */
 	CF_PROC_ID = 1u << 1,      /* the tail's {id} is a process id (param 1) */
-	CF_ACCEPT_JSON = 1u << 2,  /* the sbx handler answers JSON (Accept dropped) */
-	CF_ACCEPT_SSE = 1u << 3,   /* the sbx handler answers an event stream */
-	CF_FEED = 1u << 4,         /* the sbx handler takes the body as a stream */
+	CF_ACCEPT_SSE = 1u << 2,   /* the call answers an event stream (else JSON) */
 };
 
 struct cf_route {
@@ -868,7 +877,7 @@ struct cf_route {
 	enum cf_kind kind;
 	unsigned flags;
 	cf_map_fn map;             /* NULL: nothing to map */
-	httpd_handler_fn serve;    /* the sbx handler (the mapper may change it) */
+	const struct agent_call_spec *call;   /* the native call (the mapper may change it) */
 };
 
 /* execute / execute/stream: exec, in the session when sessionId is given;
@@ -884,9 +893,8 @@ static int map_exec(struct httpd_req *r, struct cf_req *c, json_t *body, struct 
 	c->command = strdup(command);
 	if (!stream && json_is_true(json_object_get(body, "background"))) {
 		c->kind = CF_PROC_START;
-		c->serve = agent_h_proc_start;
-		httpd_set_header(r, "Accept", NULL);
-		return cf_set_body(r, cf_exec_body(body, command, 0, e), e);
+		c->call = &agent_call_proc_start;
+		return cf_set_body(c, cf_exec_body(body, command, 0, e), e);
 	}
 	c->session = sid && *sid ? strdup(sid) : NULL;
 	b = cf_exec_body(body, command, 1, e);
@@ -894,8 +902,8 @@ static int map_exec(struct httpd_req *r, struct cf_req *c, json_t *body, struct 
 		json_decref(b);
 		return err_sys(e, ENOMEM, "body");
 	}
-	httpd_set_header(r, "Accept", stream ? "text/event-stream" : NULL);
-	return b ? cf_set_body(r, b, e) : -1;
+	c->args.sse = stream;
+	return b ? cf_set_body(c, b, e) : -1;
 }
 
 /* The path fields of a file call: field (required) into c->path, and
@@ -919,7 +927,7 @@ static int map_path(struct httpd_req *r, struct cf_req *c, json_t *body, struct 
 {
 	if (cf_file_paths(c, body, "path", NULL, e) < 0)
 		return -1;
-	return cf_set_path(r, c->path, e);
+	return cf_set_path(c, c->path, e);
 }
 
 /* The SDK's encoding names: 1 base64, 0 text, -1 (400) anything else. */
@@ -943,8 +951,8 @@ static int map_read(struct httpd_req *r, struct cf_req *c, json_t *body, struct 
 		c->auto_encoding = 1;
 	else if ((b64 = cf_encoding(enc, e)) < 0)
 		return -1;
-	return httpd_set_query(r, "encoding", b64 ? "base64" : "utf-8") < 0
-		       ? err_sys(e, ENOMEM, "query") : 0;
+	cf_query(c, "encoding", b64 ? "base64" : "utf-8");
+	return 0;
 }
 
 static int map_write(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
@@ -968,10 +976,15 @@ static int map_write(struct httpd_req *r, struct cf_req *c, json_t *body, struct
 	} else if (buf_add(&raw, json_string_value(content), json_string_length(content)) < 0) {
 		rc = err_set(e, SBX_E_PAYLOAD_TOO_LARGE, "'content' is too large");
 	}
-	if (rc >= 0 && httpd_set_body(r, raw.data ? raw.data : "", raw.len) < 0)
-		rc = err_sys(e, ENOMEM, "body");
-	buf_release(&raw);
-	return rc < 0 ? -1 : 0;
+	if (rc < 0) {
+		buf_release(&raw);
+		return -1;
+	}
+	buf_release(&c->content);
+	c->content = raw;
+	c->args.content = raw.data ? raw.data : "";
+	c->args.content_len = raw.len;
+	return 0;
 }
 
 /* rename and move are one rename(2) in sbx (the target is replaced, as
@@ -981,7 +994,7 @@ static int cf_move(struct httpd_req *r, struct cf_req *c, const json_t *body, co
 {
 	if (cf_file_paths(c, body, from, to, e) < 0)
 		return -1;
-	return cf_set_body(r,
+	return cf_set_body(c,
 			   json_pack("{s:s, s:s, s:b}", "from", c->path, "to", c->new_path,
 				     "overwrite", 1),
 			   e);
@@ -1011,12 +1024,9 @@ static int map_list(struct httpd_req *r, struct cf_req *c, json_t *body, struct 
 		return -1;
 	if (opts && !json_is_object(opts) && !json_is_null(opts))
 		return err_set(e, SBX_E_VALIDATION, "'options' must be an object");
-	if (httpd_set_query(r, "recursive",
-			    json_is_true(json_object_get(opts, "recursive")) ? "true" : "false") < 0 ||
-	    httpd_set_query(r, "hidden",
-			    json_is_true(json_object_get(opts, "includeHidden")) ? "true" : "false") < 0 ||
-	    httpd_set_query(r, "limit", CF_LIST_LIMIT) < 0)
-		return err_sys(e, ENOMEM, "query");
+	cf_query(c, "recursive", json_is_true(json_object_get(opts, "recursive")) ? "true" : "false");
+	cf_query(c, "hidden", json_is_true(json_object_get(opts, "includeHidden")) ? "true" : "false");
+	cf_query(c, "limit", CF_LIST_LIMIT);
 	return 0;
 }
 
@@ -1033,7 +1043,7 @@ static int map_proc_start(struct httpd_req *r, struct cf_req *c, json_t *body, s
 		json_decref(b);
 		return -1;
 	}
-	return b ? cf_set_body(r, b, e) : -1;
+	return b ? cf_set_body(c, b, e) : -1;
 }
 
 static int map_session_create(struct httpd_req *r, struct cf_req *c, json_t *body,
@@ -1051,7 +1061,7 @@ static int map_session_create(struct httpd_req *r, struct cf_req *c, json_t *bod
 		json_decref(b);
 		return -1;
 	}
-	return cf_set_body(r, b, e);
+	return cf_set_body(c, b, e);
 }
 
 static int map_session_delete(struct httpd_req *r, struct cf_req *c, json_t *body,
@@ -1062,61 +1072,61 @@ static int map_session_delete(struct httpd_req *r, struct cf_req *c, json_t *bod
 	if (cf_req_str(body, "sessionId", &sid, e) < 0)
 		return -1;
 	c->session = strdup(sid);
-	if (!c->session || httpd_set_param(r, 1, c->session) < 0)
+	if (!c->session || strlen(c->session) >= HTTPD_PARAM_MAX)
 		return err_set(e, SBX_E_VALIDATION, "'sessionId' must be 1-64 of [A-Za-z0-9_.-]");
+	c->args.ref = c->session;
 	return 0;
 }
 
-static int map_ping(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+/* ping and version: answered here, for a running sandbox (a call of
+ * AGENT_CALL_DATA, as every native one). */
+static int cf_ping(struct agent_call *c, struct sbx_err *e)
 {
-	struct agent_sb *sb = agent_data_sandbox(r, e);
-
-	if (!sb)
-		return -1;
-	c->serve = NULL;
-	httpd_reply_json(r, 200,
+	(void)e;
+	httpd_reply_json(c->r, 200,
 			 json_pack("{s:s, s:I}", "message", "pong", "uptime",
-				   (json_int_t)((util_wall_ms() - sb->started_at) / 1000)));
+				   (json_int_t)((util_wall_ms() - c->sb->started_at) / 1000)));
 	return 0;
 }
 
-static int map_version(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+static int cf_version(struct agent_call *c, struct sbx_err *e)
 {
-	if (!agent_data_sandbox(r, e))
-		return -1;
-	c->serve = NULL;
-	httpd_reply_json(r, 200, json_pack("{s:s}", "version", CF_VERSION));
+	(void)e;
+	httpd_reply_json(c->r, 200, json_pack("{s:s}", "version", CF_VERSION));
 	return 0;
 }
+
+static const struct agent_call_spec cf_call_ping = { cf_ping, AGENT_CALL_DATA, NULL };
+static const struct agent_call_spec cf_call_version = { cf_version, AGENT_CALL_DATA, NULL };
 
 static const struct cf_route cf_routes[] = {
-	{ "POST", "/api/execute", CF_EXEC, CF_BODY, map_exec, agent_h_exec },
-	{ "POST", "/api/execute/stream", CF_EXEC_STREAM, CF_BODY, map_exec, agent_h_exec },
-	{ "POST", "/api/read", CF_READ, CF_BODY, map_read, agent_h_files_get },
-	{ "POST", "/api/read/stream", CF_READ_STREAM, CF_BODY, map_path, agent_h_files_get },
-	{ "POST", "/api/write", CF_WRITE, CF_BODY | CF_FEED, map_write, agent_h_files_put },
-	{ "POST", "/api/delete", CF_DELETE, CF_BODY, map_path, agent_h_files_delete },
-	{ "POST", "/api/rename", CF_RENAME, CF_BODY, map_rename, agent_h_move },
-	{ "POST", "/api/move", CF_RENAME, CF_BODY, map_move, agent_h_move },
-	{ "POST", "/api/mkdir", CF_MKDIR, CF_BODY, map_mkdir, agent_h_dirs_put },
-	{ "POST", "/api/list-files", CF_LIST, CF_BODY, map_list, agent_h_dirs_get },
-	{ "POST", "/api/exists", CF_EXISTS, CF_BODY, map_path, agent_h_stat_get },
-	{ "POST", "/api/process/start", CF_PROC_START, CF_BODY, map_proc_start, agent_h_proc_start },
-	{ "GET", "/api/process/list", CF_PROC_LIST, 0, NULL, agent_h_proc_list },
-	{ "DELETE", "/api/process/kill-all", CF_PROC_KILL_ALL, 0, NULL, agent_h_proc_kill_all },
-	{ "GET", "/api/process/{id}", CF_PROC_GET, CF_PROC_ID, NULL, agent_h_proc_get },
-	{ "DELETE", "/api/process/{id}", CF_PROC_KILL, CF_PROC_ID, NULL, agent_h_proc_kill },
-	{ "GET", "/api/process/{id}/logs", CF_PROC_LOGS, CF_PROC_ID | CF_ACCEPT_JSON, NULL,
-	  agent_h_proc_logs },
+	{ "POST", "/api/execute", CF_EXEC, CF_BODY, map_exec, &agent_call_exec },
+	{ "POST", "/api/execute/stream", CF_EXEC_STREAM, CF_BODY, map_exec, &agent_call_exec },
+	{ "POST", "/api/read", CF_READ, CF_BODY, map_read, &agent_call_files_get },
+	{ "POST", "/api/read/stream", CF_READ_STREAM, CF_BODY, map_path, &agent_call_files_get },
+	{ "POST", "/api/write", CF_WRITE, CF_BODY, map_write, &agent_call_files_put },
+	{ "POST", "/api/delete", CF_DELETE, CF_BODY, map_path, &agent_call_files_delete },
+	{ "POST", "/api/rename", CF_RENAME, CF_BODY, map_rename, &agent_call_move },
+	{ "POST", "/api/move", CF_RENAME, CF_BODY, map_move, &agent_call_move },
+	{ "POST", "/api/mkdir", CF_MKDIR, CF_BODY, map_mkdir, &agent_call_dirs_put },
+	{ "POST", "/api/list-files", CF_LIST, CF_BODY, map_list, &agent_call_dirs_get },
+	{ "POST", "/api/exists", CF_EXISTS, CF_BODY, map_path, &agent_call_stat_get },
+	{ "POST", "/api/process/start", CF_PROC_START, CF_BODY, map_proc_start, &agent_call_proc_start },
+	{ "GET", "/api/process/list", CF_PROC_LIST, 0, NULL, &agent_call_proc_list },
+	{ "DELETE", "/api/process/kill-all", CF_PROC_KILL_ALL, 0, NULL, &agent_call_proc_kill_all },
+	{ "GET", "/api/process/{id}", CF_PROC_GET, CF_PROC_ID, NULL, &agent_call_proc_get },
+	{ "DELETE", "/api/process/{id}", CF_PROC_KILL, CF_PROC_ID, NULL, &agent_call_proc_kill },
+	{ "GET", "/api/process/{id}/logs", CF_PROC_LOGS, CF_PROC_ID, NULL,
+	  &agent_call_proc_logs },
 	{ "GET", "/api/process/{id}/stream", CF_PROC_STREAM, CF_PROC_ID | CF_ACCEPT_SSE, NULL,
-	  agent_h_proc_logs },
+	  &agent_call_proc_logs },
 	{ "POST", "/api/session/create", CF_SESS_CREATE, CF_BODY, map_session_create,
-	  agent_h_session_create },
-	{ "GET", "/api/session/list", CF_SESS_LIST, 0, NULL, agent_h_session_list },
+	  &agent_call_session_create },
+	{ "GET", "/api/session/list", CF_SESS_LIST, 0, NULL, &agent_call_session_list },
 	{ "POST", "/api/session/delete", CF_SESS_DELETE, CF_BODY, map_session_delete,
-	  agent_h_session_delete },
-	{ "GET", "/api/ping", CF_PLAIN, 0, map_ping, NULL },
-	{ "GET", "/api/version", CF_PLAIN, 0, map_version, NULL },
+	  &agent_call_session_delete },
+	{ "GET", "/api/ping", CF_PLAIN, 0, NULL, &cf_call_ping },
+	{ "GET", "/api/version", CF_PLAIN, 0, NULL, &cf_call_version },
 };
 
 static const struct cf_route *cf_route_find(const char *method, const char *tail,
@@ -1133,44 +1143,43 @@ static const struct cf_route *cf_route_find(const char *method, const char *tail
 	return NULL;
 }
 
+/* Map r, the SDK's request of row rt (params: its tail's captures), into
+ * the request of its native call. 0 or -1 with e (nothing answered). */
+static int cf_map(struct httpd_req *r, const struct cf_route *rt, struct cf_req *c,
+		  char params[][HTTPD_PARAM_MAX], struct sbx_err *e)
+{
+	json_t *body = NULL;
+	int rc;
+
+	if (!rt)
+		return err_set(e, SBX_E_ROUTE_NOT_FOUND,
+			       "this endpoint of the Cloudflare Sandbox API is not supported by sbx (docs/COMPAT.md)");
+	if ((rt->flags & CF_PROC_ID) && !(c->args.ref = c->proc_id = strdup(params[0])))
+		return err_sys(e, ENOMEM, "process id");
+	if ((rt->flags & CF_BODY) && !(body = cf_body(r, e)))
+		return -1;
+	c->call = rt->call;
+	rc = rt->map ? rt->map(r, c, body, e) : 0;
+	json_decref(body);
+	if (rt->flags & CF_ACCEPT_SSE)
+		c->args.sse = 1;
+	return rc;
+}
+
 void agent_cf_dispatch(struct httpd_req *r)
 {
 	char params[HTTPD_MAX_PARAMS][HTTPD_PARAM_MAX];
 	const struct cf_route *rt = cf_route_find(httpd_method(r), httpd_tail(r), params);
 	struct sbx_err e = { 0 };
-	httpd_handler_fn serve;
 	struct cf_req *c;
-	json_t *body = NULL;
 
 	c = cf_begin(r, rt ? rt->kind : CF_PLAIN);
 	if (!c)
 		return;
-	if (!rt) {
-		err_set(&e, SBX_E_ROUTE_NOT_FOUND,
-			"this endpoint of the Cloudflare Sandbox API is not supported by sbx (docs/COMPAT.md)");
-		goto fail;
+	if (cf_map(r, rt, c, params, &e) < 0) {
+		httpd_reply_err(r, &e);
+		return;
 	}
-	if ((rt->flags & CF_PROC_ID) &&
-	    (!(c->proc_id = strdup(params[0])) || httpd_set_param(r, 1, params[0]) < 0)) {
-		err_sys(&e, ENOMEM, "process id");
-		goto fail;
-	}
-	if ((rt->flags & CF_BODY) && !(body = cf_body(r, &e)))
-		goto fail;
-	c->serve = rt->serve;
-	if (rt->map && rt->map(r, c, body, &e) < 0)
-		goto fail;
-	json_decref(body);
-	if (rt->flags & (CF_ACCEPT_JSON | CF_ACCEPT_SSE))
-		httpd_set_header(r, "Accept", (rt->flags & CF_ACCEPT_SSE) ? "text/event-stream" : NULL);
-	serve = c->serve;   /* c belongs to r's filter from here on */
-	if (serve) {
-		serve(r);
-		if (rt->flags & CF_FEED)
-			httpd_feed_body(r);
-	}
-	return;
-fail:
-	json_decref(body);
-	httpd_reply_err(r, &e);
+	/* c lives with r's filter: as long as the request */
+	agent_call_serve(r, c->call, &c->args);
 }

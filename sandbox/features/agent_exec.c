@@ -558,14 +558,8 @@ static void on_close(void *arg, int failed)
 		rt_signal(x->rsb, x->handle, SIGKILL, 1);
 }
 
-static int accepts_sse(struct httpd_req *r)
-{
-	const char *acc = httpd_header(r, "Accept");
-	return acc && strstr(acc, "text/event-stream") != NULL;
-}
-
 struct agent_exec *agent_exec_new(struct agent *a, struct httpd_req *r, struct agent_sb *sb,
-				  const char *argv0, const char *cwd,
+				  int stream, const char *argv0, const char *cwd,
 				  const struct agent_exec_src *src, void *src_arg)
 {
 	struct agent_exec *x = calloc(1, sizeof(*x));
@@ -577,7 +571,7 @@ struct agent_exec *agent_exec_new(struct agent *a, struct httpd_req *r, struct a
 	x->rsb = src ? NULL : sb->rt;
 	x->src = src;
 	x->src_arg = src_arg;
-	x->stream_mode = accepts_sse(r);
+	x->stream_mode = stream;
 	x->t0 = util_now_ms();
 	snprintf(x->key, sizeof(x->key), "%s", sb->key);
 	snprintf(x->argv0, sizeof(x->argv0), "%s", argv0);
@@ -725,7 +719,7 @@ int64_t agent_spawn_piped(struct rt_sandbox *rsb, const struct rt_proc_spec *ps,
 
 /* The exec route without a session: run c as its own process and answer r
  * (JSON or SSE) from this engine. */
-void agent_exec_run(struct httpd_req *r, struct agent_sb *sb, const struct agent_cmd *c,
+void agent_exec_run(struct httpd_req *r, struct agent_sb *sb, int stream, const struct agent_cmd *c,
 		    int64_t timeout_ms, const char *stdin_data, size_t stdin_len)
 {
 	struct agent *a = httpd_ctx(r);
@@ -736,7 +730,7 @@ void agent_exec_run(struct httpd_req *r, struct agent_sb *sb, const struct agent
 	int io[3] = { -1, -1, -1 };
 
 	env = agent_env_merge(sb->base_env, c->env);
-	x = agent_exec_new(a, r, sb, c->argv[0], c->cwd, NULL, NULL);
+	x = agent_exec_new(a, r, sb, stream, c->argv[0], c->cwd, NULL, NULL);
 	if (!env || !x) {
 		err_sys(&e, ENOMEM, "exec");
 		goto fail;

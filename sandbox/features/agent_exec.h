@@ -22,6 +22,7 @@
 #define SBX_AGENT_EXEC_H
 
 #include "agent.h"
+#include "call.h"
 
 #define AGENT_EXEC_MAX_PATH 4096
 
@@ -59,11 +60,12 @@ struct agent_exec_src {
 	void (*cancel)(void *arg, int timed_out);
 };
 
-/* A new answer for request r about sandbox sb (argv0 and cwd are used in
- * messages). src NULL: the exec runs its own process (agent_exec.c only).
- * NULL on allocation failure. */
+/* A new answer for request r about sandbox sb: an event stream (stream,
+ * the call's agent_call_sse) or JSON once it ends (argv0 and cwd are used
+ * in messages). src NULL: the exec runs its own process (agent_exec.c
+ * only). NULL on allocation failure. */
 struct agent_exec *agent_exec_new(struct agent *a, struct httpd_req *r, struct agent_sb *sb,
-				  const char *argv0, const char *cwd,
+				  int stream, const char *argv0, const char *cwd,
 				  const struct agent_exec_src *src, void *src_arg);
 /* Free an exec that was never started with agent_exec_begin(). */
 void agent_exec_abandon(struct agent_exec *x);
@@ -89,10 +91,12 @@ void agent_exec_fail(struct agent_exec *x, const struct sbx_err *e, json_t *deta
 /* Run c (validated) as its own process in sb and answer r from the engine:
  * JSON when the command ends, or SSE while it runs. stdin_data is copied.
  * Answers r in every case. */
-void agent_exec_run(struct httpd_req *r, struct agent_sb *sb, const struct agent_cmd *c,
+void agent_exec_run(struct httpd_req *r, struct agent_sb *sb, int stream, const struct agent_cmd *c,
 		    int64_t timeout_ms, const char *stdin_data, size_t stdin_len);
 
-/* The exec route (POST /v1/sandboxes/{id}/exec; agent_exec_route.c). */
-void agent_h_exec(struct httpd_req *r);
+/* The exec route (POST /v1/sandboxes/{id}/exec; agent_exec_route.c), a
+ * call (call.h) of AGENT_CALL_DATA | AGENT_CALL_JSON with agent_exec_fields. */
+extern const struct jsonv_field agent_exec_fields[];
+int agent_exec_post(struct agent_call *c, struct sbx_err *e);
 
 #endif

@@ -1,9 +1,10 @@
 /*
  * agent_exec_route.c — the exec route, POST /v1/sandboxes/{id}/exec: the
- * body is checked here, then the command runs either in a session
- * (agent_sessions.c) or as its own process answered by the exec engine
- * (agent_exec.c). Keeping the route apart from the engine is what lets
- * sessions build on the engine without an include cycle.
+ * body is checked here (its fields by the dispatcher, call.h), then the
+ * command runs either in a session (agent_sessions.c) or as its own process
+ * answered by the exec engine (agent_exec.c). Keeping the route apart from
+ * the engine is what lets sessions build on the engine without an include
+ * cycle.
  */
 #include "agent.h"
 #include "call.h"
@@ -19,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static const struct jsonv_field exec_fields[] = {
+const struct jsonv_field agent_exec_fields[] = {
 	{ "command", JV_STRING, 0 },
 	{ "argv", JV_ARRAY, 0 },
 	{ "cwd", JV_STRING, 0 },
@@ -42,8 +43,6 @@ static int parse_exec(json_t *body, struct exec_plan *p, struct sbx_err *e)
 {
 	json_t *v;
 
-	if (jsonv_check(body, exec_fields, "the body", e) < 0)
-		return -1;
 	if ((v = json_object_get(body, "session"))) {
 		p->session = json_string_value(v);
 		if (!ids_valid_name(p->session))
@@ -59,34 +58,25 @@ static int parse_exec(json_t *body, struct exec_plan *p, struct sbx_err *e)
 	return 0;
 }
 
-void agent_h_exec(struct httpd_req *r)
+int agent_exec_post(struct agent_call *c, struct sbx_err *e)
 {
-	struct sbx_err e = { 0 };
 	struct exec_plan plan = { 0 };
-	struct agent_sb *sb;
-	json_t *body = NULL;
-	const char *data, *in;
-	size_t len, in_len;
+	const char *in;
+	size_t in_len;
+	int rc = 0;
 
-	sb = agent_data_sandbox(r, &e);
-	if (!sb) {
-		httpd_reply_err(r, &e);
-		return;
-	}
-	data = httpd_body(r, &len);
-	body = jsonv_parse(data, len, &e);
-	if (!body || parse_exec(body, &plan, &e) < 0) {
+	if (parse_exec(c->body, &plan, e) < 0) {
 		agent_cmd_release(&plan.cmd);
-		json_decref(body);
-		httpd_reply_err(r, &e);
-		return;
+		return -1;
 	}
 	in = plan.stdin_v ? json_string_value(plan.stdin_v) : NULL;
 	in_len = plan.stdin_v ? json_string_length(plan.stdin_v) : 0;
 	if (plan.session)
-		agent_sess_exec(r, sb, plan.session, &plan.cmd, plan.timeout_ms, in, in_len);
+		rc = agent_sess_exec(c->r, c->sb, agent_call_sse(c), plan.session, &plan.cmd,
+				     plan.timeout_ms, in, in_len, e);
 	else
-		agent_exec_run(r, sb, &plan.cmd, plan.timeout_ms, in, in_len);
+		agent_exec_run(c->r, c->sb, agent_call_sse(c), &plan.cmd, plan.timeout_ms, in,
+			       in_len);
 	agent_cmd_release(&plan.cmd);
-	json_decref(body);
+	return rc;
 }

@@ -284,22 +284,11 @@ static json_t *entry_json(const char *name, const char *abs, const struct stat *
 			 "modifiedAt", when);
 }
 
-/* The sandbox and the parsed tail path of a data request. */
-static struct agent_sb *begin(struct httpd_req *r, struct fspath *fp, struct sbx_err *e)
-{
-	struct agent_sb *sb = agent_data_sandbox(r, e);
-
-	if (!sb)
-		return NULL;
-	if (fspath_from_url(httpd_tail(r), fp, e) < 0)
-		return NULL;
-	return sb;
-}
 
 /* A boolean query parameter: absent → 0; "true"/"1" → 1; "false"/"0" → 0. */
-static int query_bool(struct httpd_req *r, const char *name, int *out, struct sbx_err *e)
+static int query_bool(const struct agent_call *c, const char *name, int *out, struct sbx_err *e)
 {
-	const char *v = httpd_query(r, name);
+	const char *v = agent_call_query(c, name);
 
 	*out = 0;
 	if (!v)
@@ -311,22 +300,19 @@ static int query_bool(struct httpd_req *r, const char *name, int *out, struct sb
 	return 0;
 }
 
-/* Start the helper of a call (files_worker.h); on failure answer r. */
-static void run_helper(struct httpd_req *r, struct agent_sb *sb, enum fw_mode mode,
-		       unsigned timeout_s, fw_child_fn fn, void *arg)
+/* Start the helper of a call (files_worker.h). 0 or -1 with e. */
+static int run_helper(struct agent_call *c, enum fw_mode mode, unsigned timeout_s,
+		      fw_child_fn fn, void *arg, struct sbx_err *e)
 {
-	struct sbx_err e;
 	struct fw_spec spec;
 
-	err_clear(&e);
 	memset(&spec, 0, sizeof(spec));
 	spec.mode = mode;
 	spec.timeout_s = timeout_s;
 	spec.content_type = "application/json";
 	spec.fn = fn;
 	spec.arg = arg;
-	if (fw_start(r, sb, &spec, &e) < 0)
-		httpd_reply_err(r, &e);
+	return fw_start(c->r, c->sb, &spec, e);
 }
 
 /* In a helper: send e as the answer; the exit status. */
@@ -600,21 +586,21 @@ out:
 /* FW_FD: the helper opened the file; the agent sends it (sendfile). */
 static void send_file(struct httpd_req *r, struct agent_sb *sb, int fd, uint64_t size, void *arg)
 {
+	const struct agent_call view = { .r = r, .args = arg };   /* arg: the call's args */
 	struct sbx_err e;
 	struct fspath fp;
 	uint64_t first = 0, last = 0;
 	int rg;
 
 	(void)sb;
-	(void)arg;
 	err_clear(&e);
 	/* the path was valid when the call started: parse it again for its name */
-	if (fspath_from_url(httpd_tail(r), &fp, &e) < 0) {
+	if (fspath_from_url(agent_call_tail(&view), &fp, &e) < 0) {
 		close(fd);
 		httpd_reply_err(r, &e);
 		return;
 	}
-	rg = fspath_range(httpd_header(r, "Range"), size, &first, &last);
+	rg = fspath_range(agent_call_header(&view, "Range"), size, &first, &last);
 	if (rg == -2) {
 		char cr[64];
 
@@ -639,23 +625,17 @@ static void send_file(struct httpd_req *r, struct agent_sb *sb, int fd, uint64_t
 	httpd_reply_fd(r, 200, fspath_mime(fp.name), fd, 0, size);
 }
 
-void agent_h_files_get(struct httpd_req *r)
+int agent_files_get(struct agent_call *c, struct sbx_err *e)
 {
-	struct sbx_err e;
 	struct get_op o;
-	struct agent_sb *sb;
 	struct fw_spec spec;
 
-	err_clear(&e);
 	memset(&o, 0, sizeof(o));
-	sb = begin(r, &o.fp, &e);
-	if (!sb)
-		goto fail;
-	o.encoding = httpd_query(r, "encoding");
-	if (o.encoding && strcmp(o.encoding, "utf-8") != 0 && strcmp(o.encoding, "base64") != 0) {
-		err_set(&e, SBX_E_VALIDATION, "encoding must be utf-8 or base64");
-		goto fail;
-	}
+	if (fspath_from_url(agent_call_tail(c), &o.fp, e) < 0)
+		return -1;
+	o.encoding = agent_call_query(c, "encoding");
+	if (o.encoding && strcmp(o.encoding, "utf-8") != 0 && strcmp(o.encoding, "base64") != 0)
+		return err_set(e, SBX_E_VALIDATION, "encoding must be utf-8 or base64");
 	memset(&spec, 0, sizeof(spec));
 	spec.arg = &o;
 	if (!o.encoding) {
@@ -663,18 +643,15 @@ void agent_h_files_get(struct httpd_req *r)
 		spec.timeout_s = FW_META_TIMEOUT_S;
 		spec.fn = child_open;
 		spec.on_fd = send_file;
+		spec.fd_arg = (void *)c->args;   /* NULL, or as long as the request */
 	} else {
 		/* a filter (the compat view) rewrites the JSON: it needs it whole */
-		spec.mode = httpd_json_filtered(r) ? FW_COLLECT : FW_STREAM;
+		spec.mode = httpd_json_filtered(c->r) ? FW_COLLECT : FW_STREAM;
 		spec.timeout_s = FW_TRANSFER_TIMEOUT_S;
 		spec.content_type = "application/json";
 		spec.fn = child_encoded;
 	}
-	if (fw_start(r, sb, &spec, &e) < 0)
-		goto fail;
-	return;
-fail:
-	httpd_reply_err(r, &e);
+	return fw_start(c->r, c->sb, &spec, e);
 }
 
 /* --- PUT …/files/{path} --- */
@@ -846,31 +823,25 @@ out:
 	return rc;
 }
 
-void agent_h_files_put(struct httpd_req *r)
+int agent_files_put(struct agent_call *c, struct sbx_err *e)
 {
-	struct sbx_err e;
-	struct agent_sb *sb;
 	struct put_op o;
-	const char *ms = httpd_query(r, "mode");
+	const char *ms = agent_call_query(c, "mode");
 
-	err_clear(&e);
 	memset(&o, 0, sizeof(o));
 	o.mode = 0644;
-	sb = begin(r, &o.fp, &e);
-	if (!sb)
-		goto fail;
-	if (ms && fspath_mode(ms, &o.mode) < 0) {
-		err_set(&e, SBX_E_VALIDATION, "mode must be octal permission bits (0000-0777)");
-		goto fail;
-	}
-	if (!*o.fp.name) {
-		err_set(&e, SBX_E_IS_DIRECTORY, "'/' is a directory");
-		goto fail;
-	}
-	run_helper(r, sb, FW_UPLOAD, FW_TRANSFER_TIMEOUT_S, child_upload, &o);
-	return;
-fail:
-	httpd_reply_err(r, &e);
+	if (fspath_from_url(agent_call_tail(c), &o.fp, e) < 0)
+		return -1;
+	if (ms && fspath_mode(ms, &o.mode) < 0)
+		return err_set(e, SBX_E_VALIDATION, "mode must be octal permission bits (0000-0777)");
+	if (!*o.fp.name)
+		return err_set(e, SBX_E_IS_DIRECTORY, "'/' is a directory");
+	if (run_helper(c, FW_UPLOAD, FW_TRANSFER_TIMEOUT_S, child_upload, &o, e) < 0)
+		return -1;
+	/* a view's content is whole already: the upload takes it as the body */
+	if (c->args)
+		httpd_feed_body(c->r, c->args->content, c->args->content_len);
+	return 0;
 }
 
 /* --- DELETE …/files/{path} --- */
@@ -990,25 +961,17 @@ static int child_delete(void *arg, const struct fw_env *env)
 	return fw_send_json(env->chan, 204, NULL) < 0;
 }
 
-void agent_h_files_delete(struct httpd_req *r)
+int agent_files_delete(struct agent_call *c, struct sbx_err *e)
 {
-	struct sbx_err e;
 	struct del_op o;
-	struct agent_sb *sb;
 
-	err_clear(&e);
 	memset(&o, 0, sizeof(o));
-	sb = begin(r, &o.fp, &e);
-	if (!sb || query_bool(r, "recursive", &o.recursive, &e) < 0)
-		goto fail;
-	if (!*o.fp.name) {
-		err_set(&e, SBX_E_VALIDATION, "cannot delete '/'");
-		goto fail;
-	}
-	run_helper(r, sb, FW_COLLECT, FW_META_TIMEOUT_S, child_delete, &o);
-	return;
-fail:
-	httpd_reply_err(r, &e);
+	if (fspath_from_url(agent_call_tail(c), &o.fp, e) < 0 ||
+	    query_bool(c, "recursive", &o.recursive, e) < 0)
+		return -1;
+	if (!*o.fp.name)
+		return err_set(e, SBX_E_VALIDATION, "cannot delete '/'");
+	return run_helper(c, FW_COLLECT, FW_META_TIMEOUT_S, child_delete, &o, e);
 }
 /* --- GET …/dirs/{path} --- */
 
@@ -1230,36 +1193,26 @@ static int child_list(void *arg, const struct fw_env *env)
 	return fw_send_json(env->chan, 200, body) < 0;
 }
 
-void agent_h_dirs_get(struct httpd_req *r)
+int agent_dirs_get(struct agent_call *c, struct sbx_err *e)
 {
-	struct sbx_err e;
 	struct list_op o;
-	struct agent_sb *sb;
-	const char *lim = httpd_query(r, "limit");
+	const char *lim = agent_call_query(c, "limit");
 
-	err_clear(&e);
 	memset(&o, 0, sizeof(o));
 	o.limit = FILES_LIST_DEFAULT;
-	o.cursor = httpd_query(r, "cursor");
-	sb = begin(r, &o.fp, &e);
-	if (!sb || query_bool(r, "recursive", &o.recursive, &e) < 0 ||
-	    query_bool(r, "hidden", &o.hidden, &e) < 0)
-		goto fail;
-	if (lim && util_parse_i64(lim, 1, FILES_LIST_MAX, &o.limit) < 0) {
-		err_set(&e, SBX_E_VALIDATION, "limit must be 1-%d", FILES_LIST_MAX);
-		goto fail;
-	}
+	o.cursor = agent_call_query(c, "cursor");
+	if (fspath_from_url(agent_call_tail(c), &o.fp, e) < 0 ||
+	    query_bool(c, "recursive", &o.recursive, e) < 0 ||
+	    query_bool(c, "hidden", &o.hidden, e) < 0)
+		return -1;
+	if (lim && util_parse_i64(lim, 1, FILES_LIST_MAX, &o.limit) < 0)
+		return err_set(e, SBX_E_VALIDATION, "limit must be 1-%d", FILES_LIST_MAX);
 	if (o.cursor && (strlen(o.cursor) > 2 * FSPATH_MAX || strlen(o.cursor) % 2 != 0 ||
-			 strspn(o.cursor, "0123456789abcdef") != strlen(o.cursor))) {
-		err_set(&e, SBX_E_VALIDATION, "bad cursor");
-		goto fail;
-	}
+			 strspn(o.cursor, "0123456789abcdef") != strlen(o.cursor)))
+		return err_set(e, SBX_E_VALIDATION, "bad cursor");
 	/* a page can be large: streamed, unless a filter needs the JSON whole */
-	run_helper(r, sb, httpd_json_filtered(r) ? FW_COLLECT : FW_STREAM, FW_META_TIMEOUT_S,
-		   child_list, &o);
-	return;
-fail:
-	httpd_reply_err(r, &e);
+	return run_helper(c, httpd_json_filtered(c->r) ? FW_COLLECT : FW_STREAM, FW_META_TIMEOUT_S,
+			  child_list, &o, e);
 }
 
 /* --- PUT …/dirs/{path} --- */
@@ -1278,19 +1231,19 @@ static int child_mkdir(void *arg, const struct fw_env *env)
 	return fw_send_json(env->chan, created ? 201 : 200, json_pack("{s:s}", "path", fp->abs)) < 0;
 }
 
-void agent_h_dirs_put(struct httpd_req *r)
+/* The helper of fn on the tail path of c: …/dirs/{path}, …/stat/{path}. */
+static int path_helper(struct agent_call *c, fw_child_fn fn, struct sbx_err *e)
 {
-	struct sbx_err e;
 	struct fspath fp;
-	struct agent_sb *sb;
 
-	err_clear(&e);
-	sb = begin(r, &fp, &e);
-	if (!sb) {
-		httpd_reply_err(r, &e);
-		return;
-	}
-	run_helper(r, sb, FW_COLLECT, FW_META_TIMEOUT_S, child_mkdir, &fp);
+	if (fspath_from_url(agent_call_tail(c), &fp, e) < 0)
+		return -1;
+	return run_helper(c, FW_COLLECT, FW_META_TIMEOUT_S, fn, &fp, e);
+}
+
+int agent_dirs_put(struct agent_call *c, struct sbx_err *e)
+{
+	return path_helper(c, child_mkdir, e);
 }
 
 /* --- GET …/stat/{path} --- */
@@ -1316,24 +1269,14 @@ static int child_stat(void *arg, const struct fw_env *env)
 	return fw_send_json(env->chan, 200, entry_json(fp->name, fp->abs, &st)) < 0;
 }
 
-void agent_h_stat_get(struct httpd_req *r)
+int agent_stat_get(struct agent_call *c, struct sbx_err *e)
 {
-	struct sbx_err e;
-	struct fspath fp;
-	struct agent_sb *sb;
-
-	err_clear(&e);
-	sb = begin(r, &fp, &e);
-	if (!sb) {
-		httpd_reply_err(r, &e);
-		return;
-	}
-	run_helper(r, sb, FW_COLLECT, FW_META_TIMEOUT_S, child_stat, &fp);
+	return path_helper(c, child_stat, e);
 }
 
 /* --- POST …/move --- */
 
-static const struct jsonv_field move_fields[] = {
+const struct jsonv_field agent_move_fields[] = {
 	{ "from", JV_STRING, 1 },
 	{ "to", JV_STRING, 1 },
 	{ "overwrite", JV_BOOL, 0 },
@@ -1377,38 +1320,16 @@ static int child_move(void *arg, const struct fw_env *env)
 			    json_pack("{s:s, s:s}", "from", o->from.abs, "to", o->to.abs)) < 0;
 }
 
-void agent_h_move(struct httpd_req *r)
+int agent_move(struct agent_call *c, struct sbx_err *e)
 {
-	struct sbx_err e;
 	struct move_op o;
-	struct agent_sb *sb;
-	json_t *body = NULL;
-	const char *data;
-	size_t len;
-	const json_t *jf, *jt;
+	const json_t *jf = json_object_get(c->body, "from"), *jt = json_object_get(c->body, "to");
 
-	err_clear(&e);
-	sb = agent_data_sandbox(r, &e);
-	if (!sb)
-		goto fail;
-	data = httpd_body(r, &len);
-	body = jsonv_parse(data, len, &e);
-	if (!body || jsonv_check(body, move_fields, "move", &e) < 0)
-		goto fail;
-	jf = json_object_get(body, "from");
-	jt = json_object_get(body, "to");
-	o.overwrite = json_is_true(json_object_get(body, "overwrite"));
-	if (fspath_parse(json_string_value(jf), json_string_length(jf), &o.from, &e) < 0 ||
-	    fspath_parse(json_string_value(jt), json_string_length(jt), &o.to, &e) < 0)
-		goto fail;
-	if (!*o.from.name || !*o.to.name) {
-		err_set(&e, SBX_E_VALIDATION, "cannot move '/'");
-		goto fail;
-	}
-	json_decref(body);
-	run_helper(r, sb, FW_COLLECT, FW_META_TIMEOUT_S, child_move, &o);
-	return;
-fail:
-	json_decref(body);
-	httpd_reply_err(r, &e);
+	o.overwrite = json_is_true(json_object_get(c->body, "overwrite"));
+	if (fspath_parse(json_string_value(jf), json_string_length(jf), &o.from, e) < 0 ||
+	    fspath_parse(json_string_value(jt), json_string_length(jt), &o.to, e) < 0)
+		return -1;
+	if (!*o.from.name || !*o.to.name)
+		return err_set(e, SBX_E_VALIDATION, "cannot move '/'");
+	return run_helper(c, FW_COLLECT, FW_META_TIMEOUT_S, child_move, &o, e);
 }

@@ -6,17 +6,23 @@
 #define SBX_AGENT_FILES_H
 
 #include "buf.h"
+#include "call.h"
 #include "httpd.h"
 
 #include <stddef.h>
 
-void agent_h_files_get(struct httpd_req *r);
-void agent_h_files_put(struct httpd_req *r);     /* HTTPD_ROUTE_STREAM_BODY */
-void agent_h_files_delete(struct httpd_req *r);
-void agent_h_dirs_get(struct httpd_req *r);
-void agent_h_dirs_put(struct httpd_req *r);
-void agent_h_stat_get(struct httpd_req *r);
-void agent_h_move(struct httpd_req *r);
+/* The file routes (calls, see call.h; the path is the route's tail):
+ * GET, PUT (HTTPD_ROUTE_STREAM_BODY), DELETE …/files/{path}, GET and PUT
+ * …/dirs/{path}, GET …/stat/{path}, POST …/move (AGENT_CALL_JSON with
+ * agent_move_fields). */
+int agent_files_get(struct agent_call *c, struct sbx_err *e);
+int agent_files_put(struct agent_call *c, struct sbx_err *e);
+int agent_files_delete(struct agent_call *c, struct sbx_err *e);
+int agent_dirs_get(struct agent_call *c, struct sbx_err *e);
+int agent_dirs_put(struct agent_call *c, struct sbx_err *e);
+int agent_stat_get(struct agent_call *c, struct sbx_err *e);
+extern const struct jsonv_field agent_move_fields[];
+int agent_move(struct agent_call *c, struct sbx_err *e);
 
 /* Pure helpers of ?encoding= (unit-tested). */
 /* Append s[0..n) to b as the inside of a JSON string (what jansson writes:

@@ -872,31 +872,23 @@ static int proc_signal(struct proc *p, int sig, int64_t grace_ms)
 
 /* --- handlers ------------------------------------------------------------------ */
 
-/* The sandbox and the process named by the path (params 0 and 1). */
-static struct proc *path_proc(struct httpd_req *r, struct agent_sb **sbp, struct sbx_err *e)
+/* The process named by the path (param 1) in c's sandbox. */
+static struct proc *path_proc(struct agent_call *c, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	struct agent_sb *sb = agent_data_sandbox(r, e);
-	const char *ref = httpd_param(r, 1);
+	const char *ref = agent_call_param(c, 1);
 	struct proc *p;
 
-	if (!sb)
-		return NULL;
 	if (!ids_valid_name(ref)) {
 		err_set(e, SBX_E_VALIDATION, "invalid process id");
 		return NULL;
 	}
-	p = proc_lookup(box_get(a, sb, 0), ref);
-	if (!p) {
+	p = proc_lookup(box_get(c->a, c->sb, 0), ref);
+	if (!p)
 		err_set(e, SBX_E_PROCESS_NOT_FOUND, "process '%s' not found", ref);
-		return NULL;
-	}
-	if (sbp)
-		*sbp = sb;
 	return p;
 }
 
-static const struct jsonv_field start_fields[] = {
+const struct jsonv_field agent_proc_start_fields[] = {
 	{ "command", JV_STRING, 0 },
 	{ "argv", JV_ARRAY, 0 },
 	{ "cwd", JV_STRING, 0 },
@@ -921,64 +913,42 @@ static char *command_text(const struct agent_cmd *c)
 	return buf_steal(&b, NULL);
 }
 
-void agent_h_proc_start(struct httpd_req *r)
+/* The id of a new process: the body's "id", or a random one. 0 or -1. */
+static int start_id(const json_t *body, char *id, size_t idsz, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
-	struct agent_cmd c = { 0 };
-	struct agent_sb *sb;
-	struct proc_box *b;
-	struct proc *p = NULL, *old;
-	struct rt_proc_spec ps;
-	json_t *body = NULL, *v;
-	char **env = NULL;
-	char id[PROC_ID_MAX];
-	int io[3], running = 0;
-	const char *data;
-	size_t len;
+	const json_t *v = json_object_get(body, "id");
+	unsigned char rnd[6];
+	char hex[13];
 
-	sb = agent_data_sandbox(r, &e);
-	if (!sb)
-		goto fail;
-	data = httpd_body(r, &len);
-	body = jsonv_parse(data, len, &e);
-	if (!body || jsonv_check(body, start_fields, "the body", &e) < 0 ||
-	    agent_cmd_parse(body, &c, &e) < 0)
-		goto fail;
-	if ((v = json_object_get(body, "id"))) {
-		if (!ids_valid_name(json_string_value(v))) {
-			err_set(&e, SBX_E_VALIDATION, "'id' must be 1-64 of [A-Za-z0-9_.-]");
-			goto fail;
-		}
-		snprintf(id, sizeof(id), "%s", json_string_value(v));
-	} else {
-		unsigned char rnd[6];
-		char hex[13];
-		if (util_random(rnd, sizeof(rnd)) < 0) {
-			err_sys(&e, errno, "process id");
-			goto fail;
-		}
-		util_hex(rnd, sizeof(rnd), hex);
-		snprintf(id, sizeof(id), "proc-%s", hex);
+	if (v) {
+		if (!ids_valid_name(json_string_value(v)))
+			return err_set(e, SBX_E_VALIDATION, "'id' must be 1-64 of [A-Za-z0-9_.-]");
+		snprintf(id, idsz, "%s", json_string_value(v));
+		return 0;
 	}
-	b = box_get(a, sb, 1);
-	if (!b) {
-		err_sys(&e, ENOMEM, "process");
-		goto fail;
-	}
+	if (util_random(rnd, sizeof(rnd)) < 0)
+		return err_sys(e, errno, "process id");
+	util_hex(rnd, sizeof(rnd), hex);
+	snprintf(id, idsz, "proc-%s", hex);
+	return 0;
+}
+
+/* Make room in b for a process id: refused while one of that id runs or
+ * the sandbox runs its most; a finished record of that id is replaced.
+ * 0 or -1 (409, 429). */
+static int start_admit(struct proc_box *b, const char *id, struct sbx_err *e)
+{
+	struct proc *old;
+	int running = 0;
+
 	for (old = b->list; old; old = old->next) {
 		running += old->state != P_EXITED;
-		if (strcmp(old->id, id) == 0 && old->state != P_EXITED) {
-			err_set(&e, SBX_E_CONFLICT, "process '%s' is running", id);
-			goto fail;
-		}
+		if (strcmp(old->id, id) == 0 && old->state != P_EXITED)
+			return err_set(e, SBX_E_CONFLICT, "process '%s' is running", id);
 	}
-	if (running >= PROC_MAX_RUNNING) {
-		err_set(&e, SBX_E_QUOTA_EXCEEDED, "a sandbox runs at most %d background processes",
-			PROC_MAX_RUNNING);
-		goto fail;
-	}
-	/* A finished record with the same id is replaced. */
+	if (running >= PROC_MAX_RUNNING)
+		return err_set(e, SBX_E_QUOTA_EXCEEDED,
+			       "a sandbox runs at most %d background processes", PROC_MAX_RUNNING);
 	for (struct proc **pp = &b->list; *pp; pp = &(*pp)->next)
 		if (strcmp((*pp)->id, id) == 0 && !(*pp)->follows && !(*pp)->waits) {
 			old = *pp;
@@ -986,66 +956,83 @@ void agent_h_proc_start(struct httpd_req *r)
 			proc_free(old);
 			break;
 		}
-	p = calloc(1, sizeof(*p));
-	env = agent_env_merge(sb->base_env, c.env);
-	if (!p || !env || !(p->command = command_text(&c))) {
-		err_sys(&e, ENOMEM, "process");
-		goto fail;
+	return 0;
+}
+
+/* Start cmd as process id in b and take c's request over (answered by
+ * reply_started). 0 or -1 with e (c->r not answered). */
+static int start_spawn(struct agent_call *c, struct proc_box *b, const char *id,
+		       const struct agent_cmd *cmd, struct sbx_err *e)
+{
+	struct agent_sb *sb = c->sb;
+	struct proc *p = calloc(1, sizeof(*p));
+	char **env = agent_env_merge(sb->base_env, cmd->env);
+	struct rt_proc_spec ps;
+	int io[3];
+
+	if (!p || !env || !(p->command = command_text(cmd))) {
+		agent_env_free(env);
+		if (p)
+			proc_free(p);
+		return err_sys(e, ENOMEM, "process");
 	}
 	snprintf(p->id, sizeof(p->id), "%s", id);
 	p->started_at = util_wall_ms();
 	p->box = b;
-	ps = (struct rt_proc_spec){ .argv = c.argv, .env = env, .cwd = c.cwd };
-	p->handle = agent_spawn_piped(sb->rt, &ps, io, proc_started, proc_exited, p, &e);
+	ps = (struct rt_proc_spec){ .argv = cmd->argv, .env = env, .cwd = cmd->cwd };
+	p->handle = agent_spawn_piped(sb->rt, &ps, io, proc_started, proc_exited, p, e);
 	agent_env_free(env);
-	env = NULL;
 	if (p->handle < 0) {
-		err_prefix(&e, "cannot start the process");
-		goto fail;
+		proc_free(p);
+		err_prefix(e, "cannot start the process");
+		return -1;
 	}
 	p->next = b->list;
 	b->list = p;
 	/* child_io takes the fds in every case */
-	p->io = child_io_new(a->base, io, (size_t)a->conf->agent.proc_stdin_bytes, &proc_io_ops, p);
+	p->io = child_io_new(c->a->base, io, (size_t)c->a->conf->agent.proc_stdin_bytes,
+			     &proc_io_ops, p);
 	if (!p->io) {
 		/* It runs already: kill it; the record shows it killed. */
 		rt_signal(sb->rt, p->handle, SIGKILL, 1);
-		err_sys(&e, ENOMEM, "process pipes");
-		p = NULL;
-		goto fail;
+		return err_sys(e, ENOMEM, "process pipes");
 	}
 	child_io_set_burst(p->io, 8);
 	child_io_pause(p->io, 0);
-	p->start_req = r;
-	httpd_on_close(r, start_closed, p);
-	httpd_defer(r);
-	agent_cmd_release(&c);
-	json_decref(body);
+	p->start_req = c->r;
+	httpd_on_close(c->r, start_closed, p);
+	httpd_defer(c->r);
 	log_info("process '%s' of '%s' started: %.80s", p->id, sb->key, p->command);
-	return;
-fail:
-	if (p)
-		proc_free(p);
-	agent_env_free(env);
-	agent_cmd_release(&c);
-	json_decref(body);
-	httpd_reply_err(r, &e);
+	return 0;
 }
 
-void agent_h_proc_list(struct httpd_req *r)
+int agent_proc_start(struct agent_call *c, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
-	struct agent_sb *sb = agent_data_sandbox(r, &e);
+	struct agent_cmd cmd = { 0 };
 	struct proc_box *b;
-	json_t *arr;
+	char id[PROC_ID_MAX];
+	int rc = -1;
 
-	if (!sb) {
-		httpd_reply_err(r, &e);
-		return;
+	if (agent_cmd_parse(c->body, &cmd, e) < 0 || start_id(c->body, id, sizeof(id), e) < 0)
+		goto out;
+	b = box_get(c->a, c->sb, 1);
+	if (!b) {
+		err_sys(e, ENOMEM, "process");
+		goto out;
 	}
-	b = box_get(a, sb, 0);
-	arr = json_array();
+	if (start_admit(b, id, e) == 0)
+		rc = start_spawn(c, b, id, &cmd, e);
+out:
+	agent_cmd_release(&cmd);
+	return rc;
+}
+
+int agent_proc_list(struct agent_call *c, struct sbx_err *e)
+{
+	struct proc_box *b = box_get(c->a, c->sb, 0);
+	json_t *arr = json_array();
+
+	(void)e;
 	/* Oldest first: the order they were started in. */
 	if (b && arr) {
 		size_t n = 0;
@@ -1058,52 +1045,38 @@ void agent_h_proc_list(struct httpd_req *r)
 			json_array_append_new(arr, proc_json(p));
 		}
 	}
-	httpd_reply_json(r, 200, arr ? json_pack("{s:o}", "processes", arr) : NULL);
+	httpd_reply_json(c->r, 200, arr ? json_pack("{s:o}", "processes", arr) : NULL);
+	return 0;
 }
 
-void agent_h_proc_get(struct httpd_req *r)
+int agent_proc_get(struct agent_call *c, struct sbx_err *e)
 {
-	struct sbx_err e = { 0 };
-	struct proc *p = path_proc(r, NULL, &e);
+	struct proc *p = path_proc(c, e);
 
-	if (!p) {
-		httpd_reply_err(r, &e);
-		return;
-	}
-	httpd_reply_json(r, 200, proc_json(p));
+	if (!p)
+		return -1;
+	httpd_reply_json(c->r, 200, proc_json(p));
+	return 0;
 }
 
-static int accepts_sse(struct httpd_req *r)
+int agent_proc_logs(struct agent_call *c, struct sbx_err *e)
 {
-	const char *acc = httpd_header(r, "Accept");
-	return acc && strstr(acc, "text/event-stream") != NULL;
-}
-
-void agent_h_proc_logs(struct httpd_req *r)
-{
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
-	struct agent_sb *sb = NULL;
-	struct proc *p = path_proc(r, &sb, &e);
+	struct proc *p = path_proc(c, e);
 	struct proc_follow *f;
 
-	if (!p) {
-		httpd_reply_err(r, &e);
-		return;
-	}
-	if (!accepts_sse(r)) {
-		httpd_reply_json(r, 200,
+	if (!p)
+		return -1;
+	if (!agent_call_sse(c)) {
+		httpd_reply_json(c->r, 200,
 				 json_pack("{s:o*,s:o*,s:b,s:b}", "stdout", plog_text(&p->log[0]), "stderr",
 					   plog_text(&p->log[1]), "truncated",
 					   p->log[0].dropped || p->log[1].dropped, "evicted", p->evicted));
-		return;
+		return 0;
 	}
 	f = calloc(1, sizeof(*f));
-	if (!f || !(f->x = agent_exec_new(a, r, sb, p->command, "/", &follow_src, f))) {
+	if (!f || !(f->x = agent_exec_new(c->a, c->r, c->sb, 1, p->command, "/", &follow_src, f))) {
 		free(f);
-		err_sys(&e, ENOMEM, "log stream");
-		httpd_reply_err(r, &e);
-		return;
+		return err_sys(e, ENOMEM, "log stream");
 	}
 	f->p = p;
 	agent_exec_begin(f->x);
@@ -1116,10 +1089,11 @@ void agent_h_proc_logs(struct httpd_req *r)
 		ex.start_errno = 0; /* its message is in the log already */
 		agent_exec_exited(f->x, &ex);
 		free(f);
-		return;
+		return 0;
 	}
 	f->next = p->follows;
 	p->follows = f;
+	return 0;
 }
 
 static int truthy(const char *v)
@@ -1127,50 +1101,41 @@ static int truthy(const char *v)
 	return v && (strcmp(v, "1") == 0 || strcmp(v, "true") == 0);
 }
 
-void agent_h_proc_stdin(struct httpd_req *r)
+int agent_proc_stdin(struct agent_call *c, struct sbx_err *e)
 {
-	struct sbx_err e = { 0 };
-	struct proc *p = path_proc(r, NULL, &e);
-	const char *data, *eof = httpd_query(r, "eof");
+	struct proc *p = path_proc(c, e);
+	const char *data, *eof = agent_call_query(c, "eof");
 	struct timeval tv = { PROC_STDIN_WAIT_MS / 1000, (PROC_STDIN_WAIT_MS % 1000) * 1000 };
 	struct proc_stdin *w, **pp;
 	size_t len, max;
 
 	if (!p)
-		goto fail;
-	if (eof && !truthy(eof) && strcmp(eof, "0") != 0 && strcmp(eof, "false") != 0) {
-		err_set(&e, SBX_E_VALIDATION, "'eof' must be true or false");
-		goto fail;
-	}
-	if (p->state == P_EXITED || !p->io || !child_io_stdin_open(p->io)) {
-		err_set(&e, SBX_E_CONFLICT, "process '%s' %s", p->id,
-			p->state == P_EXITED ? "has exited" : "has its stdin closed");
-		goto fail;
-	}
-	data = httpd_body(r, &len);
-	max = (size_t)p->box->a->conf->agent.proc_stdin_bytes;
-	if (len > max) {
-		err_set(&e, SBX_E_PAYLOAD_TOO_LARGE, "stdin of process '%s' takes at most %zu bytes at once",
-			p->id, max);
-		goto fail;
-	}
+		return -1;
+	if (eof && !truthy(eof) && strcmp(eof, "0") != 0 && strcmp(eof, "false") != 0)
+		return err_set(e, SBX_E_VALIDATION, "'eof' must be true or false");
+	if (p->state == P_EXITED || !p->io || !child_io_stdin_open(p->io))
+		return err_set(e, SBX_E_CONFLICT, "process '%s' %s", p->id,
+			       p->state == P_EXITED ? "has exited" : "has its stdin closed");
+	data = httpd_body(c->r, &len);
+	max = (size_t)c->a->conf->agent.proc_stdin_bytes;
+	if (len > max)
+		return err_set(e, SBX_E_PAYLOAD_TOO_LARGE,
+			       "stdin of process '%s' takes at most %zu bytes at once", p->id, max);
 	/* in order: behind the POSTs that wait already */
 	if (!p->stdin_waits && stdin_put(p, data, len, truthy(eof)) == 0) {
-		httpd_reply_json(r, 200, json_pack("{s:I}", "written", (json_int_t)len));
-		return;
+		httpd_reply_json(c->r, 200, json_pack("{s:I}", "written", (json_int_t)len));
+		return 0;
 	}
-	if (p->nstdin_waits >= PROC_STDIN_WAITERS) {
-		err_set(&e, SBX_E_QUOTA_EXCEEDED, "process '%s' has too much stdin pending", p->id);
-		goto fail;
-	}
+	if (p->nstdin_waits >= PROC_STDIN_WAITERS)
+		return err_set(e, SBX_E_QUOTA_EXCEEDED, "process '%s' has too much stdin pending",
+			       p->id);
 	if (!(w = calloc(1, sizeof(*w))) ||
-	    !(w->timer = evtimer_new(p->box->a->base, stdin_timeout_cb, w))) {
+	    !(w->timer = evtimer_new(c->a->base, stdin_timeout_cb, w))) {
 		free(w);
-		err_sys(&e, ENOMEM, "stdin");
-		goto fail;
+		return err_sys(e, ENOMEM, "stdin");
 	}
 	w->p = p;
-	w->r = r;
+	w->r = c->r;
 	w->data = data;
 	w->len = len;
 	w->eof = truthy(eof);
@@ -1179,11 +1144,9 @@ void agent_h_proc_stdin(struct httpd_req *r)
 	*pp = w;
 	p->nstdin_waits++;
 	evtimer_add(w->timer, &tv);
-	httpd_on_close(r, stdin_closed, w);
-	httpd_defer(r);
-	return;
-fail:
-	httpd_reply_err(r, &e);
+	httpd_on_close(c->r, stdin_closed, w);
+	httpd_defer(c->r);
+	return 0;
 }
 
 static const struct {
@@ -1195,10 +1158,10 @@ static const struct {
 };
 
 /* signal and graceMs from the query. 0 or -1 (400). */
-static int kill_args(struct httpd_req *r, int def_sig, int *sig, int64_t *grace,
+static int kill_args(const struct agent_call *c, int def_sig, int *sig, int64_t *grace,
 		     struct sbx_err *e)
 {
-	const char *s = httpd_query(r, "signal"), *g = httpd_query(r, "graceMs");
+	const char *s = agent_call_query(c, "signal"), *g = agent_call_query(c, "graceMs");
 
 	*sig = def_sig;
 	*grace = PROC_GRACE_DEFAULT_MS;
@@ -1241,49 +1204,36 @@ static struct proc_wait *wait_new(struct agent *a, struct proc *p, struct httpd_
 	return w;
 }
 
-void agent_h_proc_kill(struct httpd_req *r)
+int agent_proc_kill(struct agent_call *c, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
-	struct proc *p = path_proc(r, NULL, &e);
+	struct proc *p = path_proc(c, e);
 	int sig;
 	int64_t grace;
 
-	if (!p || kill_args(r, SIGTERM, &sig, &grace, &e) < 0)
-		goto fail;
+	if (!p || kill_args(c, SIGTERM, &sig, &grace, e) < 0)
+		return -1;
 	if (p->state == P_EXITED && proc_signal(p, sig, grace) < 0) {
-		httpd_reply_json(r, 200, proc_json(p));
-		return;
+		httpd_reply_json(c->r, 200, proc_json(p));
+		return 0;
 	}
-	if (p->state != P_EXITED && proc_signal(p, sig, grace) < 0) {
-		err_set(&e, SBX_E_CONFLICT, "process '%s' cannot be signalled now", p->id);
-		goto fail;
-	}
+	if (p->state != P_EXITED && proc_signal(p, sig, grace) < 0)
+		return err_set(e, SBX_E_CONFLICT, "process '%s' cannot be signalled now", p->id);
 	/* Answer with the final record once no process of its tree is left
 	 * (the grace plus a margin at most: then with the record as it is). */
-	if (!wait_new(a, p, r, W_KILL, (sig == SIGKILL ? 0 : grace) + 5000)) {
-		err_sys(&e, ENOMEM, "kill");
-		goto fail;
-	}
-	return;
-fail:
-	httpd_reply_err(r, &e);
+	if (!wait_new(c->a, p, c->r, W_KILL, (sig == SIGKILL ? 0 : grace) + 5000))
+		return err_sys(e, ENOMEM, "kill");
+	return 0;
 }
 
-void agent_h_proc_kill_all(struct httpd_req *r)
+int agent_proc_kill_all(struct agent_call *c, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
-	struct agent_sb *sb = agent_data_sandbox(r, &e);
 	struct proc_box *b;
 	int sig, n = 0;
 	int64_t grace;
 
-	if (!sb || kill_args(r, SIGKILL, &sig, &grace, &e) < 0) {
-		httpd_reply_err(r, &e);
-		return;
-	}
-	b = box_get(a, sb, 0);
+	if (kill_args(c, SIGKILL, &sig, &grace, e) < 0)
+		return -1;
+	b = box_get(c->a, c->sb, 0);
 	for (struct proc *p = b ? b->list : NULL; p; p = p->next) {
 		int running = p->state != P_EXITED;
 
@@ -1291,82 +1241,94 @@ void agent_h_proc_kill_all(struct httpd_req *r)
 		if (proc_signal(p, sig, grace) == 0 && running)
 			n++;
 	}
-	httpd_reply_json(r, 200, json_pack("{s:i}", "killed", n));
+	httpd_reply_json(c->r, 200, json_pack("{s:i}", "killed", n));
+	return 0;
 }
 
-void agent_h_proc_wait(struct httpd_req *r)
+/* The query of a wait: timeoutMs, and log (*needle, its length in *nlen)
+ * or port (0: none). 0 or -1 (400). */
+static int wait_args(const struct agent_call *c, int64_t *timeout, const char **needle,
+		     size_t *nlen, int64_t *port, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
-	struct proc *p = path_proc(r, NULL, &e);
-	const char *log_q = httpd_query(r, "log"), *port_q = httpd_query(r, "port"),
-		   *tmo_q = httpd_query(r, "timeoutMs");
-	int64_t timeout = PROC_WAIT_DEFAULT_MS, port = 0;
-	struct rt_sandbox *rsb;
-	struct proc_wait *w;
-	size_t nlen = 0;
+	const char *port_q = agent_call_query(c, "port"), *tmo_q = agent_call_query(c, "timeoutMs");
 
-	if (!p)
-		goto fail;
-	if (tmo_q && util_parse_i64(tmo_q, 1, PROC_WAIT_MAX_MS, &timeout) < 0) {
-		err_set(&e, SBX_E_VALIDATION, "'timeoutMs' must be 1 to %d", PROC_WAIT_MAX_MS);
-		goto fail;
+	*needle = agent_call_query(c, "log");
+	*timeout = PROC_WAIT_DEFAULT_MS;
+	*nlen = 0;
+	*port = 0;
+	if (tmo_q && util_parse_i64(tmo_q, 1, PROC_WAIT_MAX_MS, timeout) < 0)
+		return err_set(e, SBX_E_VALIDATION, "'timeoutMs' must be 1 to %d", PROC_WAIT_MAX_MS);
+	if (*needle && port_q)
+		return err_set(e, SBX_E_VALIDATION, "give 'log' or 'port', not both");
+	if (*needle) {
+		*nlen = strlen(*needle);
+		if (*nlen == 0 || *nlen > PROC_NEEDLE_MAX)
+			return err_set(e, SBX_E_VALIDATION, "'log' must be 1 to %d bytes",
+				       PROC_NEEDLE_MAX);
 	}
-	if (log_q && port_q) {
-		err_set(&e, SBX_E_VALIDATION, "give 'log' or 'port', not both");
-		goto fail;
-	}
-	if (log_q) {
-		nlen = strlen(log_q);
-		if (nlen == 0 || nlen > PROC_NEEDLE_MAX) {
-			err_set(&e, SBX_E_VALIDATION, "'log' must be 1 to %d bytes", PROC_NEEDLE_MAX);
-			goto fail;
+	if (port_q && util_parse_i64(port_q, 1, 65535, port) < 0)
+		return err_set(e, SBX_E_VALIDATION, "'port' must be 1 to 65535");
+	return 0;
+}
+
+/* Answer a wait that is met already (its log line, its port, or its exit
+ * code): 1 answered, 0 not met, -1 with e (it exited before it was). */
+static int wait_met(struct agent_call *c, struct proc *p, const char *needle, size_t nlen,
+		    int64_t port, struct sbx_err *e)
+{
+	struct rt_sandbox *rsb;
+
+	for (int i = 0; needle && i < 2; i++) {
+		ssize_t off = plog_find(&p->log[i], 0, needle, nlen);
+		if (off >= 0) {
+			httpd_reply_json(c->r, 200,
+					 json_pack("{s:o*}", "line",
+						   plog_line(&p->log[i], (size_t)off, nlen)));
+			return 1;
 		}
-		for (int i = 0; i < 2; i++) {
-			ssize_t off = plog_find(&p->log[i], 0, log_q, nlen);
-			if (off >= 0) {
-				httpd_reply_json(r, 200,
-						 json_pack("{s:o*}", "line",
-							   plog_line(&p->log[i], (size_t)off, nlen)));
-				return;
-			}
-		}
 	}
-	if (port_q && util_parse_i64(port_q, 1, 65535, &port) < 0) {
-		err_set(&e, SBX_E_VALIDATION, "'port' must be 1 to 65535");
-		goto fail;
-	}
-	if (port_q && (rsb = agent_sb_container(p->box->sb)) &&
+	if (port && (rsb = agent_sb_container(p->box->sb)) &&
 	    port_listening(rt_init_pid(rsb), (int)port)) {
-		httpd_reply_json(r, 200, json_pack("{s:i}", "port", (int)port));
-		return;
+		httpd_reply_json(c->r, 200, json_pack("{s:i}", "port", (int)port));
+		return 1;
 	}
-	if (p->state == P_EXITED) {
-		if (!log_q && !port_q) {
-			httpd_reply_json(r, 200, json_pack("{s:i}", "exitCode", p->ex.exit_code));
-			return;
-		}
-		err_set(&e, SBX_E_PROCESS_EXITED_BEFORE_READY, "process '%s' exited with code %d",
-			p->id, p->ex.exit_code);
-		goto fail;
+	if (p->state != P_EXITED)
+		return 0;
+	if (!needle && !port) {
+		httpd_reply_json(c->r, 200, json_pack("{s:i}", "exitCode", p->ex.exit_code));
+		return 1;
 	}
-	w = wait_new(a, p, r, log_q ? W_LOG : port_q ? W_PORT : W_EXIT, timeout);
-	if (!w) {
-		err_sys(&e, ENOMEM, "wait");
-		goto fail;
-	}
-	if (log_q) {
-		memcpy(w->needle, log_q, nlen + 1);
+	return err_set(e, SBX_E_PROCESS_EXITED_BEFORE_READY, "process '%s' exited with code %d",
+		       p->id, p->ex.exit_code);
+}
+
+int agent_proc_wait(struct agent_call *c, struct sbx_err *e)
+{
+	struct proc *p = path_proc(c, e);
+	const char *needle;
+	int64_t timeout, port;
+	struct proc_wait *w;
+	size_t nlen;
+	int met;
+
+	if (!p || wait_args(c, &timeout, &needle, &nlen, &port, e) < 0)
+		return -1;
+	met = wait_met(c, p, needle, nlen, port, e);
+	if (met != 0)
+		return met > 0 ? 0 : -1;
+	w = wait_new(c->a, p, c->r, needle ? W_LOG : port ? W_PORT : W_EXIT, timeout);
+	if (!w)
+		return err_sys(e, ENOMEM, "wait");
+	if (needle) {
+		memcpy(w->needle, needle, nlen + 1);
 		w->nlen = nlen;
 	}
-	if (port_q) {
+	if (port) {
 		struct timeval tv = { 0, PROC_PORT_POLL_MS * 1000 };
 		w->port = (int)port;
-		w->poll = evtimer_new(a->base, wait_poll_cb, w);
+		w->poll = evtimer_new(c->a->base, wait_poll_cb, w);
 		if (w->poll)
 			evtimer_add(w->poll, &tv);
 	}
-	return;
-fail:
-	httpd_reply_err(r, &e);
+	return 0;
 }

@@ -5,19 +5,24 @@
 #ifndef SBX_AGENT_PROCESSES_H
 #define SBX_AGENT_PROCESSES_H
 
+#include "call.h"
 #include "httpd.h"
 #include "module.h"
 
 /* The processes' module: a gone container's process records go with it. */
 extern const struct agent_module agent_proc_module;
 
-void agent_h_proc_start(struct httpd_req *r);
-void agent_h_proc_list(struct httpd_req *r);
-void agent_h_proc_get(struct httpd_req *r);
-void agent_h_proc_logs(struct httpd_req *r);
-void agent_h_proc_stdin(struct httpd_req *r);
-void agent_h_proc_kill(struct httpd_req *r);
-void agent_h_proc_kill_all(struct httpd_req *r);
-void agent_h_proc_wait(struct httpd_req *r);
+/* The process routes (calls, see call.h): POST …/processes (AGENT_CALL_JSON
+ * with agent_proc_start_fields), GET and DELETE …/processes, GET and DELETE
+ * …/processes/{process}, its GET …/logs, POST …/stdin, GET …/wait. */
+extern const struct jsonv_field agent_proc_start_fields[];
+int agent_proc_start(struct agent_call *c, struct sbx_err *e);
+int agent_proc_list(struct agent_call *c, struct sbx_err *e);
+int agent_proc_get(struct agent_call *c, struct sbx_err *e);
+int agent_proc_logs(struct agent_call *c, struct sbx_err *e);
+int agent_proc_stdin(struct agent_call *c, struct sbx_err *e);
+int agent_proc_kill(struct agent_call *c, struct sbx_err *e);
+int agent_proc_kill_all(struct agent_call *c, struct sbx_err *e);
+int agent_proc_wait(struct agent_call *c, struct sbx_err *e);
 
 #endif

@@ -7,7 +7,35 @@
 #include "agent_ports.h"
 #include "agent_processes.h"
 #include "agent_sessions.h"
+#include "agent_routes.h"
 #include "tunnel.h"
+
+/* The data routes' calls: every one is AGENT_CALL_DATA (the running
+ * sandbox of /v1/sandboxes/{id}/…, fenced, in c->sb); the compat view runs
+ * the same ones (agent_compat.c). */
+#define DATA AGENT_CALL_DATA
+#define DATA_JSON (AGENT_CALL_DATA | AGENT_CALL_JSON)
+const struct agent_call_spec agent_call_exec = { agent_exec_post, DATA_JSON, agent_exec_fields };
+const struct agent_call_spec agent_call_session_create = { agent_session_create, DATA_JSON,
+							   agent_session_create_fields };
+const struct agent_call_spec agent_call_session_list = { agent_session_list, DATA, NULL };
+const struct agent_call_spec agent_call_session_delete = { agent_session_delete, DATA, NULL };
+const struct agent_call_spec agent_call_proc_start = { agent_proc_start, DATA_JSON,
+						       agent_proc_start_fields };
+const struct agent_call_spec agent_call_proc_list = { agent_proc_list, DATA, NULL };
+const struct agent_call_spec agent_call_proc_kill_all = { agent_proc_kill_all, DATA, NULL };
+const struct agent_call_spec agent_call_proc_get = { agent_proc_get, DATA, NULL };
+const struct agent_call_spec agent_call_proc_kill = { agent_proc_kill, DATA, NULL };
+const struct agent_call_spec agent_call_proc_logs = { agent_proc_logs, DATA, NULL };
+const struct agent_call_spec agent_call_proc_stdin = { agent_proc_stdin, DATA, NULL };
+const struct agent_call_spec agent_call_proc_wait = { agent_proc_wait, DATA, NULL };
+const struct agent_call_spec agent_call_files_get = { agent_files_get, DATA, NULL };
+const struct agent_call_spec agent_call_files_put = { agent_files_put, DATA, NULL };
+const struct agent_call_spec agent_call_files_delete = { agent_files_delete, DATA, NULL };
+const struct agent_call_spec agent_call_dirs_get = { agent_dirs_get, DATA, NULL };
+const struct agent_call_spec agent_call_dirs_put = { agent_dirs_put, DATA, NULL };
+const struct agent_call_spec agent_call_stat_get = { agent_stat_get, DATA, NULL };
+const struct agent_call_spec agent_call_move = { agent_move, DATA_JSON, agent_move_fields };
 
 const struct httpd_route agent_routes[] = {
 	{ "GET", "/agent/v1/sandboxes", AGENT_CALL(agent_sandbox_list, 0, NULL) },
@@ -43,25 +71,28 @@ const struct httpd_route agent_routes[] = {
 	{ "DELETE", "/agent/v1/sandboxes/{tenant}/{id}/tunnels/{port}",
 	  AGENT_CALL(agent_tunnel_delete, AGENT_CALL_CONTROL | AGENT_CALL_FENCED | AGENT_CALL_PORT,
 		     NULL) },
-	{ "POST", "/v1/sandboxes/{id}/exec", .fn = agent_h_exec },
-	{ "POST", "/v1/sandboxes/{id}/sessions", .fn = agent_h_session_create },
-	{ "GET", "/v1/sandboxes/{id}/sessions", .fn = agent_h_session_list },
-	{ "DELETE", "/v1/sandboxes/{id}/sessions/{session}", .fn = agent_h_session_delete },
-	{ "POST", "/v1/sandboxes/{id}/processes", .fn = agent_h_proc_start },
-	{ "GET", "/v1/sandboxes/{id}/processes", .fn = agent_h_proc_list },
-	{ "DELETE", "/v1/sandboxes/{id}/processes", .fn = agent_h_proc_kill_all },
-	{ "GET", "/v1/sandboxes/{id}/processes/{process}", .fn = agent_h_proc_get },
-	{ "DELETE", "/v1/sandboxes/{id}/processes/{process}", .fn = agent_h_proc_kill },
-	{ "GET", "/v1/sandboxes/{id}/processes/{process}/logs", .fn = agent_h_proc_logs },
-	{ "POST", "/v1/sandboxes/{id}/processes/{process}/stdin", .fn = agent_h_proc_stdin },
-	{ "GET", "/v1/sandboxes/{id}/processes/{process}/wait", .fn = agent_h_proc_wait },
-	{ "GET", "/v1/sandboxes/{id}/files/{path*}", .fn = agent_h_files_get },
-	{ "PUT", "/v1/sandboxes/{id}/files/{path*}", .fn = agent_h_files_put, .flags = HTTPD_ROUTE_STREAM_BODY },
-	{ "DELETE", "/v1/sandboxes/{id}/files/{path*}", .fn = agent_h_files_delete },
-	{ "GET", "/v1/sandboxes/{id}/dirs/{path*}", .fn = agent_h_dirs_get },
-	{ "PUT", "/v1/sandboxes/{id}/dirs/{path*}", .fn = agent_h_dirs_put },
-	{ "GET", "/v1/sandboxes/{id}/stat/{path*}", .fn = agent_h_stat_get },
-	{ "POST", "/v1/sandboxes/{id}/move", .fn = agent_h_move },
+	{ "POST", "/v1/sandboxes/{id}/exec", AGENT_CALL_OF(agent_call_exec) },
+	{ "POST", "/v1/sandboxes/{id}/sessions", AGENT_CALL_OF(agent_call_session_create) },
+	{ "GET", "/v1/sandboxes/{id}/sessions", AGENT_CALL_OF(agent_call_session_list) },
+	{ "DELETE", "/v1/sandboxes/{id}/sessions/{session}",
+	  AGENT_CALL_OF(agent_call_session_delete) },
+	{ "POST", "/v1/sandboxes/{id}/processes", AGENT_CALL_OF(agent_call_proc_start) },
+	{ "GET", "/v1/sandboxes/{id}/processes", AGENT_CALL_OF(agent_call_proc_list) },
+	{ "DELETE", "/v1/sandboxes/{id}/processes", AGENT_CALL_OF(agent_call_proc_kill_all) },
+	{ "GET", "/v1/sandboxes/{id}/processes/{process}", AGENT_CALL_OF(agent_call_proc_get) },
+	{ "DELETE", "/v1/sandboxes/{id}/processes/{process}", AGENT_CALL_OF(agent_call_proc_kill) },
+	{ "GET", "/v1/sandboxes/{id}/processes/{process}/logs", AGENT_CALL_OF(agent_call_proc_logs) },
+	{ "POST", "/v1/sandboxes/{id}/processes/{process}/stdin",
+	  AGENT_CALL_OF(agent_call_proc_stdin) },
+	{ "GET", "/v1/sandboxes/{id}/processes/{process}/wait", AGENT_CALL_OF(agent_call_proc_wait) },
+	{ "GET", "/v1/sandboxes/{id}/files/{path*}", AGENT_CALL_OF(agent_call_files_get) },
+	{ "PUT", "/v1/sandboxes/{id}/files/{path*}", AGENT_CALL_OF(agent_call_files_put),
+	  .flags = HTTPD_ROUTE_STREAM_BODY },
+	{ "DELETE", "/v1/sandboxes/{id}/files/{path*}", AGENT_CALL_OF(agent_call_files_delete) },
+	{ "GET", "/v1/sandboxes/{id}/dirs/{path*}", AGENT_CALL_OF(agent_call_dirs_get) },
+	{ "PUT", "/v1/sandboxes/{id}/dirs/{path*}", AGENT_CALL_OF(agent_call_dirs_put) },
+	{ "GET", "/v1/sandboxes/{id}/stat/{path*}", AGENT_CALL_OF(agent_call_stat_get) },
+	{ "POST", "/v1/sandboxes/{id}/move", AGENT_CALL_OF(agent_call_move) },
 	/* The Cloudflare Sandbox SDK's container API (agent_compat.c). */
 	{ "GET", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },
 	{ "POST", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },

@@ -721,188 +721,147 @@ static struct sess *sess_new(struct sess_box *b, const char *id, const char *cwd
 	return s;
 }
 
-void agent_sess_exec(struct httpd_req *r, struct agent_sb *sb, const char *sid,
-		     const struct agent_cmd *c, int64_t timeout_ms, const char *stdin_data,
-		     size_t stdin_len)
+int agent_sess_exec(struct httpd_req *r, struct agent_sb *sb, int stream, const char *sid,
+		    const struct agent_cmd *c, int64_t timeout_ms, const char *stdin_data,
+		    size_t stdin_len, struct sbx_err *e)
 {
 	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
 	struct sess_box *b = box_get(a, sb, 1);
 	struct sess *s;
-	struct sess_cmd *cmd = NULL;
+	struct sess_cmd *cmd;
 
-	if (!b) {
-		err_sys(&e, ENOMEM, "session");
-		goto fail;
-	}
+	if (!b)
+		return err_sys(e, ENOMEM, "session");
 	s = sess_find(b, sid);
-	if (!s && !(s = sess_new(b, sid, "/workspace", NULL, &e)))
-		goto fail;
-	if (s->nqueue >= SESS_MAX_QUEUE) {
-		err_set(&e, SBX_E_QUOTA_EXCEEDED, "session '%s' has %d commands waiting", sid,
-			SESS_MAX_QUEUE);
-		goto fail;
-	}
+	if (!s && !(s = sess_new(b, sid, "/workspace", NULL, e)))
+		return -1;
+	if (s->nqueue >= SESS_MAX_QUEUE)
+		return err_set(e, SBX_E_QUOTA_EXCEEDED, "session '%s' has %d commands waiting", sid,
+			       SESS_MAX_QUEUE);
 	cmd = calloc(1, sizeof(*cmd));
-	if (!cmd) {
-		err_sys(&e, ENOMEM, "session command");
-		goto fail;
-	}
+	if (!cmd)
+		return err_sys(e, ENOMEM, "session command");
 	buf_init(&cmd->body, SESS_SCRIPT_MAX);
 	if (build_body(&cmd->body, c, stdin_data, stdin_len) < 0) {
-		err_set(&e, SBX_E_PAYLOAD_TOO_LARGE, "the command is too large");
-		goto fail;
+		cmd_free(cmd);
+		return err_set(e, SBX_E_PAYLOAD_TOO_LARGE, "the command is too large");
 	}
 	cmd->s = s;
 	cmd->timeout_ms = timeout_ms;
-	cmd->x = agent_exec_new(a, r, sb, c->argv[c->command ? 2 : 0], c->cwd, &sess_src, cmd);
+	cmd->x = agent_exec_new(a, r, sb, stream, c->argv[c->command ? 2 : 0], c->cwd, &sess_src, cmd);
 	if (!cmd->x) {
-		err_sys(&e, ENOMEM, "session command");
-		goto fail;
+		cmd_free(cmd);
+		return err_sys(e, ENOMEM, "session command");
 	}
 	*s->qtail = cmd;
 	s->qtail = &cmd->next;
 	s->nqueue++;
 	agent_exec_begin(cmd->x);
 	sess_next(s);
-	return;
-fail:
-	if (cmd)
-		cmd_free(cmd);
-	httpd_reply_err(r, &e);
+	return 0;
 }
 
-static const struct jsonv_field create_fields[] = {
+const struct jsonv_field agent_session_create_fields[] = {
 	{ "id", JV_STRING, 0 },
 	{ "env", JV_OBJECT, 0 },
 	{ "cwd", JV_STRING, 0 },
 	{ NULL, 0, 0 },
 };
 
-void agent_h_session_create(struct httpd_req *r)
+/* The session's cwd from the body's "cwd" (relative to /workspace) into
+ * cwd. 0 or -1 (400). */
+static int session_cwd(const json_t *body, char *cwd, size_t cwdsz, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
-	struct agent_sb *sb;
+	const json_t *v = json_object_get(body, "cwd");
+	const char *p;
+	size_t n;
+	int w;
+
+	if (!v) {
+		snprintf(cwd, cwdsz, "/workspace");
+		return 0;
+	}
+	p = json_string_value(v);
+	n = json_string_length(v);
+	if (n == 0 || n > AGENT_EXEC_MAX_PATH || strlen(p) != n)
+		return err_set(e, SBX_E_VALIDATION, "'cwd' must be a path of 1 to %d bytes",
+			       AGENT_EXEC_MAX_PATH);
+	w = p[0] == '/' ? snprintf(cwd, cwdsz, "%s", p) : snprintf(cwd, cwdsz, "/workspace/%s", p);
+	if (w < 0 || (size_t)w >= cwdsz)
+		return err_set(e, SBX_E_VALIDATION, "'cwd' is too long");
+	return 0;
+}
+
+int agent_session_create(struct agent_call *c, struct sbx_err *e)
+{
 	struct sess_box *b;
 	struct sess *s;
-	json_t *body = NULL, *v, *env;
+	json_t *v, *env;
 	char id[SESS_ID_MAX], cwd[AGENT_EXEC_MAX_PATH + 16];
-	const char *data;
-	size_t len;
 
-	sb = agent_data_sandbox(r, &e);
-	if (!sb)
-		goto fail;
-	data = httpd_body(r, &len);
-	body = jsonv_parse(data, len, &e);
-	if (!body || jsonv_check(body, create_fields, "the body", &e) < 0)
-		goto fail;
-	if ((v = json_object_get(body, "id"))) {
-		if (!ids_valid_name(json_string_value(v))) {
-			err_set(&e, SBX_E_VALIDATION, "'id' must be 1-64 of [A-Za-z0-9_.-]");
-			goto fail;
-		}
+	if ((v = json_object_get(c->body, "id"))) {
+		if (!ids_valid_name(json_string_value(v)))
+			return err_set(e, SBX_E_VALIDATION, "'id' must be 1-64 of [A-Za-z0-9_.-]");
 		snprintf(id, sizeof(id), "%s", json_string_value(v));
 	} else if (sess_id_new(id, sizeof(id)) < 0) {
-		err_sys(&e, errno, "session id");
-		goto fail;
+		return err_sys(e, errno, "session id");
 	}
-	snprintf(cwd, sizeof(cwd), "/workspace");
-	if ((v = json_object_get(body, "cwd"))) {
-		const char *p = json_string_value(v);
-		size_t n = json_string_length(v);
-		int w;
-		if (n == 0 || n > AGENT_EXEC_MAX_PATH || strlen(p) != n) {
-			err_set(&e, SBX_E_VALIDATION, "'cwd' must be a path of 1 to %d bytes",
-				AGENT_EXEC_MAX_PATH);
-			goto fail;
-		}
-		w = p[0] == '/' ? snprintf(cwd, sizeof(cwd), "%s", p)
-				: snprintf(cwd, sizeof(cwd), "/workspace/%s", p);
-		if (w < 0 || (size_t)w >= sizeof(cwd)) {
-			err_set(&e, SBX_E_VALIDATION, "'cwd' is too long");
-			goto fail;
-		}
-	}
-	env = json_object_get(body, "env");
-	if (env && agent_env_check(env, 0, &e) < 0)
-		goto fail;
-	b = box_get(a, sb, 1);
-	if (!b) {
-		err_sys(&e, ENOMEM, "session");
-		goto fail;
-	}
-	if (sess_find(b, id)) {
-		err_set(&e, SBX_E_CONFLICT, "session '%s' exists", id);
-		goto fail;
-	}
-	s = sess_new(b, id, cwd, env, &e);
+	if (session_cwd(c->body, cwd, sizeof(cwd), e) < 0)
+		return -1;
+	env = json_object_get(c->body, "env");
+	if (env && agent_env_check(env, 0, e) < 0)
+		return -1;
+	b = box_get(c->a, c->sb, 1);
+	if (!b)
+		return err_sys(e, ENOMEM, "session");
+	if (sess_find(b, id))
+		return err_set(e, SBX_E_CONFLICT, "session '%s' exists", id);
+	s = sess_new(b, id, cwd, env, e);
 	if (!s)
-		goto fail;
-	if ((env && !s->env && json_object_size(env)) || shell_spawn(s, &e) < 0) {
-		if (!e.code)
-			err_sys(&e, ENOMEM, "session env");
+		return -1;
+	if ((env && !s->env && json_object_size(env)) || shell_spawn(s, e) < 0) {
+		if (!e->code)
+			err_sys(e, ENOMEM, "session env");
 		box_unlink_sess(s);
 		if (s->handle > 0)
 			s->removed = 1; /* freed when the killed shell is reported */
 		else
 			sess_free(s);
-		goto fail;
+		return -1;
 	}
-	json_decref(body);
-	httpd_reply_json(r, 201, json_pack("{s:s}", "id", id));
-	return;
-fail:
-	json_decref(body);
-	httpd_reply_err(r, &e);
+	httpd_reply_json(c->r, 201, json_pack("{s:s}", "id", id));
+	return 0;
 }
 
-void agent_h_session_list(struct httpd_req *r)
+int agent_session_list(struct agent_call *c, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
-	struct agent_sb *sb = agent_data_sandbox(r, &e);
-	struct sess_box *b;
-	json_t *arr;
+	struct sess_box *b = box_get(c->a, c->sb, 0);
+	json_t *arr = json_array();
 
-	if (!sb) {
-		httpd_reply_err(r, &e);
-		return;
-	}
-	b = box_get(a, sb, 0);
-	arr = json_array();
+	(void)e;
 	for (struct sess *s = b ? b->list : NULL; arr && s; s = s->next) {
 		char created[32];
 		util_iso8601(s->created_at, created);
 		json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:b}", "id", s->id, "cwd", s->cwd,
 						     "createdAt", created, "busy", s->cur != NULL));
 	}
-	httpd_reply_json(r, 200, arr ? json_pack("{s:o}", "sessions", arr) : NULL);
+	httpd_reply_json(c->r, 200, arr ? json_pack("{s:o}", "sessions", arr) : NULL);
+	return 0;
 }
 
-void agent_h_session_delete(struct httpd_req *r)
+int agent_session_delete(struct agent_call *c, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
-	struct agent_sb *sb = agent_data_sandbox(r, &e);
-	const char *sid = httpd_param(r, 1);
+	const char *sid = agent_call_param(c, 1);
 	struct sess_box *b;
 	struct sess *s;
 	struct rt_sandbox *rsb;
 
-	if (!sb)
-		goto fail;
-	if (!ids_valid_name(sid)) {
-		err_set(&e, SBX_E_VALIDATION, "invalid session id");
-		goto fail;
-	}
-	b = box_get(a, sb, 0);
+	if (!ids_valid_name(sid))
+		return err_set(e, SBX_E_VALIDATION, "invalid session id");
+	b = box_get(c->a, c->sb, 0);
 	s = sess_find(b, sid);
-	if (!s) {
-		err_set(&e, SBX_E_SESSION_NOT_FOUND, "session '%s' not found", sid);
-		goto fail;
-	}
+	if (!s)
+		return err_set(e, SBX_E_SESSION_NOT_FOUND, "session '%s' not found", sid);
 	rsb = agent_sb_container(b->sb);
 	box_unlink_sess(s);
 	s->removed = 1;
@@ -915,16 +874,14 @@ void agent_h_session_delete(struct httpd_req *r)
 			rt_detach(rsb, s->handle);
 		s->handle = 0;
 		if (s->cur) {
-			struct sess_cmd *c = s->cur;
+			struct sess_cmd *cur = s->cur;
 			s->cur = NULL;
-			end_cmd_error(c, SBX_E_SESSION_TERMINATED, "the session was deleted", NULL);
+			end_cmd_error(cur, SBX_E_SESSION_TERMINATED, "the session was deleted", NULL);
 		}
 		fail_queue(s, NULL, SBX_E_SESSION_TERMINATED, "the session was deleted");
 		sess_free(s);
 	}
-	log_info("session '%s' of '%s' deleted", sid, sb->key);
-	httpd_reply_empty(r, 204);
-	return;
-fail:
-	httpd_reply_err(r, &e);
+	log_info("session '%s' of '%s' deleted", sid, c->sb->key);
+	httpd_reply_empty(c->r, 204);
+	return 0;
 }

@@ -6,19 +6,26 @@
 #define SBX_AGENT_SESSIONS_H
 
 #include "agent_exec.h"
+#include "call.h"
 #include "module.h"
 
 /* The sessions' module: a gone container's sessions go with it. */
 extern const struct agent_module agent_sess_module;
 
 /* Run the exec body (already validated by exec; c, timeout and stdin from
- * it) in session sid of sb. Answers r in every case. */
-void agent_sess_exec(struct httpd_req *r, struct agent_sb *sb, const char *sid,
-		     const struct agent_cmd *c, int64_t timeout_ms, const char *stdin_data,
-		     size_t stdin_len);
-void agent_h_session_create(struct httpd_req *r);
-void agent_h_session_list(struct httpd_req *r);
-void agent_h_session_delete(struct httpd_req *r);
+ * it) in session sid of sb, answered as a stream or not (agent_exec_new):
+ * 0 once queued (r is answered when the command
+ * ends), or -1 with e filled and r not answered. */
+int agent_sess_exec(struct httpd_req *r, struct agent_sb *sb, int stream, const char *sid,
+		    const struct agent_cmd *c, int64_t timeout_ms, const char *stdin_data,
+		    size_t stdin_len, struct sbx_err *e);
+
+/* The session routes (calls, see call.h): POST (AGENT_CALL_JSON with
+ * agent_session_create_fields), GET, DELETE …/sessions/{session}. */
+extern const struct jsonv_field agent_session_create_fields[];
+int agent_session_create(struct agent_call *c, struct sbx_err *e);
+int agent_session_list(struct agent_call *c, struct sbx_err *e);
+int agent_session_delete(struct agent_call *c, struct sbx_err *e);
 
 /* The end-of-command marker scanner of one output stream of a shell: it
  * looks for the line "\001<mark> <status>\n" (mark: AGENT_SESS_MARK_LEN

@@ -76,6 +76,17 @@ def test_bad_body_is_a_400_in_the_sdks_shape(api, box):
         assert r.json()["code"] == "VALIDATION_FAILED"
 
 
+def test_bad_background_execute_is_a_400_not_a_500(api, box):
+    """execute with background: true maps to a process start; a field of
+    the wrong type there is the caller's mistake (it was answered 500,
+    out of memory)."""
+    for extra in ({"cwd": 1}, {"env": "x"}):
+        body = dict({"command": "true", "background": True}, **extra)
+        r = cf(api, box, "POST", "execute", json=body)
+        assert r.status_code == 400, (extra, r.text)
+        assert r.json()["code"] == "VALIDATION_FAILED", r.text
+
+
 def test_unsupported_routes_are_a_404_in_the_sdks_shape(api, box):
     for method, route in (("POST", "git/checkout"), ("GET", "commands"),
                           ("POST", "backup/create"), ("POST", "execute/code")):
@@ -96,6 +107,26 @@ def test_client_query_never_reaches_the_sbx_handler(api, box):
     assert r.status_code == 400 and r.json()["code"] == "IS_DIRECTORY", r.text
     r = cf(api, box, "POST", "exists", json={"path": "/workspace/keep/inner"})
     assert r.json()["exists"] is True
+
+
+def test_client_headers_never_reach_the_sbx_call(api, box):
+    """The compat row decides stream or not and takes no range: a client's
+    Accept or Range header does not turn a JSON answer into a stream or a
+    read into a partial one."""
+    r = cf(api, box, "POST", "execute", json={"command": "echo hi"},
+           headers={"Accept": "text/event-stream"})
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"].startswith("application/json"), r.headers
+    assert r.json()["stdout"] == "hi\n"
+    w = cf(api, box, "POST", "write", json={"path": "/workspace/range.txt", "content": "abcdef"})
+    assert w.status_code == 200, w.text
+    r = cf(api, box, "POST", "read/stream", json={"path": "/workspace/range.txt"},
+           headers={"Range": "bytes=0-1"})
+    assert r.status_code == 200, r.text
+    events = [json.loads(f[len("data: "):]) for f in r.content.decode().split("\n\n")
+              if f.startswith("data: ")]
+    assert "".join(e["data"] for e in events if e["type"] == "chunk") == "abcdef", events
+    assert events[-1] == dict(events[-1], type="complete", bytesRead=6), events
 
 
 def test_stream_framing_is_data_only_json(api, box):
