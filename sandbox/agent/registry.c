@@ -47,6 +47,7 @@ struct registry {
 	int connected;
 	int64_t connect_started;
 	int64_t last_reply;
+	int64_t last_tick;         /* when tick_cb last ran (0: never) */
 	struct registry_lease *lease; /* shared with the fence keeper (MAP_SHARED) */
 	int pending;               /* commands without a reply yet */
 	int backoff_ms;
@@ -566,7 +567,14 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct registry *reg = arg;
 	int64_t now = util_now_ms();
+	int stalled = reg->last_tick && now - reg->last_tick > 2 * reg->conf->cluster.heartbeat_ms;
 
+	reg->last_tick = now;
+	/* A loop that could not run for a while could not read the replies
+	 * either: they may be waiting in the socket. Judge Redis only from a
+	 * loop that kept up. */
+	if (stalled)
+		reg->last_reply = now;
 	if (reg->shutting_down || !reg->ac)
 		return;
 	if (!reg->connected) {
