@@ -12,7 +12,7 @@
 #define HEADERS_MAX 8192
 #define HEADER_VALUE_MAX 512
 
-const char *http_reason(int status)
+static const char *http_reason(int status)
 {
 	switch (status) {
 	case 200: return "OK";
@@ -130,7 +130,7 @@ int http_content_length(const struct http_req *r, int64_t *len, struct sbx_err *
 	return 0;
 }
 
-char *http_read_body(struct http_req *r, size_t *len, struct sbx_err *e)
+static char *http_read_body(struct http_req *r, size_t *len, struct sbx_err *e)
 {
 	auto_free char *body = NULL;
 	int64_t want;

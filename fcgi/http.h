@@ -59,10 +59,6 @@ const char *http_param(const struct http_req *r, const char *name);
  * malformed or 413 when above api.max_body_bytes. Reads nothing. */
 int http_content_length(const struct http_req *r, int64_t *len, struct sbx_err *e);
 
-/* Read the whole body (bounded); new heap string (free()), *len set.
- * NULL with e on a short or oversized body. */
-char *http_read_body(struct http_req *r, size_t *len, struct sbx_err *e);
-
 /* Read the body and parse it as a JSON object ({} when empty); new reference. */
 json_t *http_read_json(struct http_req *r, struct sbx_err *e);
 
@@ -90,8 +86,5 @@ int http_path_bad_segment(const char *uri);
  * invalid or too long. A name without '=' has the value "". */
 int http_query_get(const char *query, const char *name, char *out, size_t outsz,
 		   struct sbx_err *e);
-
-/* The reason phrase of a status ("Not Found"). */
-const char *http_reason(int status);
 
 #endif

@@ -121,9 +121,6 @@ struct rt_sandbox *agent_sb_container(const struct agent_sb *sb);
  * request held across the gap carries an epoch nobody has fenced here yet. */
 int agent_lease_check(struct agent *a, struct sbx_err *e);
 
-/* The status record of a sandbox; new reference. */
-json_t *agent_sb_json(const struct agent_sb *sb);
-
 /* rt's died callback: mark the sandbox stopped (container released later). */
 void agent_sb_died(void *arg, struct rt_sandbox *rsb);
 

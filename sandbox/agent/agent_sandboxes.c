@@ -149,7 +149,7 @@ static const char *network_name(enum rt_network n)
 	return n == RT_NET_EGRESS ? "egress" : "none";
 }
 
-json_t *agent_sb_json(const struct agent_sb *sb)
+static json_t *agent_sb_json(const struct agent_sb *sb)
 {
 	char created[32], started[32], active[32];
 	int running = sb->rt && !sb->dead;

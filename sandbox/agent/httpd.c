@@ -177,11 +177,6 @@ const char *httpd_method(const struct httpd_req *r)
 	return r->method;
 }
 
-const char *httpd_path(const struct httpd_req *r)
-{
-	return r->path;
-}
-
 const void *httpd_route_data(const struct httpd_req *r)
 {
 	return r->route ? r->route->data : NULL;
@@ -213,13 +208,13 @@ const char *httpd_body(const struct httpd_req *r, size_t *len)
 	return r->body.data ? r->body.data : "";
 }
 
-const char *httpd_request_id(const struct httpd_req *r)
+static const char *httpd_request_id(const struct httpd_req *r)
 {
 	const char *id = httpd_header(r, "X-Request-Id");
 	return id ? id : "-";
 }
 
-int httpd_client_fd(const struct httpd_req *r)
+static int httpd_client_fd(const struct httpd_req *r)
 {
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);

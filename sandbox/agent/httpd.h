@@ -104,14 +104,12 @@ int httpd_secret_equal(const char *given, const char *secret);
 /* --- request accessors (borrowed; valid while the request lives) --- */
 void *httpd_ctx(const struct httpd_req *r);
 const char *httpd_method(const struct httpd_req *r);
-const char *httpd_path(const struct httpd_req *r);
 const char *httpd_param(const struct httpd_req *r, int i);
 const char *httpd_header(const struct httpd_req *r, const char *name);
 const char *httpd_query(const struct httpd_req *r, const char *name);
 const char *httpd_body(const struct httpd_req *r, size_t *len);
 /* The raw (still percent-encoded) tail of a "{*}" route; "" otherwise. */
 const char *httpd_tail(const struct httpd_req *r);
-const char *httpd_request_id(const struct httpd_req *r);
 /* The data of the route that matched r (struct httpd_route.data). */
 const void *httpd_route_data(const struct httpd_req *r);
 
@@ -178,8 +176,5 @@ int httpd_json_filtered(const struct httpd_req *r);
  * registered while it was called on a buffered request (a view's call),
  * as the whole body, then its end. No-op without a sink. */
 void httpd_feed_body(struct httpd_req *r, const char *data, size_t len);
-
-/* The client socket (for peer-close detection while suspended); -1 if unknown. */
-int httpd_client_fd(const struct httpd_req *r);
 
 #endif

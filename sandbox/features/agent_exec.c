@@ -490,11 +490,6 @@ void agent_exec_output(struct agent_exec *x, int which, const char *data, size_t
 		pause_reading(x);
 }
 
-int agent_exec_stream_mode(const struct agent_exec *x)
-{
-	return x->stream_mode;
-}
-
 static void timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct agent_exec *x = arg;
@@ -584,12 +579,6 @@ struct agent_exec *agent_exec_new(struct agent *a, struct httpd_req *r, struct a
 	}
 	agent_sb_stream_begin(sb, &x->live);
 	return x;
-}
-
-void agent_exec_abandon(struct agent_exec *x)
-{
-	if (x)
-		exec_free(x);
 }
 
 void agent_exec_begin(struct agent_exec *x)

@@ -67,8 +67,6 @@ struct agent_exec_src {
 struct agent_exec *agent_exec_new(struct agent *a, struct httpd_req *r, struct agent_sb *sb,
 				  int stream, const char *argv0, const char *cwd,
 				  const struct agent_exec_src *src, void *src_arg);
-/* Free an exec that was never started with agent_exec_begin(). */
-void agent_exec_abandon(struct agent_exec *x);
 
 /* Take over the request: the stream answer starts now (200, headers) or
  * the JSON answer is deferred; close/keep-alive handling installed. */
@@ -76,8 +74,6 @@ void agent_exec_begin(struct agent_exec *x);
 
 /* Arm the timeout (ms > 0) from now. */
 void agent_exec_arm_timeout(struct agent_exec *x, int64_t ms);
-
-int agent_exec_stream_mode(const struct agent_exec *x);
 
 /* Push events: the process started, output of stream 0 (stdout) / 1
  * (stderr), the end. agent_exec_exited may free x. */

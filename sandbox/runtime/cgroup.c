@@ -186,7 +186,7 @@ int cg_rmdir(const char *dir)
 	return -1;
 }
 
-void cg_clean_children(struct cg *cg, const char *dir)
+static void cg_clean_children(struct cg *cg, const char *dir)
 {
 	DIR *d = opendir(dir);
 	struct dirent *de;

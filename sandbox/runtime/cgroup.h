@@ -82,8 +82,6 @@ int64_t cg_read_i64(const char *path);
 int64_t cg_read_keyed(const char *path, const char *name);
 /* SIGKILL every pid listed in procs_file until it is empty (bounded tries). */
 int cg_kill_procs(const char *procs_file);
-/* Kill and remove every child cgroup of dir (leftovers of an earlier run). */
-void cg_clean_children(struct cg *cg, const char *dir);
 /* When the cgroup of key is frozen: SIGKILL every process in it, then thaw
  * it, so they die without running another instruction. No-op otherwise. */
 void cg_kill_thaw(struct cg *cg, const char *key);

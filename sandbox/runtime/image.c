@@ -30,7 +30,7 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 	return unlink(path) < 0 && errno != ENOENT ? -1 : 0;
 }
 
-int image_rm_tree(const char *path)
+static int image_rm_tree(const char *path)
 {
 	return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -24,7 +24,4 @@ int image_prepare_default(const char *images_dir, uid_t owner, const char *dns, 
  * image" when it is not a directory with usr/. 0 or -1. */
 int image_resolve(const char *images_dir, const char *name, char *out, size_t size, struct sbx_err *e);
 
-/* Remove a directory tree (no symlinks followed); 0 or -1 with errno. */
-int image_rm_tree(const char *path);
-
 #endif

@@ -361,11 +361,3 @@ void pool_make_room(struct pool *p)
 		rt_destroy(p->rt, p->members[--p->n]);
 }
 
-void pool_get_stats(const struct pool *p, struct pool_stats *out)
-{
-	memset(out, 0, sizeof(*out));
-	if (!p)
-		return;
-	*out = p->stats;
-	out->size = p->n;
-}

@@ -65,8 +65,6 @@ struct rt_sandbox *pool_claim(struct pool *p, const struct rt_spec *spec);
  * capacity, drop one member so that the build fits. */
 void pool_make_room(struct pool *p);
 
-void pool_get_stats(const struct pool *p, struct pool_stats *out);
-
 /* The /etc/hosts text of a sandbox named host (the same as the runtime
  * writes at build time) into out; -1 when it does not fit. Pure. */
 int pool_hosts_text(char *out, size_t size, const char *host);

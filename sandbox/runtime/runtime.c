@@ -34,6 +34,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+static struct rt_sandbox *rt_find(struct rt *rt, const char *key);
+
 #define RT_KEY_MAX 160
 /* Host-wide: every agent of the host locks the uid ranges it hands out here. */
 #define RT_UID_LOCK_DIR "/run/sbx/uid-ranges"
@@ -810,7 +812,7 @@ void rt_free(struct rt *rt)
 
 /* ---- accessors ---------------------------------------------------------- */
 
-struct rt_sandbox *rt_find(struct rt *rt, const char *key)
+static struct rt_sandbox *rt_find(struct rt *rt, const char *key)
 {
 	for (struct rt_sandbox *sb = rt->list; sb; sb = sb->next)
 		if (strcmp(sb->key, key) == 0)

@@ -57,7 +57,6 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
  * mount on the host. In-flight process callbacks fire with an error. */
 void rt_destroy(struct rt *rt, struct rt_sandbox *sb);
 
-struct rt_sandbox *rt_find(struct rt *rt, const char *key);
 const char *rt_key(const struct rt_sandbox *sb);
 pid_t rt_init_pid(const struct rt_sandbox *sb);       /* host pid of sbx-init */
 int rt_netns_fd(const struct rt_sandbox *sb);         /* for port forwarders */
