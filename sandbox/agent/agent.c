@@ -6,6 +6,7 @@
  *   sbx-agent --version | --print-config [-c FILE] [-o ...]
  */
 #include "agent.h"
+#include "agent_lifecycle.h"
 #include "forward.h"
 #include "conf.h"
 #include "httpd.h"

@@ -121,9 +121,6 @@ struct rt_sandbox *agent_sb_container(const struct agent_sb *sb);
  * request held across the gap carries an epoch nobody has fenced here yet. */
 int agent_lease_check(struct agent *a, struct sbx_err *e);
 
-/* rt's died callback: mark the sandbox stopped (container released later). */
-void agent_sb_died(void *arg, struct rt_sandbox *rsb);
-
 /* Destroy every sandbox (shutdown). */
 void agent_sb_destroy_all(struct agent *a);
 
@@ -164,50 +161,5 @@ void agent_container_gone(struct agent *a, struct agent_sb *sb);
  * names it in the message), 409 CONFLICT for another generation. */
 struct agent_sb *agent_sb_running(struct agent *a, const char *key, const char *id,
 				  int64_t generation, struct sbx_err *e);
-
-/* --- lifecycle (agent_lifecycle.c) --- */
-/* Live streams: begin when a streaming answer (or any long request) starts
- * on sb, end when it is over (also records activity). Background processes
- * are not streams: they never keep a sandbox awake. */
-void agent_sb_stream_begin(struct agent_sb *sb, struct agent_stream *st);
-void agent_sb_stream_end(struct agent *a, struct agent_stream *st);
-
-/* May the call of stream st report success? 1 while this node held its
- * lease without a gap since the stream began; 0 when the lease lapsed
- * meanwhile (the node may have been replaced, its sandbox re-placed and
- * this copy frozen): then the call must end with 503 NODE_UNAVAILABLE
- * (or an SSE error event), never with its result. */
-int agent_stream_lease_held(const struct agent *a, const struct agent_stream *st);
-
-/* Start the sleep timer and the fencing sweep; hooks the registry's
- * connect callback. NULL with e filled. */
-struct agent_lc *agent_lc_new(struct agent *a, struct registry *reg, struct sbx_err *e);
-void agent_lc_free(struct agent_lc *lc);
-
-/* What the fencing sweep does with a local sandbox, given its record
- * (rec_node / rec_state NULL and rec_epoch -1 when the record is gone). */
-enum agent_lc_action {
-	AGENT_LC_KEEP,          /* nothing to do */
-	AGENT_LC_RAISE_FENCE,   /* a start meant for us is in progress: keep, fence at rec_epoch */
-	AGENT_LC_DESTROY,       /* not ours any more: destroy and forget the local copy */
-	AGENT_LC_DESTROY_CAS,   /* ours at a newer epoch but running elsewhere in time: destroy,
-				 * and set the record (at rec_epoch) to sleeping */
-	AGENT_LC_STOP,          /* the record says sleeping at our epoch: stop the container */
-	AGENT_LC_REPORT,        /* the record says running but we are stopped: report it */
-	AGENT_LC_RESET,         /* the record on this node is OLDER than our epoch and says
-				 * running/starting: Redis lost writes (failover, restore).
-				 * Destroy our copy and set the record (at rec_epoch) to
-				 * sleeping, so the next call starts it with a fresh epoch */
-};
-enum agent_lc_action agent_lc_decide(const char *me, int64_t epoch, int running,
-				     const char *rec_node, int64_t rec_epoch,
-				     const char *rec_state);
-
-/* The container of sb stopped by itself (init died) or for inactivity:
- * compare-and-set the record to sleeping with an event of type why
- * ("crashed", "slept"). */
-void agent_lc_report_stopped(struct agent *a, const struct agent_sb *sb, const char *why);
-
-/* Handlers. */
 
 #endif

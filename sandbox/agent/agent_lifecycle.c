@@ -28,6 +28,7 @@
  * The API never hears from us directly: it reads Redis.
  */
 #include "agent.h"
+#include "agent_lifecycle.h"
 #include "rkeys.h"
 #include "rscripts.h"
 #include "ids.h"

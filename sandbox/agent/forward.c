@@ -2,6 +2,7 @@
  * forward.c — see forward.h.
  */
 #include "forward.h"
+#include "agent_lifecycle.h"
 #include "httpd.h"
 #include "log.h"
 #include "util.h"

@@ -16,6 +16,7 @@
  * agent_exec_exited / agent_exec_fail).
  */
 #include "agent_exec.h"
+#include "agent_lifecycle.h"
 #include "agent_sse.h"
 #include "buf.h"
 #include "child_io.h"

@@ -7,6 +7,7 @@
  * memory, after rt_helper_enter() made it the sandbox's root.
  */
 #include "files_worker.h"
+#include "agent_lifecycle.h"
 #include "buf.h"
 #include "log.h"
 #include "runtime.h"

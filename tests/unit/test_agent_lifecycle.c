@@ -1,5 +1,6 @@
 /* Unit tests of the agent's lifecycle decisions (agent_lifecycle.c). */
 #include "agent.h"
+#include "agent_lifecycle.h"
 #include "unit.h"
 
 TEST(agent_lc_decide_record_gone_or_moved)
