@@ -112,7 +112,7 @@ int agentc_call_timeout(const char *method, const char *address, const char *pat
 	if (body)
 		hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
 	if (epoch >= 0) {
-		snprintf(epoch_header, sizeof(epoch_header), "X-Sbx-Epoch: %lld", (long long)epoch);
+		util_xsnprintf(epoch_header, sizeof(epoch_header), "X-Sbx-Epoch: %lld", (long long)epoch);
 		hdrs = curl_slist_append(hdrs, epoch_header);
 	}
 	if (!hdrs)

@@ -85,7 +85,7 @@ static int expose_once(struct http_req *r, const char *id, int port, const char 
 
 	if (lifecycle_ensure_running(r->tenant, id, &o, e) < 0)
 		return -1;
-	snprintf(pstr, sizeof(pstr), "%d", port);
+	util_xsnprintf(pstr, sizeof(pstr), "%d", port);
 	if (preview_sb_append(r->tenant, id, e) < 0 ||
 	    store_append(e, "HGET %s %d", RK_SANDBOX_SUB(r->tenant, id, "ports"), port) < 0 ||
 	    store_append(e, "HLEN %s", RK_SANDBOX_SUB(r->tenant, id, "ports")) < 0 ||

@@ -67,10 +67,10 @@ int api_route_decide(struct http_req *r, struct sbx_err *e)
 	if (http_add_header(r, "X-Sbx-Agent", o.address) < 0 ||
 	    http_add_header(r, "X-Sbx-Tenant", r->tenant) < 0)
 		return err_set(e, SBX_E_INTERNAL, "cannot add the route headers");
-	snprintf(num, sizeof(num), "%lld", (long long)o.epoch);
+	util_xsnprintf(num, sizeof(num), "%lld", (long long)o.epoch);
 	if (http_add_header(r, "X-Sbx-Epoch", num) < 0)
 		return err_set(e, SBX_E_INTERNAL, "cannot add the route headers");
-	snprintf(num, sizeof(num), "%lld", (long long)o.generation);
+	util_xsnprintf(num, sizeof(num), "%lld", (long long)o.generation);
 	if (http_add_header(r, "X-Sbx-Generation", num) < 0)
 		return err_set(e, SBX_E_INTERNAL, "cannot add the route headers");
 	http_respond_json(r, 200, NULL);

@@ -355,7 +355,7 @@ static int tunnel_make(struct http_req *r, const char *id, int port, const struc
 		goto undo;
 	}
 	rkeys_sandbox_sub(hkey, r->tenant, id, "tunnels");
-	snprintf(pstr, sizeof(pstr), "%d", port);
+	util_xsnprintf(pstr, sizeof(pstr), "%d", port);
 	keys[0] = hkey;
 	keys[1] = claim;
 	args[0] = pstr;
@@ -469,9 +469,9 @@ int api_tunnels_create(struct http_req *r, struct sbx_err *e)
 	deadline = util_now_ms() + wait_ms;
 	rkeys_tunnel_claim(claim, r->tenant, id, port);
 	rkeys_sandbox_sub(hkey, r->tenant, id, "tunnels");
-	snprintf(pstr, sizeof(pstr), "%d", port);
-	snprintf(maxs, sizeof(maxs), "%d", PREVIEW_MAX_PORTS);
-	snprintf(ttls, sizeof(ttls), "%lld", (long long)(CLAIM_TTL_MS + k->make_ms(r->conf)));
+	util_xsnprintf(pstr, sizeof(pstr), "%d", port);
+	util_xsnprintf(maxs, sizeof(maxs), "%d", PREVIEW_MAX_PORTS);
+	util_xsnprintf(ttls, sizeof(ttls), "%lld", (long long)(CLAIM_TTL_MS + k->make_ms(r->conf)));
 	if (preview_random_id(nonce, 32, e) < 0)
 		return -1;
 	while (util_now_ms() < deadline) {
@@ -494,7 +494,7 @@ int api_tunnels_create(struct http_req *r, struct sbx_err *e)
 				continue;
 			need_owner = 0;
 		}
-		snprintf(gstr, sizeof(gstr), "%lld", (long long)o.generation);
+		util_xsnprintf(gstr, sizeof(gstr), "%lld", (long long)o.generation);
 		args[0] = pstr;
 		args[1] = gstr;
 		args[2] = s.incarnation;

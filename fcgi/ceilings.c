@@ -192,9 +192,9 @@ int ceilings_tenant_store(const char *tenant, const struct ceilings_tenant *v, u
 
 		rkeys_tenant(key, tenant, "limits");
 		argv[1] = key;
-		snprintf(s, sizeof(s), "%lld", (long long)v->sandboxes);
-		snprintf(m, sizeof(m), "%lld", (long long)v->memory_mib);
-		snprintf(c, sizeof(c), "%lld", (long long)v->cpus_milli);
+		util_xsnprintf(s, sizeof(s), "%lld", (long long)v->sandboxes);
+		util_xsnprintf(m, sizeof(m), "%lld", (long long)v->memory_mib);
+		util_xsnprintf(c, sizeof(c), "%lld", (long long)v->cpus_milli);
 		if (set & CEILINGS_SANDBOXES) {
 			argv[argc++] = "sandboxes";
 			argv[argc++] = s;
@@ -234,10 +234,10 @@ static int run_usage(const char *tenant, const char *id, const struct placement_
 
 	rkeys_tenant(zkey, tenant, "sandboxes");
 	rkeys_tenant(ukey, tenant, "usage");
-	snprintf(m, sizeof(m), "%lld", (long long)(need ? need->memory_mib : 0));
-	snprintf(c, sizeof(c), "%lld", (long long)(need ? need->cpus_milli : 0));
-	snprintf(lm, sizeof(lm), "%lld", (long long)(lim ? lim->memory_mib : 0));
-	snprintf(lc, sizeof(lc), "%lld", (long long)(lim ? lim->cpus_milli : 0));
+	util_xsnprintf(m, sizeof(m), "%lld", (long long)(need ? need->memory_mib : 0));
+	util_xsnprintf(c, sizeof(c), "%lld", (long long)(need ? need->cpus_milli : 0));
+	util_xsnprintf(lm, sizeof(lm), "%lld", (long long)(lim ? lim->memory_mib : 0));
+	util_xsnprintf(lc, sizeof(lc), "%lld", (long long)(lim ? lim->cpus_milli : 0));
 	r = scripts_run(RSCRIPT_TENANT_USAGE, 2, (const char *[]){ zkey, ukey }, 6,
 			(const char *[]){ id, m, c, lm, lc, resize ? "1" : "0" }, e);
 	if (!r)

@@ -259,7 +259,7 @@ void http_respond_error(struct http_req *r, const struct sbx_err *e)
 	if (r->flags & HTTP_F_AUTHREQ) {
 		buf_reset(&r->headers);
 		msg[HTTP_RELAY_MESSAGE_MAX] = '\0';   /* what /_sbx_error accepts back */
-		snprintf(num, sizeof(num), "%d", status);
+		util_xsnprintf(num, sizeof(num), "%d", status);
 		if (http_add_header(r, "X-Sbx-Status", num) < 0 ||
 		    http_add_header(r, "X-Sbx-Code", code) < 0 ||
 		    http_add_header(r, "X-Sbx-Message", msg) < 0)

@@ -657,7 +657,7 @@ static int update_record(const char *tenant, const char *id, const struct lc_spe
 		return 0;
 	rkeys_sandbox(key, tenant, id);
 	if (s->has & LC_HAS_SLEEP_AFTER)
-		snprintf(sleep_ms, sizeof(sleep_ms), "%lld", (long long)s->sleep_after_ms);
+		util_xsnprintf(sleep_ms, sizeof(sleep_ms), "%lld", (long long)s->sleep_after_ms);
 	if (s->has & LC_HAS_KEEP_ALIVE)
 		keep = s->keep_alive ? "1" : "0";
 	for (int attempt = 0; attempt < LC_ATTEMPTS; attempt++) {
@@ -921,7 +921,7 @@ static int create_record(const struct sbx_conf *c, const char *tenant, const cha
 	now_iso(now);
 	snprintf(sleep_ms, sizeof(sleep_ms), "%lld",
 		 (long long)((s->has & LC_HAS_SLEEP_AFTER) ? s->sleep_after_ms : c->sandbox.sleep_after_ms));
-	snprintf(quota, sizeof(quota), "%lld", (long long)quota_sandboxes);
+	util_xsnprintf(quota, sizeof(quota), "%lld", (long long)quota_sandboxes);
 	r = run_indexed(RSCRIPT_CREATE, tenant, id, 12,
 			(const char *[]){ tenant, id, node, sleep_ms,
 					  (s->has & LC_HAS_KEEP_ALIVE) && s->keep_alive ? "1" : "0",
@@ -958,9 +958,9 @@ static json_t *running_view(const json_t *rec, const struct lc_owner *o)
 		return NULL;
 	json_object_set_new(v, "state", json_string("running"));
 	json_object_set_new(v, "node", json_string(o->node));
-	snprintf(num, sizeof(num), "%lld", (long long)o->epoch);
+	util_xsnprintf(num, sizeof(num), "%lld", (long long)o->epoch);
 	json_object_set_new(v, "epoch", json_string(num));
-	snprintf(num, sizeof(num), "%lld", (long long)o->generation);
+	util_xsnprintf(num, sizeof(num), "%lld", (long long)o->generation);
 	json_object_set_new(v, "generation", json_string(num));
 	return v;
 }

@@ -416,7 +416,7 @@ int preview_record_del(const char *tenant, const char *id, const char *kind, int
 	redisReply *r;
 
 	rkeys_sandbox_sub(key, tenant, id, kind);
-	snprintf(pstr, sizeof(pstr), "%d", port);
+	util_xsnprintf(pstr, sizeof(pstr), "%d", port);
 	r = scripts_run(RSCRIPT_HCAD, 1, keys, 2, args, e);
 	if (!r)
 		return -1;

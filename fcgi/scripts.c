@@ -1,4 +1,5 @@
 #include "scripts.h"
+#include "util.h"
 #include "log.h"
 #include "store.h"
 
@@ -36,7 +37,7 @@ static redisReply *call(const char *cmd, const char *body, int nkeys, const char
 	redisReply *r = NULL;
 	int argc = 0;
 
-	snprintf(nk, sizeof(nk), "%d", nkeys);
+	util_xsnprintf(nk, sizeof(nk), "%d", nkeys);
 	argv[argc++] = cmd;
 	argv[argc++] = body;
 	argv[argc++] = nk;

@@ -174,7 +174,7 @@ static void write_entry(struct registry *reg)
 		return;
 	if (reg->stats)
 		reg->stats(reg->stats_arg, &sandboxes, &load);
-	snprintf(now, sizeof(now), "%lld", (long long)util_wall_ms());
+	util_xsnprintf(now, sizeof(now), "%lld", (long long)util_wall_ms());
 	send_cmd(reg, "HSET", "HSET %s name %s address %s capacity %lld load %lld sandboxes %lld "
 		 "memoryMiB %lld cpusMilli %lld version %s startedAt %s lastHeartbeat %s",
 		 reg->hash_key, reg->conf->agent.name, reg->conf->agent.listen,

@@ -1,6 +1,8 @@
 #include "util.h"
+#include "log.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,4 +230,19 @@ void util_iso8601(int64_t wall_ms, char out[32])
 		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
 		 (int)(wall_ms % 1000)) < 0)
 		out[0] = '\0';
+}
+
+int util_xsnprintf(char *buf, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+	int w;
+
+	va_start(ap, fmt);
+	w = vsnprintf(buf, size, fmt, ap);
+	va_end(ap);
+	if (w < 0 || (size_t)w >= size) {
+		log_error("util_xsnprintf: '%s' does not fit in %zu bytes: a bug", fmt, size);
+		abort();
+	}
+	return w;
 }

@@ -16,6 +16,13 @@ void util_freep(void *p);
 void util_closep(int *fd);
 void util_fclosep(FILE **f);
 
+/* snprintf where the bound is a fact, not a guess (a number into a buffer
+ * sized for it): truncation is a bug, so it is logged and the process
+ * aborts (git's xsnprintf). Returns the length written. Where the input
+ * can be longer than the buffer, check snprintf's result instead. */
+__attribute__((format(printf, 3, 4)))
+int util_xsnprintf(char *buf, size_t size, const char *fmt, ...);
+
 #define auto_free   __attribute__((cleanup(util_freep)))
 #define auto_close  __attribute__((cleanup(util_closep)))
 #define auto_fclose __attribute__((cleanup(util_fclosep)))

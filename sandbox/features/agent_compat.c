@@ -477,7 +477,7 @@ static void cf_translate(struct cf_req *c, const char *name, const json_t *d)
 		if (proc) {
 			char msg[64];
 
-			snprintf(msg, sizeof(msg), "Process exited with code %lld", (long long)code);
+			util_xsnprintf(msg, sizeof(msg), "Process exited with code %lld", (long long)code);
 			json_object_set_new(ev, "data", json_string(msg));
 		} else {
 			json_object_set(ev, "duration", json_object_get(d, "durationMs"));

@@ -605,7 +605,7 @@ static void send_file(struct httpd_req *r, struct agent_sb *sb, int fd, uint64_t
 		char cr[64];
 
 		close(fd);
-		snprintf(cr, sizeof(cr), "bytes */%llu", (unsigned long long)size);
+		util_xsnprintf(cr, sizeof(cr), "bytes */%llu", (unsigned long long)size);
 		httpd_add_header(r, "Content-Range", cr);
 		err_set(&e, SBX_E_RANGE_NOT_SATISFIABLE, "range not satisfiable for '%s' (%llu bytes)",
 			fp.abs, (unsigned long long)size);

@@ -240,7 +240,7 @@ static void tun_evict(struct tun *t)
 	snprintf(n->provider, sizeof(n->provider), "%s", t->prov->name);
 	snprintf(n->url, sizeof(n->url), "%s", t->url);
 	rkeys_sandbox_sub(hkey, t->tenant, t->id, "tunnels");
-	snprintf(pstr, sizeof(pstr), "%d", t->port);
+	util_xsnprintf(pstr, sizeof(pstr), "%d", t->port);
 	if (registry_command(t->a->reg, evict_reply, n, "EVAL %s 1 %s %s %s",
 			     rscripts_source(RSCRIPT_TUNNEL_EVICT), hkey, pstr,
 			     t->url) < 0) {

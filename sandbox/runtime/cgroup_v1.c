@@ -59,7 +59,7 @@ static int v1_attach(struct cg *cg, const char *key, pid_t pid, struct sbx_err *
 {
 	char v[32];
 
-	snprintf(v, sizeof(v), "%d", (int)pid);
+	util_xsnprintf(v, sizeof(v), "%d", (int)pid);
 	for (int i = 0; i < cg->nroots; i++)
 		if (set(cg, i, key, "cgroup.procs", v, 0, e) < 0)
 			return -1;

@@ -3,6 +3,7 @@
  * unified hierarchy (controllers enabled on the parents by cg_new()).
  */
 #include "cgroup.h"
+#include "util.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -48,7 +49,7 @@ static int v2_attach(struct cg *cg, const char *key, pid_t pid, struct sbx_err *
 {
 	char v[32];
 
-	snprintf(v, sizeof(v), "%d", (int)pid);
+	util_xsnprintf(v, sizeof(v), "%d", (int)pid);
 	return set(cg, key, "cgroup.procs", v, 0, e);
 }
 

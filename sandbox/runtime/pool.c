@@ -91,7 +91,7 @@ static int set_hostname(pid_t pid, const char *name, struct sbx_err *e)
 	pthread_t t;
 	int rc;
 
-	snprintf(path, sizeof(path), "/proc/%d/ns/uts", (int)pid);
+	util_xsnprintf(path, sizeof(path), "/proc/%d/ns/uts", (int)pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return err_sys(e, errno, "cannot open the sandbox's UTS namespace");
@@ -170,7 +170,7 @@ static int build_one(struct pool *p, struct sbx_err *e)
 	struct rt_spec spec;
 	struct rt_sandbox *sb;
 
-	snprintf(key, sizeof(key), "_pool-%llu", ++p->seq);
+	util_xsnprintf(key, sizeof(key), "_pool-%llu", ++p->seq);
 	memset(&spec, 0, sizeof(spec));
 	spec.key = key;
 	spec.hostname = POOL_HOSTNAME;

@@ -681,9 +681,9 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 	if (sb->pid < 0)
 		goto fail;
 	sb->sock = steal_fd(&sv[0]);
-	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)sb->pid);
+	util_xsnprintf(path, sizeof(path), "/proc/%d/ns/net", (int)sb->pid);
 	sb->netns_fd = open(path, O_RDONLY | O_CLOEXEC);
-	snprintf(path, sizeof(path), "/proc/%d/root", (int)sb->pid);
+	util_xsnprintf(path, sizeof(path), "/proc/%d/root", (int)sb->pid);
 	sb->root_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (sb->netns_fd < 0 || sb->root_fd < 0) {
 		err_sys(e, errno, "cannot open the sandbox's namespaces");
@@ -872,12 +872,12 @@ int rt_helper_open(const struct rt_sandbox *sb, struct rt_helper *h, struct sbx_
 	h->ncg = 0;
 	if (sb->dead || sb->destroyed)
 		return err_set(e, SBX_E_NODE_UNAVAILABLE, "the sandbox is not running");
-	snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)sb->pid);
+	util_xsnprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)sb->pid);
 	h->mnt_fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (h->mnt_fd < 0)
 		return err_sys(e, errno, "cannot open the sandbox's mount namespace");
 	if (sb->rt->userns) {
-		snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)sb->pid);
+		util_xsnprintf(path, sizeof(path), "/proc/%d/ns/user", (int)sb->pid);
 		h->user_fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (h->user_fd < 0) {
 			err_sys(e, errno, "cannot open the sandbox's user namespace");

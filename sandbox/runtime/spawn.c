@@ -218,7 +218,7 @@ int spawn_userns(uid_t inside, uid_t base, struct sbx_err *e)
 	do
 		n = read(sv[0], &c, 1);
 	while (n < 0 && errno == EINTR);
-	snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+	util_xsnprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
 	if (n != 1) {
 		err_sys(e, n < 0 ? errno : EPERM, "cannot create a user namespace as uid %u",
 			(unsigned)base);
