@@ -597,24 +597,37 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* The memory and cpus placement may commit on this node: agent.memory_mib
- * and agent.cpus_milli, or for 0 the host's MemTotal and 16 x its online
- * CPUs (a cpu limit is a share of time, not a reservation). */
+ * and agent.cpus_milli; for 0, enough for agent.capacity sandboxes of the
+ * default size, and at least the host's MemTotal / 16 x its online CPUs.
+ * Limits are ceilings, not reservations: a node is overcommitted by
+ * default, and an operator who wants strict accounting sets both keys. */
 static void node_size(const struct sbx_conf *conf, long long *memory_mib, long long *cpus_milli)
 {
 	auto_free char *meminfo = NULL;
+	long long per_count;
 	long cpus;
 
 	*memory_mib = conf->agent.memory_mib;
 	*cpus_milli = conf->agent.cpus_milli;
-	if (*memory_mib == 0 && (meminfo = util_read_file("/proc/meminfo", 1 << 16, NULL))) {
-		const char *p = strstr(meminfo, "MemTotal:");
-		long long kib = 0;
-		if (p && sscanf(p, "MemTotal: %lld kB", &kib) == 1 && kib > 0)
-			*memory_mib = kib / 1024;
+	if (*memory_mib == 0) {
+		if ((meminfo = util_read_file("/proc/meminfo", 1 << 16, NULL))) {
+			const char *p = strstr(meminfo, "MemTotal:");
+			long long kib = 0;
+			if (p && sscanf(p, "MemTotal: %lld kB", &kib) == 1 && kib > 0)
+				*memory_mib = kib / 1024;
+		}
+		per_count = (long long)conf->agent.capacity * conf->sandbox.memory_mib;
+		if (*memory_mib < per_count)
+			*memory_mib = per_count;
 	}
-	cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	if (*cpus_milli == 0 && cpus > 0)
-		*cpus_milli = 16000LL * cpus;
+	if (*cpus_milli == 0) {
+		cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		if (cpus > 0)
+			*cpus_milli = 16000LL * cpus;
+		per_count = (long long)conf->agent.capacity * conf->sandbox.cpus_milli;
+		if (*cpus_milli < per_count)
+			*cpus_milli = per_count;
+	}
 }
 
 struct registry *registry_new(struct event_base *base, const struct sbx_conf *conf,
