@@ -75,6 +75,14 @@ def event_types(stack, tenant, sid):
     return [e.get("type") for e in events_for(stack, tenant, sid)]
 
 
+def wait_event(stack, tenant, sid, kind, timeout=5):
+    """Wait for an event of one sandbox. The agent adds an event once Redis
+    has answered the change it reports (or, for "fenced", while it destroys
+    the copy), so the event lands a round trip after what a test observes."""
+    stack.wait("a %r event of %s" % (kind, sid),
+               lambda: kind in event_types(stack, tenant, sid), timeout=timeout)
+
+
 def agent_index(node):
     assert node.startswith("agent-"), node
     return int(node.split("-", 1)[1])
@@ -97,7 +105,7 @@ def test_idle_sandbox_sleeps_and_the_next_exec_wakes_it(stack, redis_cli):
         gen = record(stack, sid)["generation"]
         stack.wait("%s to be sleeping" % sid, lambda: record(stack, sid)["state"] == "sleeping",
                    timeout=12)
-        assert "slept" in event_types(stack, tenant, sid)
+        wait_event(stack, tenant, sid, "slept")
         assert redis_cli("HGET", "sbx:sb:{%s/%s}" % (tenant, sid), "state") == "sleeping"
         # No container is left on the host.
         stack.wait("the sleeping sandbox's init to be gone", lambda: not inits_of(tenant, sid),
@@ -177,7 +185,7 @@ def test_killed_init_is_reported_and_the_next_exec_wakes(stack):
         os.kill(inits[0], signal.SIGKILL)
         stack.wait("%s to be reported" % sid,
                    lambda: record(stack, sid)["state"] == "sleeping", timeout=10)
-        assert "crashed" in event_types(stack, tenant, sid)
+        wait_event(stack, tenant, sid, "crashed")
         res = run(stack, sid, "echo back")
         assert res["stdout"] == "back\n"
         after = record(stack, sid)
@@ -198,7 +206,7 @@ def test_restarted_agent_marks_its_sandboxes_lost(stack):
         stack.wait_healthy()
         stack.wait("%s to be marked lost" % sid,
                    lambda: record(stack, sid)["state"] == "sleeping", timeout=10)
-        assert "lost" in event_types(stack, tenant, sid)
+        wait_event(stack, tenant, sid, "lost")
         res = run(stack, sid, "echo again")
         assert res["stdout"] == "again\n"
         assert record(stack, sid)["generation"] > rec["generation"]
@@ -234,7 +242,7 @@ def test_cut_off_agent_destroys_its_stale_copy(stack):
         pid = None
         stack.wait("the stale copy to be destroyed",
                    lambda: len(inits_of(tenant, sid)) == 1, timeout=15)
-        assert "fenced" in event_types(stack, tenant, sid)
+        wait_event(stack, tenant, sid, "fenced")
         # The old agent refuses the old epoch: a data call is told to retry
         # (routed again, it reaches the new owner); a control call is a 409.
         r = requests.post("http://%s/v1/sandboxes/%s/exec" % (address, sid),
@@ -269,7 +277,7 @@ def test_record_that_lost_writes_is_reset_not_stuck(stack):
     try:
         stack.wait("the agent to reset the stale record",
                    lambda: stack.redis_cli("HGET", rkey, "state") == "sleeping", timeout=15)
-        assert "reset" in event_types(stack, tenant, sid)
+        wait_event(stack, tenant, sid, "reset")
         assert run(stack, sid, "echo back")["stdout"] == "back\n"
         now = record(stack, sid)
         assert now["epoch"] > rec["epoch"], "the new epoch must pass the agent's fence"
