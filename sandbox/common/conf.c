@@ -49,6 +49,7 @@ static const struct conf_entry entries[] = {
 	{ "agent", "state_dir", T_STR, OFF(agent.state_dir), "/var/lib/sbx", 0, 0, NULL },
 	{ "agent", "images_dir", T_STR, OFF(agent.images_dir), "/var/lib/sbx/images", 0, 0, NULL },
 	{ "agent", "init_path", T_STR, OFF(agent.init_path), "/usr/lib/sbx/sbx-init", 0, 0, NULL },
+	{ "agent", "interp_dir", T_STR, OFF(agent.interp_dir), "/usr/lib/sbx/interp", 0, 0, NULL },
 	{ "agent", "capacity", T_INT, OFF(agent.capacity), "500", 1, 100000, NULL },
 	{ "agent", "userns", T_ENUM, OFF(agent.userns), "auto", 0, 0, "auto|on|off" },
 	{ "agent", "uid_base", T_INT, OFF(agent.uid_base), "100000", 1000, 4000000000LL, NULL },

@@ -49,6 +49,7 @@ struct sbx_conf {
 		char state_dir[CONF_STR_MAX];
 		char images_dir[CONF_STR_MAX];
 		char init_path[CONF_STR_MAX];   /* the sbx-init binary */
+		char interp_dir[CONF_STR_MAX];  /* the code contexts' drivers (driver.py, driver.js) */
 		int64_t capacity;               /* sandboxes this node takes */
 		char userns[CONF_STR_MAX];      /* auto | on | off */
 		int64_t uid_base;               /* first host uid of the sandbox ranges */

@@ -4,6 +4,7 @@
 #include "agent_compat.h"
 #include "agent_exec.h"
 #include "agent_files.h"
+#include "agent_interp.h"
 #include "agent_ports.h"
 #include "agent_processes.h"
 #include "agent_sessions.h"
@@ -36,6 +37,12 @@ const struct agent_call_spec agent_call_dirs_get = { agent_dirs_get, DATA, NULL 
 const struct agent_call_spec agent_call_dirs_put = { agent_dirs_put, DATA, NULL };
 const struct agent_call_spec agent_call_stat_get = { agent_stat_get, DATA, NULL };
 const struct agent_call_spec agent_call_move = { agent_move, DATA_JSON, agent_move_fields };
+const struct agent_call_spec agent_call_interp_create = { agent_interp_create, DATA_JSON,
+							  agent_interp_create_fields };
+const struct agent_call_spec agent_call_interp_list = { agent_interp_list, DATA, NULL };
+const struct agent_call_spec agent_call_interp_delete = { agent_interp_delete, DATA, NULL };
+const struct agent_call_spec agent_call_interp_run = { agent_interp_run, DATA_JSON,
+						       agent_interp_run_fields };
 
 const struct httpd_route agent_routes[] = {
 	{ "GET", "/agent/v1/sandboxes", AGENT_CALL(agent_sandbox_list, 0, NULL) },
@@ -93,6 +100,14 @@ const struct httpd_route agent_routes[] = {
 	{ "PUT", "/v1/sandboxes/{id}/dirs/{path*}", AGENT_CALL_OF(agent_call_dirs_put) },
 	{ "GET", "/v1/sandboxes/{id}/stat/{path*}", AGENT_CALL_OF(agent_call_stat_get) },
 	{ "POST", "/v1/sandboxes/{id}/move", AGENT_CALL_OF(agent_call_move) },
+	{ "POST", "/v1/sandboxes/{id}/contexts", AGENT_CALL_OF(agent_call_interp_create) },
+	{ "GET", "/v1/sandboxes/{id}/contexts", AGENT_CALL_OF(agent_call_interp_list) },
+	{ "GET", "/v1/sandboxes/{id}/contexts/{context}",
+	  AGENT_CALL(agent_interp_get, DATA, NULL) },
+	{ "DELETE", "/v1/sandboxes/{id}/contexts/{context}", AGENT_CALL_OF(agent_call_interp_delete) },
+	{ "POST", "/v1/sandboxes/{id}/contexts/{context}/run", AGENT_CALL_OF(agent_call_interp_run) },
+	{ "POST", "/v1/sandboxes/{id}/run",
+	  AGENT_CALL(agent_interp_run_default, DATA_JSON, agent_interp_run_default_fields) },
 	/* The Cloudflare Sandbox SDK's container API (agent_compat.c). */
 	{ "GET", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },
 	{ "POST", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },

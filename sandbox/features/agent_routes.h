@@ -27,5 +27,9 @@ extern const struct agent_call_spec agent_call_dirs_get;
 extern const struct agent_call_spec agent_call_dirs_put;
 extern const struct agent_call_spec agent_call_stat_get;
 extern const struct agent_call_spec agent_call_move;
+extern const struct agent_call_spec agent_call_interp_create;
+extern const struct agent_call_spec agent_call_interp_list;
+extern const struct agent_call_spec agent_call_interp_delete;
+extern const struct agent_call_spec agent_call_interp_run;
 
 #endif

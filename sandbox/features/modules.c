@@ -3,6 +3,7 @@
  * forwarder. */
 #include "module.h"
 
+#include "agent_interp.h"
 #include "agent_processes.h"
 #include "agent_sessions.h"
 #include "files_worker.h"
@@ -14,6 +15,7 @@
 const struct agent_module *const agent_modules[] = {
 	&agent_sess_module,
 	&agent_proc_module,
+	&agent_interp_module,
 	&tunnel_module,
 	&fwd_module,
 	&fw_module,
