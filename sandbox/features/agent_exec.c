@@ -249,25 +249,11 @@ static const struct child_io_ops exec_io_ops = { io_data, io_eof, NULL };
 static ssize_t sse_read(void *arg, char *buf, size_t max)
 {
 	struct agent_exec *x = arg;
-	size_t n = sse_pending(x);
+	ssize_t n = agent_sse_take(&x->sse, &x->sse_off, x->sse_end, buf, max);
 
-	if (n == 0)
-		return x->sse_end ? -1 : 0;
-	if (n > max)
-		n = max;
-	memcpy(buf, x->sse.data + x->sse_off, n);
-	x->sse_off += n;
-	if (x->sse_off == x->sse.len) {
-		buf_reset(&x->sse);
-		x->sse_off = 0;
-	} else if (x->sse_off > EXEC_SSE_SOFT_MAX) {
-		memmove(x->sse.data, x->sse.data + x->sse_off, sse_pending(x));
-		x->sse.len -= x->sse_off;
-		x->sse_off = 0;
-	}
 	if (x->paused && sse_pending(x) < EXEC_SSE_SOFT_MAX / 2)
 		resume_reading(x);
-	return (ssize_t)n;
+	return n;
 }
 
 static int64_t exit_code(const struct agent_exec *x)

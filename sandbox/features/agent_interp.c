@@ -95,6 +95,7 @@ struct irun {
 	int64_t t0;
 	int started, finished;
 	int timed_out, restarted, truncated;
+	int lease_lost;               /* the answer is the NODE_UNAVAILABLE error */
 	int64_t count;
 	struct buf out[2];            /* JSON: stdout, stderr */
 	json_t *results;              /* JSON: the result events' bundles */
@@ -138,6 +139,7 @@ struct ibox {
 };
 
 static void ctx_next(struct ictx *x);
+static void run_fail(struct irun *u, const struct sbx_err *e);
 
 /* --- runs ------------------------------------------------------------------ */
 
@@ -205,21 +207,11 @@ static void sse_put_obj(struct irun *u, const char *name, json_t *obj)
 static ssize_t sse_read(void *arg, char *buf, size_t max)
 {
 	struct irun *u = arg;
-	size_t n = sse_pending(u);
+	ssize_t n = agent_sse_take(&u->sse, &u->sse_off, u->sse_end, buf, max);
 
-	if (n == 0)
-		return u->sse_end ? -1 : 0;
-	if (n > max)
-		n = max;
-	memcpy(buf, u->sse.data + u->sse_off, n);
-	u->sse_off += n;
-	if (u->sse_off == u->sse.len) {
-		buf_reset(&u->sse);
-		u->sse_off = 0;
-	}
 	if (u->ctx && u->ctx->cur == u && sse_pending(u) < INTERP_SSE_SOFT_MAX / 2)
 		ctx_pause(u->ctx, 0);
-	return (ssize_t)n;
+	return n;
 }
 
 static json_t *text_of(const struct buf *b)
@@ -254,6 +246,14 @@ static void run_finish(struct irun *u)
 		sb->last_active_at = util_wall_ms();
 	if (!u->r) {
 		run_free(u);
+		return;
+	}
+	if (!u->lease_lost && !agent_stream_lease_held(u->a, &u->live)) {
+		struct sbx_err e = { 0 };
+		err_set(&e, SBX_E_NODE_UNAVAILABLE,
+			"this node lost its lease while the code ran; its result does not count");
+		u->lease_lost = 1;
+		run_fail(u, &e);
 		return;
 	}
 	if (u->stream) {
@@ -471,10 +471,13 @@ static void drv_exited(void *arg, const struct rt_exit *ex)
 		char msg[160];
 
 		x->cur = NULL;
-		if (ex->sandbox_gone) {
+		if (ex->sandbox_gone || x->removed) {
 			struct sbx_err e = { 0 };
-			err_set(&e, SBX_E_NODE_UNAVAILABLE,
-				"the sandbox was stopped before the code finished");
+			if (x->removed)
+				err_set(&e, SBX_E_CONTEXT_NOT_FOUND, "the context was deleted");
+			else
+				err_set(&e, SBX_E_NODE_UNAVAILABLE,
+					"the sandbox was stopped before the code finished");
 			u->ctx = NULL;
 			run_fail(u, &e);
 		} else {
