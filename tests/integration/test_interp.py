@@ -123,6 +123,32 @@ def test_timeout_interrupts_and_state_survives(api, box, py):
     assert main_text(res) == "'yes'" and res["restarted"] is False, res
 
 
+def test_client_gone_interrupts_the_run(api, box, py):
+    run(api, box, py, "left = 'still here'")
+    with api("POST", "/v1/sandboxes/%s/contexts/%s/run" % (box, py),
+             json={"code": "print('go', flush=True)\nwhile True:\n    pass"},
+             headers={"Accept": "text/event-stream"}, stream=True, timeout=60) as r:
+        for line in r.iter_lines(decode_unicode=True):
+            if line.startswith("data: ") and "go" in line:
+                break
+    res = run(api, box, py, "left")
+    assert main_text(res) == "'still here'" and res["restarted"] is False, res
+
+
+def test_contexts_die_with_the_container(api):
+    sid = "itq-" + uuid.uuid4().hex[:8]
+    assert api("PUT", "/v1/sandboxes/" + sid, timeout=30).status_code == 201
+    try:
+        ctx = new_ctx(api, sid)
+        assert api("DELETE", "/v1/sandboxes/" + sid, timeout=30).status_code == 204
+        assert api("PUT", "/v1/sandboxes/" + sid, timeout=30).status_code == 201
+        assert api("GET", "/v1/sandboxes/%s/contexts" % sid).json()["contexts"] == []
+        assert_error(api("POST", "/v1/sandboxes/%s/contexts/%s/run" % (sid, ctx),
+                         json={"code": "1"}), 404, "CONTEXT_NOT_FOUND")
+    finally:
+        api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
 def test_interpreter_death_then_fresh_interpreter(api, box):
     ctx = new_ctx(api, box)
     run(api, box, ctx, "z = 5")
@@ -131,6 +157,11 @@ def test_interpreter_death_then_fresh_interpreter(api, box):
     res = run(api, box, ctx, "'z' in globals()")
     assert res["restarted"] is True and main_text(res) == "False", res
     assert run(api, box, ctx, "1")["restarted"] is False
+    # Code that swallows the interrupt: the driver is killed after its grace.
+    res = run(api, box, ctx, "import time\nwhile True:\n    try:\n        time.sleep(1)\n"
+                             "    except KeyboardInterrupt:\n        pass", timeoutMs=300)
+    assert res["timedOut"] is True and res["error"]["name"] == "InterpreterDied", res
+    assert run(api, box, ctx, "2")["restarted"] is True
     assert api("DELETE", "/v1/sandboxes/%s/contexts/%s" % (box, ctx)).status_code == 204
     assert_error(api("GET", "/v1/sandboxes/%s/contexts/%s" % (box, ctx)), 404,
                  "CONTEXT_NOT_FOUND")
