@@ -71,6 +71,10 @@ enum cf_kind {
 	CF_SESS_CREATE,
 	CF_SESS_LIST,
 	CF_SESS_DELETE,
+	CF_CTX_CREATE,
+	CF_CTX_LIST,
+	CF_CTX_DELETE,
+	CF_CODE_RUN,
 };
 
 /* One compat request: what the answer filter needs to know. */
@@ -367,9 +371,30 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 	case CF_SESS_DELETE:
 		res = json_pack("{s:s}", "sessionId", c->session ? c->session : "");
 		break;
+	case CF_CTX_CREATE:
+		res = json_pack("{s:O*, s:O*, s:O*}", "contextId", json_object_get(body, "id"),
+				"language", json_object_get(body, "language"), "cwd",
+				json_object_get(body, "cwd"));
+		break;
+	case CF_CTX_LIST: {
+		json_t *arr = json_array(), *x;
+		size_t i;
+
+		json_array_foreach(json_object_get(body, "contexts"), i, x)
+			json_array_append_new(arr, json_pack("{s:O*, s:O*, s:O*}", "id",
+							     json_object_get(x, "id"), "language",
+							     json_object_get(x, "language"), "cwd",
+							     json_object_get(x, "cwd")));
+		res = json_pack("{s:o*}", "contexts", arr);
+		break;
+	}
+	case CF_CTX_DELETE:
+		res = json_pack("{s:s}", "contextId", c->proc_id ? c->proc_id : "");
+		break;
 	case CF_EXEC_STREAM:
 	case CF_PROC_STREAM:
 	case CF_READ_STREAM:
+	case CF_CODE_RUN:
 		/* A stream route answered with JSON: only errors get here. */
 		res = body ? json_incref(body) : json_object();
 		break;
@@ -448,13 +473,48 @@ static json_t *cf_output_text(const json_t *d)
 	return v;
 }
 
+/* One event of a code run (name, its data d) as the SDK's interpreter
+ * event: stdout/stderr {text}, result {data, isMainResult}, error {ename,
+ * evalue, traceback} (an agent error: its code and message), then
+ * execution_complete. New reference, or NULL for none. */
+static json_t *cf_code_event(const char *name, const json_t *d)
+{
+	json_t *ev;
+
+	if (strcmp(name, "error") == 0) {
+		const json_t *ename = json_object_get(d, "name");
+		const json_t *evalue = json_object_get(d, "value");
+		const json_t *tb = json_object_get(d, "traceback");
+
+		return json_pack("{s:s, s:O, s:O, s:O}", "type", "error", "ename",
+				 ename ? ename : json_object_get(d, "code"), "evalue",
+				 evalue ? evalue : json_object_get(d, "message"), "traceback",
+				 tb ? tb : json_array());
+	}
+	if (strcmp(name, "end") == 0)
+		return json_pack("{s:s, s:O*}", "type", "execution_complete", "execution_count",
+				 json_object_get(d, "executionCount"));
+	if (strcmp(name, "stdout") && strcmp(name, "stderr") && strcmp(name, "result"))
+		return NULL;
+	ev = json_deep_copy(d);
+	if (ev)
+		json_object_set_new(ev, "timestamp", json_integer(util_wall_ms()));
+	return ev;
+}
+
 /* One sbx event (name, its JSON data d) as the SDK's event. */
 static void cf_translate(struct cf_req *c, const char *name, const json_t *d)
 {
 	int proc = c->kind == CF_PROC_STREAM;
-	json_t *ev = json_object(), *v;
+	json_t *ev, *v;
 	char ts[32];
 
+	if (c->kind == CF_CODE_RUN) {
+		if ((ev = cf_code_event(name, d)))
+			cf_emit(c, ev);
+		return;
+	}
+	ev = json_object();
 	if (!ev)
 		return;
 	cf_now(ts);
@@ -610,7 +670,7 @@ static void cf_filter_stream(void *arg, httpd_read_fn *read, void **read_arg)
 {
 	struct cf_req *c = arg;
 
-	if (c->kind != CF_EXEC_STREAM && c->kind != CF_PROC_STREAM)
+	if (c->kind != CF_EXEC_STREAM && c->kind != CF_PROC_STREAM && c->kind != CF_CODE_RUN)
 		return;
 	c->inner = *read;
 	c->inner_arg = *read_arg;
@@ -867,7 +927,7 @@ typedef int (*cf_map_fn)(struct httpd_req *r, struct cf_req *c, json_t *body, st
 
 enum cf_route_flags {
 	CF_BODY = 1u << 0,         /* the SDK sends a JSON body: parsed for map */
-	CF_PROC_ID = 1u << 1,      /* the tail's {id} is a process id (param 1) */
+	CF_PROC_ID = 1u << 1,      /* the tail's {id} is param 1 of the call (a process, a context) */
 	CF_ACCEPT_SSE = 1u << 2,   /* the call answers an event stream (else JSON) */
 };
 
@@ -1046,22 +1106,40 @@ static int map_proc_start(struct httpd_req *r, struct cf_req *c, json_t *body, s
 	return b ? cf_set_body(c, b, e) : -1;
 }
 
-static int map_session_create(struct httpd_req *r, struct cf_req *c, json_t *body,
-			      struct sbx_err *e)
+/* A field of the SDK's body and its name in the native call's body. */
+struct cf_field {
+	const char *name, *as;
+	unsigned types;
+};
+
+/* Make the native call's body the fields (NULL-terminated) copied from
+ * the SDK's body. 0 or -1 (400, ENOMEM). */
+static int cf_body_of(struct cf_req *c, const json_t *body, const struct cf_field *fields,
+		      struct sbx_err *e)
 {
 	json_t *b = json_object();
 
-	if (json_is_string(json_object_get(body, "id")))
-		c->session = strdup(json_string_value(json_object_get(body, "id")));
 	if (!b)
 		return err_sys(e, ENOMEM, "body");
-	if (cf_copy(b, body, "id", "id", JV_STRING, e) < 0 ||
-	    cf_copy(b, body, "env", "env", JV_OBJECT, e) < 0 ||
-	    cf_copy(b, body, "cwd", "cwd", JV_STRING, e) < 0) {
-		json_decref(b);
-		return -1;
-	}
+	for (const struct cf_field *f = fields; f->name; f++)
+		if (cf_copy(b, body, f->name, f->as, f->types, e) < 0) {
+			json_decref(b);
+			return -1;
+		}
 	return cf_set_body(c, b, e);
+}
+
+static int map_session_create(struct httpd_req *r, struct cf_req *c, json_t *body,
+			      struct sbx_err *e)
+{
+	static const struct cf_field fields[] = {
+		{ "id", "id", JV_STRING }, { "env", "env", JV_OBJECT }, { "cwd", "cwd", JV_STRING },
+		{ NULL, NULL, 0 },
+	};
+
+	if (json_is_string(json_object_get(body, "id")))
+		c->session = strdup(json_string_value(json_object_get(body, "id")));
+	return cf_body_of(c, body, fields, e);
 }
 
 static int map_session_delete(struct httpd_req *r, struct cf_req *c, json_t *body,
@@ -1076,6 +1154,34 @@ static int map_session_delete(struct httpd_req *r, struct cf_req *c, json_t *bod
 		return err_set(e, SBX_E_VALIDATION, "'sessionId' must be 1-64 of [A-Za-z0-9_.-]");
 	c->args.ref = c->session;
 	return 0;
+}
+
+static int map_ctx_create(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	static const struct cf_field fields[] = {
+		{ "language", "language", JV_STRING }, { "cwd", "cwd", JV_STRING },
+		{ "env_vars", "env", JV_OBJECT }, { NULL, NULL, 0 },
+	};
+
+	return cf_body_of(c, body, fields, e);
+}
+
+/* {context_id, code, language?, timeout_ms?} -> the run of context_id. */
+static int map_code_run(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	static const struct cf_field fields[] = {
+		{ "code", "code", JV_STRING }, { "timeout_ms", "timeoutMs", JV_INTEGER },
+		{ NULL, NULL, 0 },
+	};
+	const char *ctx;
+
+	if (cf_req_str(body, "context_id", &ctx, e) < 0)
+		return -1;
+	c->proc_id = strdup(ctx);
+	if (!c->proc_id || strlen(c->proc_id) >= HTTPD_PARAM_MAX)
+		return err_set(e, SBX_E_VALIDATION, "'context_id' must be 1-64 of [A-Za-z0-9_.-]");
+	c->args.ref = c->proc_id;
+	return cf_body_of(c, body, fields, e);
 }
 
 /* ping and version: answered here, for a running sandbox (a call of
@@ -1125,6 +1231,11 @@ static const struct cf_route cf_routes[] = {
 	{ "GET", "/api/session/list", CF_SESS_LIST, 0, NULL, &agent_call_session_list },
 	{ "POST", "/api/session/delete", CF_SESS_DELETE, CF_BODY, map_session_delete,
 	  &agent_call_session_delete },
+	{ "POST", "/api/contexts", CF_CTX_CREATE, CF_BODY, map_ctx_create, &agent_call_interp_create },
+	{ "GET", "/api/contexts", CF_CTX_LIST, 0, NULL, &agent_call_interp_list },
+	{ "DELETE", "/api/contexts/{id}", CF_CTX_DELETE, CF_PROC_ID, NULL, &agent_call_interp_delete },
+	{ "POST", "/api/execute/code", CF_CODE_RUN, CF_BODY | CF_ACCEPT_SSE, map_code_run,
+	  &agent_call_interp_run },
 	{ "GET", "/api/ping", CF_PLAIN, 0, NULL, &cf_call_ping },
 	{ "GET", "/api/version", CF_PLAIN, 0, NULL, &cf_call_version },
 };

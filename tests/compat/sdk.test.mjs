@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { SandboxClient, collectFile, parseSSEStream } from '@cloudflare/sandbox';
+import { CodeInterpreter, SandboxClient, collectFile, parseSSEStream } from '@cloudflare/sandbox';
 
 const { SBX_URL, SBX_API_KEY, SBX_SANDBOX_ID } = process.env;
 assert.ok(SBX_URL && SBX_API_KEY && SBX_SANDBOX_ID, 'SBX_URL, SBX_API_KEY and SBX_SANDBOX_ID are required');
@@ -208,4 +208,46 @@ test('sessions: create with env and cwd, duplicate, delete', async () => {
   // Used again: a fresh session with the defaults.
   const again = await client.commands.execute('pwd; echo ${MADE:-none}', 'compat-made');
   assert.equal(again.stdout, '/workspace\nnone\n');
+});
+
+test('interpreter: contexts, runCode with results and errors, runCodeStream', async () => {
+  const interp = new CodeInterpreter(client.interpreter);
+  const ctx = await interp.createCodeContext({ language: 'python' });
+  assert.equal(ctx.language, 'python');
+  assert.equal(ctx.cwd, '/workspace');
+  assert.ok(ctx.createdAt instanceof Date);
+
+  await interp.runCode('x = 6', { context: ctx });
+  const r = await interp.runCode("print('hi')\nimport pandas as pd\npd.DataFrame({'a': [x * 7]})",
+    { context: ctx });
+  assert.deepEqual(r.logs.stdout, ['hi', '\n']);
+  assert.equal(r.results.length, 1);
+  assert.match(r.results[0].html, /<table/);
+  assert.match(r.results[0].text, /42/);
+  assert.ok(r.results[0].formats().includes('html'));
+
+  const plot = await interp.runCode(
+    'import matplotlib.pyplot as plt\nplt.plot([1, 2, 3]); None', { context: ctx });
+  assert.equal(plot.results.length, 1);
+  assert.equal(Buffer.from(plot.results[0].png, 'base64').subarray(1, 4).toString(), 'PNG');
+
+  const bad = await interp.runCode('1 / 0', { context: ctx });
+  assert.equal(bad.error.name, 'ZeroDivisionError');
+  assert.equal(bad.error.message, 'division by zero');
+  assert.ok(bad.error.traceback.length > 0);
+
+  const evs = await events(await interp.runCodeStream('print(x)\nx + 1', { context: ctx }));
+  assert.deepEqual(evs.map((e) => e.type), ['stdout', 'stdout', 'result', 'execution_complete']);
+  assert.equal(evs[0].text, '6');
+  assert.equal(evs[2].data['text/plain'], '7');
+
+  const js = await interp.createCodeContext({ language: 'javascript' });
+  const j = await interp.runCode('const v = await Promise.resolve(2)\nv * 21', { context: js });
+  assert.equal(j.results[0].text, '42');
+
+  const ids = (await interp.listCodeContexts()).map((c) => c.id);
+  assert.ok(ids.includes(ctx.id) && ids.includes(js.id));
+  await interp.deleteCodeContext(js.id);
+  assert.ok(!(await interp.listCodeContexts()).some((c) => c.id === js.id));
+  await rejectsWith(client.interpreter.deleteCodeContext(js.id), 'ContextNotFoundError', 'CONTEXT_NOT_FOUND');
 });
