@@ -115,6 +115,31 @@ def test_stream_keeps_stdout_stderr_order(api, box, py):
     assert evs[-1][1]["type"] == "end" and evs[-1][1]["timedOut"] is False
 
 
+def test_output_is_bounded_and_stdin_is_empty(api, box, py):
+    res = run(api, box, py, "import sys, subprocess\nprint('x' * (3 << 20))\n"
+                            "for i in range(2000):\n    sys.stderr.write('y' * 1000)\n"
+                            "subprocess.run(['cat'])\ninput()")
+    assert res["truncated"] is True, {k: v for k, v in res.items() if k not in ("stdout", "stderr")}
+    assert len(res["stdout"]) == 1 << 20 and set(res["stdout"]) == {"x"}
+    assert len(res["stderr"]) == 1 << 20 and set(res["stderr"]) == {"y"}
+    assert res["error"]["name"] == "EOFError", res["error"]
+    assert main_text(run(api, box, py, "'after'")) == "'after'"
+
+
+def test_a_run_keeps_its_sandbox_awake(api):
+    sid = "itw-" + uuid.uuid4().hex[:8]
+    r = api("PUT", "/v1/sandboxes/" + sid, json={"sleepAfter": "1s"}, timeout=30)
+    assert r.status_code == 201, r.text
+    try:
+        gen = r.json()["generation"]
+        ctx = new_ctx(api, sid)
+        res = run(api, sid, ctx, "import time\ntime.sleep(3)\n'slept'")
+        assert main_text(res) == "'slept'", res
+        assert api("GET", "/v1/sandboxes/" + sid).json()["generation"] == gen
+    finally:
+        api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
 def test_timeout_interrupts_and_state_survives(api, box, py):
     run(api, box, py, "kept = 'yes'")
     res = run(api, box, py, "while True:\n    pass", timeoutMs=500)

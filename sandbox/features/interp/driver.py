@@ -20,7 +20,14 @@ import os
 import sys
 import threading
 
+# The protocol's own fds (os.dup: not inherited by child processes); the
+# code and its children get /dev/null as stdin and pipes as stdout/stderr.
 _proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="replace")
+_requests = os.fdopen(os.dup(0), "r", encoding="utf-8", errors="replace")
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)
+os.close(_null)
+sys.stdin = sys.__stdin__ = open(os.devnull, "r")
 _lock = threading.Lock()
 
 
@@ -178,7 +185,7 @@ def _main():
     _emit({"type": "ready"})
     while True:
         try:
-            line = sys.stdin.readline()
+            line = _requests.readline()
         except KeyboardInterrupt:  # an interrupt that came between runs
             continue
         if not line:
