@@ -123,6 +123,9 @@ def test_output_is_bounded_and_stdin_is_empty(api, box, py):
     assert len(res["stdout"]) == 1 << 20 and set(res["stdout"]) == {"x"}
     assert len(res["stderr"]) == 1 << 20 and set(res["stderr"]) == {"y"}
     assert res["error"]["name"] == "EOFError", res["error"]
+    # One event over the 16 MiB line bound is dropped, the rest goes on.
+    res = run(api, box, py, "sys.stdout.write('z' * (17 << 20))\nprint('end')")
+    assert res["truncated"] is True and res["stdout"] == "end\n", res["stdout"][:100]
     assert main_text(run(api, box, py, "'after'")) == "'after'"
 
 
