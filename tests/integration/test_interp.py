@@ -258,8 +258,10 @@ def test_typescript_annotations(api, box):
                             "const p: P = { a: 1 }\n"
                             "const n = (p.a as number) + add(2, 3)\n"
                             "const f = (s: string): { len: number } => ({ len: s.length });\n"
-                            "[n, f('abc').len, n > 3 ? 'big' : 'small']")
-    assert res["error"] is None and main_text(res) == "[ 6, 3, 'big' ]", res
+                            "class Box<T> implements P { a: number = 2; readonly b?: string;\n"
+                            "  twice(k: number): number { return this.a * k } }\n"
+                            "[n, f('abc').len, n > 3 ? 'big' : 'small', new Box<number>().twice(4)]")
+    assert res["error"] is None and main_text(res) == "[ 6, 3, 'big', 8 ]", res
 
 
 def test_bad_input(api, box, py):

@@ -69,6 +69,7 @@ function stripTypes(src) {
 	let prev = '';               // the last significant token
 	let prevWord = '';
 	let declPending = false;     // after let/const/var <name>
+	let classPending = false;    // after 'class': its next '{' opens a class body ('C')
 	const isId = (c) => /[A-Za-z0-9_$]/.test(c);
 	const skipSpace = (j) => { while (j < n && /\s/.test(src[j])) j++; return j; };
 	// The end of a type starting at j: balanced brackets, stops at a
@@ -123,6 +124,7 @@ function stripTypes(src) {
 			if ((w === 'implements') && prev === 'id') { i = typeEnd(k, ['{']); continue; }
 			out += w;
 			declPending = (w === 'let' || w === 'const' || w === 'var') ? 'kw' : (declPending === 'kw' ? 'name' : false);
+			if (w === 'class') classPending = true;
 			prevWord = w;
 			prev = KEYWORDS_BEFORE_EXPR.test(w) ? 'kw' : 'id';
 			i = k;
@@ -134,6 +136,11 @@ function stripTypes(src) {
 		}
 		if (c === '\n') { out += c; i++; if (stack.length === 0 && prev !== ',' && prev !== '(') prev = 'nl'; continue; }
 		if (/\s/.test(c)) { out += c; i++; continue; }
+		if (c === '<' && prev === 'id') { // type arguments of a call: f<T>(…), new C<T>()
+			const e = typeEnd(i + 1, ['>']);
+			if (src[e] === '>' && src[e + 1] === '(' && /^[\w$\s,.[\]|&<>]+$/.test(src.slice(i + 1, e)) &&
+			    /[A-Za-z_$]/.test(src.slice(i + 1, e))) { i = e + 1; continue; }
+		}
 		if (c === '!' && (prev === 'id' || prev === ')' || prev === ']') && src[i + 1] !== '=') { i++; continue; }
 		if (c === '?' && src[i + 1] === ':' && prev === 'id') { i++; continue; } // optional param/property
 		if (c === '?' && src[i + 1] !== '.' && src[i + 1] !== '?') { ternary[ternary.length - 1]++; out += c; i++; prev = '?'; continue; }
@@ -141,16 +148,22 @@ function stripTypes(src) {
 			const top = stack[stack.length - 1];
 			if (ternary[ternary.length - 1] > 0) { ternary[ternary.length - 1]--; out += c; i++; prev = ':'; continue; }
 			const annotate = (top === '(' && prev === 'id') || prev === ')' && top !== '[' ||
+				(top === 'C' && prev === 'id') ||
 				(declPending === 'name' && prev === 'id');
 			if (annotate) {
-				const stops = prev === ')' ? ['{', '=>', ';', '\n', '='] : top === '(' ? [',', ')', '='] : [',', ';', '=', '\n'];
+				const stops = prev === ')' ? ['{', '=>', ';', '\n', '='] : top === '(' ? [',', ')', '='] :
+					top === 'C' ? [';', '=', '\n', '}'] : [',', ';', '=', '\n'];
 				i = typeEnd(skipSpace(i + 1), stops);
 				declPending = false;
 				continue;
 			}
 			out += c; i++; prev = ':'; continue;
 		}
-		if ('([{'.includes(c)) { stack.push(c); ternary.push(0); }
+		if ('([{'.includes(c)) {
+			stack.push(c === '{' && classPending ? 'C' : c);
+			if (c === '{') classPending = false;
+			ternary.push(0);
+		}
 		else if (')]}'.includes(c)) { stack.pop(); ternary.pop(); if (!ternary.length) ternary = [0]; }
 		if (c === ',' || c === '=' || c === ';') declPending = c === ',' && declPending ? 'kw' : false;
 		out += c; i++;
