@@ -11,6 +11,9 @@ import pytest
 
 from conftest import assert_error
 
+PNG_1PX = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGA"
+                           "WjR9awAAAABJRU5ErkJggg==")
+
 
 @pytest.fixture(scope="module")
 def box(stack):
@@ -77,6 +80,13 @@ def test_display_several_objects_and_dataframe(api, box, py):
     main = [r["data"] for r in res["results"] if r["isMainResult"]][0]
     assert "<table" in main["text/html"] and "</td>" in main["text/html"], main
     assert "a" in main["text/plain"] and "y" in main["text/plain"], main
+    res = run(api, box, py, "from IPython.display import Image, SVG, JSON, Latex, Javascript\n"
+                            "display(Image(%r), SVG('<svg xmlns=\"http://www.w3.org/2000/svg\"/>'),"
+                            " JSON({'k': [1]}), Latex('$x^2$'), Javascript('1+1'))" % PNG_1PX)
+    got = [r["data"] for r in res["results"]]
+    assert base64.b64decode(got[0]["image/png"], validate=True) == PNG_1PX, got[0]
+    assert got[1]["image/svg+xml"].startswith("<svg") and got[2]["application/json"] == {"k": [1]}
+    assert got[3]["text/latex"] == "$x^2$" and got[4]["application/javascript"] == "1+1", got
 
 
 def test_matplotlib_figure_is_a_png_of_its_size(api, box, py):

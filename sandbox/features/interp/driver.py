@@ -146,6 +146,8 @@ def _bundle(data):
     for mime, value in (data or {}).items():
         if isinstance(value, bytes):
             value = base64.b64encode(value).decode("ascii")
+        elif mime in ("image/png", "image/jpeg") and isinstance(value, str):
+            value = "".join(value.split())  # IPython's base64 comes with newlines
         out[mime] = value
     return out
 
