@@ -153,6 +153,22 @@ def test_a_run_keeps_its_sandbox_awake(api):
         api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 
 
+def test_stream_sends_output_while_the_code_runs(api, box, py):
+    """The code waits for a file the test writes only once it has read the
+    first event: without incremental delivery the run would never end."""
+    code = ("import os, time\nprint('waiting', flush=True)\n"
+            "while not os.path.exists('/workspace/go'):\n    time.sleep(0.01)\n'went'")
+    with api("POST", "/v1/sandboxes/%s/contexts/%s/run" % (box, py), json={"code": code},
+             headers={"Accept": "text/event-stream"}, stream=True, timeout=30) as r:
+        lines = r.iter_lines(decode_unicode=True)
+        for line in lines:
+            if line.startswith("data: ") and "waiting" in line:
+                break
+        assert api("PUT", "/v1/sandboxes/%s/files/go" % box, data=b"1").status_code == 201
+        rest = [json.loads(x[6:]) for x in lines if x.startswith("data: ")]
+    assert rest[-2]["data"]["text/plain"] == "'went'" and rest[-1]["type"] == "end", rest
+
+
 def test_timeout_interrupts_and_state_survives(api, box, py):
     run(api, box, py, "kept = 'yes'")
     res = run(api, box, py, "while True:\n    pass", timeoutMs=500)
