@@ -93,7 +93,7 @@ struct irun {
 	size_t req_len;
 	int64_t timeout_ms;
 	int64_t t0;
-	int started, finished;
+	int finished;
 	int timed_out, restarted, truncated;
 	int lease_lost;               /* the answer is the NODE_UNAVAILABLE error */
 	int64_t count;
@@ -125,6 +125,7 @@ struct ictx {
 	int paused;
 	int died;                     /* the last driver died: the next run says restarted */
 	int removed;                  /* deleted: freed once the driver is gone */
+	int exiting;                  /* reading the last output of a driver that exited */
 	int64_t count;                /* the driver's last execution count */
 	struct irun *cur;
 	struct irun *queue, **qtail;
@@ -458,9 +459,13 @@ static void drv_exited(void *arg, const struct rt_exit *ex)
 	struct ictx *x = arg;
 	struct irun *u;
 
-	x->handle = 0;
+	/* What it wrote before it ended is in the pipe (maybe the end of its
+	 * run); nothing new starts meanwhile. */
+	x->exiting = 1;
 	if (x->io)
 		child_io_drain(x->io, -1, INTERP_DRAIN_MAX);
+	x->exiting = 0;
+	x->handle = 0;
 	child_io_free(x->io);
 	x->io = NULL;
 	x->paused = 0;
@@ -606,7 +611,7 @@ static void timeout_cb(evutil_socket_t fd, short what, void *arg)
 /* Run the next waiting run when the driver is free. */
 static void ctx_next(struct ictx *x)
 {
-	while (!x->cur && x->queue && !x->removed) {
+	while (!x->cur && x->queue && !x->removed && !x->exiting) {
 		struct irun *u = x->queue;
 		struct sbx_err e = { 0 };
 		struct timeval tv;
@@ -626,7 +631,7 @@ static void ctx_next(struct ictx *x)
 			x->died = 0;
 		}
 		x->cur = u;
-		u->started = 1;
+		u->t0 = util_now_ms();
 		if (child_io_write(x->io, u->req, u->req_len) < 0)
 			log_warn("context '%s': cannot queue the code: %s", x->id, strerror(errno));
 		free(u->req);
