@@ -190,13 +190,13 @@ function errorOut(e) {
 // Code with top-level await, as the body of an async function: the top-level
 // declarations are hoisted to globals, and the last expression statement is
 // returned.
-function asyncBody(code) {
+function asyncBody(code, withReturn) {
 	let body = code.replace(/^(let|const|var)\s+([A-Za-z_$][\w$]*)\s*=/gm, 'globalThis.$2 =')
 		.replace(/^(async\s+)?function\s+([A-Za-z_$][\w$]*)/gm, 'globalThis.$2 = $1function $2')
 		.replace(/^class\s+([A-Za-z_$][\w$]*)/gm, 'globalThis.$1 = class $1');
 	const lines = body.replace(/\s+$/, '').split('\n');
 	const last = lines[lines.length - 1];
-	if (last && /^[^\s}]/.test(last) &&
+	if (withReturn && last && /^[^\s}]/.test(last) &&
 	    !/^(let|const|var|if|for|while|do|switch|try|return|throw|class|function|async\s+function|import|export|globalThis\.\w+\s*=\s*(async\s+)?(function|class))\b/.test(last)) {
 		lines[lines.length - 1] = 'return (' + last.replace(/;\s*$/, '') + '\n)';
 	}
@@ -211,7 +211,13 @@ async function run(code) {
 		script = new vm.Script(code, { filename: `cell-${count}.js` });
 	} catch (e) {
 		if (!(e instanceof SyntaxError) || !/await/.test(code)) throw e;
-		script = new vm.Script(asyncBody(code), { filename: `cell-${count}.js`, lineOffset: -1 });
+		const opts = { filename: `cell-${count}.js`, lineOffset: -1 };
+		try {
+			script = new vm.Script(asyncBody(code, true), opts);
+		} catch (e2) {
+			// the last line continues a statement: run it without a result
+			script = new vm.Script(asyncBody(code, false), opts);
+		}
 		isAsync = true;
 	}
 	let value = script.runInContext(context, { breakOnSigint: true, displayErrors: false });
