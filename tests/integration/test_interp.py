@@ -268,6 +268,9 @@ def test_javascript_await_results_and_errors(api, box):
     res = run(api, box, js, "const v = await Promise.resolve(20)\nconsole.log('got', v)\nv + 1")
     assert res["stdout"] == "got 20\n" and main_text(res) == "21", res
     assert main_text(run(api, box, js, "v * 2")) == "40"
+    res = run(api, box, js, "const pair = await Promise.resolve([1,\n2])")
+    assert res["error"] is None and res["results"] == [], res
+    assert main_text(run(api, box, js, "pair")) == "[ 1, 2 ]"
     res = run(api, box, js, "function bad() { throw new TypeError('nope') }\nbad()")
     assert res["error"]["name"] == "TypeError" and res["error"]["value"] == "nope", res
     assert any("bad" in line for line in res["error"]["traceback"]), res
