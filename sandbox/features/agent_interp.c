@@ -354,8 +354,8 @@ static void run_event(struct irun *u, const char *line, size_t len)
 			free(text);
 		} else if (type[0] == 's') {
 			json_t *t = json_object_get(ev, "text");
-			out_add(u, type[3] == 'o' ? 0 : 1, json_string_value(t) ? json_string_value(t) : "",
-				json_string_length(t));
+			out_add(u, strcmp(type, "stderr") == 0,
+				json_string_value(t) ? json_string_value(t) : "", json_string_length(t));
 		} else if (strcmp(type, "result") == 0) {
 			if (u->results_bytes + len > INTERP_RESULTS_MAX) {
 				u->truncated = 1;
@@ -375,6 +375,8 @@ static void run_event(struct irun *u, const char *line, size_t len)
 
 /* --- the driver ------------------------------------------------------------ */
 
+/* Add n bytes to the driver's current line; a line past INTERP_LINE_MAX
+ * is dropped whole (skipping until its newline). */
 static void drv_line(struct ictx *x, const char *data, size_t n)
 {
 	if (x->skipping || buf_add(&x->line, data, n) < 0) {
@@ -383,6 +385,8 @@ static void drv_line(struct ictx *x, const char *data, size_t n)
 	}
 }
 
+/* Output of the driver: its stdout split into event lines for the current
+ * run (none: dropped), its stderr passed to the run as stderr. */
 static void drv_data(void *arg, int i, const char *data, size_t n)
 {
 	struct ictx *x = arg;
@@ -454,6 +458,9 @@ static void fail_queue(struct ictx *x, enum sbx_ecode code, const char *msg)
 	x->qtail = &x->queue;
 }
 
+/* The driver is gone: the run it had ends with InterpreterDied (or the
+ * sandbox's or the deletion's error), the next run starts a fresh driver;
+ * a deleted context is freed here. */
 static void drv_exited(void *arg, const struct rt_exit *ex)
 {
 	struct ictx *x = arg;
