@@ -253,6 +253,22 @@ def test_concurrent_runs_are_serialized(api, box, py):
         assert log[k][0] == "in" and log[k + 1] == ["out", log[k][1]], log
 
 
+def test_python_without_ipython_gives_plain_results(api, box):
+    """An image without IPython (hidden here by a package that refuses to
+    import): values, display(), _repr_html_ and tracebacks still work."""
+    r = api("PUT", "/v1/sandboxes/%s/files/noipy/IPython/__init__.py" % box,
+            data=b"raise ImportError('hidden for the test')\n")
+    assert r.status_code == 201, r.text
+    ctx = new_ctx(api, box, env={"PYTHONPATH": "/workspace/noipy"})
+    res = run(api, box, ctx, "import pandas as pd\ndisplay('shown')\npd.DataFrame({'a': [1]})")
+    assert [x["data"]["text/plain"] for x in res["results"]][0] == "'shown'", res
+    assert "<table" in res["results"][1]["data"]["text/html"], res
+    res = run(api, box, ctx, "k = 2\ndef g():\n    raise KeyError('nope')\ng()")
+    assert res["error"]["name"] == "KeyError" and "line 4" in "".join(res["error"]["traceback"])
+    assert main_text(run(api, box, ctx, "k * 21")) == "42"
+    assert api("DELETE", "/v1/sandboxes/%s/contexts/%s" % (box, ctx)).status_code == 204
+
+
 def test_default_context_run(api, box):
     res = api("POST", "/v1/sandboxes/%s/run" % box, json={"code": "q = 3\nq * 2"}, timeout=60)
     assert res.status_code == 200 and main_text(res.json()) == "6", res.text

@@ -12,13 +12,16 @@
 # formatters); matplotlib draws with Agg, and every figure left open at the
 # end of a run (or shown with plt.show()) comes back as a PNG. SIGINT
 # interrupts a run (KeyboardInterrupt) and leaves the context as it was.
+import ast
 import base64
 import importlib.util
 import io
 import json
+import linecache
 import os
 import sys
 import threading
+import traceback
 
 # The protocol's own fds (os.dup: not inherited by child processes); the
 # code and its children get /dev/null as stdin and pipes as stdout/stderr.
@@ -135,12 +138,6 @@ class _BackendLoader:
 
 sys.meta_path.append(_BackendLoader)
 
-from traitlets.config import Config  # noqa: E402
-from IPython.core.displayhook import DisplayHook  # noqa: E402
-from IPython.core.displaypub import DisplayPublisher  # noqa: E402
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
-
-
 def _bundle(data):
     out = {}
     for mime, value in (data or {}).items():
@@ -152,38 +149,106 @@ def _bundle(data):
     return out
 
 
-class _Publisher(DisplayPublisher):
-    def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kw):
-        _emit({"type": "result", "isMainResult": False, "data": _bundle(data)})
+def _ipython_shell():
+    """The run interface over IPython's InteractiveShell (ImportError
+    without IPython)."""
+    from traitlets.config import Config
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
 
-    def clear_output(self, wait=False):
-        pass
+    class Publisher(DisplayPublisher):
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False,
+                    **kw):
+            _emit({"type": "result", "isMainResult": False, "data": _bundle(data)})
 
+        def clear_output(self, wait=False):
+            pass
 
-class _Hook(DisplayHook):
-    def write_output_prompt(self):
-        pass
+    class Hook(DisplayHook):
+        def write_output_prompt(self):
+            pass
 
-    def write_format_data(self, format_dict, md_dict=None):
-        _emit({"type": "result", "isMainResult": True, "data": _bundle(format_dict)})
+        def write_format_data(self, format_dict, md_dict=None):
+            _emit({"type": "result", "isMainResult": True, "data": _bundle(format_dict)})
 
-    def finish_displayhook(self):
-        pass
+        def finish_displayhook(self):
+            pass
 
+    class Shell(InteractiveShell):
+        def _showtraceback(self, etype, evalue, stb):
+            _emit({"type": "error", "name": getattr(etype, "__name__", str(etype)),
+                   "value": str(evalue), "traceback": list(stb)})
 
-class _Shell(InteractiveShell):
-    def _showtraceback(self, etype, evalue, stb):
-        _emit({"type": "error", "name": getattr(etype, "__name__", str(etype)),
-               "value": str(evalue), "traceback": list(stb)})
+        def run(self, code):
+            self.run_cell(code, store_history=True)
 
+        @property
+        def count(self):
+            return self.execution_count - 1
 
-def _main():
     cfg = Config()
     cfg.HistoryManager.enabled = False
     cfg.InteractiveShell.colors = "NoColor"
     cfg.InteractiveShell.autocall = 0
     cfg.InteractiveShell.xmode = "Context"
-    shell = _Shell.instance(config=cfg, displayhook_class=_Hook, display_pub_class=_Publisher)
+    return Shell.instance(config=cfg, displayhook_class=Hook, display_pub_class=Publisher)
+
+
+class _PlainShell:
+    """The same interface without IPython (an image with a bare python3):
+    the last expression's value and display() as text/plain plus what the
+    object's _repr_*_ methods give, tracebacks of the traceback module."""
+
+    REPRS = (("text/html", "_repr_html_"), ("text/markdown", "_repr_markdown_"),
+             ("image/png", "_repr_png_"), ("image/jpeg", "_repr_jpeg_"),
+             ("image/svg+xml", "_repr_svg_"), ("application/json", "_repr_json_"),
+             ("text/latex", "_repr_latex_"))
+
+    def __init__(self):
+        self.count = 0
+        self.ns = {"__name__": "__main__", "display": self.display}
+
+    def bundle(self, obj):
+        data = {"text/plain": repr(obj)}
+        for mime, name in self.REPRS:
+            try:
+                value = getattr(obj, name)()
+            except Exception:  # no such method, or it failed: not this type
+                continue
+            if value is not None:
+                data[mime] = value
+        return _bundle(data)
+
+    def display(self, *objs):
+        for obj in objs:
+            _emit({"type": "result", "isMainResult": False, "data": self.bundle(obj)})
+
+    def run(self, code):
+        self.count += 1
+        name = "<cell-%d>" % self.count
+        linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        try:
+            tree = ast.parse(code, name)
+            last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+            exec(compile(tree, name, "exec"), self.ns)
+            if last is not None:
+                value = eval(compile(ast.Expression(last.value), name, "eval"), self.ns)
+                if value is not None:
+                    self.ns["_"] = value
+                    _emit({"type": "result", "isMainResult": True, "data": self.bundle(value)})
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the context lives
+            tb = exc.__traceback__.tb_next if exc.__traceback__ else None
+            _emit({"type": "error", "name": type(exc).__name__, "value": str(exc),
+                   "traceback": traceback.format_exception(type(exc), exc, tb)})
+
+
+def _main():
+    try:
+        shell = _ipython_shell()
+    except ImportError as exc:
+        _emit({"type": "stderr", "text": "sbx: %s: plain Python results only\n" % exc})
+        shell = _PlainShell()
     _emit({"type": "ready"})
     while True:
         try:
@@ -197,12 +262,12 @@ def _main():
         except ValueError:
             continue
         try:
-            shell.run_cell(req.get("code", ""), store_history=True)
+            shell.run(req.get("code", ""))
             _figures_out()
         except KeyboardInterrupt:
             _emit({"type": "error", "name": "KeyboardInterrupt", "value": "", "traceback": []})
         sys.stdout.flush()
-        _emit({"type": "end", "executionCount": shell.execution_count - 1})
+        _emit({"type": "end", "executionCount": shell.count})
 
 
 while True:
