@@ -9,7 +9,7 @@
 #   {"type": "error", "name": ..., "value": ..., "traceback": [...]}
 #   {"type": "end", "executionCount": n}                    the run is over
 # The code runs in IPython's InteractiveShell (display semantics, rich
-# formatters); matplotlib draws with Agg, and every figure left open at the
+# formatters), or, where IPython is missing, in _PlainShell; matplotlib draws with Agg, and every figure left open at the
 # end of a run (or shown with plt.show()) comes back as a PNG. SIGINT
 # interrupts a run (KeyboardInterrupt) and leaves the context as it was.
 import ast
