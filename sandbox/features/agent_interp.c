@@ -67,6 +67,7 @@
 #define INTERP_KEEPALIVE_MS 15000
 #define INTERP_DRAIN_MAX (1024 * 1024)
 #define INTERP_ID_MAX 65
+#define INTERP_HELD_MAX 4096                 /* stderr between runs, for the next one */
 
 enum interp_lang { LANG_PYTHON, LANG_JAVASCRIPT, LANG_TYPESCRIPT };
 
@@ -121,6 +122,7 @@ struct ictx {
 	int64_t handle;               /* > 0 while the driver runs */
 	struct child_io *io;
 	struct buf line;              /* the driver's current stdout line */
+	struct buf held;              /* stderr written while no run was current */
 	int skipping;                 /* the current line is too long: dropped */
 	int paused;
 	int died;                     /* the last driver died: the next run says restarted */
@@ -375,6 +377,35 @@ static void run_event(struct irun *u, const char *line, size_t len)
 
 /* --- the driver ------------------------------------------------------------ */
 
+/* Text for stderr of the current run; without one it is held (the first
+ * INTERP_HELD_MAX bytes) for the next run: a driver's start-up messages. */
+static void run_stderr(struct ictx *x, const char *text, size_t n)
+{
+	struct irun *u = x->cur;
+
+	if (!u) {
+		size_t room = x->held.max - x->held.len;
+		buf_add(&x->held, text, n < room ? n : room);
+	} else if (u->stream) {
+		sse_put_obj(u, "stderr", json_pack("{s:s,s:s%}", "type", "stderr", "text", text, n));
+	} else {
+		out_add(u, 1, text, n);
+	}
+}
+
+/* An event line while no run is current: only stderr is kept. */
+static void held_event(struct ictx *x, const char *line, size_t len)
+{
+	struct sbx_err e;
+	json_t *ev = jsonv_parse(line, len, &e);
+	const char *type = json_string_value(json_object_get(ev, "type"));
+	const json_t *t = json_object_get(ev, "text");
+
+	if (type && strcmp(type, "stderr") == 0 && json_is_string(t))
+		run_stderr(x, json_string_value(t), json_string_length(t));
+	json_decref(ev);
+}
+
 /* Add n bytes to the driver's current line; a line past INTERP_LINE_MAX
  * is dropped whole (skipping until its newline). */
 static void drv_line(struct ictx *x, const char *data, size_t n)
@@ -392,12 +423,7 @@ static void drv_data(void *arg, int i, const char *data, size_t n)
 	struct ictx *x = arg;
 
 	if (i == 1) {
-		if (x->cur && x->cur->stream) {
-			json_t *ev = json_pack("{s:s,s:s%}", "type", "stderr", "text", data, n);
-			sse_put_obj(x->cur, "stderr", ev);
-		} else if (x->cur) {
-			out_add(x->cur, 1, data, n);
-		}
+		run_stderr(x, data, n);
 		return;
 	}
 	while (n > 0) {
@@ -415,6 +441,8 @@ static void drv_data(void *arg, int i, const char *data, size_t n)
 				x->cur->truncated = 1;
 		} else if (x->cur && x->line.len) {
 			run_event(x->cur, x->line.data, x->line.len);
+		} else if (x->line.len) {
+			held_event(x, x->line.data, x->line.len);
 		}
 		buf_reset(&x->line);
 	}
@@ -426,6 +454,7 @@ static void ctx_free(struct ictx *x)
 {
 	child_io_free(x->io);
 	buf_release(&x->line);
+	buf_release(&x->held);
 	json_decref(x->env);
 	free(x);
 }
@@ -639,6 +668,10 @@ static void ctx_next(struct ictx *x)
 		}
 		x->cur = u;
 		u->t0 = util_now_ms();
+		if (x->held.len) {
+			run_stderr(x, x->held.data, x->held.len);
+			buf_reset(&x->held);
+		}
 		if (child_io_write(x->io, u->req, u->req_len) < 0)
 			log_warn("context '%s': cannot queue the code: %s", x->id, strerror(errno));
 		free(u->req);
@@ -773,6 +806,7 @@ static struct ictx *ctx_new(struct ibox *b, const char *id, enum interp_lang lan
 	x->created_at = util_wall_ms();
 	x->qtail = &x->queue;
 	buf_init(&x->line, INTERP_LINE_MAX);
+	buf_init(&x->held, INTERP_HELD_MAX);
 	x->box = b;
 	x->next = b->list;
 	b->list = x;

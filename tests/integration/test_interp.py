@@ -5,6 +5,7 @@ import base64
 import json
 import struct
 import threading
+import time
 import uuid
 
 import pytest
@@ -260,9 +261,12 @@ def test_python_without_ipython_gives_plain_results(api, box):
             data=b"raise ImportError('hidden for the test')\n")
     assert r.status_code == 201, r.text
     ctx = new_ctx(api, box, env={"PYTHONPATH": "/workspace/noipy"})
+    time.sleep(1.5)  # the driver's start-up note is written before the first run
     res = run(api, box, ctx, "import pandas as pd\ndisplay('shown')\npd.DataFrame({'a': [1]})")
     assert [x["data"]["text/plain"] for x in res["results"]][0] == "'shown'", res
     assert "<table" in res["results"][1]["data"]["text/html"], res
+    # The driver's start-up note came before the run: it is the run's stderr.
+    assert "plain Python results only" in res["stderr"], res["stderr"]
     res = run(api, box, ctx, "k = 2\ndef g():\n    raise KeyError('nope')\ng()")
     assert res["error"]["name"] == "KeyError" and "line 4" in "".join(res["error"]["traceback"])
     assert main_text(run(api, box, ctx, "k * 21")) == "42"
