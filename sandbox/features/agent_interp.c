@@ -17,7 +17,8 @@
  * The agent writes one request a line to its stdin, {"code": …}, and reads
  * one JSON event a line from its stdout (the protocol is in driver.py):
  * stdout, stderr, result, error, then end. Its stderr (the driver's own
- * failures: a missing IPython) goes to the run as stderr.
+ * failures and notes: a missing IPython) goes to the run as stderr; stderr
+ * written while no run is current is held (INTERP_HELD_MAX) for the next.
  *
  * Runs of a context go one at a time, in arrival order (at most
  * INTERP_MAX_QUEUE waiting). The answer is JSON when the run ends —
