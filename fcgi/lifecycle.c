@@ -1,4 +1,5 @@
 #include "lifecycle.h"
+#include "apimetrics.h"
 #include "rkeys.h"
 #include "agentc.h"
 #include "ceilings.h"
@@ -285,6 +286,7 @@ static void now_iso(char out[32])
 static int append_event(const char *type, const char *tenant, const char *id, const char *node,
 			const char *generation, const char *epoch, struct sbx_err *e)
 {
+	apimetrics_event(type);
 	return store_append(e,
 			    RKEYS_XADD_EVENT "type %s tenant %s id %s node %s generation %s epoch %s",
 			    type, tenant, id, node ? node : "", generation ? generation : "",

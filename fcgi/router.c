@@ -2,6 +2,7 @@
 #include "route.h"
 #include "codec.h"
 #include "api.h"
+#include "apimetrics.h"
 #include "auth.h"
 #include "http.h"
 #include "ids.h"
@@ -224,10 +225,14 @@ static void dispatch(struct http_req *r, struct sbx_err *e)
 
 void router_dispatch(struct http_req *r)
 {
+	int64_t started_us = metrics_now_us();
 	struct sbx_err e;
 
 	err_clear(&e);
+	metrics_gauge_add(APIM_IN_FLIGHT, 0, 0, 1);
 	dispatch(r, &e);
+	metrics_gauge_add(APIM_IN_FLIGHT, 0, 0, -1);
+	apimetrics_request(r->match.route, r->status, started_us);
 	if (r->status >= 500)
 		log_warn("%s %s -> %d (%lld ms, request %s)", r->method, r->path, r->status,
 			 (long long)(util_now_ms() - r->started_ms), r->request_id);

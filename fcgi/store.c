@@ -1,4 +1,5 @@
 #include "store.h"
+#include "apimetrics.h"
 #include "buf.h"
 #include "log.h"
 #include "redisurl.h"
@@ -344,7 +345,20 @@ static int read_replies(redisReply **replies, size_t n, int *lost, struct sbx_er
 	return 0;
 }
 
+static int collect(redisReply **replies, size_t n, unsigned flags, int *kind, struct sbx_err *e);
+
+/* Every round trip of a worker is timed, and its failure counted, here. */
 int store_collect(redisReply **replies, size_t n, unsigned flags, struct sbx_err *e)
+{
+	int64_t started_us = metrics_now_us();
+	int kind = METRICS_REDIS_CONNECTION;
+	int rc = collect(replies, n, flags, &kind, e);
+
+	apimetrics_redis(started_us, rc == 0 ? METRICS_REDIS_OK : (enum metrics_redis_error)kind);
+	return rc;
+}
+
+static int collect(redisReply **replies, size_t n, unsigned flags, int *kind, struct sbx_err *e)
 {
 	size_t i;
 	int lost;
@@ -383,6 +397,7 @@ int store_collect(redisReply **replies, size_t n, unsigned flags, struct sbx_err
 	if (!(flags & STORE_RAW_ERRORS)) {
 		for (i = 0; i < n; i++) {
 			if (replies[i]->type == REDIS_REPLY_ERROR) {
+				*kind = METRICS_REDIS_REPLY;
 				err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis error: %.200s", replies[i]->str);
 				store_free_replies(replies, n);
 				return -1;

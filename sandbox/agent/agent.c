@@ -7,6 +7,7 @@
  */
 #include "agent.h"
 #include "agent_lifecycle.h"
+#include "agent_metrics.h"
 #include "forward.h"
 #include "conf.h"
 #include "httpd.h"
@@ -178,6 +179,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	agent.reg = reg;
+	httpd_observe(httpd, agent_metrics_request);
+	if (agent_metrics_start(&agent, &e) < 0) {
+		log_error("%s", e.msg);
+		return 1;
+	}
 	keeper = keeper_new(base, registry_lease(reg), agent.rt, &e);
 	if (!keeper) {
 		log_error("%s", e.msg);
@@ -194,12 +200,14 @@ int main(int argc, char **argv)
 		log_error("cannot install signal handlers");
 		return 1;
 	}
-	log_info("sbx-agent %s '%s' listening on %s", AGENT_VERSION, conf.agent.name,
-		 conf.agent.listen);
+	log_info("sbx-agent %s '%s' listening on %s%s%s", AGENT_VERSION, conf.agent.name,
+		 conf.agent.listen, conf.agent.metrics_listen[0] ? ", metrics on " : "",
+		 conf.agent.metrics_listen);
 
 	event_base_dispatch(base);
 
 	httpd_free(httpd);
+	agent_metrics_stop();
 	fwd_release_all();
 	agent_sb_destroy_all(&agent);
 	keeper_free(keeper);

@@ -28,6 +28,7 @@
  * The API never hears from us directly: it reads Redis.
  */
 #include "agent.h"
+#include "agent_metrics.h"
 #include "agent_lifecycle.h"
 #include "rkeys.h"
 #include "rscripts.h"
@@ -71,6 +72,7 @@ void agent_sb_stream_begin(struct agent_sb *sb, struct agent_stream *st)
 	st->lease_serial = lease_reg ? registry_lease_serial(lease_reg) : 0;
 	sb->streams++;
 	sb->last_active_at = util_wall_ms();
+	metrics_count(AM_STREAMS, 0, 0, 1);
 }
 
 void agent_sb_stream_end(struct agent *a, struct agent_stream *st)
@@ -190,6 +192,7 @@ void agent_lc_report_stopped(struct agent *a, const struct agent_sb *sb, const c
 static void add_event(struct agent *a, const char *type, const char *tenant, const char *id,
 		      int64_t generation, int64_t epoch)
 {
+	agent_metrics_event(type);
 	if (a->reg)
 		registry_command(a->reg, NULL, NULL,
 				 RKEYS_XADD_EVENT "type %s tenant %s id %s node %s "

@@ -1,4 +1,5 @@
 #include "registry.h"
+#include "agent_metrics.h"
 #include "rkeys.h"
 #include "ids.h"
 #include "httpd.h"
@@ -712,6 +713,7 @@ void registry_on_connect(struct registry *reg, registry_connect_fn fn, void *arg
 struct user_cmd {
 	registry_reply_fn fn;
 	void *arg;
+	int64_t sent_us;
 };
 
 /* hiredis runs this exactly once per queued command: with the reply, or
@@ -727,6 +729,8 @@ static void user_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 			reg->pending--;
 		reg->last_reply = util_now_ms();
 	}
+	agent_metrics_redis(uc->sent_us, !reply ? METRICS_REDIS_CONNECTION :
+			    reply->type == REDIS_REPLY_ERROR ? METRICS_REDIS_REPLY : METRICS_REDIS_OK);
 	if (uc->fn)
 		uc->fn(uc->arg, reply);
 	free(uc);
@@ -745,6 +749,7 @@ int registry_command(struct registry *reg, registry_reply_fn fn, void *arg, cons
 		return -1;
 	uc->fn = fn;
 	uc->arg = arg;
+	uc->sent_us = metrics_now_us();
 	va_start(ap, fmt);
 	rc = redisvAsyncCommand(reg->ac, user_reply_cb, uc, fmt, ap);
 	va_end(ap);
