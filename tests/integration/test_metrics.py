@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -20,7 +21,7 @@ import uuid
 import pytest
 import requests
 
-from conftest import ROOT, free_port
+from conftest import ROOT, free_port, sandbox_procs
 
 PROM_DIR = os.path.join(ROOT, "deploy", "prometheus")
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
@@ -139,6 +140,29 @@ def test_counters_follow_the_calls(stack, api):
     api2 = parse(scrape(urls(stack)[0]))
     assert value(api2, "sbx_sandbox_events_total", event="slept") == slept0 + 1
     assert value(api2, "sbx_sandbox_events_total", event="destroyed") == destroyed0 + 1
+
+
+def test_oom_kills_and_crashes_are_counted(stack, api):
+    sid = "mx-" + uuid.uuid4().hex[:8]
+    oom0 = agents_value(stack, "sbx_agent_oom_kills_total")
+    crashed0 = agents_value(stack, "sbx_sandbox_events_total", event="crashed")
+    assert api("PUT", "/v1/sandboxes/" + sid,
+               json={"keepAlive": True, "resources": {"memoryMiB": 64}}).status_code == 201
+    try:
+        r = api("POST", "/v1/sandboxes/%s/exec" % sid, timeout=60,
+                json={"command": "python3 -c 'b=[]\nwhile True: b.append(bytearray(1<<20))'"})
+        assert r.status_code == 200 and r.json()["oomKilled"] is True, r.text
+        assert agents_value(stack, "sbx_agent_oom_kills_total") >= oom0 + 1
+        # Its init killed from the host: a crash, counted once the record says so.
+        inits = [pid for pid, comm, _ in sandbox_procs("dev." + sid) if comm == "sbx-init"]
+        assert len(inits) == 1, inits
+        os.kill(inits[0], signal.SIGKILL)
+        stack.wait("the crash to be counted", lambda: agents_value(
+            stack, "sbx_sandbox_events_total", event="crashed") == crashed0 + 1, timeout=10)
+        # The OOM kills of the gone container stay counted.
+        assert agents_value(stack, "sbx_agent_oom_kills_total") >= oom0 + 1
+    finally:
+        api("DELETE", "/v1/sandboxes/" + sid)
 
 
 def test_shipped_rules_and_config_check():
