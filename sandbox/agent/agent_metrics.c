@@ -74,6 +74,8 @@ static struct metrics_family families[AM_COUNT] = {
 				"Port forwarders open (the ends of previews and tunnels)."),
 	[AM_FORWARD_CONNS] = GAUGE("sbx_agent_forward_connections",
 				   "Preview and tunnel connections being relayed."),
+	[AM_TUNNEL_PROCS] = GAUGE("sbx_agent_tunnel_processes",
+				  "Tunnel processes (cloudflared) running on this node."),
 	[AM_OOM_KILLS] = { "sbx_agent_oom_kills_total",
 			   "Processes the kernel killed for a sandbox's memory limit.",
 			   METRICS_COUNTER, NO_DIMS, NULL, 0, 0 },

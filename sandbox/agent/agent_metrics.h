@@ -38,6 +38,7 @@ enum agent_metrics_family {
 	AM_STREAMS_OPEN,
 	AM_FORWARDERS,
 	AM_FORWARD_CONNS,
+	AM_TUNNEL_PROCS,
 	AM_OOM_KILLS,
 	AM_RSS,
 	AM_FDS,
