@@ -1,5 +1,6 @@
 #include "worker.h"
 #include "agentc.h"
+#include "apimetrics.h"
 #include "http.h"
 #include "ceilings.h"
 #include "log.h"
@@ -154,10 +155,12 @@ int worker_run(int listen_fd, const struct sbx_conf *conf, pid_t master)
 		if (FCGX_Accept_r(&fcgx) < 0)
 			continue;
 		err_clear(&e);
-		if (http_req_init(&r, &fcgx, conf, &e) < 0)
+		if (http_req_init(&r, &fcgx, conf, &e) < 0) {
 			http_respond_error(&r, &e);
-		else
+			apimetrics_request(NULL, r.status, metrics_now_us());
+		} else {
 			router_dispatch(&r);
+		}
 		http_req_release(&r);
 		drain_stdin(&fcgx);
 		FCGX_Finish_r(&fcgx);

@@ -191,8 +191,10 @@ void metrics_observe(unsigned fam, unsigned i, unsigned j, double value)
 	if (!c || cur->fams[fam].kind != METRICS_HISTOGRAM)
 		return;
 	f = &cur->fams[fam];
-	if (value < 0)
+	if (!(value >= 0))             /* negative, or NaN */
 		value = 0;
+	if (value > 1e12)              /* sums stay far from 2^64 micro-units */
+		value = 1e12;
 	while (b < f->nbounds && value > f->bounds[b])
 		b++;
 	if (b < f->nbounds)
