@@ -2,6 +2,7 @@
 #include "unit.h"
 #include "metrics.h"
 
+#include <math.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -102,4 +103,29 @@ TEST(metrics_updates_without_registry_are_noops)
 	metrics_count(0, 0, 0, 1);
 	metrics_observe(2, 0, 0, 1.0);
 	CHECK(1);
+}
+
+/* A NaN or negative observation counts as 0 (first bucket, nothing added
+ * to the sum), a huge one stays countable. */
+TEST(metrics_observe_clamps)
+{
+	struct sbx_err e = { 0 };
+	struct metrics *m = metrics_new(fams, F_N, 1, &e);
+	struct buf out;
+
+	CHECK(m != NULL);
+	if (!m)
+		return;
+	metrics_use(m, 0);
+	metrics_observe(F_WAIT, 0, 0, NAN);
+	metrics_observe(F_WAIT, 0, 0, -5);
+	metrics_observe(F_WAIT, 0, 0, 1e300);
+	buf_init(&out, 1 << 16);
+	CHECK_INT(metrics_render(m, NULL, &out), 0);
+	CHECK(strstr(out.data, "t_wait_seconds_bucket{le=\"0.1\"} 2\n") != NULL);
+	CHECK(strstr(out.data, "t_wait_seconds_sum 1000000000000.000000\n") != NULL);
+	CHECK(strstr(out.data, "t_wait_seconds_count 3\n") != NULL);
+	buf_release(&out);
+	metrics_use(NULL, 0);
+	metrics_free(m);
 }
