@@ -2,15 +2,18 @@
 #include "forward.h"
 #include "log.h"
 #include "registry.h"
+#include "rkeys.h"
 #include "util.h"
 
 #include <dirent.h>
+#include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define METRICS_MAX_CONNS 64
+#define PLACED_EVERY 5        /* heartbeats between two counts of the node's set */
 
 static const double latency_bounds[] = { METRICS_REQUEST_BOUNDS };
 static const double redis_bounds[] = { METRICS_REDIS_BOUNDS };
@@ -60,6 +63,9 @@ static struct metrics_family families[AM_COUNT] = {
 			   "Sandboxes this agent holds: running, stopped (slept here, no "
 			   "container), dead (init died, being released).",
 			   METRICS_GAUGE, { DIM("state", states), NO_DIM }, NULL, 0, 0 },
+	[AM_PLACED] = GAUGE("sbx_agent_sandboxes_placed",
+			    "Sandboxes Redis places on this node, running or sleeping "
+			    "(SCARD of its node set, every 5 heartbeats)."),
 	[AM_CAPACITY] = GAUGE("sbx_agent_capacity", "Sandboxes this node takes (agent.capacity)."),
 	[AM_POOL] = GAUGE("sbx_agent_warm_pool_sandboxes", "Warm pool sandboxes built and ready."),
 	[AM_POOL_TARGET] = GAUGE("sbx_agent_warm_pool_target",
@@ -85,6 +91,7 @@ static struct metrics_family families[AM_COUNT] = {
 
 static struct metrics *registry;
 static struct httpd *listener;
+static struct event *placed_ev;
 static const struct httpd_route *table;
 static unsigned nroutes;
 static uint64_t oom_gone;   /* OOM kills of containers destroyed so far */
@@ -200,8 +207,29 @@ static const struct httpd_route metrics_routes[] = {
 	{ "GET", "/metrics", metrics_get, 0, NULL },
 };
 
+static void placed_reply(void *arg, struct redisReply *reply)
+{
+	if (reply && reply->type == REDIS_REPLY_INTEGER)
+		metrics_gauge_set(AM_PLACED, 0, 0, reply->integer);
+}
+
+/* Count the node's set now and then: the sleeping sandboxes of this node
+ * are only in Redis. */
+static void placed_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent *a = arg;
+	char key[RKEYS_MAX];
+
+	if (a->reg && !a->shutting_down)
+		registry_command(a->reg, placed_reply, NULL, "SCARD %s",
+				 rkeys_node(key, a->conf->agent.name, "sandboxes"));
+}
+
 int agent_metrics_start(struct agent *a, struct sbx_err *e)
 {
+	int64_t ms = PLACED_EVERY * a->conf->cluster.heartbeat_ms;
+	struct timeval every = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000 * 1000) };
+
 	table = agent_routes;
 	nroutes = (unsigned)agent_routes_count;
 	for (unsigned i = 0; i < nroutes; i++)
@@ -216,6 +244,9 @@ int agent_metrics_start(struct agent *a, struct sbx_err *e)
 		return -1;
 	metrics_use(registry, 0);
 	metrics_gauge_set(AM_BUILD, 0, 0, 1);
+	placed_ev = event_new(a->base, -1, EV_PERSIST, placed_cb, a);
+	if (!placed_ev || event_add(placed_ev, &every) < 0)
+		return err_set(e, SBX_E_INTERNAL, "metrics: cannot start the node set's timer");
 	if (!a->conf->agent.metrics_listen[0])
 		return 0;
 	listener = httpd_new(a->base, a->conf->agent.metrics_listen, NULL, metrics_routes,
@@ -229,6 +260,9 @@ int agent_metrics_start(struct agent *a, struct sbx_err *e)
 
 void agent_metrics_stop(void)
 {
+	if (placed_ev)
+		event_free(placed_ev);
+	placed_ev = NULL;
 	httpd_free(listener);
 	listener = NULL;
 	metrics_free(registry);

@@ -30,6 +30,7 @@ enum agent_metrics_family {
 	AM_LEASE_VALID,
 	AM_EVENTS,
 	AM_SANDBOXES,
+	AM_PLACED,
 	AM_CAPACITY,
 	AM_POOL,
 	AM_POOL_TARGET,

@@ -67,6 +67,12 @@ def agents_value(stack, name, **labels):
     return sum(value(parse(scrape(u)), name, **labels) for u in urls(stack)[1:])
 
 
+def placed_in_redis(stack):
+    """Sandboxes placed on the stack's nodes, as Redis has them now."""
+    return sum(int(stack.redis_cli("SCARD", "sbx:node:{%s}:sandboxes" % stack.env["SBX_NODE_%d" % i]))
+               for i in range(1, stack.agents + 1))
+
+
 def test_text_parses_with_promtool(stack):
     for u in urls(stack):
         text = scrape(u)
@@ -105,6 +111,7 @@ def test_counters_follow_the_calls(stack, api):
     api0 = parse(scrape(urls(stack)[0]))
     execs0 = agents_value(stack, "sbx_agent_execs_total", mode="json")
     running0 = agents_value(stack, "sbx_agent_sandboxes", state="running")
+    placed0 = placed_in_redis(stack)
 
     assert api("PUT", "/v1/sandboxes/" + sid).status_code == 201
     r = api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": "echo hi"})
@@ -123,6 +130,9 @@ def test_counters_follow_the_calls(stack, api):
     assert agents_value(stack, "sbx_agent_execs_total", mode="json") == execs0 + 1
     assert agents_value(stack, "sbx_agent_sandboxes", state="running") == running0 + 1
     assert agents_value(stack, "sbx_agent_capacity") > 0
+    assert placed_in_redis(stack) == placed0 + 1
+    stack.wait("the node sets' count", lambda: agents_value(
+        stack, "sbx_agent_sandboxes_placed") == placed0 + 1, timeout=10)
     assert agents_value(stack, "process_open_fds") > 0
     assert agents_value(stack, "process_resident_memory_bytes") > 0
 
@@ -140,6 +150,9 @@ def test_counters_follow_the_calls(stack, api):
     api2 = parse(scrape(urls(stack)[0]))
     assert value(api2, "sbx_sandbox_events_total", event="slept") == slept0 + 1
     assert value(api2, "sbx_sandbox_events_total", event="destroyed") == destroyed0 + 1
+    assert placed_in_redis(stack) == placed0
+    stack.wait("the node sets' count", lambda: agents_value(
+        stack, "sbx_agent_sandboxes_placed") == placed0, timeout=10)
 
 
 def test_oom_kills_and_crashes_are_counted(stack, api):
