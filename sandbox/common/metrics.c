@@ -29,6 +29,11 @@ static const char *const status_values[] = {
 	"405", "409", "410", "411", "413", "415", "416", "422", "429", "499", "500", "502",
 	"503", "504", "other",
 };
+static const short status_codes[] = {
+	200, 201, 202, 204, 206, 301, 302, 304, 400, 401, 403, 404,
+	405, 409, 410, 411, 413, 415, 416, 422, 429, 499, 500, 502,
+	503, 504,
+};
 const struct metrics_dim metrics_status_dim = { "status", status_values, ARRAY_SIZE(status_values) };
 
 static const char *const redis_errors[] = { "connection", "reply" };
@@ -36,10 +41,12 @@ const struct metrics_dim metrics_redis_error_dim = { "kind", redis_errors, ARRAY
 
 unsigned metrics_status_index(int status)
 {
-	char s[16];
-
-	util_xsnprintf(s, sizeof(s), "%d", status);
-	return metrics_index(&metrics_status_dim, s);
+	_Static_assert(ARRAY_SIZE(status_codes) + 1 == ARRAY_SIZE(status_values),
+		       "a value per status code, then other");
+	for (unsigned i = 0; i < ARRAY_SIZE(status_codes); i++)
+		if (status_codes[i] == status)
+			return i;
+	return ARRAY_SIZE(status_codes);
 }
 
 unsigned metrics_index(const struct metrics_dim *d, const char *value)

@@ -3,6 +3,7 @@
 #include "metrics.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -95,6 +96,8 @@ TEST(metrics_status_and_index)
 	CHECK_STR(metrics_status_dim.values[metrics_status_index(404)], "404");
 	CHECK_STR(metrics_status_dim.values[metrics_status_index(418)], "other");
 	CHECK_STR(metrics_status_dim.values[metrics_status_index(-1)], "other");
+	for (unsigned i = 0; i + 1 < metrics_status_dim.n; i++)
+		CHECK_INT(metrics_status_index((int)strtol(metrics_status_dim.values[i], NULL, 10)), i);
 }
 
 TEST(metrics_updates_without_registry_are_noops)
