@@ -1,6 +1,7 @@
 #include "agentc.h"
 #include "buf.h"
 #include "jsonv.h"
+#include "log.h"
 #include "util.h"
 
 #include <curl/curl.h>
@@ -49,6 +50,24 @@ void agentc_reply_release(struct agentc_reply *r)
 {
 	json_decref(r->body);
 	r->body = NULL;
+}
+
+int agentc_error(const char *address, const struct agentc_reply *rep, const char *what,
+		 struct sbx_err *e)
+{
+	json_t *err = json_object_get(rep->body, "error");
+	const char *code = json_string_value(json_object_get(err, "code"));
+	const char *msg = json_string_value(json_object_get(err, "message"));
+	enum sbx_ecode c = code ? err_from_name(code) : SBX_E_NONE;
+	long s = rep->status;
+	int ours = c != SBX_E_NONE && c != SBX_E_INTERNAL && err_status(c) == s;
+
+	if (ours && s >= 400 && s < 500 && s != 401 && s != 403 && s != 404 && s != 405)
+		return err_set(e, c, "%.200s", msg ? msg : "refused by the node");
+	if (ours && (c == SBX_E_NO_CAPACITY || c == SBX_E_NODE_UNAVAILABLE || c == SBX_E_NO_SPACE))
+		return err_set(e, c, "node %s: %.150s", address, msg ? msg : "refused");
+	log_warn("agent %s answered %ld %s: %.200s", address, s, code ? code : "-", msg ? msg : "");
+	return err_set(e, SBX_E_NODE_UNAVAILABLE, "the node of the sandbox cannot %s", what);
 }
 
 static size_t on_data(char *p, size_t size, size_t n, void *userdata)

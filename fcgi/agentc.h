@@ -40,4 +40,14 @@ int agentc_call_timeout(const char *method, const char *address, const char *pat
 			struct agentc_reply *out, struct sbx_err *e);
 void agentc_reply_release(struct agentc_reply *r);
 
+/* The error answer rep of the agent at address as ours; always -1 with e.
+ * A 4xx with a stable code of that status is the client's (bad input, a
+ * limit, a conflict: an unknown image stays a 400) and keeps code and
+ * message, as do NO_CAPACITY and NO_SPACE; a 401/403/404/405 (the node and
+ * the API disagree on the secret or the route table), any other 5xx or an
+ * answer without a code is NODE_UNAVAILABLE ("the node cannot <what>"),
+ * logged. */
+int agentc_error(const char *address, const struct agentc_reply *rep, const char *what,
+		 struct sbx_err *e);
+
 #endif
