@@ -45,7 +45,8 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
  * connection done runs at once (from the loop). */
 void registry_shutdown(struct registry *reg, int timeout_ms, void (*done)(void *arg), void *arg);
 
-/* 1 while the connection is up and registered. */
+/* 1 while the connection is up and registered and Redis takes writes
+ * (its last answer to the alive SET was no refusal, rerror.h). */
 int registry_connected(const struct registry *reg);
 
 /* Does this node hold its lease: was its alive key set less than
