@@ -14,8 +14,18 @@ static struct {
 	CURL *h;
 	int64_t timeout_ms;
 	char secret_header[CONF_STR_MAX + 32];
+	char request_id_header[160];   /* "X-Request-Id: …" of the current request, or "" */
 	int ready;
 } ac;
+
+void agentc_set_request_id(const char *id)
+{
+	ac.request_id_header[0] = '\0';
+	if (id && *id && strcmp(id, "-") != 0 &&
+	    snprintf(ac.request_id_header, sizeof(ac.request_id_header), "X-Request-Id: %s", id) >=
+		    (int)sizeof(ac.request_id_header))
+		ac.request_id_header[0] = '\0';
+}
 
 int agentc_init(const struct sbx_conf *c, struct sbx_err *e)
 {
@@ -128,6 +138,8 @@ int agentc_call_timeout(const char *method, const char *address, const char *pat
 	hdrs = curl_slist_append(hdrs, ac.secret_header);
 	hdrs = curl_slist_append(hdrs, "Accept: application/json");
 	hdrs = curl_slist_append(hdrs, "Expect:");
+	if (ac.request_id_header[0])
+		hdrs = curl_slist_append(hdrs, ac.request_id_header);
 	if (body)
 		hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
 	if (epoch >= 0) {

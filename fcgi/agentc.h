@@ -17,6 +17,12 @@
 int agentc_init(const struct sbx_conf *c, struct sbx_err *e);
 void agentc_release(void);
 
+/* The request id (http_req's, already of the safe shape; "-" or NULL for
+ * none) that every following call sends as X-Request-Id, so that the
+ * agent's log lines of a control call carry it as its data calls do. The
+ * worker sets it for each request it serves. */
+void agentc_set_request_id(const char *id);
+
 /* An address fit for an agent or its forwarder, and for nginx's
  * proxy_pass: "host:port" or "[v6]:port" of [A-Za-z0-9.:[]-], shorter than
  * 128 bytes. 1 ok, 0 not. */

@@ -75,6 +75,7 @@ struct registry {
 	int stop;
 
 	int refusing;              /* Redis refused the last alive SET (rerror.h); atomic */
+	int leaving;               /* registry_leave() ran: never announce again */
 
 	int shutting_down;
 	void (*done)(void *);
@@ -489,7 +490,7 @@ static void connect_cb(const redisAsyncContext *ac, int status)
 
 void registry_announce(struct registry *reg)
 {
-	if (!reg->ac || !reg->connected || reg->announced)
+	if (!reg->ac || !reg->connected || reg->announced || reg->leaving)
 		return;
 	reg->announced = 1;
 	heartbeat_start(reg);
@@ -800,6 +801,17 @@ static void last_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 		event_active(reg->done_ev, EV_TIMEOUT, 1);
 }
 
+void registry_leave(struct registry *reg)
+{
+	heartbeat_stop(reg);  /* before the DEL: it must not SET the alive key again */
+	event_del(reg->tick_ev);
+	reg->leaving = 1;
+	if (!reg->ac || !reg->connected)
+		return;
+	send_cmd(reg, "DEL", "DEL %s", reg->alive_key);
+	send_cmd(reg, "HSET", "HSET %s state down", reg->hash_key);
+}
+
 void registry_shutdown(struct registry *reg, int timeout_ms, void (*done)(void *arg), void *arg)
 {
 	struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
@@ -819,9 +831,10 @@ void registry_shutdown(struct registry *reg, int timeout_ms, void (*done)(void *
 		event_active(reg->done_ev, EV_TIMEOUT, 1);
 		return;
 	}
+	/* The entry stays (a stopped node is "down" in /v1/nodes, not gone);
+	 * its sandboxes are stopped. */
 	send_cmd(reg, "DEL", "DEL %s", reg->alive_key);
-	send_cmd(reg, "DEL", "DEL %s", reg->hash_key);
-	send_cmd(reg, "SREM", "SREM " RKEYS_NODES " %s", reg->conf->agent.name);
+	send_cmd(reg, "HSET", "HSET %s state down sandboxes 0 load 0", reg->hash_key);
 	redisAsyncCommand(reg->ac, last_reply_cb, NULL,
 			  RKEYS_XADD_EVENT "type node.down node %s",
 			  reg->conf->agent.name);
