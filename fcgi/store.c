@@ -3,6 +3,7 @@
 #include "buf.h"
 #include "log.h"
 #include "redisurl.h"
+#include "rerror.h"
 #include "util.h"
 
 #include <errno.h>
@@ -22,6 +23,10 @@
 /* A connection idle at least this long is checked (one MSG_PEEK recv)
  * before it is used again; a busy one is not (see store.h, "Liveness"). */
 #define PROBE_AFTER_IDLE_MS 1000
+/* A kept connection checks maxmemory-policy again this often: an operator
+ * switching Redis to an evicting policy is noticed within this time, not
+ * only at the next connect (one CONFIG GET per worker per interval). */
+#define POLICY_RECHECK_MS 5000
 /* The largest batch kept for a resend; larger ones are never resent. */
 #define BATCH_COPY_MAX 65536
 
@@ -35,6 +40,8 @@ static struct {
 	size_t pending;             /* appended, not yet collected */
 	int64_t last_warn_ms;
 	int64_t last_used_ms;       /* monotonic: last reply read (or connect) */
+	int64_t policy_checked_ms;  /* monotonic: last maxmemory-policy check */
+	int config_warned;          /* CONFIG refused: warned once */
 	/* The batch being built, for one resend on a fresh connection. */
 	struct buf batch;           /* the formatted commands */
 	int batch_readonly;         /* every command is a read (store_readonly_cmd) */
@@ -85,7 +92,9 @@ static int policy_ok(redisContext *c, struct sbx_err *e)
 	if (!r)
 		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: %s", c->errstr);
 	if (r->type == REDIS_REPLY_ERROR) {
-		log_warn("redis refuses CONFIG GET (%s): cannot check maxmemory-policy", r->str);
+		if (!st.config_warned)
+			log_warn("redis refuses CONFIG GET (%s): cannot check maxmemory-policy", r->str);
+		st.config_warned = 1;
 		freeReplyObject(r);
 		return 1;
 	}
@@ -185,6 +194,35 @@ int store_readonly_cmd(const char *cmd, size_t len)
 	return 0;
 }
 
+static void warn_limited(const struct sbx_err *e, int64_t now)
+{
+	if (now - st.last_warn_ms >= 5000) {
+		log_warn("%s", e->msg);
+		st.last_warn_ms = now;
+	}
+}
+
+/* The policy check of a kept connection, every POLICY_RECHECK_MS. 0 (still
+ * noeviction, or not due), -1 with e (the connection is dropped; the next
+ * connect checks again). */
+static int recheck_policy(int64_t now, struct sbx_err *e)
+{
+	int ok;
+
+	if (now - st.policy_checked_ms < POLICY_RECHECK_MS)
+		return 0;
+	ok = policy_ok(st.ctx, e);
+	if (ok > 0) {
+		st.policy_checked_ms = now;
+		return 0;
+	}
+	st.next_try_ms = now + (ok < 0 && timed_out(st.ctx) ? RETRY_AFTER_TIMEOUT_MS
+							     : RETRY_AFTER_FAILED_CONNECT_MS);
+	drop();
+	warn_limited(e, now);
+	return -1;
+}
+
 /* Make sure a connection exists; respects the back-off after a failure.
  * 1 when it opened a new one, 0 when the one it had is kept, -1 with e. */
 static int ensure(struct sbx_err *e)
@@ -193,7 +231,7 @@ static int ensure(struct sbx_err *e)
 	int ok;
 
 	if (st.ctx && (now - st.last_used_ms < PROBE_AFTER_IDLE_MS || conn_usable(st.ctx->fd)))
-		return 0;
+		return recheck_policy(now, e);
 	drop();
 	if (!st.ready)
 		return err_set(e, SBX_E_INTERNAL, "store is not initialised");
@@ -212,12 +250,10 @@ static int ensure(struct sbx_err *e)
 	}
 	st.next_try_ms = 0;
 	st.last_used_ms = now;
+	st.policy_checked_ms = now;
 	return 1;
 fail:
-	if (now - st.last_warn_ms >= 5000) {
-		log_warn("%s", e->msg);
-		st.last_warn_ms = now;
-	}
+	warn_limited(e, now);
 	return -1;
 }
 
@@ -398,7 +434,10 @@ static int collect(redisReply **replies, size_t n, unsigned flags, int *kind, st
 		for (i = 0; i < n; i++) {
 			if (replies[i]->type == REDIS_REPLY_ERROR) {
 				*kind = METRICS_REDIS_REPLY;
-				err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis error: %.200s", replies[i]->str);
+				err_set(e, SBX_E_REDIS_UNAVAILABLE, "%s: %.200s",
+					rerror_unavailable(replies[i]->str) ? "redis refuses writes"
+									    : "redis error",
+					replies[i]->str);
 				store_free_replies(replies, n);
 				return -1;
 			}

@@ -52,6 +52,30 @@ static void deregistered(void *arg)
 	event_base_loopbreak(base);
 }
 
+/* How long a clean shutdown waits for Redis to set the records asleep. */
+#define SLEEP_ALL_WAIT_MS 2000
+
+/* The records are asleep (or the wait is over): stop the sandboxes, then
+ * deregister. Sandboxes go first, so that running commands end their
+ * answers with a terminal event, which the loop still delivers while we
+ * deregister. Runs once. */
+static void records_asleep(void *arg)
+{
+	static int done;
+	struct registry *reg = arg;
+
+	if (done)
+		return;
+	done = 1;
+	agent_sb_destroy_all(&agent);
+	registry_shutdown(reg, 500, deregistered, NULL);
+}
+
+static void records_wait_over(evutil_socket_t fd, short what, void *arg)
+{
+	records_asleep(arg);
+}
+
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
 	struct registry *reg = arg;
@@ -62,10 +86,16 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 	}
 	agent.shutting_down = 1;
 	log_info("signal %d: shutting down", (int)sig);
-	/* Sandboxes go first, so that running commands end their answers with
-	 * a terminal event, which the loop still delivers while we deregister. */
-	agent_sb_destroy_all(&agent);
-	registry_shutdown(reg, 500, deregistered, NULL);
+	/* Out of placement at once; then every record of ours to sleeping (the
+	 * next call wakes it elsewhere), at most SLEEP_ALL_WAIT_MS for Redis. */
+	registry_leave(reg);
+	{
+		struct timeval tv = { SLEEP_ALL_WAIT_MS / 1000, (SLEEP_ALL_WAIT_MS % 1000) * 1000 };
+
+		if (event_base_once(base, -1, EV_TIMEOUT, records_wait_over, reg, &tv) < 0)
+			log_warn("cannot arm the shutdown timer");
+	}
+	agent_lc_sleep_all(&agent, records_asleep, reg);
 }
 
 int main(int argc, char **argv)

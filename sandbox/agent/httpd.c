@@ -556,10 +556,12 @@ static void error_answer(struct httpd_req *r, enum sbx_ecode code, const char *m
 	httpd_reply_err(r, &e);
 }
 
-/* Route r: the matching route, or an error answer (404 / 405). */
+/* Route r: the matching route, or an error answer (404, or 405 with Allow
+ * naming the methods of the routes whose path matched). */
 static void route_req(struct httpd *h, struct httpd_req *r)
 {
 	int path_matched = 0;
+	char allow[96] = "";
 
 	for (size_t i = 0; i < h->nroutes; i++) {
 		char params[HTTPD_MAX_PARAMS][HTTPD_PARAM_MAX];
@@ -576,8 +578,10 @@ static void route_req(struct httpd *h, struct httpd_req *r)
 			if (!raw || httpd_match_tail(pat, raw, params, &toff) < 0)
 				continue;
 			path_matched = 1;
-			if (strcmp(h->routes[i].method, r->method) != 0)
+			if (strcmp(h->routes[i].method, r->method) != 0) {
+				route_allow_add(allow, sizeof(allow), h->routes[i].method);
 				continue;
+			}
 			free(r->tail);
 			r->tail = strdup(raw + toff);
 			if (!r->tail)
@@ -586,16 +590,20 @@ static void route_req(struct httpd *h, struct httpd_req *r)
 			if (httpd_match(pat, r->path, params) < 0)
 				continue;
 			path_matched = 1;
-			if (strcmp(h->routes[i].method, r->method) != 0)
+			if (strcmp(h->routes[i].method, r->method) != 0) {
+				route_allow_add(allow, sizeof(allow), h->routes[i].method);
 				continue;
+			}
 		}
 		r->route = &h->routes[i];
 		memcpy(r->params, params, sizeof(params));
 		return;
 	}
-	if (path_matched)
+	if (path_matched) {
+		if (allow[0])
+			httpd_add_header(r, "Allow", allow);
 		error_answer(r, SBX_E_METHOD_NOT_ALLOWED, "method not allowed");
-	else
+	} else
 		error_answer(r, SBX_E_ROUTE_NOT_FOUND, "no such route");
 }
 

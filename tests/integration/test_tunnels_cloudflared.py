@@ -153,8 +153,10 @@ def test_dead_process_is_evicted(cf):
     os.kill(int(proc.split()[0]), signal.SIGKILL)
     cf.wait("the dead tunnel to be evicted", lambda: listed(cf, "cf-kill") == [])
     assert record(cf, "cf-kill") is None
-    events = cf.redis_cli("XREVRANGE", "sbx:events", "+", "-", "COUNT", "50")
-    assert "process-exited" in events
+    # The event follows the eviction by a Redis round trip.
+    cf.wait("the tunnel-down event",
+            lambda: "process-exited" in cf.redis_cli("XREVRANGE", "sbx:events", "+", "-",
+                                                     "COUNT", "50"))
     t2 = tunnel(cf, "cf-kill").json()
     assert t2["url"] != t["url"] and t2["url"].endswith(".trycloudflare.com")
     assert len(standins(cf, record(cf, "cf-kill")["upstream"])) == 1
