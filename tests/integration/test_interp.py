@@ -309,8 +309,11 @@ def test_typescript_annotations(api, box):
                             "const f = (s: string): { len: number } => ({ len: s.length });\n"
                             "class Box<T> implements P { a: number = 2; readonly b?: string;\n"
                             "  twice(k: number): number { return this.a * k } }\n"
-                            "[n, f('abc').len, n > 3 ? 'big' : 'small', new Box<number>().twice(4)]")
-    assert res["error"] is None and main_text(res) == "[ 6, 3, 'big', 8 ]", res
+                            "class Pt { constructor(private x: number, public readonly y = 5) {} "
+                            "sum(): number { return this.x + this.y } }\n"
+                            "[n, f('abc').len, n > 3 ? 'big' : 'small', new Box<number>().twice(4),"
+                            " new Pt(1).sum()]")
+    assert res["error"] is None and main_text(res) == "[ 6, 3, 'big', 8, 6 ]", res
 
 
 def test_bad_input(api, box, py):

@@ -70,6 +70,9 @@ function stripTypes(src) {
 	let prevWord = '';
 	let declPending = false;     // after let/const/var <name>
 	let classPending = false;    // after 'class': its next '{' opens a class body ('C')
+	let ctorDepth = -1;          // stack depth inside `constructor(…)`
+	let ctorProps = [];          // its parameter properties (`private x`)
+	let ctorBody = null;         // …assigned at the start of its body
 	const isId = (c) => /[A-Za-z0-9_$]/.test(c);
 	const skipSpace = (j) => { while (j < n && /\s/.test(src[j])) j++; return j; };
 	// The end of a type starting at j: balanced brackets, stops at a
@@ -116,7 +119,14 @@ function stripTypes(src) {
 				continue;
 			}
 			if (w === 'declare' && atStmt) { const e = typeEnd(k, [';', '\n']); i = e; continue; }
-			if ((w === 'public' || w === 'private' || w === 'protected' || w === 'readonly') && /^\s+[A-Za-z_$]/.test(src.slice(k)) && stack[stack.length - 1] !== undefined) { i = skipSpace(k); continue; }
+			if ((w === 'public' || w === 'private' || w === 'protected' || w === 'readonly') && /^\s+[A-Za-z_$]/.test(src.slice(k)) && stack[stack.length - 1] !== undefined) {
+				i = skipSpace(k);
+				const m = /^[A-Za-z_$][\w$]*/.exec(src.slice(i));
+				if (stack.length === ctorDepth && m && !/^(public|private|protected|readonly)$/.test(m[0]))
+					ctorProps.push(m[0]);
+				continue;
+			}
+			if (w === 'constructor' && src[skipSpace(k)] === '(') ctorDepth = stack.length + 1;
 			if (w === 'as' && (prev === 'id' || prev === ')' || prev === ']' || prev === 'str') && /^\s+[A-Za-z_${[(]/.test(src.slice(k))) {
 				i = typeEnd(skipSpace(k), [';', ',', ')', ']', '}', '\n', '=']);
 				continue;
@@ -163,8 +173,22 @@ function stripTypes(src) {
 			stack.push(c === '{' && classPending ? 'C' : c);
 			if (c === '{') classPending = false;
 			ternary.push(0);
+			if (c === '{' && ctorBody) {
+				out += '{' + ctorBody.map((p) => ` this.${p} = ${p};`).join('');
+				ctorBody = null;
+				i++;
+				prev = c;
+				continue;
+			}
 		}
-		else if (')]}'.includes(c)) { stack.pop(); ternary.pop(); if (!ternary.length) ternary = [0]; }
+		else if (')]}'.includes(c)) {
+			if (c === ')' && stack.length === ctorDepth) {
+				ctorBody = ctorProps.length ? ctorProps : null;
+				ctorProps = [];
+				ctorDepth = -1;
+			}
+			stack.pop(); ternary.pop(); if (!ternary.length) ternary = [0];
+		}
 		if (c === ',' || c === '=' || c === ';') declPending = c === ',' && declPending ? 'kw' : false;
 		out += c; i++;
 		prev = c;
