@@ -614,15 +614,24 @@ static void kill_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	if (u->ctx && u->ctx->cur == u) {
-		log_info("context '%s': the run did not stop after its interrupt, killing it",
-			 u->ctx->id);
-		signal_driver(u->ctx, SIGKILL);
+	if (!u->ctx || u->ctx->cur != u)
+		return;
+	if (u->ctx->paused) {
+		/* Its client is not reading: the driver may be blocked writing the
+		 * output before its interrupt, which it cannot end the run without. */
+		struct timeval tv = { INTERP_KILL_GRACE_MS / 1000,
+				      (INTERP_KILL_GRACE_MS % 1000) * 1000 };
+		evtimer_add(u->kill_ev, &tv);
+		return;
 	}
+	log_info("context '%s': the run did not stop after its interrupt, killing it", u->ctx->id);
+	signal_driver(u->ctx, SIGKILL);
 }
 
 /* Interrupt the current run u (its timeout, or its client went away):
- * SIGINT now, SIGKILL of the driver if the run has not ended in time. */
+ * SIGINT now, SIGKILL of the driver if the run has not ended within
+ * INTERP_KILL_GRACE_MS of the agent reading it (a grace while the client
+ * holds the driver's output back does not count). */
 static void run_interrupt(struct irun *u)
 {
 	struct timeval tv = { INTERP_KILL_GRACE_MS / 1000, (INTERP_KILL_GRACE_MS % 1000) * 1000 };

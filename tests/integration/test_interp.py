@@ -204,6 +204,23 @@ def test_contexts_die_with_the_container(api):
         api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 
 
+def test_interrupt_of_a_run_whose_client_lags(api, box, py):
+    """A timeout while the client holds back a flood of output: the
+    interrupt waits for the output and the stream stays well formed (the
+    KeyboardInterrupt comes, the context survives)."""
+    run(api, box, py, "lagged = 1")
+    with api("POST", "/v1/sandboxes/%s/contexts/%s/run" % (box, py),
+             json={"code": "for i in range(300):\n    print('q' * 200000)", "timeoutMs": 300},
+             headers={"Accept": "text/event-stream"}, stream=True, timeout=60) as r:
+        time.sleep(2.5)  # not reading: the agent stops reading the interpreter
+        evs = events(r)
+    errors = [d for n, d in evs if n == "error"]
+    assert [e["name"] for e in errors] == ["KeyboardInterrupt"], errors
+    assert evs[-1][0] == "end" and evs[-1][1]["timedOut"] is True, evs[-1]
+    res = run(api, box, py, "lagged")
+    assert main_text(res) == "1" and res["restarted"] is False, res
+
+
 def test_interpreter_death_then_fresh_interpreter(api, box):
     ctx = new_ctx(api, box)
     run(api, box, ctx, "z = 5")

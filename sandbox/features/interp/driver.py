@@ -19,6 +19,7 @@ import io
 import json
 import linecache
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -35,10 +36,18 @@ _lock = threading.Lock()
 
 
 def _emit(obj):
-    line = json.dumps(obj, ensure_ascii=False, default=str)
+    """One event line. The main thread writes it with SIGINT blocked, so an
+    interrupt never cuts a line in two (it is raised once the line is out)."""
+    line = json.dumps(obj, ensure_ascii=False, default=str) + "\n"
+    main = threading.current_thread() is threading.main_thread()
     with _lock:
-        _proto.write(line + "\n")
-        _proto.flush()
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if main else None
+        try:
+            _proto.write(line)
+            _proto.flush()
+        finally:
+            if main:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _fd_reader(fd, name):
