@@ -221,6 +221,23 @@ def test_interrupt_of_a_run_whose_client_lags(api, box, py):
     assert main_text(res) == "1" and res["restarted"] is False, res
 
 
+def test_interrupt_of_a_javascript_run_whose_client_lags(api, box):
+    js = new_ctx(api, box, "javascript")
+    run(api, box, js, "globalThis.lagged = 1")
+    with api("POST", "/v1/sandboxes/%s/contexts/%s/run" % (box, js),
+             json={"code": "for (let i = 0; i < 300; i++) console.log('q'.repeat(200000))",
+                   "timeoutMs": 300},
+             headers={"Accept": "text/event-stream"}, stream=True, timeout=60) as r:
+        time.sleep(2.5)
+        evs = events(r)
+    errors = [d for n, d in evs if n == "error"]
+    assert [e["name"] for e in errors] == ["KeyboardInterrupt"], errors
+    assert evs[-1][0] == "end" and evs[-1][1]["timedOut"] is True, evs[-1]
+    res = run(api, box, js, "lagged")
+    assert main_text(res) == "1" and res["restarted"] is False, res
+    assert api("DELETE", "/v1/sandboxes/%s/contexts/%s" % (box, js)).status_code == 204
+
+
 def test_interpreter_death_then_fresh_interpreter(api, box):
     ctx = new_ctx(api, box)
     run(api, box, ctx, "z = 5")

@@ -16,15 +16,24 @@ const { createRequire } = require('module');
 const typescript = process.argv.includes('typescript');
 // fd 1 carries the protocol; what the code writes to process.stdout and
 // process.stderr becomes events instead.
+// fd 1 is non-blocking (node made it so): a full pipe (the client lags) is
+// waited out 1 ms at a time. An interrupt may stop the code inside emit,
+// half-way through a line: the next line then starts on a fresh one (the
+// agent drops the cut one).
+const nap = new Int32Array(new SharedArrayBuffer(4));
+let cut = false;
 function emit(obj) {
-	const b = Buffer.from(JSON.stringify(obj) + '\n');
+	const b = Buffer.from((cut ? '\n' : '') + JSON.stringify(obj) + '\n');
+	cut = true;
 	for (let off = 0; off < b.length;) {
 		try {
 			off += fs.writeSync(1, b, off);
 		} catch (e) {
 			if (e.code !== 'EAGAIN') throw e;
+			Atomics.wait(nap, 0, 0, 1);
 		}
 	}
+	cut = false;
 }
 for (const name of ['stdout', 'stderr'])
 	process[name].write = (chunk, enc, cb) => {
