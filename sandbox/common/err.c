@@ -45,6 +45,7 @@ static const struct {
 	[SBX_E_REDIS_UNAVAILABLE] = { 503, "REDIS_UNAVAILABLE" },
 	[SBX_E_NODE_UNAVAILABLE] = { 503, "NODE_UNAVAILABLE" },
 	[SBX_E_NO_SPACE] = { 507, "NO_SPACE" },
+	[SBX_E_NOT_IMPLEMENTED] = { 501, "NOT_IMPLEMENTED" },
 };
 
 int err_set(struct sbx_err *e, enum sbx_ecode code, const char *fmt, ...)

@@ -48,6 +48,7 @@ enum sbx_ecode {
 	SBX_E_REDIS_UNAVAILABLE,
 	SBX_E_NODE_UNAVAILABLE,
 	SBX_E_NO_SPACE,            /* 507 */
+	SBX_E_NOT_IMPLEMENTED,     /* 501: a feature this build does not have */
 	SBX_E__COUNT
 };
 

@@ -2,6 +2,7 @@
 #include "agent.h"
 #include "agent_sandboxes.h"
 #include "agent_compat.h"
+#include "agent_events.h"
 #include "agent_exec.h"
 #include "agent_files.h"
 #include "agent_ports.h"
@@ -93,6 +94,8 @@ const struct httpd_route agent_routes[] = {
 	{ "PUT", "/v1/sandboxes/{id}/dirs/{path*}", AGENT_CALL_OF(agent_call_dirs_put) },
 	{ "GET", "/v1/sandboxes/{id}/stat/{path*}", AGENT_CALL_OF(agent_call_stat_get) },
 	{ "POST", "/v1/sandboxes/{id}/move", AGENT_CALL_OF(agent_call_move) },
+	/* The live event stream of the cluster, behind /_sbx_events (agent_events.c). */
+	{ "GET", "/v1/events", .fn = agent_events_serve },
 	/* The Cloudflare Sandbox SDK's container API (agent_compat.c). */
 	{ "GET", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },
 	{ "POST", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },

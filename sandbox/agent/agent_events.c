@@ -1,0 +1,325 @@
+#include "agent_events.h"
+#include "agent.h"
+#include "buf.h"
+#include "codec.h"
+#include "evfilter.h"
+#include "ids.h"
+#include "log.h"
+#include "redisurl.h"
+#include "rkeys.h"
+#include "util.h"
+
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+#include <hiredis/adapters/libevent.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Past this much unsent output the stream stops reading Redis until the
+ * client has taken it (a slow client never makes the agent buffer more). */
+#define OUT_HIGH (256 * 1024)
+#define OUT_MAX (4 * 1024 * 1024)
+
+struct ev_stream {
+	struct httpd_req *r;            /* NULL once the request is over */
+	redisAsyncContext *ac;          /* NULL once gone */
+	struct buf out;
+	size_t off;                     /* bytes of out already sent */
+	struct evfilter f;
+	char scope[64];
+	char last[EVFILTER_ID_MAX];     /* stream id to read after */
+	int reading;                    /* a command is in flight */
+	int want_read;                  /* read again once out drained */
+	int ended;                      /* nothing more: end after out */
+};
+
+static int streams_open;
+
+int agent_events_open(void)
+{
+	return streams_open;
+}
+
+static void stream_end(struct ev_stream *s, const char *why)
+{
+	json_t *o;
+	char *text;
+
+	if (s->ended)
+		return;
+	s->ended = 1;
+	o = json_pack("{s:{s:s,s:s,s:{}}}", "error", "code", "REDIS_UNAVAILABLE", "message", why,
+		      "details");
+	text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	if (text)
+		(void)buf_printf(&s->out, "event: error\ndata: %s\n\n", text);
+	free(text);
+	json_decref(o);
+	if (s->r)
+		httpd_stream_wake(s->r);
+}
+
+/* The entry [id, [field, value, …]] as one SSE event when it passes the
+ * stream's scope and filters; its id becomes the stream's last either way. */
+static void render_entry(struct ev_stream *s, const redisReply *entry)
+{
+	const redisReply *id, *kv;
+	const char *type = NULL, *tenant = NULL, *sid = NULL, *node = NULL;
+	json_t *o;
+	char *text;
+
+	if (entry->type != REDIS_REPLY_ARRAY || entry->elements != 2)
+		return;
+	id = entry->element[0];
+	kv = entry->element[1];
+	if (id->type != REDIS_REPLY_STRING || !evfilter_id_valid(id->str))
+		return;
+	memcpy(s->last, id->str, strlen(id->str) + 1);
+	if (kv->type != REDIS_REPLY_ARRAY)
+		return;
+	o = json_object();
+	if (!o)
+		return;
+	for (size_t i = 0; i + 1 < kv->elements; i += 2) {
+		const redisReply *k = kv->element[i], *v = kv->element[i + 1];
+
+		if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
+		    !codec_utf8_valid(k->str, k->len) || !codec_utf8_valid(v->str, v->len))
+			continue;
+		json_object_set_new(o, k->str, json_stringn(v->str, v->len));
+	}
+	type = json_string_value(json_object_get(o, "type"));
+	tenant = json_string_value(json_object_get(o, "tenant"));
+	sid = json_string_value(json_object_get(o, "id"));
+	node = json_string_value(json_object_get(o, "node"));
+	if (evfilter_match(&s->f, s->scope, type, tenant, sid, node)) {
+		json_object_set_new(o, "eventId", json_string(id->str));
+		text = json_dumps(o, JSON_COMPACT);
+		/* The SSE event name is the type when it is a plain token. */
+		if (text && buf_printf(&s->out, "id: %s\nevent: %s\ndata: %s\n\n", id->str,
+				       type && ids_valid_name(type) ? type : "message", text) < 0)
+			stream_end(s, "the client reads too slowly");
+		free(text);
+	}
+	json_decref(o);
+}
+
+static void read_more(struct ev_stream *s);
+
+static void xread_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	struct ev_stream *s = privdata;
+	const redisReply *rep = reply;
+
+	s->reading = 0;
+	if (!s->r || s->ended)
+		return;
+	if (!rep || rep->type == REDIS_REPLY_ERROR) {
+		if (rep)
+			log_warn("events: redis refused XREAD: %.200s", rep->str);
+		stream_end(s, "the event stream lost redis; reconnect with Last-Event-ID");
+		return;
+	}
+	if (rep->type == REDIS_REPLY_NIL) {
+		(void)buf_adds(&s->out, ": keepalive\n\n");
+	} else if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
+		   rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2 &&
+		   rep->element[0]->element[1]->type == REDIS_REPLY_ARRAY) {
+		const redisReply *entries = rep->element[0]->element[1];
+
+		for (size_t i = 0; i < entries->elements && !s->ended; i++)
+			render_entry(s, entries->element[i]);
+	}
+	if (s->out.len - s->off < OUT_HIGH)
+		read_more(s);
+	else
+		s->want_read = 1;
+	httpd_stream_wake(s->r);
+}
+
+/* The newest entry (XREVRANGE … COUNT 1): the stream starts after it. */
+static void newest_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	struct ev_stream *s = privdata;
+	const redisReply *rep = reply;
+
+	s->reading = 0;
+	if (!s->r || s->ended)
+		return;
+	if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+		stream_end(s, "the event stream cannot reach redis; reconnect");
+		return;
+	}
+	memcpy(s->last, "0-0", 4);
+	if (rep->elements == 1 && rep->element[0]->type == REDIS_REPLY_ARRAY &&
+	    rep->element[0]->elements == 2 && rep->element[0]->element[0]->type == REDIS_REPLY_STRING &&
+	    evfilter_id_valid(rep->element[0]->element[0]->str))
+		memcpy(s->last, rep->element[0]->element[0]->str,
+		       strlen(rep->element[0]->element[0]->str) + 1);
+	read_more(s);
+}
+
+static void read_more(struct ev_stream *s)
+{
+	s->want_read = 0;
+	if (!s->ac || s->reading || s->ended)
+		return;
+	if (redisAsyncCommand(s->ac, xread_cb, s, "XREAD COUNT %d BLOCK %d STREAMS %s %s",
+			      AGENT_EVENTS_BATCH, AGENT_EVENTS_KEEPALIVE_MS, RKEYS_EVENTS,
+			      s->last) != REDIS_OK) {
+		stream_end(s, "the event stream lost redis; reconnect with Last-Event-ID");
+		return;
+	}
+	s->reading = 1;
+}
+
+static ssize_t stream_read(void *arg, char *dst, size_t max)
+{
+	struct ev_stream *s = arg;
+	size_t avail = s->out.len - s->off, n = avail < max ? avail : max;
+
+	if (n) {
+		memcpy(dst, s->out.data + s->off, n);
+		s->off += n;
+		if (s->off == s->out.len) {
+			buf_reset(&s->out);
+			s->off = 0;
+		}
+		if (s->want_read && s->out.len - s->off < OUT_HIGH)
+			read_more(s);
+		return (ssize_t)n;
+	}
+	return s->ended ? -1 : 0;
+}
+
+static void connect_cb(const redisAsyncContext *ac, int status)
+{
+	struct ev_stream *s = ac->data;
+
+	if (!s || status == REDIS_OK)
+		return;
+	s->ac = NULL;   /* hiredis frees it after this callback */
+	log_warn("events: cannot connect to redis: %s", ac->errstr);
+	stream_end(s, "the event stream cannot reach redis; reconnect");
+}
+
+static void disconnect_cb(const redisAsyncContext *ac, int status)
+{
+	struct ev_stream *s = ac->data;
+
+	if (!s)
+		return;
+	s->ac = NULL;
+	stream_end(s, "the event stream lost redis; reconnect with Last-Event-ID");
+}
+
+static void stream_close(void *arg, int failed)
+{
+	struct ev_stream *s = arg;
+	redisAsyncContext *ac = s->ac;
+
+	s->r = NULL;
+	s->ac = NULL;
+	streams_open--;
+	if (ac) {
+		ac->data = NULL;
+		redisAsyncFree(ac);   /* pending callbacks run with no reply and see s->r NULL */
+	}
+	buf_release(&s->out);
+	free(s);
+}
+
+/* A new Redis connection for s on base; 0 or -1 with e. */
+static int stream_connect(struct ev_stream *s, const struct sbx_conf *conf,
+			  struct event_base *base, struct sbx_err *e)
+{
+	struct redisurl url;
+	redisAsyncContext *ac;
+
+	if (redisurl_parse(conf->redis.url, &url, e) < 0)
+		return -1;
+	ac = url.is_unix ? redisAsyncConnectUnix(url.path) : redisAsyncConnect(url.host, url.port);
+	if (!ac || ac->err) {
+		if (ac)
+			redisAsyncFree(ac);
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "the event stream cannot reach redis");
+	}
+	/* hiredis sets no CLOEXEC: sandbox processes must never inherit it. */
+	util_set_cloexec(ac->c.fd);
+	if (redisLibeventAttach(ac, base) != REDIS_OK) {
+		redisAsyncFree(ac);
+		return err_set(e, SBX_E_INTERNAL, "cannot attach the event stream's redis connection");
+	}
+	ac->data = s;
+	redisAsyncSetConnectCallback(ac, connect_cb);
+	redisAsyncSetDisconnectCallback(ac, disconnect_cb);
+	s->ac = ac;
+	return 0;
+}
+
+/* Scope, filters and start of r into s; 0 or -1 with e (400). */
+static int stream_parse(struct httpd_req *r, struct ev_stream *s, struct sbx_err *e)
+{
+	static const char *const names[] = { "tenant", "sandbox", "node", "type" };
+	const char *scope = httpd_header(r, "X-Sbx-Tenant");
+	const char *last = httpd_header(r, "Last-Event-ID");
+
+	if (!scope || (strcmp(scope, EVFILTER_SCOPE_ALL) != 0 && !ids_valid_tenant(scope)))
+		return err_set(e, SBX_E_VALIDATION, "the event stream needs its scope (X-Sbx-Tenant)");
+	memcpy(s->scope, scope, strlen(scope) + 1);
+	evfilter_init(&s->f);
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		const char *v = httpd_query(r, names[i]);
+
+		if (v && evfilter_add(&s->f, names[i], v, e) < 0)
+			return -1;
+	}
+	if (last && *last) {
+		if (!evfilter_id_valid(last))
+			return err_set(e, SBX_E_VALIDATION,
+				       "Last-Event-ID must be a stream id '<ms>-<seq>' of a previous event");
+		memcpy(s->last, last, strlen(last) + 1);
+	}
+	return 0;
+}
+
+void agent_events_serve(struct httpd_req *r)
+{
+	struct agent *a = httpd_ctx(r);
+	struct sbx_err e = { 0 };
+	struct ev_stream *s;
+
+	if (streams_open >= a->conf->agent.event_streams) {
+		err_set(&e, SBX_E_NO_CAPACITY, "this node serves its maximum of %lld event streams",
+			(long long)a->conf->agent.event_streams);
+		httpd_reply_err(r, &e);
+		return;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		err_set(&e, SBX_E_INTERNAL, "out of memory");
+		httpd_reply_err(r, &e);
+		return;
+	}
+	buf_init(&s->out, OUT_MAX);
+	if (stream_parse(r, s, &e) < 0 || stream_connect(s, a->conf, a->base, &e) < 0) {
+		buf_release(&s->out);
+		free(s);
+		httpd_reply_err(r, &e);
+		return;
+	}
+	if (s->last[0])
+		read_more(s);
+	else if (redisAsyncCommand(s->ac, newest_cb, s, "XREVRANGE %s + - COUNT 1", RKEYS_EVENTS) == REDIS_OK)
+		s->reading = 1;
+	else
+		stream_end(s, "the event stream cannot reach redis; reconnect");
+	/* The client knows the stream is open before the first event. */
+	(void)buf_adds(&s->out, "retry: 1000\n: events\n\n");
+	s->r = r;
+	streams_open++;
+	httpd_on_close(r, stream_close, s);
+	(void)httpd_add_header(r, "Cache-Control", "no-store");
+	httpd_reply_stream(r, 200, "text/event-stream", stream_read, s);
+}
