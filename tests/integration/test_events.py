@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from conftest import assert_error  # noqa: E402
+from conftest import assert_error, stack_down, stack_up  # noqa: E402
 from sbxevents import EventStream  # noqa: E402
 
 
@@ -132,3 +132,20 @@ def test_streams_hold_no_worker(stack, api):
     finally:
         for s in streams:
             s.close()
+
+
+def test_streams_are_bounded_per_agent():
+    """agent.event_streams: past it a new stream is a 503 NO_CAPACITY with
+    Retry-After; a closed stream frees its place."""
+    st = stack_up(agents=1, overrides=["agent.event_streams=2"])
+    try:
+        first = [EventStream(st, st.admin_key) for _ in range(2)]
+        r = st.api("GET", "/v1/events", key=st.admin_key)
+        assert_error(r, 503, "NO_CAPACITY")
+        assert r.headers.get("Retry-After")
+        first[0].close()
+        again = st.wait("a free stream", lambda: EventStream(st, st.admin_key))
+        again.close()
+        first[1].close()
+    finally:
+        stack_down(st)
