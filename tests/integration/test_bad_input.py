@@ -47,6 +47,9 @@ ALL_ROUTES = JSON_ROUTES + [
     ("GET", "/v1/sandboxes/{id}/ports"),
     ("GET", "/v1/sandboxes/{id}/tunnels"),
     ("GET", "/v1/nodes"),
+    ("POST", "/v1/nodes/agent-1/drain"),
+    ("GET", "/v1/nodes/agent-1/sandboxes"),
+    ("GET", "/v1/events"),
     ("GET", "/v1/tenants/dev/limits"),
     ("GET", "/healthz"),
 ]
