@@ -95,7 +95,7 @@ const struct httpd_route agent_routes[] = {
 	{ "GET", "/v1/sandboxes/{id}/stat/{path*}", AGENT_CALL_OF(agent_call_stat_get) },
 	{ "POST", "/v1/sandboxes/{id}/move", AGENT_CALL_OF(agent_call_move) },
 	/* The live event stream of the cluster, behind /_sbx_events (agent_events.c). */
-	{ "GET", "/v1/events", .fn = agent_events_serve },
+	{ "GET", "/v1/events", AGENT_CALL(agent_events_get, 0, NULL) },
 	/* The Cloudflare Sandbox SDK's container API (agent_compat.c). */
 	{ "GET", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },
 	{ "POST", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },

@@ -1,5 +1,4 @@
 #include "agent_events.h"
-#include "agent.h"
 #include "buf.h"
 #include "codec.h"
 #include "evfilter.h"
@@ -258,19 +257,19 @@ static int stream_connect(struct ev_stream *s, const struct sbx_conf *conf,
 	return 0;
 }
 
-/* Scope, filters and start of r into s; 0 or -1 with e (400). */
-static int stream_parse(struct httpd_req *r, struct ev_stream *s, struct sbx_err *e)
+/* Scope, filters and start of c into s; 0 or -1 with e (400). */
+static int stream_parse(const struct agent_call *c, struct ev_stream *s, struct sbx_err *e)
 {
 	static const char *const names[] = { "tenant", "sandbox", "node", "type" };
-	const char *scope = httpd_header(r, "X-Sbx-Tenant");
-	const char *last = httpd_header(r, "Last-Event-ID");
+	const char *scope = agent_call_header(c, "X-Sbx-Tenant");
+	const char *last = agent_call_header(c, "Last-Event-ID");
 
 	if (!scope || (strcmp(scope, EVFILTER_SCOPE_ALL) != 0 && !ids_valid_tenant(scope)))
 		return err_set(e, SBX_E_VALIDATION, "the event stream needs its scope (X-Sbx-Tenant)");
 	memcpy(s->scope, scope, strlen(scope) + 1);
 	evfilter_init(&s->f);
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
-		const char *v = httpd_query(r, names[i]);
+		const char *v = agent_call_query(c, names[i]);
 
 		if (v && evfilter_add(&s->f, names[i], v, e) < 0)
 			return -1;
@@ -284,30 +283,22 @@ static int stream_parse(struct httpd_req *r, struct ev_stream *s, struct sbx_err
 	return 0;
 }
 
-void agent_events_serve(struct httpd_req *r)
+int agent_events_get(struct agent_call *c, struct sbx_err *e)
 {
-	struct agent *a = httpd_ctx(r);
-	struct sbx_err e = { 0 };
+	const struct sbx_conf *conf = c->a->conf;
 	struct ev_stream *s;
 
-	if (streams_open >= a->conf->agent.event_streams) {
-		err_set(&e, SBX_E_NO_CAPACITY, "this node serves its maximum of %lld event streams",
-			(long long)a->conf->agent.event_streams);
-		httpd_reply_err(r, &e);
-		return;
-	}
+	if (streams_open >= conf->agent.event_streams)
+		return err_set(e, SBX_E_NO_CAPACITY, "this node serves its maximum of %lld event streams",
+			       (long long)conf->agent.event_streams);
 	s = calloc(1, sizeof(*s));
-	if (!s) {
-		err_set(&e, SBX_E_INTERNAL, "out of memory");
-		httpd_reply_err(r, &e);
-		return;
-	}
+	if (!s)
+		return err_set(e, SBX_E_INTERNAL, "out of memory");
 	buf_init(&s->out, OUT_MAX);
-	if (stream_parse(r, s, &e) < 0 || stream_connect(s, a->conf, a->base, &e) < 0) {
+	if (stream_parse(c, s, e) < 0 || stream_connect(s, conf, c->a->base, e) < 0) {
 		buf_release(&s->out);
 		free(s);
-		httpd_reply_err(r, &e);
-		return;
+		return -1;
 	}
 	if (s->last[0])
 		read_more(s);
@@ -317,9 +308,10 @@ void agent_events_serve(struct httpd_req *r)
 		stream_end(s, "the event stream cannot reach redis; reconnect");
 	/* The client knows the stream is open before the first event. */
 	(void)buf_adds(&s->out, "retry: 1000\n: events\n\n");
-	s->r = r;
+	s->r = c->r;
 	streams_open++;
-	httpd_on_close(r, stream_close, s);
-	(void)httpd_add_header(r, "Cache-Control", "no-store");
-	httpd_reply_stream(r, 200, "text/event-stream", stream_read, s);
+	httpd_on_close(c->r, stream_close, s);
+	(void)httpd_add_header(c->r, "Cache-Control", "no-store");
+	httpd_reply_stream(c->r, 200, "text/event-stream", stream_read, s);
+	return 0;
 }

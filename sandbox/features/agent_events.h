@@ -17,13 +17,14 @@
 #ifndef SBX_AGENT_EVENTS_H
 #define SBX_AGENT_EVENTS_H
 
-#include "httpd.h"
+#include "call.h"
 
 #define AGENT_EVENTS_KEEPALIVE_MS 15000
 #define AGENT_EVENTS_BATCH 100          /* entries read per XREAD */
 
-/* The route handler (httpd_handler_fn); httpd_ctx is the struct agent. */
-void agent_events_serve(struct httpd_req *r);
+/* GET /v1/events (a call of call.h: takes the request over with the
+ * stream, or -1 with e: 400, 503 NO_CAPACITY past agent.event_streams). */
+int agent_events_get(struct agent_call *c, struct sbx_err *e);
 
 /* Streams open now. */
 int agent_events_open(void);
