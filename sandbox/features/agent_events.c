@@ -31,6 +31,7 @@ struct ev_stream {
 	int reading;                    /* a command is in flight */
 	int want_read;                  /* read again once out drained */
 	int ended;                      /* nothing more: end after out */
+	int64_t sent_ms;                /* when bytes were last queued (monotonic) */
 };
 
 static int streams_open;
@@ -121,7 +122,7 @@ static void xread_cb(redisAsyncContext *ac, void *reply, void *privdata)
 		return;
 	}
 	if (rep->type == REDIS_REPLY_NIL) {
-		(void)buf_adds(&s->out, ": keepalive\n\n");
+		s->sent_ms = 0;   /* BLOCK timed out: the stream is idle */
 	} else if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 1 &&
 		   rep->element[0]->type == REDIS_REPLY_ARRAY && rep->element[0]->elements == 2 &&
 		   rep->element[0]->element[1]->type == REDIS_REPLY_ARRAY) {
@@ -130,6 +131,13 @@ static void xread_cb(redisAsyncContext *ac, void *reply, void *privdata)
 		for (size_t i = 0; i < entries->elements && !s->ended; i++)
 			render_entry(s, entries->element[i]);
 	}
+	/* Idle, or only entries the filters drop: a comment keeps nginx and
+	 * the client from taking the stream for dead. */
+	if (s->out.len > s->off)
+		s->sent_ms = util_now_ms();
+	else if (util_now_ms() - s->sent_ms >= AGENT_EVENTS_KEEPALIVE_MS &&
+		 buf_adds(&s->out, ": keepalive\n\n") == 0)
+		s->sent_ms = util_now_ms();
 	if (s->out.len - s->off < OUT_HIGH)
 		read_more(s);
 	else
@@ -309,6 +317,7 @@ int agent_events_get(struct agent_call *c, struct sbx_err *e)
 	/* The client knows the stream is open before the first event. */
 	(void)buf_adds(&s->out, "retry: 1000\n: events\n\n");
 	s->r = c->r;
+	s->sent_ms = util_now_ms();
 	streams_open++;
 	httpd_on_close(c->r, stream_close, s);
 	(void)httpd_add_header(c->r, "Cache-Control", "no-store");
