@@ -167,6 +167,29 @@ static void newest_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	read_more(s);
 }
 
+/* The client's Last-Event-ID entry (XRANGE id id) of a resumed stream.
+ * Trimming (MAXLEN) drops the oldest entries first, so while it is there,
+ * everything after it is too; when it is gone (trimmed, or Redis lost
+ * data), entries after it may be lost: a `gap` event says so before the
+ * rest. */
+static void resumed_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	struct ev_stream *s = privdata;
+	const redisReply *rep = reply;
+
+	s->reading = 0;
+	if (!s->r || s->ended)
+		return;
+	if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+		stream_end(s, "the event stream cannot reach redis; reconnect");
+		return;
+	}
+	if (rep->elements == 0)
+		(void)buf_printf(&s->out, "event: gap\ndata: {\"after\":\"%s\"}\n\n", s->last);
+	read_more(s);
+	httpd_stream_wake(s->r);
+}
+
 static void read_more(struct ev_stream *s)
 {
 	s->want_read = 0;
@@ -308,9 +331,12 @@ int agent_events_get(struct agent_call *c, struct sbx_err *e)
 		free(s);
 		return -1;
 	}
-	if (s->last[0])
-		read_more(s);
-	else if (redisAsyncCommand(s->ac, newest_cb, s, "XREVRANGE %s + - COUNT 1", RKEYS_EVENTS) == REDIS_OK)
+	/* Resumed: first whether the stream still holds the client's entry;
+	 * else from the newest entry. */
+	if ((s->last[0] ? redisAsyncCommand(s->ac, resumed_cb, s, "XRANGE %s %s %s", RKEYS_EVENTS,
+					    s->last, s->last)
+			: redisAsyncCommand(s->ac, newest_cb, s, "XREVRANGE %s + - COUNT 1",
+					    RKEYS_EVENTS)) == REDIS_OK)
 		s->reading = 1;
 	else
 		stream_end(s, "the event stream cannot reach redis; reconnect");

@@ -9,7 +9,8 @@
  * loop, reading with XREAD BLOCK from the last id it sent (from the
  * Last-Event-ID when the client gave one, else from the newest entry), so
  * a client that reconnects with the id of the last event it saw misses
- * nothing the stream still holds. An idle stream sends a comment every
+ * nothing the stream still holds (a `gap` event when it no longer holds
+ * the client's entry). An idle stream sends a comment every
  * AGENT_EVENTS_KEEPALIVE_MS; agent.event_streams streams at most (past
  * that, 503 NO_CAPACITY). A lost Redis connection ends the stream with an
  * `error` event: the client reconnects.

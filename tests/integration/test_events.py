@@ -149,3 +149,38 @@ def test_streams_are_bounded_per_agent():
         first[1].close()
     finally:
         stack_down(st)
+
+
+def test_redis_loss_ends_the_stream_and_a_resume_reports_a_gap():
+    """A stream whose agent loses Redis ends with an `error` event; a resume
+    from an id the stream no longer holds (trimmed) starts with a `gap`
+    event, then carries on; one from an id it holds has none."""
+    st = stack_up(agents=1)
+    try:
+        s = EventStream(st, st.admin_key)
+        assert st.api("PUT", "/v1/sandboxes/ev-gap-1", json={}).status_code == 201
+        seen, _ = s.next(of("ev-gap-1", "created"))
+        st.run("restart", "redis")
+        ev, _ = s.next(lambda e: e.get("event") == "error")
+        assert ev["data"]["error"]["code"] == "REDIS_UNAVAILABLE"
+        s.close()
+        st.wait_healthy()
+        st.redis_cli("XTRIM", "sbx:events", "MAXLEN", "0")
+        s = EventStream(st, st.admin_key, "?type=created", last_id=seen["id"])
+        try:
+            gap, _ = s.next()
+            assert gap["event"] == "gap" and gap["data"]["after"] == seen["id"]
+            assert st.api("PUT", "/v1/sandboxes/ev-gap-2", json={}).status_code == 201
+            ev, _ = s.next()
+            assert (ev["event"], ev["data"]["id"]) == ("created", "ev-gap-2")
+        finally:
+            s.close()
+        s = EventStream(st, st.admin_key, "?type=created", last_id=ev["id"])
+        try:
+            assert st.api("PUT", "/v1/sandboxes/ev-gap-3", json={}).status_code == 201
+            ev, _ = s.next()
+            assert (ev["event"], ev["data"]["id"]) == ("created", "ev-gap-3")
+        finally:
+            s.close()
+    finally:
+        stack_down(st)
