@@ -32,6 +32,7 @@ struct ev_stream {
 	int want_read;                  /* read again once out drained */
 	int ended;                      /* nothing more: end after out */
 	int64_t sent_ms;                /* when bytes were last queued (monotonic) */
+	int resumed;                    /* from the client's Last-Event-ID */
 };
 
 static int streams_open;
@@ -145,11 +146,16 @@ static void xread_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	httpd_stream_wake(s->r);
 }
 
-/* The newest entry (XREVRANGE … COUNT 1): the stream starts after it. */
-static void newest_cb(redisAsyncContext *ac, void *reply, void *privdata)
+/* The first answer of a stream. A new stream asked for the newest entry
+ * (XREVRANGE … COUNT 1) and starts after it. A resumed one asked for the
+ * client's Last-Event-ID entry (XRANGE id id): trimming (MAXLEN) drops the
+ * oldest entries first, so while it is there everything after it is too;
+ * when it is gone (trimmed, or Redis lost data), entries after it may be
+ * lost, and a `gap` event says so before the rest. */
+static void start_cb(redisAsyncContext *ac, void *reply, void *privdata)
 {
 	struct ev_stream *s = privdata;
-	const redisReply *rep = reply;
+	const redisReply *rep = reply, *newest;
 
 	s->reading = 0;
 	if (!s->r || s->ended)
@@ -158,34 +164,17 @@ static void newest_cb(redisAsyncContext *ac, void *reply, void *privdata)
 		stream_end(s, "the event stream cannot reach redis; reconnect");
 		return;
 	}
-	memcpy(s->last, "0-0", 4);
-	if (rep->elements == 1 && rep->element[0]->type == REDIS_REPLY_ARRAY &&
-	    rep->element[0]->elements == 2 && rep->element[0]->element[0]->type == REDIS_REPLY_STRING &&
-	    evfilter_id_valid(rep->element[0]->element[0]->str))
-		memcpy(s->last, rep->element[0]->element[0]->str,
-		       strlen(rep->element[0]->element[0]->str) + 1);
-	read_more(s);
-}
-
-/* The client's Last-Event-ID entry (XRANGE id id) of a resumed stream.
- * Trimming (MAXLEN) drops the oldest entries first, so while it is there,
- * everything after it is too; when it is gone (trimmed, or Redis lost
- * data), entries after it may be lost: a `gap` event says so before the
- * rest. */
-static void resumed_cb(redisAsyncContext *ac, void *reply, void *privdata)
-{
-	struct ev_stream *s = privdata;
-	const redisReply *rep = reply;
-
-	s->reading = 0;
-	if (!s->r || s->ended)
-		return;
-	if (!rep || rep->type != REDIS_REPLY_ARRAY) {
-		stream_end(s, "the event stream cannot reach redis; reconnect");
-		return;
+	if (s->resumed) {
+		if (rep->elements == 0)
+			(void)buf_printf(&s->out, "event: gap\ndata: {\"after\":\"%s\"}\n\n", s->last);
+	} else {
+		newest = rep->elements == 1 && rep->element[0]->type == REDIS_REPLY_ARRAY &&
+				 rep->element[0]->elements == 2 ? rep->element[0]->element[0] : NULL;
+		if (newest && newest->type == REDIS_REPLY_STRING && evfilter_id_valid(newest->str))
+			memcpy(s->last, newest->str, strlen(newest->str) + 1);
+		else
+			memcpy(s->last, "0-0", 4);
 	}
-	if (rep->elements == 0)
-		(void)buf_printf(&s->out, "event: gap\ndata: {\"after\":\"%s\"}\n\n", s->last);
 	read_more(s);
 	httpd_stream_wake(s->r);
 }
@@ -333,9 +322,10 @@ int agent_events_get(struct agent_call *c, struct sbx_err *e)
 	}
 	/* Resumed: first whether the stream still holds the client's entry;
 	 * else from the newest entry. */
-	if ((s->last[0] ? redisAsyncCommand(s->ac, resumed_cb, s, "XRANGE %s %s %s", RKEYS_EVENTS,
+	s->resumed = s->last[0] != '\0';
+	if ((s->resumed ? redisAsyncCommand(s->ac, start_cb, s, "XRANGE %s %s %s", RKEYS_EVENTS,
 					    s->last, s->last)
-			: redisAsyncCommand(s->ac, newest_cb, s, "XREVRANGE %s + - COUNT 1",
+			: redisAsyncCommand(s->ac, start_cb, s, "XREVRANGE %s + - COUNT 1",
 					    RKEYS_EVENTS)) == REDIS_OK)
 		s->reading = 1;
 	else
