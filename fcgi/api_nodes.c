@@ -183,6 +183,9 @@ static const struct jsonv_field drain_fields[] = {
 	{ NULL, 0, 0 },
 };
 
+/* Set or clear the node's drain key and log it as an event, in one
+ * MULTI; answer the node object as it is then. migrate (moving the
+ * sandboxes away) needs persistence: 501 NOT_IMPLEMENTED, nothing changes. */
 int api_nodes_drain(struct http_req *r, struct sbx_err *e)
 {
 	const char *node = path_node(r, e);
@@ -242,6 +245,8 @@ static json_t *admin_record(const redisReply *h)
 	return o;
 }
 
+/* One SSCAN page of the node's sandbox set, each member's record (with
+ * its tenant) read in one pipeline; the SSCAN cursor is the page's. */
 int api_nodes_sandboxes(struct http_req *r, struct sbx_err *e)
 {
 	const char *node = path_node(r, e);
