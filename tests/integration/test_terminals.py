@@ -276,3 +276,38 @@ def test_a_viewer_keeps_the_sandbox_awake_and_ends_with_it(stack, api):
         assert v.closed == 1001
     finally:
         stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def cf_viewer(stack, box, session, query=""):
+    v = Viewer.__new__(Viewer)
+    url = stack.url.replace("http://", "ws://", 1) + \
+        "/v1/sandboxes/%s/cf/ws/pty?sessionId=%s%s" % (box, session, query)
+    v.ws = websocket.create_connection(url, header=["Authorization: Bearer " + stack.key],
+                                       timeout=10)
+    v.out, v.ctl, v.closed = b"", [], None
+    return v
+
+
+def test_the_cloudflare_sdk_pty_route(stack, api, box):
+    """The SDK's terminal() proxies a WebSocket to /ws/pty?sessionId=&cols=&rows=
+    (docs/COMPAT.md): one terminal per session, made on first use, replayed
+    on reconnect; the same frames as the native route."""
+    session = "s" + uuid.uuid4().hex[:8]
+    v = cf_viewer(stack, box, session, "&cols=70&rows=21")
+    try:
+        v.wait_ready()
+        v.send("stty size; echo cf$((5*5))\n")
+        v.expect(r"\b21 70\b")
+        v.expect(r"cf25")
+        v.close()
+        w = cf_viewer(stack, box, session)
+        w.wait_ready()
+        assert b"cf25" in w.out, w.out[-300:]
+        w.close()
+        ids = [t["id"] for t in api("GET", T(box)).json()["terminals"]]
+        assert ids.count("pty-" + session) == 1, ids
+    finally:
+        api("DELETE", T(box, "/pty-" + session))
+    with pytest.raises(websocket.WebSocketBadStatusException) as exc:
+        cf_viewer(stack, box, "bad/id")
+    assert exc.value.status_code == 400
