@@ -196,10 +196,17 @@ static void term_free(struct term *t)
 	}
 	term_drop_views(t, WS_CLOSE_GOING_AWAY, "terminal gone");
 	term_close_io(t);
-	if (t->start_req)
-		httpd_on_close(t->start_req, NULL, NULL);
-	if (t->cf_req)
-		httpd_on_close(t->cf_req, NULL, NULL);
+	/* requests still waiting for it to start */
+	for (int i = 0; i < 2; i++) {
+		struct httpd_req *r = i ? t->cf_req : t->start_req;
+		struct sbx_err e;
+
+		if (!r)
+			continue;
+		httpd_on_close(r, NULL, NULL);
+		err_set(&e, SBX_E_TERMINAL_NOT_FOUND, "terminal '%s' was deleted while it started", t->id);
+		httpd_reply_err(r, &e);
+	}
 	free(t->command);
 	free(t);
 }

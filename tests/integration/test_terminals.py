@@ -242,6 +242,9 @@ def test_tickets_are_single_use_short_lived_and_bound(stack, api, redis_cli, new
         assert redis_cli("PEXPIRE", "sbx:ticket:" + tk, "1") == "1"
         time.sleep(0.05)
         assert ws_status(stack, box, rec["id"], query="?ticket=" + tk) == 401
+        # the WebSocket route is an upgrade only
+        assert_error(api("GET", T(box, "/%s/ws" % rec["id"])), 400, "VALIDATION_FAILED")
+        assert_error(api("GET", T(box, "/nope/ws")), 404, "TERMINAL_NOT_FOUND")
         # a ticket of an unknown terminal is refused at once
         assert_error(api("POST", T(box, "/nope/ticket")), 404, "TERMINAL_NOT_FOUND")
     finally:
