@@ -154,7 +154,7 @@ test: deps
 	$(MAKE) test-multihost
 
 run: deps
-	$(MAKE) all
+	$(MAKE) all ui
 	SBX_BUILD=$(BUILD) deploy/stack run
 
 bench: deps
