@@ -145,9 +145,18 @@ static void ring_add(struct term *t, const char *data, size_t n)
 
 /* --- records ----------------------------------------------------------------- */
 
+/* "SIGKILL" for SIGKILL: the name of signal sig, written into out. */
+static const char *sig_name(int sig, char out[24])
+{
+	const char *abbrev = sigabbrev_np(sig);
+
+	util_xsnprintf(out, 24, "SIG%s", abbrev ? abbrev : "UNKNOWN");
+	return out;
+}
+
 static json_t *term_json(const struct term *t)
 {
-	char created[32], ended[32];
+	char created[32], ended[32], sig[24];
 	int done = t->state == T_EXITED;
 
 	util_iso8601(t->created_at, created);
@@ -158,7 +167,7 @@ static json_t *term_json(const struct term *t)
 			 t->command ? json_string(t->command) : json_null(), "cols", t->cols,
 			 "rows", t->rows, "status", done ? "exited" : "running", "exitCode",
 			 done ? json_integer(t->ex.exit_code) : json_null(), "signal",
-			 done && t->ex.signal ? json_string(strsignal(t->ex.signal)) : json_null(),
+			 done && t->ex.signal ? json_string(sig_name(t->ex.signal, sig)) : json_null(),
 			 "createdAt", created, "endedAt", done ? json_string(ended) : json_null(),
 			 "viewers", t->nviews);
 }
@@ -488,10 +497,10 @@ static void view_send_exit(struct term_view *v)
 {
 	const struct term *t = v->t;
 	json_t *j = json_pack("{s:s, s:i}", "type", "exit", "code", t->ex.exit_code);
-	char *s;
+	char *s, sig[24];
 
 	if (j && t->ex.signal)
-		json_object_set_new(j, "signal", json_string(strsignal(t->ex.signal)));
+		json_object_set_new(j, "signal", json_string(sig_name(t->ex.signal, sig)));
 	s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	if (s)
 		ws_conn_send(v->ws, WS_OP_TEXT, s, strlen(s));

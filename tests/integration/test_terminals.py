@@ -314,3 +314,16 @@ def test_the_cloudflare_sdk_pty_route(stack, api, box):
     with pytest.raises(websocket.WebSocketBadStatusException) as exc:
         cf_viewer(stack, box, "bad/id")
     assert exc.value.status_code == 400
+
+
+def test_a_signalled_process_reports_its_signal(stack, api, box):
+    rec = create(api, box, command="kill -TERM $$")
+    try:
+        v = Viewer(stack, box, rec["id"])
+        v.until(lambda: any(m.get("type") == "exit" for m in v.ctl), "exit")
+        msg = [m for m in v.ctl if m["type"] == "exit"][0]
+        assert msg == {"type": "exit", "code": 143, "signal": "SIGTERM"}, msg
+        listed = {t["id"]: t for t in api("GET", T(box)).json()["terminals"]}
+        assert listed[rec["id"]]["signal"] == "SIGTERM", listed[rec["id"]]
+    finally:
+        api("DELETE", T(box, "/" + rec["id"]))
