@@ -260,7 +260,7 @@ def new_box_with_key(stack, key):
     return sid
 
 
-def test_a_viewer_keeps_the_sandbox_awake_and_ends_with_it(stack, api):
+def test_a_viewer_keeps_the_sandbox_awake_and_ends_with_restart_and_sleep(stack, api):
     sid = "trs-" + uuid.uuid4().hex[:10]
     r = stack.api("PUT", "/v1/sandboxes/" + sid, json={"sleepAfter": "1s"}, timeout=30)
     assert r.status_code == 201, r.text
@@ -272,7 +272,16 @@ def test_a_viewer_keeps_the_sandbox_awake_and_ends_with_it(stack, api):
         time.sleep(3)
         now = api("GET", "/v1/sandboxes/" + sid).json()
         assert now["state"] == "running" and now["generation"] == gen, now
-        # Sleep ends the terminal: the viewer gets a close frame.
+        # A restart ends it: the viewer gets a close frame, the list is empty.
+        r = api("POST", "/v1/sandboxes/%s/restart" % sid, timeout=30)
+        assert r.status_code in (200, 202), r.text
+        v.until(lambda: v.closed, "close when the sandbox restarts")
+        assert v.closed == 1001
+        assert api("GET", T(sid)).json()["terminals"] == []
+        # So does sleep.
+        rec = create(api, sid)
+        v = Viewer(stack, sid, rec["id"])
+        v.wait_ready()
         r = api("POST", "/v1/sandboxes/%s/sleep" % sid)
         assert r.status_code in (200, 202, 204), r.text
         v.until(lambda: v.closed, "close when the sandbox sleeps")
