@@ -487,19 +487,28 @@ static void upgrade_cb(void *cls, struct MHD_Connection *conn, void *con_cls, co
 	struct httpd_req *r = con_cls;
 	struct httpd *h = u->h;
 
-	if (r && r->upgrade == u) {
+	if (r && r->upgrade != u)
+		r = NULL;
+	if (r)
 		r->upgrade = NULL;
-		r->close_fn = NULL;   /* the request is over: u is what lives on */
-	}
 	u->urh = urh;
 	u->next = h->upgrades;
 	if (h->upgrades)
 		h->upgrades->prev = u;
 	h->upgrades = u;
-	if (!u->fn) {
+	/* MHD 0.9.75 closes the socket of an upgrade itself when the client
+	 * sent bytes along with the request (tests/unit/test_ws_loop.c): an
+	 * owner would hold a closed fd, soon another connection's. Such a
+	 * client (one that did not wait for the 101; nginx does) is dropped. */
+	if (!u->fn || extra_len) {
+		if (extra_len)
+			log_warn("httpd: upgrade of %s refused: the client sent %zu bytes before the 101",
+				 r && r->path ? r->path : "?", extra_len);
 		httpd_upgrade_close(u);
 		return;
 	}
+	if (r)
+		r->close_fn = NULL;   /* the request is over: u is what lives on */
 	u->fn(u->arg, u, (int)sock, extra, extra_len);
 }
 

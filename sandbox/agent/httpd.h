@@ -163,8 +163,9 @@ typedef void (*httpd_upgrade_fn)(void *arg, struct httpd_upgrade *u, int fd, con
 
 /* Answer 101 Switching Protocols (with the headers added before it) and
  * hand the connection to fn once the answer is out. When the client goes
- * away first, fn never runs (the close callback of r runs, failed = 1);
- * once fn has run, the close callback of r does not. */
+ * away first, or sent bytes before it had the 101 (extra_len is then 0
+ * for every fn that runs), fn never runs and the close callback of r runs
+ * (failed or not); once fn has run, the close callback of r does not. */
 void httpd_reply_upgrade(struct httpd_req *r, httpd_upgrade_fn fn, void *arg);
 
 /* Called when the server stops while u is open: the owner ends its use of

@@ -545,12 +545,13 @@ static void view_upgraded(void *arg, struct httpd_upgrade *u, int fd, const char
 	view_attach(v);
 }
 
-/* The 101 never went out (the client left first): the viewer goes. */
+/* The request ended without becoming a WebSocket (the client left first,
+ * or the upgrade was refused): the viewer goes. */
 static void view_req_closed(void *arg, int failed)
 {
 	struct term_view *v = arg;
 
-	if (!failed || v->ws)
+	if (v->ws)
 		return;
 	view_unlink(v);
 	agent_sb_stream_end(v->a, &v->st);
