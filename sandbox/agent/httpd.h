@@ -80,12 +80,20 @@ void httpd_body_resume(struct httpd_req *r);
 /* Start listening on listen ("host:port", numeric host) with the routes
  * (borrowed; static storage), serving up to max_conns client connections
  * (see HTTPD_RESERVED_CONNS). ctx is handed to handlers by httpd_ctx().
- * New heap object (httpd_free) or NULL with e filled. */
+ * secret NULL makes an open listener (agent.metrics_listen): no request
+ * needs the node secret, and the server answers nothing itself (no health
+ * route, no connection-limit 503). New heap object (httpd_free) or NULL
+ * with e filled. */
 struct httpd *httpd_new(struct event_base *base, const char *addr, const char *secret,
 			const struct httpd_route *routes, size_t nroutes, void *ctx,
 			unsigned max_conns, struct sbx_err *e);
 /* Close every connection (close callbacks run) and free. */
 void httpd_free(struct httpd *h);
+
+/* fn is told of every request of h once it is over: the route that matched
+ * (NULL: none), the status sent, seconds since its headers began. */
+typedef void (*httpd_observe_fn)(const struct httpd_route *route, int status, double seconds);
+void httpd_observe(struct httpd *h, httpd_observe_fn fn);
 
 /* Parse "host:port" / "[v6]:port" (numeric) into host and port; 0 or -1. */
 int httpd_parse_listen(const char *addr, char *host, size_t hostsz, int *port);

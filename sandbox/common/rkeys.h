@@ -22,6 +22,7 @@
 #define RKEYS_NODES "sbx:nodes"       /* set of node names */
 #define RKEYS_EVENTS "sbx:events"     /* the event stream */
 #define RKEYS_RECONCILE "sbx:reconcile" /* the reconciler's lock */
+#define RKEYS_HEALTH "sbx:health"     /* /healthz's write probe */
 /* The head of every event command: "XADD sbx:events MAXLEN ~ 10000 * ". */
 #define RKEYS_XADD_EVENT "XADD " RKEYS_EVENTS " MAXLEN ~ 10000 * "
 

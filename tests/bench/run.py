@@ -178,8 +178,8 @@ def fig_nginx_static(st):
 
 def fig_healthz(st):
     # No authenticated route does exactly one Redis round trip yet: /healthz
-    # (no auth, one PING) stands in for "nginx -> worker -> one Redis call".
-    res = Result("healthz", "`GET /healthz`: nginx -> FastCGI worker -> one Redis PING "
+    # (no auth, one SET) stands in for "nginx -> worker -> one Redis call".
+    res = Result("healthz", "`GET /healthz`: nginx -> FastCGI worker -> one Redis SET "
                  "(stand-in for a one-round-trip route; no auth)", baseline="nginx-static")
     peak(res, st.url + "/healthz")
     return half_peak(res, st.url + "/healthz")
