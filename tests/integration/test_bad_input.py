@@ -28,6 +28,7 @@ JSON_ROUTES = [
     ("POST", "/v1/sandboxes/{id}/sessions"),
     ("POST", "/v1/sandboxes/{id}/processes"),
     ("POST", "/v1/sandboxes/{id}/move"),
+    ("POST", "/v1/sandboxes/{id}/terminals"),
     ("POST", "/v1/sandboxes/{id}/ports/3000"),
     ("POST", "/v1/sandboxes/{id}/tunnels/3000"),
 ]
@@ -41,6 +42,7 @@ ALL_ROUTES = JSON_ROUTES + [
     ("POST", "/v1/sandboxes/{id}/sleep"),
     ("GET", "/v1/sandboxes/{id}/sessions"),
     ("GET", "/v1/sandboxes/{id}/processes"),
+    ("GET", "/v1/sandboxes/{id}/terminals"),
     ("GET", "/v1/sandboxes/{id}/files/a.txt"),
     ("GET", "/v1/sandboxes/{id}/dirs/%2F"),
     ("GET", "/v1/sandboxes/{id}/stat/a.txt"),
