@@ -14,6 +14,8 @@
 const struct route router_routes[] = {
 	{ "GET", "/healthz", api_health_get, 0 },
 	{ "GET", "/v1/nodes", api_nodes_list, ROUTE_AUTH | ROUTE_ADMIN },
+	{ "POST", "/v1/nodes/{node}/drain", api_nodes_drain, ROUTE_AUTH | ROUTE_ADMIN },
+	{ "GET", "/v1/nodes/{node}/sandboxes", api_nodes_sandboxes, ROUTE_AUTH | ROUTE_ADMIN },
 	{ "GET", "/v1/tenants/{tenant}/limits", api_tenants_limits_get, ROUTE_AUTH | ROUTE_ADMIN },
 	{ "PUT", "/v1/tenants/{tenant}/limits", api_tenants_limits_put, ROUTE_AUTH | ROUTE_ADMIN },
 	{ "GET", "/v1/sandboxes", api_sandboxes_list, ROUTE_AUTH },
@@ -32,6 +34,7 @@ const struct route router_routes[] = {
 	{ "*", "/_sbx_preview", api_ports_preview, ROUTE_INTERNAL | ROUTE_AUTHREQ },
 	{ "*", "/_sbx_route", api_route_decide, ROUTE_INTERNAL | ROUTE_AUTHREQ },
 	{ "*", "/_sbx_error", api_route_error, ROUTE_INTERNAL },
+	{ "*", "/_sbx_events", api_events_decide, ROUTE_INTERNAL | ROUTE_AUTHREQ },
 };
 const size_t router_nroutes = ARRAY_SIZE(router_routes);
 

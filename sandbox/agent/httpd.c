@@ -42,6 +42,17 @@ struct httpd {
 	int at_hard_limit;         /* MHD's own limit: it stopped accepting */
 	int open;                  /* no node secret asked (httpd_new with secret NULL) */
 	httpd_observe_fn observe;  /* told of every finished request, or NULL */
+	struct httpd_upgrade *upgrades; /* upgraded connections still open */
+};
+
+struct httpd_upgrade {
+	struct httpd *h;
+	struct httpd_upgrade *prev, *next;
+	struct MHD_UpgradeResponseHandle *urh;  /* NULL until the 101 is out */
+	httpd_upgrade_fn fn;
+	void *arg;
+	void (*abort)(void *);
+	void *abort_arg;
 };
 
 struct httpd_req {
@@ -84,6 +95,7 @@ struct httpd_req {
 	/* A view: the filter its answer goes through (httpd_set_filter). */
 	const struct httpd_filter *filter;
 	void *filter_arg;
+	struct httpd_upgrade *upgrade; /* an upgrade answer not yet carried out */
 };
 
 static void httpd_run(struct httpd *h);
@@ -446,6 +458,82 @@ void httpd_reply_stream(struct httpd_req *r, int status, const char *content_typ
 	set_answer(r, status, resp);
 }
 
+/* MHD sent the 101: the socket is ours (until httpd_upgrade_close). */
+static void upgrade_cb(void *cls, struct MHD_Connection *conn, void *con_cls, const char *extra,
+		       size_t extra_len, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
+{
+	struct httpd_upgrade *u = cls;
+	struct httpd_req *r = con_cls;
+	struct httpd *h = u->h;
+
+	if (r && r->upgrade != u)
+		r = NULL;
+	if (r)
+		r->upgrade = NULL;
+	u->urh = urh;
+	u->next = h->upgrades;
+	if (h->upgrades)
+		h->upgrades->prev = u;
+	h->upgrades = u;
+	/* MHD 0.9.75 closes the socket of an upgrade itself when the client
+	 * sent bytes along with the request (tests/unit/test_ws_loop.c): an
+	 * owner would hold a closed fd, soon another connection's. Such a
+	 * client (one that did not wait for the 101; nginx does) is dropped. */
+	if (!u->fn || extra_len) {
+		if (extra_len)
+			log_warn("httpd: upgrade of %s refused: the client sent %zu bytes before the 101",
+				 r && r->path ? r->path : "?", extra_len);
+		httpd_upgrade_close(u);
+		return;
+	}
+	if (r)
+		r->close_fn = NULL;   /* the request is over: u is what lives on */
+	u->fn(u->arg, u, (int)sock, extra, extra_len);
+}
+
+void httpd_reply_upgrade(struct httpd_req *r, httpd_upgrade_fn fn, void *arg)
+{
+	struct httpd_upgrade *u;
+	struct MHD_Response *resp = NULL;
+
+	if (r->replied)
+		return;
+	u = calloc(1, sizeof(*u));
+
+	if (u) {
+		u->h = r->h;
+		u->fn = fn;
+		u->arg = arg;
+		resp = MHD_create_response_for_upgrade(upgrade_cb, u);
+		if (!resp)
+			free(u);
+		else
+			r->upgrade = u;
+	}
+	set_answer(r, 101, resp);
+}
+
+void httpd_upgrade_on_abort(struct httpd_upgrade *u, void (*fn)(void *arg), void *arg)
+{
+	u->abort = fn;
+	u->abort_arg = arg;
+}
+
+void httpd_upgrade_close(struct httpd_upgrade *u)
+{
+	struct httpd *h = u->h;
+
+	if (u->prev)
+		u->prev->next = u->next;
+	else
+		h->upgrades = u->next;
+	if (u->next)
+		u->next->prev = u->prev;
+	MHD_upgrade_action(u->urh, MHD_UPGRADE_ACTION_CLOSE);
+	free(u);
+	kick(h);
+}
+
 /* The file of r's answer no longer holds the bytes announced? Then end the
  * answer: shut the client socket down, MHD sees the hang-up on its next
  * run and closes the connection (the client gets a short body). */
@@ -541,6 +629,8 @@ static void req_free(struct httpd_req *r)
 	}
 	if (r->filter && r->filter->free)
 		r->filter->free(r->filter_arg);
+	if (r->upgrade)
+		r->upgrade->fn = NULL;   /* MHD may still call upgrade_cb: it closes the socket */
 	buf_release(&r->body);
 	free(r->path);
 	free(r->raw);
@@ -914,7 +1004,7 @@ struct httpd *httpd_new(struct event_base *base, const char *addr, const char *s
 	h->open = !secret;
 	if (secret)
 		memcpy(h->secret, secret, strlen(secret) + 1);
-	h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0,
+	h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG, 0,
 				  NULL, NULL, access_cb, h,
 				  MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, h,
 				  MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
@@ -956,6 +1046,15 @@ void httpd_free(struct httpd *h)
 	if (!h)
 		return;
 	h->stopping = 1;
+	/* Upgraded connections end first (MHD cannot stop with them open). */
+	while (h->upgrades) {
+		struct httpd_upgrade *u = h->upgrades;
+
+		if (u->abort)
+			u->abort(u->abort_arg);
+		if (h->upgrades == u)
+			httpd_upgrade_close(u);
+	}
 	if (h->mhd) {
 		/* MHD refuses to stop with suspended connections: resume them all;
 		 * stream readers then end with an error. */

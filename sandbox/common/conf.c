@@ -76,6 +76,7 @@ static const struct conf_entry entries[] = {
 	{ "agent", "max_forward_conns_per_tenant", T_INT, OFF(agent.max_forward_conns_per_tenant), "1024", 1, 1000000, NULL },
 	{ "agent", "max_forward_conns_per_sandbox", T_INT, OFF(agent.max_forward_conns_per_sandbox), "256", 1, 1000000, NULL },
 	{ "agent", "max_connections", T_INT, OFF(agent.max_connections), "4096", 16, 16384, NULL },
+	{ "agent", "event_streams", T_INT, OFF(agent.event_streams), "64", 1, 10000, NULL },
 	{ "agent", "proc_logs_sandbox_bytes", T_INT, OFF(agent.proc_logs_sandbox_bytes), "33554432", 65536, 17179869184LL, NULL },
 	{ "agent", "proc_logs_node_bytes", T_INT, OFF(agent.proc_logs_node_bytes), "536870912", 65536, 274877906944LL, NULL },
 	{ "agent", "proc_stdin_bytes", T_INT, OFF(agent.proc_stdin_bytes), "1048576", 4096, 67108864, NULL },

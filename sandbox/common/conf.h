@@ -76,6 +76,7 @@ struct sbx_conf {
 		int64_t max_forward_conns_per_tenant;  /* ... of one tenant on this node */
 		int64_t max_forward_conns_per_sandbox;
 		int64_t max_connections;        /* client connections served (httpd.h) */
+		int64_t event_streams;          /* GET /v1/events streams served at once */
 		int64_t proc_logs_sandbox_bytes; /* log memory of a sandbox's background processes */
 		int64_t proc_logs_node_bytes;   /* ... of every sandbox of the node */
 		int64_t proc_stdin_bytes;       /* stdin queued for one background process */

@@ -46,6 +46,8 @@ char *rkeys_node(char out[RKEYS_MAX], const char *node, const char *sub);
 char *rkeys_apikey(char out[RKEYS_MAX], const char *hex);
 char *rkeys_preview(char out[RKEYS_MAX], const char *hex);
 char *rkeys_tunnel(char out[RKEYS_MAX], const char *tid);
+/* sbx:ticket:<ticket> — a terminal's WebSocket ticket (tk_ + 32 hex). */
+char *rkeys_ticket(char out[RKEYS_MAX], const char *ticket);
 
 #define RK_BUF ((char[RKEYS_MAX]){ 0 })
 #define RK_SANDBOX(t, id) rkeys_sandbox(RK_BUF, (t), (id))

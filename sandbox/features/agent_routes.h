@@ -31,5 +31,11 @@ extern const struct agent_call_spec agent_call_interp_create;
 extern const struct agent_call_spec agent_call_interp_list;
 extern const struct agent_call_spec agent_call_interp_delete;
 extern const struct agent_call_spec agent_call_interp_run;
+extern const struct agent_call_spec agent_call_term_create;
+extern const struct agent_call_spec agent_call_term_list;
+extern const struct agent_call_spec agent_call_term_delete;
+extern const struct agent_call_spec agent_call_term_ws;
+extern const struct agent_call_spec agent_call_term_ticket;
+extern const struct agent_call_spec agent_call_term_cf_pty;
 
 #endif

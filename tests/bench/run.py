@@ -15,8 +15,10 @@ connections for half the measured peak; the achieved rate is reported.
 The sandbox figures (sequential latencies with median/p99/spread, the
 process baselines, 500 live sandboxes, concurrent streams) are in
 sandbox_figs.py; the preview and tunnel figures in tunnel_figs.py; the 1 GiB
-file upload/download figures in files_figs.py; the code-context figures in
-interp_figs.py (which also runs alone: `python3 tests/bench/interp_figs.py`); shared
+file upload/download figures in files_figs.py; the terminal figures
+(keystroke echo over the WebSocket, terminal creation) in terminal_figs.py; the
+code-context figures in interp_figs.py (which also runs alone:
+`python3 tests/bench/interp_figs.py`); shared
 helpers and the C spawn harness in benchlib.py.
 docs/PERFORMANCE.md is regenerated except what follows NOTES_MARKER, which
 is hand-written and kept.
@@ -47,6 +49,7 @@ import sandbox_figs  # noqa: E402
 import tunnel_figs  # noqa: E402
 import files_figs  # noqa: E402
 import interp_figs  # noqa: E402
+import terminal_figs  # noqa: E402
 from benchlib import Harness  # noqa: E402
 
 DURATION = int(os.environ.get("BENCH_DURATION", "5"))
@@ -451,6 +454,7 @@ def main():
             run_fig("exec-rtt", sandbox_figs.fig_exec_rtt, st, ctx)
             run_fig("first-byte", sandbox_figs.fig_first_byte, st, ctx)
             run_fig("interp", interp_figs.fig_interp, st, ctx)
+            run_fig("terminals", terminal_figs.fig_terminals, st, ctx)
             for fig in FIGURES:
                 results.append(run_fig(fig.__name__, fig, st))
             results += run_fig("exec-throughput", fig_exec_throughput, st)
