@@ -204,38 +204,32 @@ def test_contexts_die_with_the_container(api):
         api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 
 
-def test_interrupt_of_a_run_whose_client_lags(api, box, py):
+FLOODS = {
+    "python": ("lagged = 1", "for i in range(300):\n    print('q' * 200000)"),
+    "javascript": ("globalThis.lagged = 1",
+                   "for (let i = 0; i < 300; i++) console.log('q'.repeat(200000))"),
+}
+
+
+@pytest.mark.parametrize("language", sorted(FLOODS))
+def test_interrupt_of_a_run_whose_client_lags(api, box, language):
     """A timeout while the client holds back a flood of output: the
     interrupt waits for the output and the stream stays well formed (the
     KeyboardInterrupt comes, the context survives)."""
-    run(api, box, py, "lagged = 1")
-    with api("POST", "/v1/sandboxes/%s/contexts/%s/run" % (box, py),
-             json={"code": "for i in range(300):\n    print('q' * 200000)", "timeoutMs": 300},
+    setup, flood = FLOODS[language]
+    ctx = new_ctx(api, box, language)
+    run(api, box, ctx, setup)
+    with api("POST", "/v1/sandboxes/%s/contexts/%s/run" % (box, ctx),
+             json={"code": flood, "timeoutMs": 300},
              headers={"Accept": "text/event-stream"}, stream=True, timeout=60) as r:
         time.sleep(2.5)  # not reading: the agent stops reading the interpreter
         evs = events(r)
     errors = [d for n, d in evs if n == "error"]
     assert [e["name"] for e in errors] == ["KeyboardInterrupt"], errors
     assert evs[-1][0] == "end" and evs[-1][1]["timedOut"] is True, evs[-1]
-    res = run(api, box, py, "lagged")
+    res = run(api, box, ctx, "lagged")
     assert main_text(res) == "1" and res["restarted"] is False, res
-
-
-def test_interrupt_of_a_javascript_run_whose_client_lags(api, box):
-    js = new_ctx(api, box, "javascript")
-    run(api, box, js, "globalThis.lagged = 1")
-    with api("POST", "/v1/sandboxes/%s/contexts/%s/run" % (box, js),
-             json={"code": "for (let i = 0; i < 300; i++) console.log('q'.repeat(200000))",
-                   "timeoutMs": 300},
-             headers={"Accept": "text/event-stream"}, stream=True, timeout=60) as r:
-        time.sleep(2.5)
-        evs = events(r)
-    errors = [d for n, d in evs if n == "error"]
-    assert [e["name"] for e in errors] == ["KeyboardInterrupt"], errors
-    assert evs[-1][0] == "end" and evs[-1][1]["timedOut"] is True, evs[-1]
-    res = run(api, box, js, "lagged")
-    assert main_text(res) == "1" and res["restarted"] is False, res
-    assert api("DELETE", "/v1/sandboxes/%s/contexts/%s" % (box, js)).status_code == 204
+    assert api("DELETE", "/v1/sandboxes/%s/contexts/%s" % (box, ctx)).status_code == 204
 
 
 def test_interpreter_death_then_fresh_interpreter(api, box):
