@@ -48,6 +48,13 @@
 #define CF_SNIFF 8192
 #define CF_LIST_LIMIT "10000"
 #define CF_VERSION "sbx-" AGENT_VERSION
+#define CF_API_VERSION "0.12.10"            /* the SDK's container API served here */
+#define CF_DEFAULT_SESSION "default"
+#define CF_NO_SESSION "__DISABLE_SESSION__"
+/* utils.getCommands: the executables on the sandbox's PATH */
+#define CF_COMMANDS_SCRIPT                                                              \
+	"IFS=:; for d in $PATH; do for f in \"$d\"/*; do "                               \
+	"[ -f \"$f\" ] && [ -x \"$f\" ] && printf '%s\\n' \"${f##*/}\"; done; done 2>/dev/null | sort -u"
 
 enum cf_kind {
 	CF_PLAIN,          /* errors only (ping, version, unsupported) */
@@ -71,6 +78,7 @@ enum cf_kind {
 	CF_SESS_CREATE,
 	CF_SESS_LIST,
 	CF_SESS_DELETE,
+	CF_COMMANDS,
 };
 
 /* One compat request: what the answer filter needs to know. */
@@ -89,6 +97,7 @@ struct cf_req {
 	char *proc_id;
 	int recursive;
 	int auto_encoding;         /* read without encoding: text or base64 */
+	int64_t timeout_ms;        /* the exec's timeoutMs (0: none) */
 	/* re-framed event stream */
 	httpd_read_fn inner;
 	void *inner_arg;
@@ -259,6 +268,24 @@ static void cf_read_auto(json_t *res)
 	buf_release(&raw);
 }
 
+/* The exec answer of CF_COMMANDS_SCRIPT as {availableCommands, count}. */
+static json_t *cf_commands(const json_t *body)
+{
+	const char *out = json_string_value(json_object_get(body, "stdout"));
+	json_t *arr = json_array();
+
+	for (const char *p = out ? out : ""; arr && *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t n = nl ? (size_t)(nl - p) : strlen(p);
+
+		if (n)
+			json_array_append_new(arr, json_stringn(p, n));
+		p += n + (nl ? 1 : 0);
+	}
+	return json_pack("{s:o*, s:I}", "availableCommands", arr, "count",
+			 (json_int_t)json_array_size(arr));
+}
+
 /* The sbx answer (body stolen, maybe NULL for an empty one) as the SDK's
  * result; new reference. */
 static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
@@ -367,6 +394,9 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 	case CF_SESS_DELETE:
 		res = json_pack("{s:s}", "sessionId", c->session ? c->session : "");
 		break;
+	case CF_COMMANDS:
+		res = cf_commands(body);
+		break;
 	case CF_EXEC_STREAM:
 	case CF_PROC_STREAM:
 	case CF_READ_STREAM:
@@ -390,10 +420,55 @@ static int error_code_is(const json_t *body, const char *code)
 	return c && strcmp(c, code) == 0;
 }
 
+/* The message of a command that ran out of time in a session. */
+static void cf_timeout_text(const struct cf_req *c, char *out, size_t n)
+{
+	util_xsnprintf(out, n, "Failed to execute command in session '%s': Command timeout after %lld ms",
+		       c->session ? c->session : "", (long long)c->timeout_ms);
+}
+
+/* An exec answer that timed out, as Cloudflare reports it: in a session a
+ * 500 COMMAND_EXECUTION_ERROR (the SDK raises CommandError); sessionless,
+ * the result with "Command timed out after <N>ms" on stderr. */
+static json_t *cf_exec_timed_out(struct cf_req *c, int *status, json_t *body)
+{
+	char msg[256];
+
+	if (c->session) {
+		json_t *ctx = json_pack("{s:s, s:I, s:O*, s:O*}", "command",
+					c->command ? c->command : "", "exitCode", (json_int_t)124,
+					"stdout", json_object_get(body, "stdout"), "stderr",
+					json_object_get(body, "stderr"));
+
+		cf_timeout_text(c, msg, sizeof(msg));
+		*status = 500;
+		json_decref(body);
+		if (ctx && c->session)
+			json_object_set_new(ctx, "sessionId", json_string(c->session));
+		return err_cf_body("COMMAND_EXECUTION_ERROR", msg, 500, ctx);
+	} else {
+		const char *err = json_string_value(json_object_get(body, "stderr"));
+		size_t len = json_string_length(json_object_get(body, "stderr"));
+		struct buf b;
+
+		buf_init(&b, len + sizeof(msg) + 2);
+		util_xsnprintf(msg, sizeof(msg), "Command timed out after %lldms\n",
+			       (long long)c->timeout_ms);
+		if ((err && buf_add(&b, err, len) < 0) ||
+		    (len && err[len - 1] != '\n' && buf_add(&b, "\n", 1) < 0) || buf_adds(&b, msg) < 0 ||
+		    json_object_set_new(body, "stderr", json_stringn(b.data, b.len)) < 0)
+			log_error("compat: the timeout note was dropped");
+		buf_release(&b);
+		return cf_result(c, status, body);
+	}
+}
+
 static json_t *cf_filter_json(void *arg, int *status, json_t *body)
 {
 	struct cf_req *c = arg;
 
+	if (*status < 400 && c->kind == CF_EXEC && json_is_true(json_object_get(body, "timedOut")))
+		return cf_exec_timed_out(c, status, body);
 	if (*status >= 400) {
 		if (c->kind == CF_EXISTS &&
 		    (error_code_is(body, "FILE_NOT_FOUND") || error_code_is(body, "NOT_DIRECTORY"))) {
@@ -462,6 +537,8 @@ static void cf_translate(struct cf_req *c, const char *name, const json_t *d)
 		json_object_set_new(ev, "type", json_string(proc ? "process_info" : "start"));
 		if (c->command)
 			json_object_set_new(ev, "command", json_string(c->command));
+		else if ((v = json_object_get(d, "command")))
+			json_object_set(ev, "command", v);
 		if ((v = json_object_get(d, "pid")))
 			json_object_set(ev, "pid", v);
 		if (proc)
@@ -469,6 +546,25 @@ static void cf_translate(struct cf_req *c, const char *name, const json_t *d)
 	} else if (strcmp(name, "stdout") == 0 || strcmp(name, "stderr") == 0) {
 		json_object_set_new(ev, "type", json_string(name));
 		json_object_set_new(ev, "data", cf_output_text(d));
+	} else if (strcmp(name, "exit") == 0 && !proc && json_is_true(json_object_get(d, "timedOut"))) {
+		char msg[256];
+
+		if (c->session) {
+			cf_timeout_text(c, msg, sizeof(msg));
+			json_object_set_new(ev, "type", json_string("error"));
+			json_object_set_new(ev, "error", json_string(msg));
+			json_object_set_new(ev, "data", json_string(msg));
+			json_object_set_new(ev, "code", json_string("COMMAND_EXECUTION_ERROR"));
+		} else {
+			util_xsnprintf(msg, sizeof(msg), "Command timed out after %lldms\n",
+				       (long long)c->timeout_ms);
+			cf_emit(c, json_pack("{s:s, s:s, s:s}", "type", "stderr", "data", msg,
+					     "timestamp", ts));
+			json_object_set_new(ev, "type", json_string("complete"));
+			json_object_set_new(ev, "exitCode", json_integer(124));
+			json_object_set(ev, "duration", json_object_get(d, "durationMs"));
+			json_object_set_new(ev, "timedOut", json_true());
+		}
 	} else if (strcmp(name, "exit") == 0) {
 		json_int_t code = json_integer_value(json_object_get(d, "exitCode"));
 
@@ -880,30 +976,70 @@ struct cf_route {
 	const struct agent_call_spec *call;   /* the native call (the mapper may change it) */
 };
 
-/* execute / execute/stream: exec, in the session when sessionId is given;
- * background: true starts a process instead. */
-static int map_exec(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+/* The session of the SDK's call into c->session: its sessionId, the
+ * default session "default" when there is none, no session for
+ * __DISABLE_SESSION__ (getSandbox(…, {enableDefaultSession: false})). */
+static int cf_session(struct cf_req *c, const json_t *body, struct sbx_err *e)
 {
-	const char *command, *sid;
-	int stream = c->kind == CF_EXEC_STREAM;
-	json_t *b;
+	const char *sid;
 
-	if (cf_req_str(body, "command", &command, e) < 0 || cf_str(body, "sessionId", &sid, e) < 0)
+	if (cf_str(body, "sessionId", &sid, e) < 0)
 		return -1;
-	c->command = strdup(command);
-	if (!stream && json_is_true(json_object_get(body, "background"))) {
-		c->kind = CF_PROC_START;
-		c->call = &agent_call_proc_start;
-		return cf_set_body(c, cf_exec_body(body, command, 0, e), e);
-	}
-	c->session = sid && *sid ? strdup(sid) : NULL;
-	b = cf_exec_body(body, command, 1, e);
+	if (!sid || !*sid)
+		sid = CF_DEFAULT_SESSION;
+	if (strcmp(sid, CF_NO_SESSION) == 0)
+		return 0;
+	c->session = strdup(sid);
+	return c->session ? 0 : err_sys(e, ENOMEM, "session");
+}
+
+/* Put c->session into the native body b ("session"). */
+static int cf_body_session(struct cf_req *c, json_t *b, struct sbx_err *e)
+{
 	if (b && c->session && json_object_set_new(b, "session", json_string(c->session)) < 0) {
 		json_decref(b);
 		return err_sys(e, ENOMEM, "body");
 	}
+	return cf_set_body(c, b, e);
+}
+
+/* execute / execute/stream: exec in the session (cf_session); a stream
+ * runs in a subshell of it, as on Cloudflare (it sees the session's cwd
+ * and env, its cd/export do not persist, `exit` ends only the subshell);
+ * background: true starts a process instead. */
+static int map_exec(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	const char *command;
+	int stream = c->kind == CF_EXEC_STREAM;
+	json_t *b;
+
+	if (cf_req_str(body, "command", &command, e) < 0 || cf_session(c, body, e) < 0 ||
+	    jsonv_int(body, "timeoutMs", 1, 86400000, &c->timeout_ms, e) < 0)
+		return -1;
+	c->command = strdup(command);
+	if (!c->command)
+		return err_sys(e, ENOMEM, "command");
+	if (!stream && json_is_true(json_object_get(body, "background"))) {
+		c->kind = CF_PROC_START;
+		c->call = &agent_call_proc_start;
+		return cf_body_session(c, cf_exec_body(body, command, 0, e), e);
+	}
+	if (stream && c->session) {
+		struct buf sub;
+
+		buf_init(&sub, strlen(command) + 8);
+		if (buf_adds(&sub, "(\n") < 0 || buf_adds(&sub, command) < 0 ||
+		    buf_adds(&sub, "\n)") < 0 || buf_add(&sub, "", 1) < 0) {
+			buf_release(&sub);
+			return err_sys(e, ENOMEM, "command");
+		}
+		b = cf_exec_body(body, sub.data, 1, e);
+		buf_release(&sub);
+	} else {
+		b = cf_exec_body(body, command, 1, e);
+	}
 	c->args.sse = stream;
-	return b ? cf_set_body(c, b, e) : -1;
+	return cf_body_session(c, b, e);
 }
 
 /* The path fields of a file call: field (required) into c->path, and
@@ -1038,12 +1174,25 @@ static int map_proc_start(struct httpd_req *r, struct cf_req *c, json_t *body, s
 	if (cf_req_str(body, "command", &command, e) < 0)
 		return -1;
 	c->command = strdup(command);
+	if (!c->command || cf_session(c, body, e) < 0)
+		return c->command ? -1 : err_sys(e, ENOMEM, "command");
 	b = cf_exec_body(body, command, 0, e);
 	if (b && cf_copy(b, body, "processId", "id", JV_STRING, e) < 0) {
 		json_decref(b);
 		return -1;
 	}
-	return b ? cf_set_body(c, b, e) : -1;
+	if (cf_body_session(c, b, e) < 0)
+		return -1;
+	/* the session is the process's start state only: errors do not name it */
+	free(c->session);
+	c->session = NULL;
+	return 0;
+}
+
+/* utils.getCommands: the executables on PATH, listed by a sessionless exec. */
+static int map_commands(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	return cf_set_body(c, json_pack("{s:s}", "command", CF_COMMANDS_SCRIPT), e);
 }
 
 static int map_session_create(struct httpd_req *r, struct cf_req *c, json_t *body,
@@ -1092,7 +1241,8 @@ static int cf_ping(struct agent_call *c, struct sbx_err *e)
 static int cf_version(struct agent_call *c, struct sbx_err *e)
 {
 	(void)e;
-	httpd_reply_json(c->r, 200, json_pack("{s:s}", "version", CF_VERSION));
+	httpd_reply_json(c->r, 200, json_pack("{s:s, s:s}", "version", CF_API_VERSION, "sbxVersion",
+					      CF_VERSION));
 	return 0;
 }
 
@@ -1127,6 +1277,7 @@ static const struct cf_route cf_routes[] = {
 	  &agent_call_session_delete },
 	{ "GET", "/api/ping", CF_PLAIN, 0, NULL, &cf_call_ping },
 	{ "GET", "/api/version", CF_PLAIN, 0, NULL, &cf_call_version },
+	{ "GET", "/api/commands", CF_COMMANDS, 0, map_commands, &agent_call_exec },
 };
 
 static const struct cf_route *cf_route_find(const char *method, const char *tail,

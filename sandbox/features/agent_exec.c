@@ -75,6 +75,7 @@ struct agent_exec {
 	struct agent_stream live;  /* keeps the sandbox awake while the request lasts */
 	const struct agent_exec_src *src; /* pushed output (sessions, logs), or NULL */
 	void *src_arg;
+	char *command;             /* named by the start event, or NULL */
 	int failed;                /* answer with err (and err_details) instead */
 	struct sbx_err err;
 	json_t *err_details;
@@ -119,6 +120,7 @@ static void exec_free(struct agent_exec *x)
 	free_event(&x->grace_ev);
 	buf_release(&x->sse);
 	json_decref(x->err_details);
+	free(x->command);
 	agent_sb_stream_end(x->a, &x->live);
 	free(x);
 }
@@ -427,11 +429,21 @@ static void start_reading(struct agent_exec *x)
 	child_io_pause(x->io, 0);
 }
 
+void agent_exec_set_command(struct agent_exec *x, const char *command)
+{
+	free(x->command);
+	x->command = command ? strdup(command) : NULL;
+}
+
 void agent_exec_started(struct agent_exec *x, pid_t pid)
 {
 	x->started = 1;
 	if (x->stream_mode && x->r) {
-		sse_emit(x, "start", json_pack("{s:i}", "pid", (int)pid));
+		json_t *ev = json_pack("{s:i}", "pid", (int)pid);
+
+		if (ev && x->command)
+			json_object_set_new(ev, "command", json_string(x->command));
+		sse_emit(x, "start", ev);
 		start_reading(x);
 	}
 }

@@ -75,6 +75,10 @@ void agent_exec_begin(struct agent_exec *x);
 /* Arm the timeout (ms > 0) from now. */
 void agent_exec_arm_timeout(struct agent_exec *x, int64_t ms);
 
+/* The command text the start event of stream x names (copied), from the
+ * source of pushed output (a process's log stream). */
+void agent_exec_set_command(struct agent_exec *x, const char *command);
+
 /* Push events: the process started, output of stream 0 (stdout) / 1
  * (stderr), the end. agent_exec_exited may free x. */
 void agent_exec_started(struct agent_exec *x, pid_t pid);

@@ -1,7 +1,8 @@
 /*
  * agent_processes.c — background processes of a sandbox.
  *
- *   POST   …/processes {command|argv, cwd?, env?, id?}  -> 201 record
+ *   POST   …/processes {command|argv, cwd?, env?, id?, session?}  -> 201 record
+ *          (session: start from that session's cwd and env, agent_sessions.h)
  *   GET    …/processes                                  -> {processes:[record…]}
  *   GET    …/processes/{p}                              -> record
  *   GET    …/processes/{p}/logs                         -> {stdout, stderr, truncated} | SSE
@@ -31,6 +32,7 @@
  * its last bytes in what it has (at least PLOG_MIN per stream).
  */
 #include "agent_processes.h"
+#include "agent_sessions.h"
 #include "call.h"
 #include "agent_exec.h"
 #include "agent_sse.h"
@@ -894,6 +896,7 @@ const struct jsonv_field agent_proc_start_fields[] = {
 	{ "cwd", JV_STRING, 0 },
 	{ "env", JV_OBJECT, 0 },
 	{ "id", JV_STRING, 0 },
+	{ "session", JV_STRING, 0 },
 	{ NULL, 0, 0 },
 };
 
@@ -1009,12 +1012,22 @@ static int start_spawn(struct agent_call *c, struct proc_box *b, const char *id,
 int agent_proc_start(struct agent_call *c, struct sbx_err *e)
 {
 	struct agent_cmd cmd = { 0 };
+	struct buf script = { 0 };
 	struct proc_box *b;
+	const char *sid;
 	char id[PROC_ID_MAX];
 	int rc = -1;
 
 	if (agent_cmd_parse(c->body, &cmd, e) < 0 || start_id(c->body, id, sizeof(id), e) < 0)
 		goto out;
+	if ((sid = json_string_value(json_object_get(c->body, "session")))) {
+		if (!ids_valid_name(sid)) {
+			err_set(e, SBX_E_VALIDATION, "'session' must be 1-64 of [A-Za-z0-9_.-]");
+			goto out;
+		}
+		if (agent_sess_process_cmd(c->a, c->sb, sid, &cmd, &script, e) < 0)
+			goto out;
+	}
 	b = box_get(c->a, c->sb, 1);
 	if (!b) {
 		err_sys(e, ENOMEM, "process");
@@ -1024,6 +1037,7 @@ int agent_proc_start(struct agent_call *c, struct sbx_err *e)
 		rc = start_spawn(c, b, id, &cmd, e);
 out:
 	agent_cmd_release(&cmd);
+	buf_release(&script);
 	return rc;
 }
 
@@ -1079,6 +1093,7 @@ int agent_proc_logs(struct agent_call *c, struct sbx_err *e)
 		return err_sys(e, ENOMEM, "log stream");
 	}
 	f->p = p;
+	agent_exec_set_command(f->x, p->command);
 	agent_exec_begin(f->x);
 	agent_exec_started(f->x, p->pid);
 	for (int i = 0; i < 2; i++)

@@ -40,11 +40,47 @@ async function rejectsWith(promise, name, code) {
 
 test('ping and version', async () => {
   assert.equal(await client.utils.ping(), 'pong');
-  assert.match(await client.utils.getVersion(), /^sbx-/);
+  // the container API version served (the SDK's), not sbx's own
+  assert.equal(await client.utils.getVersion(), '0.12.10');
+});
+
+test('getCommands lists the executables of the image', async () => {
+  const cmds = await client.utils.getCommands();
+  assert.ok(Array.isArray(cmds));
+  for (const c of ['sh', 'ls', 'cat']) assert.ok(cmds.includes(c), `${c} missing from ${cmds.length} commands`);
+  assert.equal(new Set(cmds).size, cmds.length);
+});
+
+test('no sessionId: the default session, created on first use, persists', async () => {
+  await client.commands.execute('cd /tmp && export COMPAT_DEF=kept', undefined);
+  const r = await client.commands.execute('pwd; echo $COMPAT_DEF', undefined);
+  assert.equal(r.stdout, '/tmp\nkept\n');
+  assert.equal(r.sessionId, 'default');
+  // __DISABLE_SESSION__ (enableDefaultSession: false) runs sessionless: nothing persists
+  await client.commands.execute('cd /tmp && export COMPAT_NONE=lost', '__DISABLE_SESSION__');
+  const n = await client.commands.execute('pwd; echo ${COMPAT_NONE:-none}', '__DISABLE_SESSION__');
+  assert.equal(n.stdout, '/workspace\nnone\n');
+  assert.equal(n.sessionId, undefined);
+  await client.commands.execute('cd /workspace', undefined);
+});
+
+test('timeouts as Cloudflare reports them', async () => {
+  // in a session: CommandError (500 COMMAND_EXECUTION_ERROR)
+  const err = await client.commands.execute('sleep 5', 'compat-tmo', { timeoutMs: 300 }).catch((e) => e);
+  assert.equal(err?.name, 'CommandError', `got ${err?.name}: ${err?.message}`);
+  assert.equal(err.code, 'COMMAND_EXECUTION_ERROR');
+  assert.equal(err.httpStatus, 500);
+  assert.match(err.message, /Command timeout after 300 ms/);
+  // sessionless: exit code 124 and the note on stderr
+  const r = await client.commands.execute('echo before >&2; sleep 5', '__DISABLE_SESSION__', { timeoutMs: 300 });
+  assert.equal(r.exitCode, 124);
+  assert.equal(r.success, false);
+  assert.match(r.stderr, /^before\n/);
+  assert.match(r.stderr, /Command timed out after 300ms/);
 });
 
 test('execute: output, exit code, env and cwd', async () => {
-  const r = await client.commands.execute('echo out; echo err >&2; exit 3', undefined);
+  const r = await client.commands.execute('echo out; echo err >&2; exit 3', '__DISABLE_SESSION__');
   assert.equal(r.success, false);
   assert.equal(r.exitCode, 3);
   assert.equal(r.stdout, 'out\n');
@@ -52,7 +88,7 @@ test('execute: output, exit code, env and cwd', async () => {
   assert.equal(r.command, 'echo out; echo err >&2; exit 3');
   assert.equal(typeof r.timestamp, 'string');
 
-  const e = await client.commands.execute('echo "$GREETING"; pwd', undefined, {
+  const e = await client.commands.execute('echo "$GREETING"; pwd', '__DISABLE_SESSION__', {
     env: { GREETING: 'hello' },
     cwd: '/tmp',
   });
@@ -82,6 +118,20 @@ test('executeStream: start, stdout/stderr in order, complete', async () => {
   assert.equal(out, 'one\n');
   assert.equal(err, 'two\n');
   assert.ok(types.indexOf('stdout') < types.indexOf('stderr'));
+});
+
+test('executeStream in a session runs in a subshell of it', async () => {
+  // compat-s1 is in /tmp with COMPAT_VAR (the session test above)
+  const evs = await events(
+    await client.commands.executeStream('pwd; echo $COMPAT_VAR; cd /; export COMPAT_SUB=x; exit 4', 'compat-s1'),
+  );
+  assert.equal(evs.at(-1).type, 'complete');
+  assert.equal(evs.at(-1).exitCode, 4);
+  assert.equal(evs.filter((e) => e.type === 'stdout').map((e) => e.data).join(''), '/tmp\nkept\n');
+  // the shell lives on, without the stream's cd and export
+  const r = await client.commands.execute('pwd; echo ${COMPAT_SUB:-none}; echo $COMPAT_VAR', 'compat-s1');
+  assert.equal(r.exitCode, 0);
+  assert.equal(r.stdout, '/tmp\nnone\nkept\n');
 });
 
 test('files: write, read, exists, list, rename, move, stream, delete', async () => {
@@ -168,6 +218,23 @@ test('processes: start, list, get, logs, stream, kill', async () => {
   const logs = await p.getProcessLogs('compat-ticker');
   assert.equal(logs.stdout, 'tick1\ntick2\ntick3\n');
   assert.equal(logs.stderr, 'done\n');
+});
+
+test('a process started in a session starts from its cwd and env', async () => {
+  await client.commands.execute('mkdir -p /tmp/psess && cd /tmp/psess && export COMPAT_PV=sess', 'compat-p');
+  const cmd = 'pwd; echo $COMPAT_PV; echo $OWN';
+  const started = await client.processes.startProcess(cmd, 'compat-p', {
+    processId: 'compat-in-session',
+    env: { OWN: 'mine' },
+  });
+  assert.equal(started.processId, 'compat-in-session');
+  const evs = await events(await client.processes.streamProcessLogs('compat-in-session'));
+  assert.equal(evs[0].type, 'process_info');
+  assert.equal(evs[0].command, cmd);
+  assert.equal(evs.at(-1).type, 'exit');
+  assert.equal(evs.filter((e) => e.type === 'stdout').map((e) => e.data).join(''), '/tmp/psess\nsess\nmine\n');
+  const info = await client.processes.getProcess('compat-in-session');
+  assert.equal(info.process.command, cmd);
 });
 
 test('processes: kill one, kill all, background execute', async () => {
