@@ -72,6 +72,8 @@ struct httpd_req {
 	void *sink_arg;
 	int sink_done;             /* the sink refused more, or saw the end */
 	int body_paused;           /* the sink asked for a pause (HTTPD_BODY_PAUSE) */
+	const char *feed;          /* httpd_feed_body: the body being fed, */
+	size_t feed_len, feed_off; /* its length and how much the sink took */
 	struct event *peer_ev;     /* watches the client socket while suspended */
 	struct event *file_ev;     /* a file answer: checks the file's size */
 	int file_fd;               /* borrowed: MHD owns it with the answer */
@@ -285,9 +287,46 @@ void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *a
 	r->filter_arg = arg;
 }
 
+int httpd_body_too_large(const struct httpd_req *r)
+{
+	return r->too_large;
+}
+
 int httpd_json_filtered(const struct httpd_req *r)
 {
 	return r->filter && r->filter->json;
+}
+
+#define FEED_CHUNK (64 * 1024)
+
+/* Feed the rest of r->feed in chunks until the sink pauses, refuses or
+ * has it all (then its end). */
+static void feed_step(struct httpd_req *r)
+{
+	while (r->feed_off < r->feed_len) {
+		size_t n = r->feed_len - r->feed_off;
+		int rc;
+
+		if (n > FEED_CHUNK)
+			n = FEED_CHUNK;
+		if (r->replied)
+			return;
+		rc = r->sink(r->sink_arg, r->feed + r->feed_off, n);
+		r->feed_off += n;
+		if (rc < 0) {
+			r->feed_off = r->feed_len = 0;
+			return;
+		}
+		if (rc == HTTPD_BODY_PAUSE) {
+			/* the rest comes on httpd_body_resume: the answer later */
+			r->body_paused = 1;
+			r->deferred = 1;
+			return;
+		}
+	}
+	r->feed = NULL;
+	if (!r->replied)
+		r->sink(r->sink_arg, NULL, 0);
 }
 
 void httpd_feed_body(struct httpd_req *r, const char *data, size_t len)
@@ -295,10 +334,10 @@ void httpd_feed_body(struct httpd_req *r, const char *data, size_t len)
 	if (!r->sink || r->sink_done || r->replied)
 		return;
 	r->sink_done = 1;
-	if (len && r->sink(r->sink_arg, data, len) < 0)
-		return;
-	if (!r->replied)
-		r->sink(r->sink_arg, NULL, 0);
+	r->feed = data;
+	r->feed_len = len;
+	r->feed_off = 0;
+	feed_step(r);
 }
 
 /* --- answers --- */
@@ -530,8 +569,12 @@ void httpd_body_sink(struct httpd_req *r, httpd_body_fn fn, void *arg)
 
 void httpd_body_resume(struct httpd_req *r)
 {
-	if (r->body_paused)
+	if (r->body_paused && r->feed) {
+		r->body_paused = 0;
+		feed_step(r);
+	} else if (r->body_paused) {
 		resume_req(r);
+	}
 }
 
 void httpd_stream_wake(struct httpd_req *r)
@@ -765,6 +808,8 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 			}
 			return MHD_YES;
 		}
+		if (!r->replied && r->route && (r->route->flags & HTTPD_ROUTE_BIG_BODY))
+			r->body.max = HTTPD_MAX_BIG_BODY;
 		if (!r->replied && clen) {
 			int64_t n;
 			/* Too large: drop the body as it arrives and answer 413 once
@@ -772,7 +817,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 			 * while the proxy in front still sends the body: nginx then
 			 * sees a reset instead of our answer (a 502, or its own HTML
 			 * 413) depending on who wins the race. */
-			if (util_parse_i64(clen, 0, INT64_MAX, &n) == 0 && n > HTTPD_MAX_JSON_BODY)
+			if (util_parse_i64(clen, 0, INT64_MAX, &n) == 0 && (uint64_t)n > r->body.max)
 				r->too_large = 1;
 		}
 		if (r->replied)
@@ -820,10 +865,12 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 		return MHD_YES;
 	if (!r->dispatched) {
 		r->dispatched = 1;
-		if (r->too_large) {
+		if (r->too_large && !(r->route->flags & HTTPD_ROUTE_BIG_BODY)) {
 			error_answer(r, SBX_E_PAYLOAD_TOO_LARGE, "request body larger than 1 MiB");
 			return queue_answer(r);
 		}
+		if (r->too_large)
+			buf_release(&r->body);
 		r->route->fn(r);
 		if (r->resp)
 			return queue_answer(r);

@@ -63,6 +63,13 @@ struct httpd_route {
  * buffered and not bounded) and either answers at once or registers a
  * body sink with httpd_body_sink(). */
 #define HTTPD_ROUTE_STREAM_BODY 0x1u
+/* The body is buffered up to HTTPD_MAX_BIG_BODY (not HTTPD_MAX_JSON_BODY),
+ * and a larger one is not refused here: the handler runs without it and
+ * answers in its own shape (httpd_body_too_large). */
+#define HTTPD_ROUTE_BIG_BODY 0x2u
+#define HTTPD_MAX_BIG_BODY (48 * 1024 * 1024)
+/* 1 when r's body was over its route's bound (and dropped). */
+int httpd_body_too_large(const struct httpd_req *r);
 
 /* A streamed request body, chunk by chunk as it arrives; called once more
  * with (NULL, 0) at its end, where the handler must answer (or defer).
@@ -172,9 +179,11 @@ void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *a
  * answer would bypass it). */
 int httpd_json_filtered(const struct httpd_req *r);
 
-/* Feed data (borrowed) to the sink a HTTPD_ROUTE_STREAM_BODY handler
- * registered while it was called on a buffered request (a view's call),
- * as the whole body, then its end. No-op without a sink. */
+/* Feed data to the sink a HTTPD_ROUTE_STREAM_BODY handler registered
+ * while it was called on a buffered request (a view's call), as the whole
+ * body in chunks, then its end; a sink that pauses gets the rest when it
+ * calls httpd_body_resume. data is borrowed and must live as long as r.
+ * No-op without a sink. */
 void httpd_feed_body(struct httpd_req *r, const char *data, size_t len);
 
 #endif

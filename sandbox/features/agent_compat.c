@@ -47,6 +47,7 @@
 #define CF_FILE_CHUNK (48 * 1024)           /* a multiple of 3: clean base64 */
 #define CF_SNIFF 8192
 #define CF_LIST_LIMIT "10000"
+#define CF_FILE_MAX (32 * 1024 * 1024)      /* writeFile / readFile content, as Cloudflare */
 #define CF_VERSION "sbx-" AGENT_VERSION
 #define CF_API_VERSION "0.12.10"            /* the SDK's container API served here */
 #define CF_DEFAULT_SESSION "default"
@@ -259,7 +260,7 @@ static void cf_read_auto(json_t *res)
 
 	if (json_is_true(json_object_get(res, "isBinary")) || !b64)
 		return;
-	buf_init(&raw, FSPATH_MAX * 4096);
+	buf_init(&raw, CF_FILE_MAX);
 	if (codec_base64_decode(b64, strlen(b64), &raw) == 0 &&
 	    codec_utf8_valid(raw.data ? raw.data : "", raw.len)) {
 		json_object_set_new(res, "content", json_stringn(raw.data ? raw.data : "", raw.len));
@@ -1102,15 +1103,18 @@ static int map_write(struct httpd_req *r, struct cf_req *c, json_t *body, struct
 		return -1;
 	if (!json_is_string(content))
 		return err_set(e, SBX_E_VALIDATION, "'content' must be a string");
-	buf_init(&raw, HTTPD_MAX_JSON_BODY);
+	buf_init(&raw, CF_FILE_MAX);
 	if (enc && (rc = cf_encoding(enc, e)) < 0) {
 		rc = -1;
 	} else if (rc == 1) {
 		rc = codec_base64_decode(json_string_value(content), json_string_length(content), &raw);
-		if (rc < 0)
+		if (rc < 0 && raw.len + 3 >= CF_FILE_MAX)
+			err_set(e, SBX_E_FILE_TOO_LARGE, "'content' is larger than %d bytes",
+				CF_FILE_MAX);
+		else if (rc < 0)
 			err_set(e, SBX_E_VALIDATION, "'content' is not valid base64");
 	} else if (buf_add(&raw, json_string_value(content), json_string_length(content)) < 0) {
-		rc = err_set(e, SBX_E_PAYLOAD_TOO_LARGE, "'content' is too large");
+		rc = err_set(e, SBX_E_FILE_TOO_LARGE, "'content' is larger than %d bytes", CF_FILE_MAX);
 	}
 	if (rc < 0) {
 		buf_release(&raw);
@@ -1327,6 +1331,13 @@ void agent_cf_dispatch(struct httpd_req *r)
 	c = cf_begin(r, rt ? rt->kind : CF_PLAIN);
 	if (!c)
 		return;
+	if (httpd_body_too_large(r)) {
+		/* over the bound of the route's row (HTTPD_ROUTE_BIG_BODY) */
+		err_set(&e, rt && rt->kind == CF_WRITE ? SBX_E_FILE_TOO_LARGE : SBX_E_PAYLOAD_TOO_LARGE,
+			"the request body is larger than %d bytes", HTTPD_MAX_BIG_BODY);
+		httpd_reply_err(r, &e);
+		return;
+	}
 	if (cf_map(r, rt, c, params, &e) < 0) {
 		httpd_reply_err(r, &e);
 		return;

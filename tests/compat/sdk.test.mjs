@@ -180,6 +180,32 @@ test('files: write, read, exists, list, rename, move, stream, delete', async () 
   assert.equal(ls.stdout, 'sub\n');
 });
 
+test('sizes: 20 MiB round trip, FILE_TOO_LARGE beyond 32 MiB, nginx refusals in the SDK shape', async () => {
+  const f = client.files;
+  const line = 'sbx compat size test 0123456789 ü\n';
+  const big = line.repeat(Math.ceil((20 << 20) / Buffer.byteLength(line)));
+  await f.writeFile('/workspace/big.txt', big, undefined);
+  const back = await f.readFile('/workspace/big.txt', undefined);
+  assert.equal(back.size, Buffer.byteLength(big));
+  assert.ok(back.content === big, 'the 20 MiB text came back changed');
+
+  // 40 MiB of content: over Cloudflare's 32 MiB, refused by the agent
+  const tooBig = 'y'.repeat(40 << 20);
+  const w = await f.writeFile('/workspace/too-big.txt', tooBig, undefined).catch((e) => e);
+  assert.equal(w?.name, 'FileTooLargeError', `got ${w?.name}: ${w?.message}`);
+  assert.equal(w.httpStatus, 413);
+  assert.match(w.message, /content/);
+  // a body over nginx's bound for /cf: nginx's own 413, in the SDK's shape
+  const huge = await f.writeFile('/workspace/huge.txt', 'z'.repeat(50 << 20), undefined).catch((e) => e);
+  assert.equal(huge?.name, 'FileTooLargeError', `got ${huge?.name}: ${huge?.message}`);
+  assert.equal(huge.httpStatus, 413);
+  assert.equal(typeof huge.errorResponse.timestamp, 'string');
+  // a file over 32 MiB is not read whole (readFileStream streams it)
+  await client.commands.execute('head -c 34000000 /dev/zero > /workspace/zeros.bin', undefined);
+  await rejectsWith(f.readFile('/workspace/zeros.bin', undefined), 'FileTooLargeError', 'FILE_TOO_LARGE');
+  await client.commands.execute('rm -f /workspace/big.txt /workspace/zeros.bin', undefined);
+});
+
 test('errors carry the SDK error classes and codes', async () => {
   await rejectsWith(client.files.readFile('/workspace/missing.txt', undefined), 'FileNotFoundError', 'FILE_NOT_FOUND');
   const err = await client.files.readFile('/workspace/missing.txt', undefined).catch((e) => e);
