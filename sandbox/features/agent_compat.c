@@ -80,10 +80,12 @@ enum cf_kind {
 	CF_SESS_LIST,
 	CF_SESS_DELETE,
 	CF_COMMANDS,
+	CF_PORT_WATCH,
 };
 
 /* One compat request: what the answer filter needs to know. */
 struct cf_req {
+	struct httpd_req *r;
 	enum cf_kind kind;
 	const struct agent_call_spec *call;   /* the call that serves the request */
 	struct agent_call_args args;          /* its arguments (body, tail, content owned) */
@@ -99,6 +101,10 @@ struct cf_req {
 	int recursive;
 	int auto_encoding;         /* read without encoding: text or base64 */
 	int64_t timeout_ms;        /* the exec's timeoutMs (0: none) */
+	/* port watch: the values of the wait's query */
+	char q_port[8], q_status[16], q_interval[16];
+	char *q_path;
+	int port;
 	/* re-framed event stream */
 	httpd_read_fn inner;
 	void *inner_arg;
@@ -114,6 +120,8 @@ struct cf_req {
 	char carry[4];
 	size_t ncarry;
 };
+
+static void cf_emit(struct cf_req *c, json_t *ev);
 
 /* --- small helpers --- */
 
@@ -137,6 +145,7 @@ static void cf_free(void *arg)
 	free(c->new_path);
 	free(c->proc_id);
 	free(c->tail);
+	free(c->q_path);
 	json_decref(c->args.body);
 	buf_release(&c->content);
 	buf_release(&c->in);
@@ -401,6 +410,7 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 	case CF_EXEC_STREAM:
 	case CF_PROC_STREAM:
 	case CF_READ_STREAM:
+	case CF_PORT_WATCH:
 		/* A stream route answered with JSON: only errors get here. */
 		res = body ? json_incref(body) : json_object();
 		break;
@@ -464,10 +474,47 @@ static json_t *cf_exec_timed_out(struct cf_req *c, int *status, json_t *body)
 	}
 }
 
+/* ports.watchPort: the wait's answer (body stolen) as the SDK's event
+ * stream: watching, then ready, process_exited or error. A refusal of the
+ * request itself (no such process, bad arguments) stays an HTTP error:
+ * NULL, body given back in *body. */
+static int cf_port_watch_answer(struct cf_req *c, int status, json_t **body)
+{
+	const json_t *err = json_object_get(*body, "error");
+	const char *code = json_string_value(json_object_get(err, "code"));
+	char ts[32];
+
+	if (status >= 400 && (!code || (strcmp(code, "PROCESS_EXITED_BEFORE_READY") != 0 &&
+					 strcmp(code, "PROCESS_READY_TIMEOUT") != 0)))
+		return 0;
+	cf_now(ts);
+	cf_emit(c, json_pack("{s:s, s:i, s:s}", "type", "watching", "port", c->port, "timestamp", ts));
+	if (status < 400)
+		cf_emit(c, json_pack("{s:s, s:i, s:O*, s:s}", "type", "ready", "port", c->port,
+					"statusCode", json_object_get(*body, "status"), "timestamp", ts));
+	else if (strcmp(code, "PROCESS_EXITED_BEFORE_READY") == 0)
+		cf_emit(c, json_pack("{s:s, s:i, s:O*, s:s}", "type", "process_exited", "port",
+					c->port, "exitCode",
+					json_object_get(json_object_get(err, "details"), "exitCode"),
+					"timestamp", ts));
+	else
+		cf_emit(c, json_pack("{s:s, s:i, s:O*, s:s}", "type", "error", "port", c->port,
+					"error", json_object_get(err, "message"), "timestamp", ts));
+	json_decref(*body);
+	*body = NULL;
+	httpd_add_header(c->r, "Cache-Control", "no-store");
+	httpd_reply_bytes(c->r, 200, "text/event-stream", c->out.data ? c->out.data : "", c->out.len);
+	buf_reset(&c->out);
+	return 1;
+}
+
 static json_t *cf_filter_json(void *arg, int *status, json_t *body)
 {
 	struct cf_req *c = arg;
 
+	/* answered here as a stream: the empty answer httpd sends next is dropped */
+	if (c->kind == CF_PORT_WATCH && cf_port_watch_answer(c, *status, &body))
+		return NULL;
 	if (*status < 400 && c->kind == CF_EXEC && json_is_true(json_object_get(body, "timedOut")))
 		return cf_exec_timed_out(c, status, body);
 	if (*status >= 400) {
@@ -842,6 +889,7 @@ static struct cf_req *cf_begin(struct httpd_req *r, enum cf_kind kind)
 		httpd_reply_err(r, &e);
 		return NULL;
 	}
+	c->r = r;
 	c->kind = kind;
 	c->fd = -1;
 	c->t0 = util_now_ms();
@@ -926,7 +974,8 @@ static int cf_set_path(struct cf_req *c, const char *p, struct sbx_err *e)
 	return c->tail ? 0 : err_sys(e, ENOMEM, "path");
 }
 
-/* Add the query parameter name=value (both static) for the native call. */
+/* Add the query parameter name=value (static, or living in c) for the
+ * native call. */
 static void cf_query(struct cf_req *c, const char *name, const char *value)
 {
 	if (c->nquery < AGENT_CALL_QUERY_MAX) {
@@ -1193,6 +1242,49 @@ static int map_proc_start(struct httpd_req *r, struct cf_req *c, json_t *body, s
 	return 0;
 }
 
+/* ports.watchPort {port, mode, path, statusMin, statusMax, processId,
+ * interval}: the wait of process processId (required in sbx) for port,
+ * in TCP or HTTP mode; the SDK applies its own timeout (the wait's is the
+ * longest, an hour). */
+static int map_port_watch(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	const char *mode, *path, *pid;
+	int64_t port, lo = 200, hi = 399, interval = 500;
+
+	if (jsonv_int(body, "port", 1, 65535, &port, e) < 0 || cf_str(body, "mode", &mode, e) < 0 ||
+	    cf_str(body, "path", &path, e) < 0 || cf_str(body, "processId", &pid, e) < 0 ||
+	    jsonv_int(body, "statusMin", 100, 599, &lo, e) < 0 ||
+	    jsonv_int(body, "statusMax", 100, 599, &hi, e) < 0 ||
+	    jsonv_int(body, "interval", 10, 60000, &interval, e) < 0)
+		return -1;
+	if (!json_object_get(body, "port"))
+		return err_set(e, SBX_E_VALIDATION, "'port' is required");
+	if (mode && strcmp(mode, "http") != 0 && strcmp(mode, "tcp") != 0)
+		return err_set(e, SBX_E_VALIDATION, "'mode' must be http or tcp");
+	if (!pid || !*pid)
+		return err_set(e, SBX_E_VALIDATION,
+			       "'processId' is required: sbx watches a port for a process it started");
+	if (hi < lo)
+		return err_set(e, SBX_E_VALIDATION, "'statusMax' is below 'statusMin'");
+	c->port = (int)port;
+	if (!(c->args.ref = c->proc_id = strdup(pid)))
+		return err_sys(e, ENOMEM, "process id");
+	util_xsnprintf(c->q_port, sizeof(c->q_port), "%d", (int)port);
+	util_xsnprintf(c->q_interval, sizeof(c->q_interval), "%lld", (long long)interval);
+	cf_query(c, "port", c->q_port);
+	cf_query(c, "timeoutMs", "3600000");
+	cf_query(c, "intervalMs", c->q_interval);
+	if (!mode || strcmp(mode, "http") == 0) {
+		if (!(c->q_path = strdup(path ? path : "/")))
+			return err_sys(e, ENOMEM, "path");
+		util_xsnprintf(c->q_status, sizeof(c->q_status), "%lld-%lld", (long long)lo,
+			       (long long)hi);
+		cf_query(c, "http", c->q_path);
+		cf_query(c, "status", c->q_status);
+	}
+	return 0;
+}
+
 /* utils.getCommands: the executables on PATH, listed by a sessionless exec. */
 static int map_commands(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
 {
@@ -1282,6 +1374,7 @@ static const struct cf_route cf_routes[] = {
 	{ "GET", "/api/ping", CF_PLAIN, 0, NULL, &cf_call_ping },
 	{ "GET", "/api/version", CF_PLAIN, 0, NULL, &cf_call_version },
 	{ "GET", "/api/commands", CF_COMMANDS, 0, map_commands, &agent_call_exec },
+	{ "POST", "/api/port-watch", CF_PORT_WATCH, CF_BODY, map_port_watch, &agent_call_proc_wait },
 };
 
 static const struct cf_route *cf_route_find(const char *method, const char *tail,

@@ -263,6 +263,53 @@ test('a process started in a session starts from its cwd and env', async () => {
   assert.equal(info.process.command, cmd);
 });
 
+// Answers 503 to its first three requests, then 200 on /health.
+const SLOW_HEALTH = `
+import http.server
+n = [0]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        n[0] += 1
+        code = 200 if n[0] > 3 and self.path == '/health' else 503
+        print(code, flush=True)
+        self.send_response(code)
+        self.send_header('Content-Length', '0')
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(('127.0.0.1', 8790), H).serve_forever()
+`;
+
+test('ports.watchPort: HTTP until a 200, TCP, a process that exits first', async () => {
+  const p = client.processes;
+  await client.files.writeFile('/workspace/slow_health.py', SLOW_HEALTH, undefined);
+  await p.startProcess('python3 /workspace/slow_health.py', undefined, { processId: 'compat-health' });
+  // what the SDK's waitForPort sends
+  const http = await events(await client.ports.watchPort({
+    port: 8790, mode: 'http', path: '/health', statusMin: 200, statusMax: 299,
+    processId: 'compat-health', interval: 50,
+  }));
+  assert.deepEqual(http.map((e) => e.type), ['watching', 'ready']);
+  assert.equal(http[1].statusCode, 200);
+  const served = (await p.getProcessLogs('compat-health')).stdout.split('\n');
+  assert.deepEqual(served.slice(0, 4), ['503', '503', '503', '200']);
+  await p.killProcess('compat-health');
+
+  await p.startProcess(`python3 -c "import socket,time
+s=socket.socket(); time.sleep(0.3); s.bind(('127.0.0.1',8791)); s.listen(4); time.sleep(60)"`,
+  undefined, { processId: 'compat-listener' });
+  const tcp = await events(await client.ports.watchPort({ port: 8791, mode: 'tcp', processId: 'compat-listener', interval: 50 }));
+  assert.deepEqual(tcp.map((e) => e.type), ['watching', 'ready']);
+  await p.killProcess('compat-listener');
+
+  await p.startProcess('sleep 0.2; exit 3', undefined, { processId: 'compat-quitter' });
+  const gone = await events(await client.ports.watchPort({ port: 8792, mode: 'tcp', processId: 'compat-quitter' }));
+  assert.equal(gone.at(-1).type, 'process_exited');
+  assert.equal(gone.at(-1).exitCode, 3);
+  await rejectsWith(client.ports.watchPort({ port: 8792, mode: 'tcp', processId: 'no-such-proc' }),
+    'ProcessNotFoundError', 'PROCESS_NOT_FOUND');
+});
+
 test('processes: kill one, kill all, background execute', async () => {
   const p = client.processes;
   await p.startProcess('sleep 300', undefined, { processId: 'compat-sleeper' });
