@@ -93,7 +93,7 @@ struct agent_exec {
 	uint64_t joff;
 	char jcarry[4];
 	size_t njcarry;
-	struct buf jout;
+	struct buf jout, jfix;     /* its escaped text; a chunk with U+FFFD in place */
 	size_t jout_off;
 	int64_t dur_ms;
 	int failed;                /* answer with err (and err_details) instead */
@@ -141,6 +141,7 @@ static void exec_free(struct agent_exec *x)
 		spill_node -= x->out[i].spilled;
 	}
 	buf_release(&x->jout);
+	buf_release(&x->jfix);
 	child_io_free(x->io);
 	free_event(&x->timeout_ev);
 	free_event(&x->keepalive_ev);
@@ -427,7 +428,6 @@ static int json_answer_step(struct agent_exec *x)
 {
 	char chunk[EXEC_JSON_CHUNK + sizeof(x->jcarry)];
 	struct exec_stream *s;
-	struct buf fixed;
 	size_t len, send;
 	ssize_t r;
 	int rc;
@@ -466,12 +466,12 @@ static int json_answer_step(struct agent_exec *x)
 	send = x->joff < stream_kept(s) ? codec_utf8_complete_len(chunk, len) : len;
 	x->njcarry = len - send;
 	memcpy(x->jcarry, chunk + send, x->njcarry);
-	buf_init(&fixed, send * 3 + 16);
-	rc = codec_utf8_fix(chunk, send, &fixed) < 0 ||
-			     files_json_escape(&x->jout, fixed.data ? fixed.data : "", fixed.len) < 0
+	/* both buffers are kept across steps: no allocation per chunk */
+	buf_reset(&x->jfix);
+	rc = codec_utf8_fix(chunk, send, &x->jfix) < 0 ||
+			     files_json_escape(&x->jout, x->jfix.data ? x->jfix.data : "", x->jfix.len) < 0
 		     ? -1
 		     : 0;
-	buf_release(&fixed);
 	if (x->joff >= stream_kept(s) && x->njcarry == 0) {
 		x->jpart++;
 		x->joff = 0;
@@ -791,6 +791,7 @@ struct agent_exec *agent_exec_new(struct agent *a, struct httpd_req *r, struct a
 	snprintf(x->cwd, sizeof(x->cwd), "%s", cwd);
 	buf_init(&x->sse, EXEC_SSE_HARD_MAX);
 	buf_init(&x->jout, EXEC_JSON_CHUNK * 6 + 256);
+	buf_init(&x->jfix, EXEC_JSON_CHUNK * 3 + 16);
 	for (int i = 0; i < 2; i++) {
 		x->out[i].x = x;
 		x->out[i].name = i ? "stderr" : "stdout";
