@@ -287,6 +287,13 @@ void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *a
 	r->filter_arg = arg;
 }
 
+int httpd_filter_typed(struct httpd_req *r, const char *type, const void *result)
+{
+	if (!r->filter || !r->filter->typed || r->replied)
+		return 0;
+	return r->filter->typed(r->filter_arg, r, type, result) == 1;
+}
+
 int httpd_body_too_large(const struct httpd_req *r)
 {
 	return r->too_large;

@@ -171,10 +171,17 @@ struct httpd_filter {
 	/* A file answer (httpd_reply_fd): return 1 when the filter answered r
 	 * itself (fd is then its own), 0 to send the file as it is. */
 	int (*fd)(void *arg, struct httpd_req *r, int fd, uint64_t offset, uint64_t len);
+	/* A typed result, handed over by a source before it answers (the
+	 * source's own struct, named by type): return 1 when the filter
+	 * answered r from it, 0 to let the source answer as usual. */
+	int (*typed)(void *arg, struct httpd_req *r, const char *type, const void *result);
 	/* arg is freed with the request (after the close callback). */
 	void (*free)(void *arg);
 };
 void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *arg);
+/* Offer r's filter the typed result of its answer: 1 when the filter
+ * answered r, 0 when the source answers (no filter, no hook, declined). */
+int httpd_filter_typed(struct httpd_req *r, const char *type, const void *result);
 /* 1 when a filter with a json hook rewrites r's JSON answers (a streamed
  * answer would bypass it). */
 int httpd_json_filtered(const struct httpd_req *r);

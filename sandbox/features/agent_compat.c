@@ -19,6 +19,9 @@
  *      into the SDK's shape: JSON results with success/timestamp,
  *      the SDK's error object {code, message, context, httpStatus,
  *      timestamp}, and event streams re-framed as `data: {"type":…}`.
+ *      An exec's result comes typed (struct agent_exec_result, the
+ *      filter's typed hook) and is rendered as the SDK's ExecResult by the
+ *      exec engine's streamed writer, so large output is never held whole.
  * So exec, sessions, processes and files keep one code path each.
  *
  * The SDK's bodies are parsed strictly as JSON, but fields sbx does not map
@@ -29,6 +32,7 @@
 #include "call.h"
 #include "codec.h"
 #include "agent_compat.h"
+#include "agent_exec.h"
 #include "agent_routes.h"
 #include "agent_sse.h"
 #include "buf.h"
@@ -309,19 +313,6 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 	case CF_PLAIN:
 		res = body ? json_incref(body) : json_object();
 		break;
-	case CF_EXEC:
-		res = json_pack("{s:O*, s:O*, s:O*, s:s, s:I}", "exitCode",
-				json_object_get(body, "exitCode"), "stdout", json_object_get(body, "stdout"),
-				"stderr", json_object_get(body, "stderr"), "command",
-				c->command ? c->command : "", "duration",
-				(json_int_t)(util_now_ms() - c->t0));
-		if (res && json_is_boolean(json_object_get(body, "success")))
-			json_object_set(res, "success", json_object_get(body, "success"));
-		if (res && c->session)
-			json_object_set_new(res, "sessionId", json_string(c->session));
-		if (res && json_is_true(json_object_get(body, "timedOut")))
-			json_object_set_new(res, "timedOut", json_true());
-		break;
 	case CF_PROC_START:
 		res = json_pack("{s:O*, s:O*}", "processId", json_object_get(body, "id"), "command",
 				json_object_get(body, "command"));
@@ -407,6 +398,7 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 	case CF_COMMANDS:
 		res = cf_commands(body);
 		break;
+	case CF_EXEC:              /* its result is typed (cf_exec_result) */
 	case CF_EXEC_STREAM:
 	case CF_PROC_STREAM:
 	case CF_READ_STREAM:
@@ -438,40 +430,65 @@ static void cf_timeout_text(const struct cf_req *c, char *out, size_t n)
 		       c->session ? c->session : "", (long long)c->timeout_ms);
 }
 
-/* An exec answer that timed out, as Cloudflare reports it: in a session a
- * 500 COMMAND_EXECUTION_ERROR (the SDK raises CommandError); sessionless,
- * the result with "Command timed out after <N>ms" on stderr. */
-static json_t *cf_exec_timed_out(struct cf_req *c, int *status, json_t *body)
+/* A JSON string of s (NULL: null) as compact JSON text; NULL on ENOMEM. */
+static char *cf_json_text(const char *s)
 {
-	char msg[256];
+	json_t *v = s ? json_string(s) : json_null();
+	char *t = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
 
-	if (c->session) {
-		json_t *ctx = json_pack("{s:s, s:I, s:O*, s:O*}", "command",
-					c->command ? c->command : "", "exitCode", (json_int_t)124,
-					"stdout", json_object_get(body, "stdout"), "stderr",
-					json_object_get(body, "stderr"));
+	json_decref(v);
+	return t;
+}
 
+/* execute: the exec's typed result as the SDK's ExecResult, streamed by
+ * the engine (stdout and stderr are never in memory whole). A timeout is
+ * reported as Cloudflare does: in a session a 500 COMMAND_EXECUTION_ERROR
+ * (the SDK raises CommandError), sessionless exit code 124 with "Command
+ * timed out after <N>ms" at the end of stderr. */
+static int cf_exec_result(struct cf_req *c, struct httpd_req *r, const struct agent_exec_result *res)
+{
+	auto_free char *cmd = cf_json_text(c->command ? c->command : "");
+	auto_free char *sid = cf_json_text(c->session);
+	auto_free char *tail = NULL;
+	char head[96], note[96] = "", ts[32], msg[256];
+	size_t n;
+
+	if (res->timed_out && c->session) {
 		cf_timeout_text(c, msg, sizeof(msg));
-		*status = 500;
-		json_decref(body);
-		if (ctx && c->session)
-			json_object_set_new(ctx, "sessionId", json_string(c->session));
-		return err_cf_body("COMMAND_EXECUTION_ERROR", msg, 500, ctx);
-	} else {
-		const char *err = json_string_value(json_object_get(body, "stderr"));
-		size_t len = json_string_length(json_object_get(body, "stderr"));
-		struct buf b;
-
-		buf_init(&b, len + sizeof(msg) + 2);
-		util_xsnprintf(msg, sizeof(msg), "Command timed out after %lldms\n",
-			       (long long)c->timeout_ms);
-		if ((err && buf_add(&b, err, len) < 0) ||
-		    (len && err[len - 1] != '\n' && buf_add(&b, "\n", 1) < 0) || buf_adds(&b, msg) < 0 ||
-		    json_object_set_new(body, "stderr", json_stringn(b.data, b.len)) < 0)
-			log_error("compat: the timeout note was dropped");
-		buf_release(&b);
-		return cf_result(c, status, body);
+		httpd_reply_json(r, 500,
+				 json_pack("{s:{s:s, s:s, s:{s:s, s:i}}}", "error", "code",
+					   "COMMAND_EXECUTION_ERROR", "message", msg, "details",
+					   "command", c->command ? c->command : "", "exitCode", 124));
+		return 1;
 	}
+	if (res->timed_out)
+		util_xsnprintf(note, sizeof(note), "%sCommand timed out after %lldms\\n",
+			       res->stderr_last >= 0 && res->stderr_last != '\n' ? "\\n" : "",
+			       (long long)c->timeout_ms);
+	cf_now(ts);
+	util_xsnprintf(head, sizeof(head), "{\"success\":%s,\"exitCode\":%lld,\"stdout\":\"",
+		       res->exit_code == 0 && !res->timed_out ? "true" : "false",
+		       (long long)res->exit_code);
+	n = strlen(cmd ? cmd : "") + strlen(sid ? sid : "") + 256;
+	tail = malloc(n);
+	if (!cmd || !sid || !tail)
+		return 0;   /* out of memory: the engine answers in its own shape */
+	util_xsnprintf(tail, n,
+		       "%s\",\"command\":%s,\"duration\":%lld,\"timestamp\":\"%s\"%s%s%s%s}", note, cmd,
+		       (long long)(util_now_ms() - c->t0), ts, c->session ? ",\"sessionId\":" : "",
+		       c->session ? sid : "", res->timed_out ? ",\"timedOut\":true" : "",
+		       res->truncated ? ",\"truncated\":true" : "");
+	agent_exec_reply_text(res->x, "application/json", head, "\",\"stderr\":\"", tail);
+	return 1;
+}
+
+static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, const void *result)
+{
+	struct cf_req *c = arg;
+
+	if (c->kind != CF_EXEC || strcmp(type, AGENT_EXEC_RESULT) != 0)
+		return 0;
+	return cf_exec_result(c, r, result);
 }
 
 /* ports.watchPort: the wait's answer (body stolen) as the SDK's event
@@ -515,8 +532,6 @@ static json_t *cf_filter_json(void *arg, int *status, json_t *body)
 	/* answered here as a stream: the empty answer httpd sends next is dropped */
 	if (c->kind == CF_PORT_WATCH && cf_port_watch_answer(c, *status, &body))
 		return NULL;
-	if (*status < 400 && c->kind == CF_EXEC && json_is_true(json_object_get(body, "timedOut")))
-		return cf_exec_timed_out(c, status, body);
 	if (*status >= 400) {
 		if (c->kind == CF_EXISTS &&
 		    (error_code_is(body, "FILE_NOT_FOUND") || error_code_is(body, "NOT_DIRECTORY"))) {
@@ -873,6 +888,7 @@ static const struct httpd_filter cf_filter = {
 	.json = cf_filter_json,
 	.stream = cf_filter_stream,
 	.fd = cf_filter_fd,
+	.typed = cf_filter_typed,
 	.free = cf_free,
 };
 

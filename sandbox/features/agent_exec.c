@@ -88,14 +88,14 @@ struct agent_exec {
 	const struct agent_exec_src *src; /* pushed output (sessions, logs), or NULL */
 	void *src_arg;
 	char *command;             /* named by the start event, or NULL */
-	/* the streamed JSON answer: the part being sent, where in it */
-	int jpart;                 /* 0 head, 1 stdout, 2 between, 3 stderr, 4 tail, 5 done */
+	/* the streamed JSON answer: its fixed parts, the part being sent, where in it */
+	char *jhead, *jmid, *jtail;
+	int jpart;                 /* 0 head, 1 stdout, 2 mid, 3 stderr, 4 tail, 5 done */
 	uint64_t joff;
 	char jcarry[4];
 	size_t njcarry;
 	struct buf jout, jfix;     /* its escaped text; a chunk with U+FFFD in place */
 	size_t jout_off;
-	int64_t dur_ms;
 	int failed;                /* answer with err (and err_details) instead */
 	struct sbx_err err;
 	json_t *err_details;
@@ -142,6 +142,9 @@ static void exec_free(struct agent_exec *x)
 	}
 	buf_release(&x->jout);
 	buf_release(&x->jfix);
+	free(x->jhead);
+	free(x->jmid);
+	free(x->jtail);
 	child_io_free(x->io);
 	free_event(&x->timeout_ev);
 	free_event(&x->keepalive_ev);
@@ -434,21 +437,11 @@ static int json_answer_step(struct agent_exec *x)
 
 	switch (x->jpart) {
 	case 0:
-		x->jpart = 1;
-		return buf_printf(&x->jout, "{\"exitCode\":%lld,\"success\":%s,\"stdout\":\"",
-				  (long long)exit_code(x),
-				  exit_code(x) == 0 && !x->timed_out ? "true" : "false");
 	case 2:
-		x->jpart = 3;
-		return buf_adds(&x->jout, "\",\"stderr\":\"");
 	case 4:
-		x->jpart = 5;
-		return buf_printf(&x->jout,
-				  "\",\"durationMs\":%lld,\"timedOut\":%s,\"oomKilled\":%s,"
-				  "\"truncated\":%s}",
-				  (long long)x->dur_ms, x->timed_out ? "true" : "false",
-				  x->oom_killed ? "true" : "false",
-				  x->out[0].truncated || x->out[1].truncated ? "true" : "false");
+		rc = buf_adds(&x->jout, x->jpart == 0 ? x->jhead : x->jpart == 2 ? x->jmid : x->jtail);
+		x->jpart++;
+		return rc;
 	default:
 		break;
 	}
@@ -501,6 +494,26 @@ static ssize_t json_answer_read(void *arg, char *buf, size_t max)
 	return (ssize_t)n;
 }
 
+void agent_exec_reply_text(struct agent_exec *x, const char *content_type, const char *head,
+			   const char *mid, const char *tail)
+{
+	x->jhead = strdup(head);
+	x->jmid = strdup(mid);
+	x->jtail = strdup(tail);
+	if (!x->jhead || !x->jmid || !x->jtail) {
+		struct sbx_err e;
+
+		err_sys(&e, ENOMEM, "exec answer");
+		httpd_reply_err(x->r, &e);
+		return;
+	}
+	x->jpart = 0;
+	/* room for the longest fixed part next to a chunk's text */
+	x->jout.max += strlen(head) + strlen(mid) + strlen(tail);
+	httpd_add_header(x->r, "Cache-Control", "no-store");
+	httpd_reply_stream(x->r, 200, content_type, json_answer_read, x);
+}
+
 /* Answer with the error of e (+ details): JSON error or the SSE error event. */
 static void finish_error(struct agent_exec *x, const struct sbx_err *e, const json_t *details)
 {
@@ -527,6 +540,7 @@ static void finish_error(struct agent_exec *x, const struct sbx_err *e, const js
 static void exec_finish(struct agent_exec *x)
 {
 	int64_t dur = util_now_ms() - x->t0;
+	struct agent_exec_result res;
 	struct agent_sb *sb;
 	struct sbx_err e;
 	char msg[256];
@@ -576,12 +590,33 @@ static void exec_finish(struct agent_exec *x)
 		sse_wake(x);
 		return;
 	}
+	res = (struct agent_exec_result){ .x = x, .exit_code = exit_code(x),
+					  .timed_out = x->timed_out, .oom_killed = x->oom_killed,
+					  .truncated = x->out[0].truncated || x->out[1].truncated,
+					  .duration_ms = dur, .stderr_last = -1 };
+	if (stream_kept(&x->out[1])) {
+		char last;
+
+		if (stream_pread(&x->out[1], stream_kept(&x->out[1]) - 1, &last, 1) == 1)
+			res.stderr_last = (unsigned char)last;
+	}
+	if (httpd_filter_typed(x->r, AGENT_EXEC_RESULT, &res))
+		return;
 	if (!httpd_json_filtered(x->r)) {
-		x->dur_ms = dur;
-		httpd_add_header(x->r, "Cache-Control", "no-store");
-		httpd_reply_stream(x->r, 200, "application/json", json_answer_read, x);
+		char head[96], tail[160];
+
+		util_xsnprintf(head, sizeof(head), "{\"exitCode\":%lld,\"success\":%s,\"stdout\":\"",
+			       (long long)res.exit_code,
+			       res.exit_code == 0 && !res.timed_out ? "true" : "false");
+		util_xsnprintf(tail, sizeof(tail),
+			       "\",\"durationMs\":%lld,\"timedOut\":%s,\"oomKilled\":%s,"
+			       "\"truncated\":%s}",
+			       (long long)dur, res.timed_out ? "true" : "false",
+			       res.oom_killed ? "true" : "false", res.truncated ? "true" : "false");
+		agent_exec_reply_text(x, "application/json", head, "\",\"stderr\":\"", tail);
 		return;
 	}
+	/* a filter without the typed hook: the JSON whole */
 	httpd_reply_json(x->r, 200,
 			 json_pack("{s:I,s:b,s:o*,s:o*,s:I,s:b,s:b,s:b}", "exitCode",
 				   (json_int_t)exit_code(x), "success", exit_code(x) == 0 && !x->timed_out,

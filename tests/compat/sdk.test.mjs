@@ -204,6 +204,11 @@ test('sizes: 20 MiB round trip, FILE_TOO_LARGE beyond 32 MiB, nginx refusals in 
   await client.commands.execute('head -c 34000000 /dev/zero > /workspace/zeros.bin', undefined);
   await rejectsWith(f.readFile('/workspace/zeros.bin', undefined), 'FileTooLargeError', 'FILE_TOO_LARGE');
   await client.commands.execute('rm -f /workspace/big.txt /workspace/zeros.bin', undefined);
+  // large output of execute comes back whole (streamed from the agent's spill file)
+  const out = await client.commands.execute('yes é | head -c 8388608', '__DISABLE_SESSION__');
+  assert.equal(out.exitCode, 0);
+  assert.ok(out.stdout === 'é\n'.repeat(Math.floor(8388608 / 3)) + 'é', 'the 8 MiB output came back changed');
+  assert.equal(out.command, 'yes é | head -c 8388608');
 });
 
 test('errors carry the SDK error classes and codes', async () => {
