@@ -321,7 +321,7 @@ static void feed_step(struct httpd_req *r)
 		rc = r->sink(r->sink_arg, r->feed + r->feed_off, n);
 		r->feed_off += n;
 		if (rc < 0) {
-			r->feed_off = r->feed_len = 0;
+			r->feed = NULL;   /* refused: the sink has answered or will */
 			return;
 		}
 		if (rc == HTTPD_BODY_PAUSE) {
