@@ -534,8 +534,8 @@ static void sess_next(struct sess *s)
 		if (buf_printf(&c->body,
 			       "__sbx_rc=$?\n"
 			       "[ \"$__sbx_in\" = /dev/null ] || rm -f \"$__sbx_in\"\n"
-			       "(umask 077; export __SBX_PWD=\"$PWD\"; export -p) >| '" SESS_STATE_DIR
-			       "%s' 2>/dev/null\n"
+			       "(umask 077; export __SBX_PWD=\"$PWD\"; export -p >| '" SESS_STATE_DIR
+			       "%s') 2>/dev/null\n"
 			       "command printf '\\001%%s%%s %%d\\n' '%.*s' '%s' \"$__sbx_rc\"\n"
 			       "command printf '\\001%%s%%s %%d\\n' '%.*s' '%s' \"$__sbx_rc\" >&2\n"
 			       "unset __sbx_rc __sbx_in\n",
