@@ -38,6 +38,8 @@ struct httpd {
 	unsigned nconns;           /* open client connections (MHD's count) */
 	int at_limit;              /* past max_conns (logged once) */
 	int at_hard_limit;         /* MHD's own limit: it stopped accepting */
+	uint64_t big_budget;       /* HTTPD_ROUTE_BIG_BODY bodies buffered at once, */
+	uint64_t big_held;         /* and how many bytes they hold now */
 };
 
 struct httpd_req {
@@ -53,7 +55,8 @@ struct httpd_req {
 	struct buf body;
 	int64_t started_ms;
 	int dispatched;            /* the handler ran */
-	int too_large;             /* body exceeded the bound */
+	int too_large;             /* body exceeded the bound (2: the node's budget) */
+	uint64_t big_held;         /* bytes of h->big_held that are this body's */
 	int suspended;
 	int deferred;
 	int replied;               /* an answer exists (queued or pending) */
@@ -297,6 +300,41 @@ int httpd_filter_typed(struct httpd_req *r, const char *type, const void *result
 int httpd_body_too_large(const struct httpd_req *r)
 {
 	return r->too_large;
+}
+
+void httpd_set_big_body_budget(struct httpd *h, uint64_t bytes)
+{
+	h->big_budget = bytes;
+}
+
+/* Drop r's buffered body and its share of the big-body budget. */
+static void body_drop(struct httpd_req *r)
+{
+	r->h->big_held -= r->big_held;
+	r->big_held = 0;
+	buf_release(&r->body);
+}
+
+/* Buffer n more bytes of r's body: 0, or -1 (r->too_large set). */
+static int body_add(struct httpd_req *r, const char *data, size_t n)
+{
+	int big = r->route && (r->route->flags & HTTPD_ROUTE_BIG_BODY);
+
+	if (big && r->h->big_held + n > r->h->big_budget) {
+		r->too_large = 2;
+		body_drop(r);
+		return -1;
+	}
+	if (buf_add(&r->body, data, n) < 0) {
+		r->too_large = 1;
+		body_drop(r);
+		return -1;
+	}
+	if (big) {
+		r->big_held += n;
+		r->h->big_held += n;
+	}
+	return 0;
 }
 
 int httpd_json_filtered(const struct httpd_req *r)
@@ -594,6 +632,7 @@ void httpd_stream_wake(struct httpd_req *r)
 
 static void req_free(struct httpd_req *r)
 {
+	body_drop(r);
 	if (r->prev)
 		r->prev->next = r->next;
 	else
@@ -847,8 +886,8 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 				r->body_paused = 1;
 				return MHD_YES;
 			}
-		} else if (!r->too_large && buf_add(&r->body, upload_data, *upload_data_size) < 0) {
-			r->too_large = 1;
+		} else if (!r->too_large) {
+			body_add(r, upload_data, *upload_data_size);
 		}
 		*upload_data_size = 0;
 		return MHD_YES;
@@ -877,7 +916,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 			return queue_answer(r);
 		}
 		if (r->too_large)
-			buf_release(&r->body);
+			body_drop(r);
 		r->route->fn(r);
 		if (r->resp)
 			return queue_answer(r);

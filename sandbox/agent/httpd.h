@@ -68,8 +68,13 @@ struct httpd_route {
  * answers in its own shape (httpd_body_too_large). */
 #define HTTPD_ROUTE_BIG_BODY 0x2u
 #define HTTPD_MAX_BIG_BODY (48 * 1024 * 1024)
-/* 1 when r's body was over its route's bound (and dropped). */
+/* 1 when r's body was over its route's bound (and dropped); 2 when it
+ * was dropped because the bodies of HTTPD_ROUTE_BIG_BODY routes buffered
+ * at once reached the budget of httpd_set_big_body_budget. */
 int httpd_body_too_large(const struct httpd_req *r);
+/* The bytes of HTTPD_ROUTE_BIG_BODY bodies h buffers at once (default 0:
+ * no such body is buffered). */
+void httpd_set_big_body_budget(struct httpd *h, uint64_t bytes);
 
 /* A streamed request body, chunk by chunk as it arrives; called once more
  * with (NULL, 0) at its end, where the handler must answer (or defer).

@@ -56,6 +56,7 @@ static const struct conf_entry entries[] = {
 	{ "agent", "cgroup_parent", T_STR, OFF(agent.cgroup_parent), "sbx", 0, 0, NULL },
 	{ "agent", "dns", T_STR, OFF(agent.dns), "1.1.1.1", 0, 0, NULL },
 	{ "agent", "max_exec_output_bytes", T_INT, OFF(agent.max_exec_output_bytes), "33554432", 1024, 1073741824, NULL },
+	{ "agent", "big_bodies_node_bytes", T_INT, OFF(agent.big_bodies_node_bytes), "268435456", 1048576, 68719476736LL, NULL },
 	{ "agent", "exec_spill_node_bytes", T_INT, OFF(agent.exec_spill_node_bytes), "1073741824", 0, 274877906944LL, NULL },
 	{ "agent", "egress_subnet", T_STR, OFF(agent.egress_subnet), "10.88.0.0/16", 0, 0, NULL },
 	{ "agent", "egress_interface", T_STR, OFF(agent.egress_interface), "", 0, 0, NULL },

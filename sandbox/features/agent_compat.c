@@ -1440,6 +1440,12 @@ void agent_cf_dispatch(struct httpd_req *r)
 	c = cf_begin(r, rt ? rt->kind : CF_PLAIN);
 	if (!c)
 		return;
+	if (httpd_body_too_large(r) == 2) {
+		err_set(&e, SBX_E_NO_CAPACITY,
+			"this node buffers too many large request bodies at once; retry");
+		httpd_reply_err(r, &e);
+		return;
+	}
 	if (httpd_body_too_large(r)) {
 		/* over the bound of the route's row (HTTPD_ROUTE_BIG_BODY) */
 		err_set(&e, rt && rt->kind == CF_WRITE ? SBX_E_FILE_TOO_LARGE : SBX_E_PAYLOAD_TOO_LARGE,

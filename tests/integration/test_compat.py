@@ -19,6 +19,8 @@ from urllib.parse import urlparse
 
 import pytest
 
+from conftest import stack_down, stack_up
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPAT = os.path.join(ROOT, "tests", "compat")
 
@@ -205,3 +207,47 @@ def test_nginx_refusals_on_cf_speak_the_sdk_shape(stack, box):
     status, body = _raw(stack, big)
     got = json.loads(body)
     assert status == 400 and got["code"] == "VALIDATION_FAILED" and got["httpStatus"] == 400, body
+
+
+def test_large_bodies_buffered_at_once_are_bounded():
+    """The agent buffers a /cf body (to 48 MiB) whole: all of them at once
+    hold at most agent.big_bodies_node_bytes (here 8 MiB). A write that
+    would pass it while another is still arriving gets 503 NO_CAPACITY in
+    the SDK's shape (the SDK retries a 503); the budget comes back when
+    that request ends."""
+    st = stack_up(agents=1, overrides=["agent.big_bodies_node_bytes=8388608"])
+    try:
+        sid = "cf-big-" + uuid.uuid4().hex[:6]
+        assert st.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30).status_code == 201
+        content = "a" * (6 << 20)
+        body = json.dumps({"path": "/workspace/held.txt", "content": content}).encode()
+        u = urlparse(st.url)
+        held = socket.create_connection((u.hostname, u.port), timeout=60)
+        held.sendall(("POST /v1/sandboxes/%s/cf/api/write HTTP/1.1\r\nHost: x\r\n"
+                      "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %d\r\nConnection: close\r\n\r\n"
+                      % (sid, st.key, len(body))).encode() + body[:-16])
+        path = "/v1/sandboxes/%s/cf/api/write" % sid
+        other = {"path": "/workspace/other.txt", "content": content}
+
+        def refused():
+            # until the held body is in the agent, the other write still fits
+            r = st.api("POST", path, json=other, timeout=60)
+            assert r.status_code in (200, 503), r.text
+            return r.json() if r.status_code == 503 else None
+
+        got = st.wait("a write past the budget to be refused", refused, timeout=30)
+        assert got["code"] == "NO_CAPACITY" and got["httpStatus"] == 503, got
+        held.sendall(body[-16:])
+        answer = b""
+        while True:
+            chunk = held.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        held.close()
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        r = st.api("POST", path, json=other, timeout=60)
+        assert r.status_code == 200, r.text
+    finally:
+        stack_down(st)
