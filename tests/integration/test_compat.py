@@ -10,9 +10,8 @@ the SDK relies on directly over HTTP.
 
 import json
 import os
-import re
-import socket
 import shutil
+import socket
 import subprocess
 import uuid
 from urllib.parse import urlparse
@@ -171,19 +170,23 @@ def test_refusals_before_the_agent_speak_the_sdk_shape(stack, api):
     assert r.status_code == 404 and r.json()["error"]["code"] == "SANDBOX_NOT_FOUND", r.text
 
 
+def _read_all(sock):
+    """What the peer sends until it closes."""
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
 def _raw(stack, head):
-    """One raw HTTP/1.1 request (head as sent) to the stack: (status, body)."""
+    """One raw HTTP/1.1 request (head as sent, with Connection: close) to
+    the stack: (status, body)."""
     u = urlparse(stack.url)
     with socket.create_connection((u.hostname, u.port), timeout=30) as s:
         s.sendall(head.encode())
-        data = b""
-        while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(
-                re.search(rb"(?i)content-length: *(\d+)", data).group(1)
-                if re.search(rb"(?i)content-length: *(\d+)", data) else 0):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = _read_all(s)
     head_b, _, body = data.partition(b"\r\n\r\n")
     return int(head_b.split()[1]), body
 
@@ -239,12 +242,7 @@ def test_large_bodies_buffered_at_once_are_bounded():
         got = st.wait("a write past the budget to be refused", refused, timeout=30)
         assert got["code"] == "NO_CAPACITY" and got["httpStatus"] == 503, got
         held.sendall(body[-16:])
-        answer = b""
-        while True:
-            chunk = held.recv(65536)
-            if not chunk:
-                break
-            answer += chunk
+        answer = _read_all(held)
         held.close()
         assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
         r = st.api("POST", path, json=other, timeout=60)
