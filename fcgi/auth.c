@@ -88,6 +88,23 @@ static int key_lookup(const char *name, char tenant[64], int *admin, const char 
 	return 1;
 }
 
+/* "Sbx-Tenant: T": an admin key acts on tenant T's sandboxes (r->tenant
+ * becomes T); a tenant key may only name its own tenant. */
+static int act_as(struct http_req *r, struct sbx_err *e)
+{
+	const char *t = http_param(r, "HTTP_SBX_TENANT");
+
+	if (!t || !*t || strcmp(t, r->tenant) == 0)
+		return 0;
+	if (!ids_valid_tenant(t))
+		return err_set(e, SBX_E_VALIDATION,
+			       "Sbx-Tenant must be 1-63 of [a-z0-9-], not starting or ending with '-'");
+	if (!r->admin)
+		return err_set(e, SBX_E_FORBIDDEN, "acting on another tenant (Sbx-Tenant) needs an admin key");
+	snprintf(r->tenant, sizeof(r->tenant), "%s", t);
+	return 0;
+}
+
 int auth_request(struct http_req *r, struct sbx_err *e)
 {
 	const char *h = http_param(r, "HTTP_AUTHORIZATION");
@@ -123,7 +140,7 @@ int auth_request(struct http_req *r, struct sbx_err *e)
 		memcpy(r->tenant, hit.tenant, sizeof(r->tenant));
 		r->admin = hit.admin;
 		r->authed = 1;
-		return 0;
+		return act_as(r, e);
 	}
 	util_hex(digest, sizeof(digest), hexd);
 	rkeys_apikey(name, hexd);
@@ -136,5 +153,5 @@ int auth_request(struct http_req *r, struct sbx_err *e)
 	snprintf(r->tenant, sizeof(r->tenant), "%s", tenant);
 	r->admin = admin;
 	r->authed = 1;
-	return 0;
+	return act_as(r, e);
 }

@@ -69,7 +69,7 @@ static void take_request_id(struct http_req *r)
 int http_req_init(struct http_req *r, FCGX_Request *fcgx, const struct sbx_conf *conf,
 		  struct sbx_err *e)
 {
-	const char *doc;
+	const char *doc, *internal;
 	size_t n;
 
 	memset(r, 0, sizeof(*r));
@@ -85,7 +85,14 @@ int http_req_init(struct http_req *r, FCGX_Request *fcgx, const struct sbx_conf 
 	if (!r->query)
 		r->query = "";
 
-	doc = http_param(r, "DOCUMENT_URI");
+	/* The client's raw URI, as it came (nginx's DOCUMENT_URI is decoded and
+	 * normalized: "%61bc" would be "abc", "zz/../abc" just "abc"). An
+	 * internal location names its own path in DOCUMENT_URI while
+	 * REQUEST_URI stays the client's. */
+	internal = http_param(r, "SBX_INTERNAL");
+	doc = internal && strcmp(internal, "1") == 0 ? NULL : http_param(r, "REQUEST_URI");
+	if (!doc || !*doc)
+		doc = http_param(r, "DOCUMENT_URI");
 	if (doc && *doc) {
 		n = strcspn(doc, "?");
 		if (n >= sizeof(r->path))
@@ -166,6 +173,8 @@ json_t *http_read_json(struct http_req *r, struct sbx_err *e)
 
 	body = http_read_body(r, &len, e);
 	if (!body)
+		return NULL;
+	if (len && jsonv_media_type(http_param(r, "CONTENT_TYPE"), e) < 0)
 		return NULL;
 	return jsonv_parse(body, len, e);
 }

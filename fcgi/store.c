@@ -1,7 +1,9 @@
 #include "store.h"
+#include "apimetrics.h"
 #include "buf.h"
 #include "log.h"
 #include "redisurl.h"
+#include "rerror.h"
 #include "util.h"
 
 #include <errno.h>
@@ -21,6 +23,10 @@
 /* A connection idle at least this long is checked (one MSG_PEEK recv)
  * before it is used again; a busy one is not (see store.h, "Liveness"). */
 #define PROBE_AFTER_IDLE_MS 1000
+/* A kept connection checks maxmemory-policy again this often: an operator
+ * switching Redis to an evicting policy is noticed within this time, not
+ * only at the next connect (one CONFIG GET per worker per interval). */
+#define POLICY_RECHECK_MS 5000
 /* The largest batch kept for a resend; larger ones are never resent. */
 #define BATCH_COPY_MAX 65536
 
@@ -34,6 +40,8 @@ static struct {
 	size_t pending;             /* appended, not yet collected */
 	int64_t last_warn_ms;
 	int64_t last_used_ms;       /* monotonic: last reply read (or connect) */
+	int64_t policy_checked_ms;  /* monotonic: last maxmemory-policy check */
+	int config_warned;          /* CONFIG refused: warned once */
 	/* The batch being built, for one resend on a fresh connection. */
 	struct buf batch;           /* the formatted commands */
 	int batch_readonly;         /* every command is a read (store_readonly_cmd) */
@@ -84,7 +92,9 @@ static int policy_ok(redisContext *c, struct sbx_err *e)
 	if (!r)
 		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: %s", c->errstr);
 	if (r->type == REDIS_REPLY_ERROR) {
-		log_warn("redis refuses CONFIG GET (%s): cannot check maxmemory-policy", r->str);
+		if (!st.config_warned)
+			log_warn("redis refuses CONFIG GET (%s): cannot check maxmemory-policy", r->str);
+		st.config_warned = 1;
 		freeReplyObject(r);
 		return 1;
 	}
@@ -184,6 +194,35 @@ int store_readonly_cmd(const char *cmd, size_t len)
 	return 0;
 }
 
+static void warn_limited(const struct sbx_err *e, int64_t now)
+{
+	if (now - st.last_warn_ms >= 5000) {
+		log_warn("%s", e->msg);
+		st.last_warn_ms = now;
+	}
+}
+
+/* The policy check of a kept connection, every POLICY_RECHECK_MS. 0 (still
+ * noeviction, or not due), -1 with e (the connection is dropped; the next
+ * connect checks again). */
+static int recheck_policy(int64_t now, struct sbx_err *e)
+{
+	int ok;
+
+	if (now - st.policy_checked_ms < POLICY_RECHECK_MS)
+		return 0;
+	ok = policy_ok(st.ctx, e);
+	if (ok > 0) {
+		st.policy_checked_ms = now;
+		return 0;
+	}
+	st.next_try_ms = now + (ok < 0 && timed_out(st.ctx) ? RETRY_AFTER_TIMEOUT_MS
+							     : RETRY_AFTER_FAILED_CONNECT_MS);
+	drop();
+	warn_limited(e, now);
+	return -1;
+}
+
 /* Make sure a connection exists; respects the back-off after a failure.
  * 1 when it opened a new one, 0 when the one it had is kept, -1 with e. */
 static int ensure(struct sbx_err *e)
@@ -192,7 +231,7 @@ static int ensure(struct sbx_err *e)
 	int ok;
 
 	if (st.ctx && (now - st.last_used_ms < PROBE_AFTER_IDLE_MS || conn_usable(st.ctx->fd)))
-		return 0;
+		return recheck_policy(now, e);
 	drop();
 	if (!st.ready)
 		return err_set(e, SBX_E_INTERNAL, "store is not initialised");
@@ -211,12 +250,10 @@ static int ensure(struct sbx_err *e)
 	}
 	st.next_try_ms = 0;
 	st.last_used_ms = now;
+	st.policy_checked_ms = now;
 	return 1;
 fail:
-	if (now - st.last_warn_ms >= 5000) {
-		log_warn("%s", e->msg);
-		st.last_warn_ms = now;
-	}
+	warn_limited(e, now);
 	return -1;
 }
 
@@ -344,7 +381,20 @@ static int read_replies(redisReply **replies, size_t n, int *lost, struct sbx_er
 	return 0;
 }
 
+static int collect(redisReply **replies, size_t n, unsigned flags, int *kind, struct sbx_err *e);
+
+/* Every round trip of a worker is timed, and its failure counted, here. */
 int store_collect(redisReply **replies, size_t n, unsigned flags, struct sbx_err *e)
+{
+	int64_t started_us = metrics_now_us();
+	int kind = METRICS_REDIS_CONNECTION;
+	int rc = collect(replies, n, flags, &kind, e);
+
+	apimetrics_redis(started_us, rc == 0 ? METRICS_REDIS_OK : (enum metrics_redis_error)kind);
+	return rc;
+}
+
+static int collect(redisReply **replies, size_t n, unsigned flags, int *kind, struct sbx_err *e)
 {
 	size_t i;
 	int lost;
@@ -383,7 +433,11 @@ int store_collect(redisReply **replies, size_t n, unsigned flags, struct sbx_err
 	if (!(flags & STORE_RAW_ERRORS)) {
 		for (i = 0; i < n; i++) {
 			if (replies[i]->type == REDIS_REPLY_ERROR) {
-				err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis error: %.200s", replies[i]->str);
+				*kind = METRICS_REDIS_REPLY;
+				err_set(e, SBX_E_REDIS_UNAVAILABLE, "%s: %.200s",
+					rerror_unavailable(replies[i]->str) ? "redis refuses writes"
+									    : "redis error",
+					replies[i]->str);
 				store_free_replies(replies, n);
 				return -1;
 			}

@@ -3,10 +3,12 @@
  *
  * One connection per process, opened lazily on first use and again after
  * any error; a failed connect makes the next ~100 ms answer at once with
- * REDIS_UNAVAILABLE instead of trying again. On every (re)connect the
- * server must run with maxmemory-policy noeviction, else it counts as
- * unavailable. Every failure, error replies included, is
- * SBX_E_REDIS_UNAVAILABLE (503) with the detail logged.
+ * REDIS_UNAVAILABLE instead of trying again. On every (re)connect, and
+ * every 5 s on a kept connection, the server must run with
+ * maxmemory-policy noeviction, else it counts as unavailable. Every
+ * failure, error replies included, is SBX_E_REDIS_UNAVAILABLE (503) with
+ * the detail logged; a refused write (rerror.h: NOREPLICAS, READONLY,
+ * MISCONF, OOM, …) says so in its message.
  *
  * Pipelining: store_append() N commands, then store_collect() N replies.
  *

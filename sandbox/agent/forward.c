@@ -707,3 +707,13 @@ static void fwd_container_gone(struct agent *a, struct agent_sb *sb)
 }
 
 const struct agent_module fwd_module = { "forwarders", fwd_container_gone };
+
+void fwd_stats(unsigned *nfwd, unsigned *conns)
+{
+	unsigned n = 0;
+
+	for (const struct fwd *f = forwarders; f; f = f->next)
+		n++;
+	*nfwd = n;
+	*conns = node_conns;
+}

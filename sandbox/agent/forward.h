@@ -83,6 +83,9 @@ int fwd_head_take(char *head, size_t *len, const char *name, char *value, size_t
  * with their connections. */
 extern const struct agent_module fwd_module;
 
+/* How many forwarders are open, and connections being relayed (metrics). */
+void fwd_stats(unsigned *forwarders, unsigned *conns);
+
 /* Close every forwarder (agent shutdown). */
 void fwd_release_all(void);
 

@@ -92,12 +92,20 @@ void httpd_body_resume(struct httpd_req *r);
 /* Start listening on listen ("host:port", numeric host) with the routes
  * (borrowed; static storage), serving up to max_conns client connections
  * (see HTTPD_RESERVED_CONNS). ctx is handed to handlers by httpd_ctx().
- * New heap object (httpd_free) or NULL with e filled. */
+ * secret NULL makes an open listener (agent.metrics_listen): no request
+ * needs the node secret, and the server answers nothing itself (no health
+ * route, no connection-limit 503). New heap object (httpd_free) or NULL
+ * with e filled. */
 struct httpd *httpd_new(struct event_base *base, const char *addr, const char *secret,
 			const struct httpd_route *routes, size_t nroutes, void *ctx,
 			unsigned max_conns, struct sbx_err *e);
 /* Close every connection (close callbacks run) and free. */
 void httpd_free(struct httpd *h);
+
+/* fn is told of every request of h once it is over: the route that matched
+ * (NULL: none), the status sent, seconds since its headers began. */
+typedef void (*httpd_observe_fn)(const struct httpd_route *route, int status, double seconds);
+void httpd_observe(struct httpd *h, httpd_observe_fn fn);
 
 /* Parse "host:port" / "[v6]:port" (numeric) into host and port; 0 or -1. */
 int httpd_parse_listen(const char *addr, char *host, size_t hostsz, int *port);
@@ -161,6 +169,31 @@ void httpd_reply_fd(struct httpd_req *r, int status, const char *content_type, i
  * away: failed = 1). The request is freed right after it returns. */
 typedef void (*httpd_close_fn)(void *arg, int failed);
 void httpd_on_close(struct httpd_req *r, httpd_close_fn fn, void *arg);
+
+/* --- upgrades (WebSocket: ws.h) --- */
+
+struct httpd_upgrade;
+
+/* The connection of r after its 101 answer went out: fd is the client
+ * socket (borrowed: MHD closes it at httpd_upgrade_close), extra the bytes
+ * read past the request (borrowed for the call). The request itself is
+ * over; u lives until httpd_upgrade_close. */
+typedef void (*httpd_upgrade_fn)(void *arg, struct httpd_upgrade *u, int fd, const char *extra,
+				 size_t extra_len);
+
+/* Answer 101 Switching Protocols (with the headers added before it) and
+ * hand the connection to fn once the answer is out. When the client goes
+ * away first, or sent bytes before it had the 101 (extra_len is then 0
+ * for every fn that runs), fn never runs and the close callback of r runs
+ * (failed or not); once fn has run, the close callback of r does not. */
+void httpd_reply_upgrade(struct httpd_req *r, httpd_upgrade_fn fn, void *arg);
+
+/* Called when the server stops while u is open: the owner ends its use of
+ * the socket and calls httpd_upgrade_close (else the server closes it). */
+void httpd_upgrade_on_abort(struct httpd_upgrade *u, void (*fn)(void *arg), void *arg);
+
+/* The upgraded connection is done: its socket is closed, u is freed. */
+void httpd_upgrade_close(struct httpd_upgrade *u);
 
 /* --- views: a translation layer (agent_compat.c) runs another route's
  * call (its typed arguments: call.h) and rewrites that call's answer --- */

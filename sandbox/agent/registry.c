@@ -1,9 +1,11 @@
 #include "registry.h"
+#include "agent_metrics.h"
 #include "rkeys.h"
 #include "ids.h"
 #include "httpd.h"
 #include "log.h"
 #include "redisurl.h"
+#include "rerror.h"
 #include "util.h"
 
 #include <hiredis/hiredis.h>
@@ -73,6 +75,9 @@ struct registry {
 	pthread_cond_t cv;
 	int stop;
 
+	int refusing;              /* Redis refused the last alive SET (rerror.h); atomic */
+	int leaving;               /* registry_leave() ran: never announce again */
+
 	int shutting_down;
 	void (*done)(void *);
 	void *done_arg;
@@ -81,6 +86,23 @@ struct registry {
 
 static void schedule_reconnect(struct registry *reg);
 static void start_connect(struct registry *reg);
+
+/* The answer to an alive SET: a refused write (NOREPLICAS, READONLY,
+ * MISCONF, OOM, …) is Redis trouble like a lost connection — the lease is
+ * not renewed, so the node's calls answer 503 once it runs out, and
+ * registry_connected() is 0 meanwhile. Logged once when it starts and once
+ * when it ends, not every heartbeat. Called from both threads. */
+static void note_alive_reply(struct registry *reg, const redisReply *reply)
+{
+	int refused = reply && reply->type == REDIS_REPLY_ERROR && rerror_unavailable(reply->str);
+	int was = __atomic_exchange_n(&reg->refusing, refused, __ATOMIC_ACQ_REL);
+
+	if (refused && !was)
+		log_warn("registry: redis refuses writes (%.200s): the node's lease is not renewed "
+			 "until it takes them again", reply->str);
+	else if (!refused && was && reply && reply->type != REDIS_REPLY_ERROR)
+		log_info("registry: redis takes writes again");
+}
 
 static void reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 {
@@ -94,7 +116,8 @@ static void reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	if (!reply)
 		return;
 	reg->last_reply = util_now_ms();
-	if (reply->type == REDIS_REPLY_ERROR)
+	/* A refused write is logged once by note_alive_reply(). */
+	if (reply->type == REDIS_REPLY_ERROR && !rerror_unavailable(reply->str))
 		log_warn("registry: redis answered %s: %.200s", privdata ? (const char *)privdata : "",
 			 reply->str);
 }
@@ -127,8 +150,10 @@ static void alive_cb(redisAsyncContext *ac, void *r, void *privdata)
 	if (!reply)
 		return;
 	reg->last_reply = util_now_ms();
+	note_alive_reply(reg, reply);
 	if (reply->type == REDIS_REPLY_ERROR) {
-		log_warn("registry: redis answered SET of the alive key: %.200s", reply->str);
+		if (!rerror_unavailable(reply->str))
+			log_warn("registry: redis answered SET of the alive key: %.200s", reply->str);
 		return;
 	}
 	registry_lease_extend(reg->lease, sent, reg->conf->cluster.node_ttl_ms);
@@ -313,8 +338,9 @@ static redisContext *hb_connect(const struct registry *reg)
 }
 
 /* One command on the thread's connection; 0, or -1 (the connection is
- * dropped and made again next beat). */
-static int hb_command(redisContext **c, const char *fmt, ...)
+ * dropped and made again next beat). An alive SET's answer goes to
+ * note_alive_reply() when reg is given. */
+static int hb_command(redisContext **c, struct registry *reg, const char *fmt, ...)
 {
 	redisReply *r;
 	va_list ap;
@@ -324,6 +350,8 @@ static int hb_command(redisContext **c, const char *fmt, ...)
 	r = redisvCommand(*c, fmt, ap);
 	va_end(ap);
 	ok = r && r->type != REDIS_REPLY_ERROR;
+	if (reg && r)
+		note_alive_reply(reg, r);
 	if (r)
 		freeReplyObject(r);
 	if (!r) {
@@ -377,14 +405,14 @@ static void *heartbeat_main(void *arg)
 		idle = util_now_ms() - __atomic_load_n(&reg->loop_seen, __ATOMIC_ACQUIRE);
 		if (registry_loop_may_hold_lease(idle, conf->cluster.node_ttl_ms)) {
 			sent = util_now_ms();
-			if (hb_command(&c, "SET %s 1 PX %lld", reg->alive_key,
+			if (hb_command(&c, reg, "SET %s 1 PX %lld", reg->alive_key,
 				       (long long)conf->cluster.node_ttl_ms) == 0)
 				registry_lease_extend(reg->lease, sent, conf->cluster.node_ttl_ms);
 		}
 		failed = probe_httpd(conf->agent.listen, (int)probe_ms) ? 0 : failed + 1;
 		idle = util_now_ms() - __atomic_load_n(&reg->loop_seen, __ATOMIC_ACQUIRE);
 		state = registry_node_state(failed, idle, hb);
-		if (c && hb_command(&c, "HSET %s state %s", reg->hash_key, state) == 0 &&
+		if (c && hb_command(&c, NULL, "HSET %s state %s", reg->hash_key, state) == 0 &&
 		    strcmp(state, last) != 0) {
 			if (strcmp(state, "up") == 0 && last[0])
 				log_info("registry: the HTTP server answers again: node up");
@@ -463,7 +491,7 @@ static void connect_cb(const redisAsyncContext *ac, int status)
 
 void registry_announce(struct registry *reg)
 {
-	if (!reg->ac || !reg->connected || reg->announced)
+	if (!reg->ac || !reg->connected || reg->announced || reg->leaving)
 		return;
 	reg->announced = 1;
 	heartbeat_start(reg);
@@ -700,7 +728,7 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 
 int registry_connected(const struct registry *reg)
 {
-	return reg && reg->connected;
+	return reg && reg->connected && !__atomic_load_n(&reg->refusing, __ATOMIC_ACQUIRE);
 }
 
 void registry_on_connect(struct registry *reg, registry_connect_fn fn, void *arg)
@@ -712,6 +740,7 @@ void registry_on_connect(struct registry *reg, registry_connect_fn fn, void *arg
 struct user_cmd {
 	registry_reply_fn fn;
 	void *arg;
+	int64_t sent_us;
 };
 
 /* hiredis runs this exactly once per queued command: with the reply, or
@@ -727,6 +756,8 @@ static void user_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 			reg->pending--;
 		reg->last_reply = util_now_ms();
 	}
+	agent_metrics_redis(uc->sent_us, !reply ? METRICS_REDIS_CONNECTION :
+			    reply->type == REDIS_REPLY_ERROR ? METRICS_REDIS_REPLY : METRICS_REDIS_OK);
 	if (uc->fn)
 		uc->fn(uc->arg, reply);
 	free(uc);
@@ -745,6 +776,7 @@ int registry_command(struct registry *reg, registry_reply_fn fn, void *arg, cons
 		return -1;
 	uc->fn = fn;
 	uc->arg = arg;
+	uc->sent_us = metrics_now_us();
 	va_start(ap, fmt);
 	rc = redisvAsyncCommand(reg->ac, user_reply_cb, uc, fmt, ap);
 	va_end(ap);
@@ -774,6 +806,17 @@ static void last_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 		event_active(reg->done_ev, EV_TIMEOUT, 1);
 }
 
+void registry_leave(struct registry *reg)
+{
+	heartbeat_stop(reg);  /* before the DEL: it must not SET the alive key again */
+	event_del(reg->tick_ev);
+	reg->leaving = 1;
+	if (!reg->ac || !reg->connected)
+		return;
+	send_cmd(reg, "DEL", "DEL %s", reg->alive_key);
+	send_cmd(reg, "HSET", "HSET %s state down", reg->hash_key);
+}
+
 void registry_shutdown(struct registry *reg, int timeout_ms, void (*done)(void *arg), void *arg)
 {
 	struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
@@ -793,9 +836,10 @@ void registry_shutdown(struct registry *reg, int timeout_ms, void (*done)(void *
 		event_active(reg->done_ev, EV_TIMEOUT, 1);
 		return;
 	}
+	/* The entry stays (a stopped node is "down" in /v1/nodes, not gone);
+	 * its sandboxes are stopped. */
 	send_cmd(reg, "DEL", "DEL %s", reg->alive_key);
-	send_cmd(reg, "DEL", "DEL %s", reg->hash_key);
-	send_cmd(reg, "SREM", "SREM " RKEYS_NODES " %s", reg->conf->agent.name);
+	send_cmd(reg, "HSET", "HSET %s state down sandboxes 0 load 0", reg->hash_key);
 	redisAsyncCommand(reg->ac, last_reply_cb, NULL,
 			  RKEYS_XADD_EVENT "type node.down node %s",
 			  reg->conf->agent.name);

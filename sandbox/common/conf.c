@@ -43,6 +43,7 @@ static const struct conf_entry entries[] = {
 	{ "api", "tenant_memory_mib", T_INT, OFF(api.tenant_memory_mib), "51200", 16, 1073741824, NULL },
 	{ "api", "tenant_cpus_milli", T_INT, OFF(api.tenant_cpus_milli), "100000", 10, 256000000, NULL },
 	{ "api", "reconcile_interval", T_DURATION, OFF(api.reconcile_interval_ms), "1m", 0, 3600000, NULL },
+	{ "api", "metrics_listen", T_STR, OFF(api.metrics_listen), "127.0.0.1:9470", 0, 0, NULL },
 
 	{ "agent", "name", T_STR, OFF(agent.name), "agent-1", 0, 0, NULL },
 	{ "agent", "listen", T_STR, OFF(agent.listen), "127.0.0.1:7070", 0, 0, NULL },
@@ -76,9 +77,11 @@ static const struct conf_entry entries[] = {
 	{ "agent", "max_forward_conns_per_tenant", T_INT, OFF(agent.max_forward_conns_per_tenant), "1024", 1, 1000000, NULL },
 	{ "agent", "max_forward_conns_per_sandbox", T_INT, OFF(agent.max_forward_conns_per_sandbox), "256", 1, 1000000, NULL },
 	{ "agent", "max_connections", T_INT, OFF(agent.max_connections), "4096", 16, 16384, NULL },
+	{ "agent", "event_streams", T_INT, OFF(agent.event_streams), "64", 1, 10000, NULL },
 	{ "agent", "proc_logs_sandbox_bytes", T_INT, OFF(agent.proc_logs_sandbox_bytes), "33554432", 65536, 17179869184LL, NULL },
 	{ "agent", "proc_logs_node_bytes", T_INT, OFF(agent.proc_logs_node_bytes), "536870912", 65536, 274877906944LL, NULL },
 	{ "agent", "proc_stdin_bytes", T_INT, OFF(agent.proc_stdin_bytes), "1048576", 4096, 67108864, NULL },
+	{ "agent", "metrics_listen", T_STR, OFF(agent.metrics_listen), "127.0.0.1:9471", 0, 0, NULL },
 
 	{ "sandbox", "memory_mib", T_INT, OFF(sandbox.memory_mib), "512", 16, 1048576, NULL },
 	{ "sandbox", "cpus_milli", T_INT, OFF(sandbox.cpus_milli), "1000", 10, 256000, NULL },

@@ -42,6 +42,7 @@ struct sbx_conf {
 		int64_t tenant_memory_mib;      /* default total memory of a tenant's sandboxes */
 		int64_t tenant_cpus_milli;      /* default total cpus of a tenant's sandboxes */
 		int64_t reconcile_interval_ms;  /* index repair pass of the master; 0 = off */
+		char metrics_listen[CONF_STR_MAX]; /* host:port of the master's /metrics; "" = off */
 	} api;
 	struct {
 		char name[CONF_STR_MAX];
@@ -76,9 +77,11 @@ struct sbx_conf {
 		int64_t max_forward_conns_per_tenant;  /* ... of one tenant on this node */
 		int64_t max_forward_conns_per_sandbox;
 		int64_t max_connections;        /* client connections served (httpd.h) */
+		int64_t event_streams;          /* GET /v1/events streams served at once */
 		int64_t proc_logs_sandbox_bytes; /* log memory of a sandbox's background processes */
 		int64_t proc_logs_node_bytes;   /* ... of every sandbox of the node */
 		int64_t proc_stdin_bytes;       /* stdin queued for one background process */
+		char metrics_listen[CONF_STR_MAX]; /* host:port of the agent's /metrics; "" = off */
 	} agent;
 	struct {
 		int64_t memory_mib;

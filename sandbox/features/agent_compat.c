@@ -990,8 +990,8 @@ static int cf_set_path(struct cf_req *c, const char *p, struct sbx_err *e)
 	return c->tail ? 0 : err_sys(e, ENOMEM, "path");
 }
 
-/* Add the query parameter name=value (static, or living in c) for the
- * native call. */
+/* Add the query parameter name=value (static, living in c, or the
+ * request's own) for the native call. */
 static void cf_query(struct cf_req *c, const char *name, const char *value)
 {
 	if (c->nquery < AGENT_CALL_QUERY_MAX) {
@@ -1361,6 +1361,17 @@ static int cf_version(struct agent_call *c, struct sbx_err *e)
 static const struct agent_call_spec cf_call_ping = { cf_ping, AGENT_CALL_DATA, NULL };
 static const struct agent_call_spec cf_call_version = { cf_version, AGENT_CALL_DATA, NULL };
 
+/* ws/pty: the SDK's terminal() (a WebSocket): its query as sent. */
+static int map_pty(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	static const char *const names[] = { "sessionId", "cols", "rows", "shell" };
+
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+		if (httpd_query(r, names[i]))
+			cf_query(c, names[i], httpd_query(r, names[i]));
+	return 0;
+}
+
 static const struct cf_route cf_routes[] = {
 	{ "POST", "/api/execute", CF_EXEC, CF_BODY, map_exec, &agent_call_exec },
 	{ "POST", "/api/execute/stream", CF_EXEC_STREAM, CF_BODY, map_exec, &agent_call_exec },
@@ -1389,6 +1400,7 @@ static const struct cf_route cf_routes[] = {
 	  &agent_call_session_delete },
 	{ "GET", "/api/ping", CF_PLAIN, 0, NULL, &cf_call_ping },
 	{ "GET", "/api/version", CF_PLAIN, 0, NULL, &cf_call_version },
+	{ "GET", "/ws/pty", CF_PLAIN, 0, map_pty, &agent_call_term_cf_pty },
 	{ "GET", "/api/commands", CF_COMMANDS, 0, map_commands, &agent_call_exec },
 	{ "POST", "/api/port-watch", CF_PORT_WATCH, CF_BODY, map_port_watch, &agent_call_proc_wait },
 };

@@ -1020,3 +1020,22 @@ fail:
 		exec_free(x);
 	httpd_reply_err(r, &e);
 }
+
+int agent_new_id(const json_t *body, const char *prefix, char *id, size_t idsz, struct sbx_err *e)
+{
+	const json_t *v = json_object_get(body, "id");
+	unsigned char rnd[6];
+	char hex[13];
+
+	if (v) {
+		if (!ids_valid_name(json_string_value(v)))
+			return err_set(e, SBX_E_VALIDATION, "'id' must be 1-64 of [A-Za-z0-9_.-]");
+		util_xsnprintf(id, idsz, "%s", json_string_value(v));
+		return 0;
+	}
+	if (util_random(rnd, sizeof(rnd)) < 0)
+		return err_sys(e, errno, "%s id", prefix);
+	util_hex(rnd, sizeof(rnd), hex);
+	util_xsnprintf(id, idsz, "%s-%s", prefix, hex);
+	return 0;
+}

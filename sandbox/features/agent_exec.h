@@ -51,6 +51,11 @@ int64_t agent_spawn_piped(struct rt_sandbox *rsb, const struct rt_proc_spec *ps,
 			  rt_started_cb on_started, rt_exited_cb on_exited, void *arg,
 			  struct sbx_err *e);
 
+/* The id of a new record (a process, a terminal): the body's "id" (1-64
+ * of [A-Za-z0-9_.-]), or prefix + "-" + 12 random hex digits. 0 or -1
+ * with e (400). */
+int agent_new_id(const json_t *body, const char *prefix, char *id, size_t idsz, struct sbx_err *e);
+
 /* A pushed source of output. */
 struct agent_exec_src {
 	/* Stop (on = 1) or resume (0) pushing: the client is slow. May be NULL. */

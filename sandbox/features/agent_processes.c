@@ -963,26 +963,6 @@ static char *command_text(const struct agent_cmd *c)
 	return buf_steal(&b, NULL);
 }
 
-/* The id of a new process: the body's "id", or a random one. 0 or -1. */
-static int start_id(const json_t *body, char *id, size_t idsz, struct sbx_err *e)
-{
-	const json_t *v = json_object_get(body, "id");
-	unsigned char rnd[6];
-	char hex[13];
-
-	if (v) {
-		if (!ids_valid_name(json_string_value(v)))
-			return err_set(e, SBX_E_VALIDATION, "'id' must be 1-64 of [A-Za-z0-9_.-]");
-		snprintf(id, idsz, "%s", json_string_value(v));
-		return 0;
-	}
-	if (util_random(rnd, sizeof(rnd)) < 0)
-		return err_sys(e, errno, "process id");
-	util_hex(rnd, sizeof(rnd), hex);
-	snprintf(id, idsz, "proc-%s", hex);
-	return 0;
-}
-
 /* Make room in b for a process id: refused while one of that id runs or
  * the sandbox runs its most; a finished record of that id is replaced.
  * 0 or -1 (409, 429). */
@@ -1065,7 +1045,7 @@ int agent_proc_start(struct agent_call *c, struct sbx_err *e)
 	char id[PROC_ID_MAX];
 	int rc = -1;
 
-	if (agent_cmd_parse(c->body, &cmd, e) < 0 || start_id(c->body, id, sizeof(id), e) < 0)
+	if (agent_cmd_parse(c->body, &cmd, e) < 0 || agent_new_id(c->body, "proc", id, sizeof(id), e) < 0)
 		goto out;
 	if ((sid = json_string_value(json_object_get(c->body, "session")))) {
 		if (!ids_valid_name(sid)) {

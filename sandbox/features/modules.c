@@ -5,6 +5,7 @@
 
 #include "agent_processes.h"
 #include "agent_sessions.h"
+#include "agent_terminals.h"
 #include "files_worker.h"
 #include "forward.h"
 #include "tunnel.h"
@@ -14,6 +15,7 @@
 const struct agent_module *const agent_modules[] = {
 	&agent_sess_module,
 	&agent_proc_module,
+	&agent_term_module,
 	&tunnel_module,
 	&fwd_module,
 	&fw_module,
