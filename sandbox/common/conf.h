@@ -58,6 +58,9 @@ struct sbx_conf {
 		char cgroup_parent[CONF_STR_MAX];
 		char dns[CONF_STR_MAX];         /* nameserver written into /etc/resolv.conf */
 		int64_t max_exec_output_bytes;  /* JSON exec answers cap each stream here */
+		int64_t max_run_output_bytes;   /* JSON code-run answers (held in memory) */
+		int64_t big_bodies_node_bytes;  /* /cf request bodies (to 48 MiB each) buffered at once */
+		int64_t exec_spill_node_bytes;  /* of that, on disk for all JSON execs of the node */
 		char egress_subnet[CONF_STR_MAX];    /* IPv4 CIDR of egress sandboxes; "" = no egress */
 		char egress_interface[CONF_STR_MAX]; /* egress only out of this link; "" = any */
 		char egress_allow[CONF_STR_MAX];     /* IPv4 CIDRs exempt from the block list; "" = none */

@@ -24,7 +24,7 @@
  * INTERP_MAX_QUEUE waiting). The answer is JSON when the run ends —
  * {stdout, stderr, results, error, executionCount, durationMs, timedOut,
  * restarted, truncated}, stdout and stderr kept up to
- * agent.max_exec_output_bytes each and results up to INTERP_RESULTS_MAX —
+ * agent.max_run_output_bytes each and results up to INTERP_RESULTS_MAX —
  * or, with Accept: text/event-stream, the driver's events as they come
  * (`event: <type>` with the driver's line as data), reading the driver
  * only while the client keeps up, then `end`.
@@ -1022,7 +1022,7 @@ static int run_in(struct agent_call *c, struct ictx *x, struct sbx_err *e)
 	u->timeout_ms = timeout_ms;
 	u->t0 = util_now_ms();
 	for (int i = 0; i < 2; i++)
-		buf_init(&u->out[i], (size_t)c->a->conf->agent.max_exec_output_bytes);
+		buf_init(&u->out[i], (size_t)c->a->conf->agent.max_run_output_bytes);
 	buf_init(&u->sse, INTERP_SSE_HARD_MAX);
 	u->results = json_array();
 	req = json_pack("{s:O}", "code", code);

@@ -127,7 +127,8 @@ const struct httpd_route agent_routes[] = {
 	  AGENT_CALL_OF(agent_call_term_ticket) },
 	/* The Cloudflare Sandbox SDK's container API (agent_compat.c). */
 	{ "GET", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },
-	{ "POST", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },
+	{ "POST", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch,
+	  .flags = HTTPD_ROUTE_BIG_BODY },
 	{ "DELETE", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },
 };
 
