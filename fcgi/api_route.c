@@ -201,5 +201,9 @@ int api_route_error(struct http_req *r, struct sbx_err *e)
 	    c == SBX_E_INTERNAL || err_status(c) != status)
 		return err_set(e, SBX_E_INTERNAL, "/_sbx_error with status '%.8s' code '%.40s'",
 			       st ? st : "", code ? code : "");
+	/* A rate limit refusal carries its headers (ratelimit.h) along. */
+	if (c == SBX_E_RATE_LIMITED &&
+	    ratelimit_relay_parse(http_param(r, "SBX_ERROR_RATE"), &r->rate) < 0)
+		r->rate.set = 0;
 	return err_set(e, c, "%s", msg ? msg : "request refused");
 }

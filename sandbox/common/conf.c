@@ -44,6 +44,9 @@ static const struct conf_entry entries[] = {
 	{ "api", "tenant_cpus_milli", T_INT, OFF(api.tenant_cpus_milli), "100000", 10, 256000000, NULL },
 	{ "api", "reconcile_interval", T_DURATION, OFF(api.reconcile_interval_ms), "1m", 0, 3600000, NULL },
 	{ "api", "metrics_listen", T_STR, OFF(api.metrics_listen), "127.0.0.1:9470", 0, 0, NULL },
+	{ "api", "requests_per_second", T_INT, OFF(api.requests_per_second), "0", 0, 1000000, NULL },
+	{ "api", "requests_burst", T_INT, OFF(api.requests_burst), "0", 0, 1000000, NULL },
+	{ "api", "creates_per_minute", T_INT, OFF(api.creates_per_minute), "0", 0, 1000000, NULL },
 
 	{ "agent", "name", T_STR, OFF(agent.name), "agent-1", 0, 0, NULL },
 	{ "agent", "listen", T_STR, OFF(agent.listen), "127.0.0.1:7070", 0, 0, NULL },

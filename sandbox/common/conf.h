@@ -43,6 +43,9 @@ struct sbx_conf {
 		int64_t tenant_cpus_milli;      /* default total cpus of a tenant's sandboxes */
 		int64_t reconcile_interval_ms;  /* index repair pass of the master; 0 = off */
 		char metrics_listen[CONF_STR_MAX]; /* host:port of the master's /metrics; "" = off */
+		int64_t requests_per_second;    /* per tenant, all API calls; 0 = no limit */
+		int64_t requests_burst;         /* calls at once above that rate; 0 = requests_per_second */
+		int64_t creates_per_minute;     /* per tenant, PUT /v1/sandboxes/{id}; 0 = no limit */
 	} api;
 	struct {
 		char name[CONF_STR_MAX];

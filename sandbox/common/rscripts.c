@@ -188,6 +188,60 @@ static const char *const sources[RSCRIPT__COUNT] = {
 		"if grows and uc + c > tonumber(ARGV[5]) then return {-3, um, uc, n} end\n"
 		"redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ' ' .. ARGV[3])\n"
 		"return {1, um, uc, n}\n",
+	[RSCRIPT_AUTH_RATE] =
+		"local tenant, admin = ARGV[1], ARGV[2]\n"
+		"if tenant == '' then\n"
+		"  local k = redis.call('HMGET', KEYS[1], 'tenant', 'admin')\n"
+		"  if not k[1] or #k[1] > 63 or not string.find(k[1], '^[a-z0-9][a-z0-9-]*$') then\n"
+		"    return {0, '', '0', 0, 0, 0, 0}\n"
+		"  end\n"
+		"  tenant, admin = k[1], k[2] or '0'\n"
+		"end\n"
+		"local head = '" RKEYS_TENANT_HEAD "' .. tenant\n"
+		"local o = redis.call('HMGET', head .. '" RKEYS_LIMITS_TAIL "', 'requestsPerSecond',\n"
+		"  'requestsBurst', 'createsPerMinute')\n"
+		"local function pick(v, d)\n"
+		"  local n = tonumber(v)\n"
+		"  if n and n >= 0 and n <= 1000000 then return math.floor(n) end\n"
+		"  return tonumber(d)\n"
+		"end\n"
+		"local rps, burst, cpm = pick(o[1], ARGV[3]), pick(o[2], ARGV[4]), pick(o[3], ARGV[5])\n"
+		"if burst == 0 then burst = rps end\n"
+		"local b = {}\n"
+		"if rps > 0 then b[#b + 1] = {head .. '" RKEYS_RATE_REQUESTS_TAIL "', 1000000 / rps, burst} end\n"
+		"if ARGV[6] == '1' and cpm > 0 then\n"
+		"  b[#b + 1] = {head .. '" RKEYS_RATE_CREATES_TAIL "', 60000000 / cpm, cpm}\n"
+		"end\n"
+		"if #b == 0 then return {1, tenant, admin, 0, 0, 0, 0} end\n"
+		"local t = redis.call('TIME')\n"
+		"local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+		"local pick_i, refused, news = 0, false, {}\n"
+		"for i, x in ipairs(b) do\n"
+		"  local tat = tonumber(redis.call('GET', x[1]) or '0') or 0\n"
+		"  if tat < now then tat = now end\n"
+		"  local new, tol = tat + x[2], x[2] * x[3]\n"
+		"  local over = new - now - tol\n"
+		"  if over > 0 then\n"
+		"    x.rem, x.reset, x.retry = 0, tat - now, over\n"
+		"  else\n"
+		"    x.rem, x.reset, x.retry = math.floor((tol - (new - now)) / x[2]), new - now, 0\n"
+		"  end\n"
+		"  news[i] = new\n"
+		"  local p = b[pick_i]\n"
+		"  if not p or x.retry > p.retry or (p.retry == 0 and x.retry == 0 and x.rem < p.rem) then\n"
+		"    pick_i = i\n"
+		"  end\n"
+		"  if over > 0 then refused = true end\n"
+		"end\n"
+		"local p = b[pick_i]\n"
+		"local reply = {refused and -1 or 1, tenant, admin, p[3], p.rem,\n"
+		"  math.ceil(p.reset / 1000), math.ceil(p.retry / 1000)}\n"
+		"if refused then return reply end\n"
+		"for i, x in ipairs(b) do\n"
+		"  redis.call('SET', x[1], string.format('%d', news[i]), 'PX',\n"
+		"    math.ceil((news[i] - now) / 1000) + 1)\n"
+		"end\n"
+		"return reply\n",
 	[RSCRIPT_AGENT_SLEEP] =
 		"local r = redis.call('HMGET', KEYS[1], 'node', 'epoch', 'state', 'lastActiveAt')\n"
 		"if not r[2] then return -1 end\n"
@@ -222,6 +276,7 @@ static const char *const names[RSCRIPT__COUNT] = {
 	[RSCRIPT_PRUNE] = "prune", [RSCRIPT_CAD] = "cad", [RSCRIPT_HCAD] = "hcad",
 	[RSCRIPT_PREVIEW_CLAIM] = "preview_claim", [RSCRIPT_TUNNEL_CLAIM] = "tunnel_claim",
 	[RSCRIPT_TUNNEL_COMMIT] = "tunnel_commit", [RSCRIPT_TENANT_USAGE] = "tenant_usage",
+	[RSCRIPT_AUTH_RATE] = "auth_rate",
 	[RSCRIPT_AGENT_SLEEP] = "agent_sleep", [RSCRIPT_AGENT_LOST] = "agent_lost",
 	[RSCRIPT_TUNNEL_EVICT] = "tunnel_evict",
 };
