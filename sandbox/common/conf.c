@@ -26,6 +26,8 @@ static const struct conf_entry entries[] = {
 	{ "redis", "url", T_STR, OFF(redis.url), "redis://127.0.0.1:6379", 0, 0, NULL },
 	{ "redis", "connect_timeout", T_DURATION, OFF(redis.connect_timeout_ms), "200ms", 10, 60000, NULL },
 	{ "redis", "command_timeout", T_DURATION, OFF(redis.command_timeout_ms), "500ms", 10, 60000, NULL },
+	{ "redis", "sentinels", T_STR, OFF(redis.sentinels), "", 0, 0, NULL },
+	{ "redis", "master_name", T_STR, OFF(redis.master_name), "", 0, 0, NULL },
 
 	{ "cluster", "secret", T_STR, OFF(cluster.secret), "", 0, 0, NULL },
 	{ "cluster", "heartbeat", T_DURATION, OFF(cluster.heartbeat_ms), "1s", 100, 60000, NULL },

@@ -23,6 +23,8 @@ struct sbx_conf {
 		char url[CONF_STR_MAX];         /* redis://host:port or unix:/path */
 		int64_t connect_timeout_ms;
 		int64_t command_timeout_ms;
+		char sentinels[CONF_STR_MAX];   /* host:port,... of Redis Sentinels; "" = use url */
+		char master_name[CONF_STR_MAX]; /* the primary's name in the sentinels */
 	} redis;
 	struct {
 		char secret[CONF_STR_MAX];      /* node secret: nginx + api -> agent */
