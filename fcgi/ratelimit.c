@@ -26,9 +26,13 @@ int ratelimit_auth_check(const struct sbx_conf *c, const char *name, const char 
 	util_xsnprintf(rps, sizeof(rps), "%lld", (long long)c->api.requests_per_second);
 	util_xsnprintf(burst, sizeof(burst), "%lld", (long long)c->api.requests_burst);
 	util_xsnprintf(cpm, sizeof(cpm), "%lld", (long long)c->api.creates_per_minute);
+	/* Counting a call twice is harmless: after a lost connection the
+	 * check is resent on a fresh one like the key lookup it replaces. */
+	store_next_batch_resendable(1);
 	r = scripts_run(RSCRIPT_AUTH_RATE, 1, (const char *[]){ name }, 6,
 			(const char *[]){ tenant ? tenant : "", admin ? "1" : "0", rps, burst, cpm,
 					  create ? "1" : "0" }, e);
+	store_next_batch_resendable(0);
 	if (!r)
 		return -1;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 ||

@@ -45,6 +45,8 @@ static struct {
 	/* The batch being built, for one resend on a fresh connection. */
 	struct buf batch;           /* the formatted commands */
 	int batch_readonly;         /* every command is a read (store_readonly_cmd) */
+	int batch_resendable;       /* this batch may be sent twice anyway */
+	int next_resendable;        /* store_next_batch_resendable() was called */
 	int batch_reused;           /* sent on a connection older than the batch */
 } st;
 
@@ -199,6 +201,11 @@ static int recheck_policy(int64_t now, struct sbx_err *e)
 	return -1;
 }
 
+void store_next_batch_resendable(int on)
+{
+	st.next_resendable = on;
+}
+
 /* Make sure a connection exists; respects the back-off after a failure.
  * 1 when it opened a new one, 0 when the one it had is kept, -1 with e. */
 static int ensure(struct sbx_err *e)
@@ -252,6 +259,8 @@ static int batch_begin(struct sbx_err *e)
 		return -1;
 	buf_reset(&st.batch);
 	st.batch_readonly = 1;
+	st.batch_resendable = st.next_resendable;
+	st.next_resendable = 0;
 	st.batch_reused = rc == 0;
 	return 0;
 }
@@ -271,7 +280,7 @@ static int batch_add(struct sbx_err *e, char *cmd, long long len)
 		/* The command name is the first bulk string: "*N\r\n$L\r\nNAME\r\n". */
 		const char *p = strchr(cmd, '$'), *name = p ? strchr(p, '\n') : NULL;
 		nlen = name ? strcspn(name + 1, "\r") : 0;
-		if (!name || !store_readonly_cmd(name + 1, nlen) ||
+		if (!name || !(st.batch_resendable || store_readonly_cmd(name + 1, nlen)) ||
 		    buf_add(&st.batch, cmd, (size_t)len) < 0)
 			st.batch_readonly = 0;
 	}

@@ -59,6 +59,12 @@ redisReply *store_command(struct sbx_err *e, const char *fmt, ...);
  * such commands may be sent twice. */
 int store_readonly_cmd(const char *cmd, size_t len);
 
+/* on: the next batch begun may be sent twice whatever its commands (what
+ * they write tolerates being applied twice, like a rate limit's count): it
+ * is resent on a fresh connection like a batch of reads. Call with 0 right
+ * after, so that nothing else inherits it. */
+void store_next_batch_resendable(int on);
+
 void store_free_replies(redisReply **replies, size_t n);
 void store_replyp(redisReply **r);
 #define auto_reply __attribute__((cleanup(store_replyp)))

@@ -147,3 +147,20 @@ def test_bad_rate_limit_input(stack):
     got = set_limits(stack, tenant, {"requestsPerSecond": 0, "createsPerMinute": 3})
     assert got["overrides"] == {"requestsPerSecond": 0, "createsPerMinute": 3}, got
     assert stack.redis_cli("HGET", "sbx:tenant:{%s}:limits" % tenant, "createsPerMinute") == "3"
+
+
+def test_the_check_is_resent_after_redis_closed_the_connections(stack):
+    """The key check and the rate limit are one script call, which a worker
+    may send twice (counting a call twice is harmless): when Redis closed
+    every connection (a restart, CLIENT KILL) a call is resent on a fresh
+    one instead of failing, as the plain key lookup was."""
+    tenant = uid("rk")
+    key = stack.new_key(tenant)
+    set_limits(stack, tenant, {"requestsPerSecond": 10000})
+    workers = 4
+    for _ in range(3 * workers):   # every worker has a connection in use
+        assert stack.api("GET", "/v1/sandboxes", key=key).status_code == 200
+    stack.redis_cli("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    codes = [stack.api("GET", "/v1/sandboxes", key=key).status_code for _ in range(3 * workers)]
+    assert codes == [200] * len(codes), codes
+    stack.wait_healthy()
