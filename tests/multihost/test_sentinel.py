@@ -1,0 +1,226 @@
+"""Redis Sentinel (sandbox/common/sentinel.h, docs/DEPLOY.md "Redis high
+availability"), on a deployment of its own: tests/multihost/hosts with
+MH_SENTINELS=1 adds three redis-sentinel processes beside the primary (r1)
+and its replica (r2), and every host finds the primary through them
+(redis.sentinels, redis.master_name) instead of a service address.
+
+While clients call through all three hosts, the primary is killed: the
+sentinels promote the replica, and
+
+- the API answers 200 before the kill, only 200 or 503 (REDIS_UNAVAILABLE /
+  NODE_UNAVAILABLE, with Retry-After) while the failover runs, and 200 to
+  every call once it is over, through every host, without any restart;
+- every agent saw the +switch-master message it subscribes to;
+- no sandbox is lost or duplicated: the API lists exactly the sandboxes
+  made, each runs on exactly one agent, the one its record names;
+- epochs keep growing: a restart after the failover gets an epoch above
+  every one seen before.
+"""
+
+import collections
+import ctypes
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+import requests
+
+import test_multihost as base
+
+DIR = os.environ.get("MH_SENTINEL_DIR", "/tmp/sbx-multihost-sentinel")
+PREFIX = "sbxms"
+HOSTS = base.HOSTS
+
+
+def hosts_env():
+    return dict(os.environ, MH_SENTINELS="1", MH_PREFIX=PREFIX)
+
+
+@pytest.fixture(scope="module")
+def mh():
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    r = subprocess.run([base.HOSTS_SCRIPT, "up", "--dir", DIR], capture_output=True, text=True,
+                       timeout=180, env=hosts_env())
+    if r.returncode != 0:
+        subprocess.run([base.HOSTS_SCRIPT, "down", "--dir", DIR], capture_output=True,
+                       timeout=120, env=hosts_env())
+        pytest.fail("hosts up failed:\n%s%s" % (r.stdout, r.stderr))
+    orig = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        env = base.read_env(os.path.join(DIR, "env"))
+        base.setns("/run/netns/%s-lan" % env["MH_PREFIX"])
+        yield base.MH(env)
+    finally:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.setns(orig, base.CLONE_NEWNET)
+        os.close(orig)
+        if os.environ.get("SBX_KEEP") != "1":
+            subprocess.run([base.HOSTS_SCRIPT, "down", "--dir", DIR], capture_output=True,
+                           timeout=120, env=hosts_env())
+
+
+def sentinel(mh, addr, *args):
+    host, port = addr.rsplit(":", 1)
+    r = subprocess.run(["redis-cli", "-h", host, "-p", port] + [str(a) for a in args],
+                       capture_output=True, text=True, timeout=10)
+    return r.stdout.strip() if r.returncode == 0 else ""
+
+
+def sentinels(mh):
+    return mh.env["MH_SENTINELS"].split(",")
+
+
+def named_master(mh, addr):
+    out = sentinel(mh, addr, "SENTINEL", "get-master-addr-by-name", mh.prefix).splitlines()
+    return out[0] if out else ""
+
+
+def ready(mh):
+    """Every sentinel knows the other two and the replica."""
+    for addr in sentinels(mh):
+        lines = sentinel(mh, addr, "SENTINEL", "master", mh.prefix).splitlines()
+        info = dict(zip(lines[0::2], lines[1::2]))
+        if int(info.get("num-other-sentinels", 0)) < 2 or int(info.get("num-slaves", 0)) < 1:
+            return False
+    return True
+
+
+def error_code(r):
+    try:
+        return r.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return "?"
+
+
+class Load:
+    """Clients on every host, in a loop: GET of a record and an exec in it.
+    Every answer is kept: (start time, host, what, status, code, Retry-After)."""
+
+    def __init__(self, mh, sids):
+        self.mh, self.sids = mh, sids
+        self.results = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(h,), daemon=True)
+                        for h in HOSTS]
+
+    def run(self, host):
+        session = requests.Session()
+        i = 0
+        while not self.stop.is_set():
+            sid = self.sids[i % len(self.sids)]
+            i += 1
+            for what, method, path, body in (
+                    ("get", "GET", "/v1/sandboxes/" + sid, None),
+                    ("exec", "POST", "/v1/sandboxes/%s/exec" % sid, {"command": "echo ok"})):
+                t = time.monotonic()
+                try:
+                    r = self.mh.api(host, method, path, json=body, session=session, timeout=20)
+                    row = (t, host, what, r.status_code,
+                           error_code(r) if r.status_code >= 400 else "",
+                           r.headers.get("Retry-After"))
+                except requests.RequestException as ex:
+                    row = (t, host, what, 0, type(ex).__name__, None)
+                with self.lock:
+                    self.results.append(row)
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+
+
+def test_failover_through_the_sentinels_under_load(mh):
+    r1, r2 = mh.env["MH_ADDR_R1"], mh.env["MH_ADDR_R2"]
+    assert all(named_master(mh, s) == r1 for s in sentinels(mh))
+    mh.wait("the sentinels to know each other and the replica", lambda: ready(mh), timeout=30)
+
+    sids = ["ms-%d" % i for i in range(3)]
+    before = {}
+    for i, sid in enumerate(sids):
+        rec = base.put(mh, HOSTS[i], sid)
+        assert mh.exec_(HOSTS[(i + 1) % 3], sid, "echo hi")["stdout"] == "hi\n"
+        before[sid] = int(mh.record(sid)["epoch"])
+    assert mh.redis("WAIT", 1, 5000, host=r1) == "1"
+
+    with Load(mh, sids) as load:
+        mh.wait("calls before the kill", lambda: len(load.results) >= 30, timeout=30)
+        with open(os.path.join(DIR, "pids", "redis-r1.pid")) as f:
+            t_kill = time.monotonic()
+            os.kill(int(f.read().strip()), 9)
+        mh.wait("every sentinel to name the replica",
+                lambda: all(named_master(mh, s) == r2 for s in sentinels(mh)), timeout=30)
+        t_switch = time.monotonic()
+        assert mh.redis("ROLE", host=r2).splitlines()[0] == "master"
+
+        def all_up():
+            return all(mh.redis("EXISTS", "sbx:node:{%s}:alive" % mh.node[h], host=r2) == "1" and
+                       requests.get(mh.url[h] + "/healthz", timeout=2).status_code == 200
+                       for h in HOSTS)
+        mh.wait("every host to work on the new primary", all_up, timeout=30)
+        t_up = time.monotonic()
+        n_up = len(load.results)
+        mh.wait("calls after the failover", lambda: len(load.results) >= n_up + 60, timeout=60)
+    print("sentinels switched %.1fs after the kill, hosts up %.1fs after it; %d calls" %
+          (t_switch - t_kill, t_up - t_kill, len(load.results)))
+
+    statuses = collections.Counter((s, c) for _, _, _, s, c, _ in load.results)
+    print("answers: %r" % dict(statuses))
+    refused = [row for row in load.results if row[3] != 200]
+    if refused:
+        print("503s from %.1fs to %.1fs after the kill" %
+              (refused[0][0] - t_kill, refused[-1][0] - t_kill))
+    for t, host, what, status, code, retry in load.results:
+        if t < t_kill:
+            assert status == 200, (host, what, status, code)
+        else:
+            assert status in (200, 503), (host, what, status, code)
+        if status == 503:
+            assert code in ("REDIS_UNAVAILABLE", "NODE_UNAVAILABLE"), (host, what, code)
+            assert retry, (host, what, "503 without Retry-After")
+
+    # The failover is over: every call through every host answers at once.
+    for _ in range(2):
+        for h in HOSTS:
+            for sid in sids:
+                r = mh.api(h, "GET", "/v1/sandboxes/" + sid)
+                assert r.status_code == 200, (h, sid, r.status_code, r.text)
+                assert mh.exec_(h, sid, "echo ok")["stdout"] == "ok\n"
+
+    # Every agent followed the sentinels' +switch-master.
+    for h in HOSTS:
+        with open(os.path.join(DIR, h, "logs", "agent-1.log")) as f:
+            assert "the sentinels switched master" in f.read(), "agent of host %s" % h
+
+    # None lost, none made twice: the API lists exactly these, and each runs
+    # on exactly one agent, the one its record names.
+    r = mh.api("a", "GET", "/v1/sandboxes")
+    assert r.status_code == 200, r.text
+    assert sorted(s["id"] for s in r.json()["sandboxes"]) == sids
+
+    def one_copy_each():
+        where = collections.defaultdict(list)
+        for h in HOSTS:
+            r = mh.agent_call(h, "GET", "/agent/v1/sandboxes")
+            assert r.status_code == 200
+            for s in r.json()["sandboxes"]:
+                where[s["id"]].append(mh.node[h])
+        return all(where[sid] == [mh.record(sid)["node"]] for sid in sids)
+    mh.wait("each sandbox to run on exactly its record's node", one_copy_each, timeout=30)
+
+    # Epochs keep growing: never below what was seen, and a start after the
+    # failover is above every epoch seen before it.
+    for i, sid in enumerate(sids):
+        assert int(mh.record(sid)["epoch"]) >= before[sid]
+        r = mh.api(HOSTS[i], "POST", "/v1/sandboxes/%s/restart" % sid)
+        assert r.status_code == 200, r.text
+        assert int(r.json()["epoch"]) > before[sid]
+        assert mh.exec_(HOSTS[(i + 2) % 3], sid, "echo again")["stdout"] == "again\n"
