@@ -85,6 +85,7 @@ static const struct conf_entry entries[] = {
 	{ "agent", "proc_logs_node_bytes", T_INT, OFF(agent.proc_logs_node_bytes), "536870912", 65536, 274877906944LL, NULL },
 	{ "agent", "proc_stdin_bytes", T_INT, OFF(agent.proc_stdin_bytes), "1048576", 4096, 67108864, NULL },
 	{ "agent", "metrics_listen", T_STR, OFF(agent.metrics_listen), "127.0.0.1:9471", 0, 0, NULL },
+	{ "agent", "max_execs_per_sandbox", T_INT, OFF(agent.max_execs_per_sandbox), "256", 1, 16384, NULL },
 
 	{ "sandbox", "memory_mib", T_INT, OFF(sandbox.memory_mib), "512", 16, 1048576, NULL },
 	{ "sandbox", "cpus_milli", T_INT, OFF(sandbox.cpus_milli), "1000", 10, 256000, NULL },

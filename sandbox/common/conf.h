@@ -85,6 +85,7 @@ struct sbx_conf {
 		int64_t proc_logs_node_bytes;   /* ... of every sandbox of the node */
 		int64_t proc_stdin_bytes;       /* stdin queued for one background process */
 		char metrics_listen[CONF_STR_MAX]; /* host:port of the agent's /metrics; "" = off */
+		int64_t max_execs_per_sandbox;  /* exec commands running at once in one sandbox */
 	} agent;
 	struct {
 		int64_t memory_mib;

@@ -9,13 +9,15 @@ no limit), so these tests run on the session stack:
 - creates per minute count every PUT /v1/sandboxes/{id};
 - one tenant flooding leaves another tenant's calls untouched (status codes
   only, never timing);
-- bad limit input is a 400 and changes nothing.
+- bad limit input is a 400 and changes nothing;
+- the agent holds one sandbox to agent.max_execs_per_sandbox commands at
+  once (429 QUOTA_EXCEEDED), on a stack of its own with a small cap.
 """
 
 import concurrent.futures
 import uuid
 
-from conftest import assert_error
+from conftest import assert_error, stack_down, stack_up
 
 
 def uid(prefix):
@@ -164,3 +166,34 @@ def test_the_check_is_resent_after_redis_closed_the_connections(stack):
     codes = [stack.api("GET", "/v1/sandboxes", key=key).status_code for _ in range(3 * workers)]
     assert codes == [200] * len(codes), codes
     stack.wait_healthy()
+
+
+def test_exec_commands_per_sandbox_are_bounded():
+    st = stack_up(agents=1, overrides=["agent.max_execs_per_sandbox=2"])
+    streams = []
+    try:
+        sid, other = uid("ex"), uid("ex")
+        for s in (sid, other):
+            r = st.api("PUT", "/v1/sandboxes/" + s, json={}, timeout=30)
+            assert r.status_code == 201, r.text
+        path = "/v1/sandboxes/%s/exec" % sid
+        for _ in range(2):
+            r = st.api("POST", path, json={"command": "sleep 600"}, stream=True, timeout=30,
+                       headers={"Accept": "text/event-stream"})
+            assert r.status_code == 200, r.text
+            lines = r.iter_lines()
+            assert next(lines) == b"event: start"   # the command runs
+            streams.append((r, lines))   # both kept: a dropped iterator closes the stream
+        err = assert_error(st.api("POST", path, json={"command": "true"}), 429, "QUOTA_EXCEEDED")
+        assert "at most 2 commands" in err["message"], err
+        # Per sandbox: the tenant's other sandbox runs commands.
+        r = st.api("POST", "/v1/sandboxes/%s/exec" % other, json={"command": "echo ok"})
+        assert r.status_code == 200 and r.json()["stdout"] == "ok\n", r.text
+        # A command that ends gives its place back.
+        streams.pop()[0].close()
+        st.wait("a place for one more command",
+                lambda: st.api("POST", path, json={"command": "echo back"}).status_code == 200)
+    finally:
+        for r, _ in streams:
+            r.close()
+        stack_down(st)
