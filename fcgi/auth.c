@@ -120,7 +120,16 @@ int auth_request(struct http_req *r, struct sbx_err *e)
 	if (keycache_get(&key_cache, digest, now, &hit)) {
 		if (!hit.valid)
 			return err_set(e, SBX_E_UNAUTHORIZED, "invalid API key");
+		if (hit.unlimited) {
+			/* No limit applied to the tenant a moment ago: no round trip. */
+			memcpy(r->tenant, hit.tenant, sizeof(r->tenant));
+			r->admin = hit.admin;
+			r->authed = 1;
+			return act_as(r, e);
+		}
 		rc = ratelimit_auth_check(r->conf, name, hit.tenant, hit.admin, create, &ra, e);
+		if (rc == 0 && !ra.limited)
+			keycache_set_unlimited(&key_cache, digest, 1);
 	} else {
 		/* One round trip checks the key and counts the call. */
 		rc = ratelimit_auth_check(r->conf, name, NULL, 0, create, &ra, e);
@@ -129,8 +138,10 @@ int auth_request(struct http_req *r, struct sbx_err *e)
 				 r->request_id);
 			ra.found = 0;
 		}
-		if (rc == 0)   /* Redis trouble is never cached */
+		if (rc == 0) {   /* Redis trouble is never cached */
 			keycache_put(&key_cache, digest, ra.found, ra.tenant, ra.admin, now);
+			keycache_set_unlimited(&key_cache, digest, !ra.limited);
+		}
 	}
 	if (rc < 0)
 		return -1;

@@ -35,10 +35,10 @@ int ratelimit_auth_check(const struct sbx_conf *c, const char *name, const char 
 	store_next_batch_resendable(0);
 	if (!r)
 		return -1;
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 ||
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 8 ||
 	    r->element[1]->type != REDIS_REPLY_STRING || r->element[2]->type != REDIS_REPLY_STRING)
 		return err_set(e, SBX_E_INTERNAL, "auth_rate: unexpected reply");
-	for (size_t i = 3; i < 7; i++)
+	for (size_t i = 3; i < 8; i++)
 		if (int_at(r, i) < 0 || int_at(r, i) > RATELIMIT_MAX)
 			return err_set(e, SBX_E_INTERNAL, "auth_rate: unexpected reply");
 	status = int_at(r, 0);
@@ -52,6 +52,7 @@ int ratelimit_auth_check(const struct sbx_conf *c, const char *name, const char 
 	out->found = 1;
 	memcpy(out->tenant, t->str, t->len + 1);
 	out->admin = strcmp(r->element[2]->str, "1") == 0;
+	out->limited = int_at(r, 7) != 0;
 	if (int_at(r, 3) == 0)
 		return 0;
 	out->rate.set = 1;

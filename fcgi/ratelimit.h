@@ -10,7 +10,10 @@
  * of whichever host answers. The check is the auth_rate script
  * (rscripts.h), which also reads the API key record when the worker's key
  * cache has no answer: a call pays one Redis round trip for its key check
- * and its rate limit together, never more.
+ * and its rate limit together, never more. A tenant the script found
+ * without any limit is remembered so in the key cache (api.key_cache):
+ * its calls with a cached key make no round trip at all, and a limit set
+ * for it applies within that time.
  *
  * A call over a limit is 429 RATE_LIMITED with Retry-After; every call a
  * limit applies to carries RateLimit-Limit / -Remaining / -Reset (whole
@@ -38,6 +41,7 @@ struct ratelimit_auth {
 	int found;            /* the key exists (tenant and admin filled) */
 	char tenant[64];
 	int admin;
+	int limited;          /* some limit applies to the tenant's calls */
 	struct ratelimit_state rate;
 };
 

@@ -74,9 +74,10 @@ enum rscript_id {
 	 * one bucket per tenant and kind). KEYS apikey; ARGV tenant admin
 	 * (tenant '': read both from the apikey hash) defaultRps defaultBurst
 	 * defaultCreatesPerMinute create(0|1) -> {status, tenant, admin,
-	 * limit, remaining, resetMs, retryMs}: status 0 no such key, 1 allowed
-	 * (the buckets advanced), -1 refused (nothing written); limit 0: no
-	 * limit applies. Overrides: the requestsPerSecond, requestsBurst and
+	 * limit, remaining, resetMs, retryMs, limited}: status 0 no such key, 1
+	 * allowed (the buckets advanced), -1 refused (nothing written); limit
+	 * 0: no limit applies to this call; limited 0: none to any call of the
+	 * tenant. Overrides: the requestsPerSecond, requestsBurst and
 	 * createsPerMinute fields of the tenant's limits hash. */
 	RSCRIPT_AUTH_RATE,
 	/* sbx-agent. KEYS record; ARGV node epoch lastActiveAt (ISO, or ""):
