@@ -4,8 +4,10 @@
  *
  * /_sbx_route answers 200 with X-Sbx-Agent / X-Sbx-Epoch / X-Sbx-Generation
  * / X-Sbx-Tenant, or refuses with 403 + X-Sbx-Status / X-Sbx-Code /
- * X-Sbx-Message (http_respond_error under HTTP_F_AUTHREQ); nginx sends the
- * refusal to /_sbx_error, which renders the JSON error with the real status.
+ * X-Sbx-Message (http_respond_error under HTTP_F_AUTHREQ; a rate limit
+ * refusal adds X-Sbx-Rate, ratelimit.h); nginx sends the refusal to
+ * /_sbx_error, which renders the JSON error with the real status (and the
+ * rate limit's headers).
  */
 #include "agentc.h"
 #include "api.h"
