@@ -1000,6 +1000,11 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 	return reg;
 }
 
+const struct redisurl *registry_redis_addr(const struct registry *reg)
+{
+	return reg->url.is_unix || reg->url.host[0] ? &reg->url : NULL;
+}
+
 int registry_connected(const struct registry *reg)
 {
 	return reg && reg->connected && !__atomic_load_n(&reg->refusing, __ATOMIC_ACQUIRE);

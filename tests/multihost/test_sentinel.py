@@ -2,10 +2,16 @@
 availability"), on a deployment of its own: tests/multihost/hosts with
 MH_SENTINELS=1 adds three redis-sentinel processes beside the primary (r1)
 and its replica (r2), and every host finds the primary through them
-(redis.sentinels, redis.master_name) instead of a service address.
+(redis.sentinels, redis.master_name): the service address redis.url names
+is removed once the hosts are up.
 
-While clients call through all three hosts, the primary is killed: the
-sentinels promote the replica, and
+A manual failover (SENTINEL FAILOVER) demotes the primary while it keeps
+running (the sentinels close its clients' connections): every worker and
+agent connects to the new primary, not back to the old one (which still
+holds the address redis.url names), and writes through every host work.
+
+Then, while clients call through all three hosts, the primary is killed:
+the sentinels promote the replica, and
 
 - the API answers 200 before the kill, only 200 or 503 (REDIS_UNAVAILABLE /
   NODE_UNAVAILABLE, with Retry-After) while the failover runs, and 200 to
@@ -52,7 +58,11 @@ def mh():
     try:
         env = base.read_env(os.path.join(DIR, "env"))
         base.setns("/run/netns/%s-lan" % env["MH_PREFIX"])
-        yield base.MH(env)
+        mh = base.MH(env)
+        # Nothing may use redis.url (the service address the stacks were
+        # brought up with): it goes away.
+        mh.ip("-n", mh.ns("r1"), "addr", "del", mh.vip + "/24", "dev", "eth0")
+        yield mh
     finally:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.setns(orig, base.CLONE_NEWNET)
@@ -86,6 +96,70 @@ def ready(mh):
         if int(info.get("num-other-sentinels", 0)) < 2 or int(info.get("num-slaves", 0)) < 1:
             return False
     return True
+
+
+def the_master(mh):
+    """(name, address) of the Redis every sentinel names now."""
+    names = {mh.env["MH_ADDR_R1"]: "r1", mh.env["MH_ADDR_R2"]: "r2"}
+    addrs = {named_master(mh, s) for s in sentinels(mh)}
+    assert len(addrs) == 1 and addrs <= set(names), addrs
+    addr = addrs.pop()
+    return names[addr], addr
+
+
+def other(mh, addr):
+    r1, r2 = mh.env["MH_ADDR_R1"], mh.env["MH_ADDR_R2"]
+    return r2 if addr == r1 else r1
+
+
+def sbx_clients(mh, addr):
+    """The clients of the Redis at addr that are sbx's: not a sentinel, not
+    a replication link, not this redis-cli."""
+    out = []
+    for line in mh.redis("CLIENT", "LIST", host=addr).splitlines():
+        f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        if f.get("name", "").startswith("sentinel-") or set(f.get("flags", "")) & set("MS"):
+            continue
+        if f.get("cmd") in ("client|list", "client"):
+            continue
+        out.append(line)
+    return out
+
+
+def test_manual_failover_moves_every_client(mh):
+    mh.wait("the sentinels to know each other and the replica", lambda: ready(mh), timeout=30)
+    _, old = the_master(mh)
+    new = other(mh, old)
+    base.put(mh, "a", "mf-1")
+    assert mh.exec_("b", "mf-1", "echo hi")["stdout"] == "hi\n"
+    assert sbx_clients(mh, old), "no sbx client on the primary before the failover"
+    assert mh.redis("WAIT", 1, 5000, host=old) == "1"
+    assert sentinel(mh, sentinels(mh)[0], "SENTINEL", "FAILOVER", mh.prefix) == "OK"
+    mh.wait("every sentinel to name the replica",
+            lambda: all(named_master(mh, s) == new for s in sentinels(mh)), timeout=30)
+    mh.wait("the new primary to take writes",
+            lambda: mh.redis("ROLE", host=new).splitlines()[0] == "master", timeout=30)
+    mh.wait("the old primary to follow it",
+            lambda: mh.redis("ROLE", host=old).splitlines()[0] == "slave", timeout=30)
+    codes = collections.Counter()
+
+    def left_old():
+        for h in HOSTS:
+            for _ in range(8):
+                r = mh.api(h, "GET", "/v1/sandboxes/mf-1")
+                codes[r.status_code] += 1
+                assert r.status_code in (200, 503), (h, r.status_code, r.text)
+        return not sbx_clients(mh, old)
+    mh.wait("every sbx client to leave the demoted primary", left_old, timeout=30, interval=0.5)
+    print("reads while the clients moved: %r" % dict(codes))
+    # Writes through every host work on the new primary.
+    for i, h in enumerate(HOSTS):
+        r = mh.api(h, "PUT", "/v1/sandboxes/mf-w%d" % i)
+        assert r.status_code == 201, (h, r.status_code, r.text)
+        assert mh.exec_(h, "mf-1", "echo %d" % i)["stdout"] == "%d\n" % i
+    for i in range(len(HOSTS)):
+        assert mh.api("a", "DELETE", "/v1/sandboxes/mf-w%d" % i).status_code == 204
+    assert mh.api("a", "DELETE", "/v1/sandboxes/mf-1").status_code == 204
 
 
 def error_code(r):
@@ -140,9 +214,9 @@ class Load:
 
 
 def test_failover_through_the_sentinels_under_load(mh):
-    r1, r2 = mh.env["MH_ADDR_R1"], mh.env["MH_ADDR_R2"]
-    assert all(named_master(mh, s) == r1 for s in sentinels(mh))
     mh.wait("the sentinels to know each other and the replica", lambda: ready(mh), timeout=30)
+    primary, old = the_master(mh)
+    new = other(mh, old)
 
     sids = ["ms-%d" % i for i in range(3)]
     before = {}
@@ -150,20 +224,21 @@ def test_failover_through_the_sentinels_under_load(mh):
         rec = base.put(mh, HOSTS[i], sid)
         assert mh.exec_(HOSTS[(i + 1) % 3], sid, "echo hi")["stdout"] == "hi\n"
         before[sid] = int(mh.record(sid)["epoch"])
-    assert mh.redis("WAIT", 1, 5000, host=r1) == "1"
+    mh.wait("the replica to have every write",
+            lambda: mh.redis("WAIT", 1, 1000, host=old) == "1", timeout=30)
 
     with Load(mh, sids) as load:
         mh.wait("calls before the kill", lambda: len(load.results) >= 30, timeout=30)
-        with open(os.path.join(DIR, "pids", "redis-r1.pid")) as f:
+        with open(os.path.join(DIR, "pids", "redis-%s.pid" % primary)) as f:
             t_kill = time.monotonic()
             os.kill(int(f.read().strip()), 9)
         mh.wait("every sentinel to name the replica",
-                lambda: all(named_master(mh, s) == r2 for s in sentinels(mh)), timeout=30)
+                lambda: all(named_master(mh, s) == new for s in sentinels(mh)), timeout=30)
         t_switch = time.monotonic()
-        assert mh.redis("ROLE", host=r2).splitlines()[0] == "master"
+        assert mh.redis("ROLE", host=new).splitlines()[0] == "master"
 
         def all_up():
-            return all(mh.redis("EXISTS", "sbx:node:{%s}:alive" % mh.node[h], host=r2) == "1" and
+            return all(mh.redis("EXISTS", "sbx:node:{%s}:alive" % mh.node[h], host=new) == "1" and
                        requests.get(mh.url[h] + "/healthz", timeout=2).status_code == 200
                        for h in HOSTS)
         mh.wait("every host to work on the new primary", all_up, timeout=30)
@@ -225,3 +300,18 @@ def test_failover_through_the_sentinels_under_load(mh):
         assert r.status_code == 200, r.text
         assert int(r.json()["epoch"]) > before[sid]
         assert mh.exec_(HOSTS[(i + 2) % 3], sid, "echo again")["stdout"] == "again\n"
+
+    # The agents' event streams read from the primary too (redis.url names
+    # an address nobody holds).
+    with mh.api("b", "GET", "/v1/events?sandbox=ms-new", key=mh.admin_key, stream=True,
+                timeout=20) as r:
+        assert r.status_code == 200, r.text
+        lines = r.iter_lines()
+        assert base.put(mh, "c", "ms-new")["id"] == "ms-new"
+        seen = []
+        for line in lines:
+            seen.append(line)
+            if line == b"event: created":
+                break
+        assert b"event: created" in seen, seen
+    assert mh.api("a", "DELETE", "/v1/sandboxes/ms-new").status_code == 204
