@@ -9,6 +9,9 @@
  * failure, error replies included, is SBX_E_REDIS_UNAVAILABLE (503) with
  * the detail logged; a refused write (rerror.h: NOREPLICAS, READONLY,
  * MISCONF, OOM, …) says so in its message.
+ * With redis.sentinels the connection is to the primary the sentinels
+ * name (sentinel.h), checked with ROLE when it is made; a READONLY answer
+ * drops it: the next call connects to the new primary.
  *
  * Pipelining: store_append() N commands, then store_collect() N replies.
  *
