@@ -26,6 +26,8 @@ static const struct conf_entry entries[] = {
 	{ "redis", "url", T_STR, OFF(redis.url), "redis://127.0.0.1:6379", 0, 0, NULL },
 	{ "redis", "connect_timeout", T_DURATION, OFF(redis.connect_timeout_ms), "200ms", 10, 60000, NULL },
 	{ "redis", "command_timeout", T_DURATION, OFF(redis.command_timeout_ms), "500ms", 10, 60000, NULL },
+	{ "redis", "sentinels", T_STR, OFF(redis.sentinels), "", 0, 0, NULL },
+	{ "redis", "master_name", T_STR, OFF(redis.master_name), "", 0, 0, NULL },
 
 	{ "cluster", "secret", T_STR, OFF(cluster.secret), "", 0, 0, NULL },
 	{ "cluster", "heartbeat", T_DURATION, OFF(cluster.heartbeat_ms), "1s", 100, 60000, NULL },
@@ -44,6 +46,9 @@ static const struct conf_entry entries[] = {
 	{ "api", "tenant_cpus_milli", T_INT, OFF(api.tenant_cpus_milli), "100000", 10, 256000000, NULL },
 	{ "api", "reconcile_interval", T_DURATION, OFF(api.reconcile_interval_ms), "1m", 0, 3600000, NULL },
 	{ "api", "metrics_listen", T_STR, OFF(api.metrics_listen), "127.0.0.1:9470", 0, 0, NULL },
+	{ "api", "requests_per_second", T_INT, OFF(api.requests_per_second), "0", 0, 1000000, NULL },
+	{ "api", "requests_burst", T_INT, OFF(api.requests_burst), "0", 0, 1000000, NULL },
+	{ "api", "creates_per_minute", T_INT, OFF(api.creates_per_minute), "0", 0, 1000000, NULL },
 
 	{ "agent", "name", T_STR, OFF(agent.name), "agent-1", 0, 0, NULL },
 	{ "agent", "listen", T_STR, OFF(agent.listen), "127.0.0.1:7070", 0, 0, NULL },
@@ -84,6 +89,7 @@ static const struct conf_entry entries[] = {
 	{ "agent", "proc_logs_node_bytes", T_INT, OFF(agent.proc_logs_node_bytes), "536870912", 65536, 274877906944LL, NULL },
 	{ "agent", "proc_stdin_bytes", T_INT, OFF(agent.proc_stdin_bytes), "1048576", 4096, 67108864, NULL },
 	{ "agent", "metrics_listen", T_STR, OFF(agent.metrics_listen), "127.0.0.1:9471", 0, 0, NULL },
+	{ "agent", "max_execs_per_sandbox", T_INT, OFF(agent.max_execs_per_sandbox), "256", 1, 16384, NULL },
 
 	{ "sandbox", "memory_mib", T_INT, OFF(sandbox.memory_mib), "512", 16, 1048576, NULL },
 	{ "sandbox", "cpus_milli", T_INT, OFF(sandbox.cpus_milli), "1000", 10, 256000, NULL },

@@ -46,6 +46,7 @@ enum sbx_ecode {
 	SBX_E_UNSUPPORTED_MEDIA_TYPE, /* 415 */
 	SBX_E_RANGE_NOT_SATISFIABLE, /* 416 */
 	SBX_E_QUOTA_EXCEEDED,      /* 429 */
+	SBX_E_RATE_LIMITED,        /* 429: the tenant's request rate */
 	SBX_E_NO_CAPACITY,         /* 503 */
 	SBX_E_REDIS_UNAVAILABLE,
 	SBX_E_NODE_UNAVAILABLE,

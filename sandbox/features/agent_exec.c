@@ -99,7 +99,60 @@ struct agent_exec {
 	int failed;                /* answer with err (and err_details) instead */
 	struct sbx_err err;
 	json_t *err_details;
+	int64_t counted_run;       /* a command of agent_exec_run: counted in that run (0: not) */
 };
+
+/* The commands of agent_exec_run running in one container, held to
+ * agent.max_execs_per_sandbox: a count in the exec module's slot. */
+struct exec_count {
+	int running;
+};
+
+static void exec_container_gone(struct agent *a, struct agent_sb *sb)
+{
+	void **slot = agent_sb_slot(sb, &agent_exec_module);
+
+	free(*slot);
+	*slot = NULL;
+}
+
+const struct agent_module agent_exec_module = { "exec", exec_container_gone };
+
+/* Count a command of sb's container in: 0, or -1 with e = QUOTA_EXCEEDED
+ * at the cap. */
+static int count_in(struct agent *a, struct agent_sb *sb, struct agent_exec *x, struct sbx_err *e)
+{
+	void **slot = agent_sb_slot(sb, &agent_exec_module);
+	struct exec_count *n = *slot;
+
+	if (!n && !(n = *slot = calloc(1, sizeof(*n))))
+		return err_sys(e, ENOMEM, "exec");
+	if (n->running >= a->conf->agent.max_execs_per_sandbox)
+		return err_set(e, SBX_E_QUOTA_EXCEEDED,
+			       "a sandbox runs at most %lld commands at once (agent.max_execs_per_sandbox); "
+			       "wait for one to end", (long long)a->conf->agent.max_execs_per_sandbox);
+	n->running++;
+	x->counted_run = sb->run;
+	return 0;
+}
+
+/* The command of x ended: count it out of its container (if that still runs). */
+static void count_out(struct agent_exec *x)
+{
+	struct agent_sb *sb;
+	struct exec_count *n;
+	int64_t run = x->counted_run;
+
+	if (!run)
+		return;
+	x->counted_run = 0;
+	sb = agent_sb_find(x->a, x->key);
+	if (!sb || sb->run != run || !sb->rt)
+		return;
+	n = *agent_sb_slot(sb, &agent_exec_module);
+	if (n && n->running > 0)
+		n->running--;
+}
 
 static void exec_check_done(struct agent_exec *x);
 
@@ -152,6 +205,7 @@ static void exec_free(struct agent_exec *x)
 	buf_release(&x->sse);
 	json_decref(x->err_details);
 	free(x->command);
+	count_out(x);
 	agent_sb_stream_end(x->a, &x->live);
 	free(x);
 }
@@ -967,6 +1021,8 @@ void agent_exec_run(struct httpd_req *r, struct agent_sb *sb, int stream, const 
 		err_sys(&e, ENOMEM, "exec");
 		goto fail;
 	}
+	if (count_in(a, sb, x, &e) < 0)
+		goto fail;
 	ps = (struct rt_proc_spec){ .argv = c->argv, .env = env, .cwd = c->cwd };
 	x->oom_before = rt_oom_kills(sb->rt);
 	x->t0 = util_now_ms();

@@ -23,8 +23,13 @@
 
 #include "agent.h"
 #include "call.h"
+#include "module.h"
 
 #define AGENT_EXEC_MAX_PATH 4096
+
+/* Counts the commands of agent_exec_run per container (at most
+ * agent.max_execs_per_sandbox at once: 429 QUOTA_EXCEEDED beyond). */
+extern const struct agent_module agent_exec_module;
 
 struct agent_exec;
 
