@@ -248,3 +248,25 @@ def test_first_host_in_15_minutes():
         assert exec_.get("exitCode") == 0 and exec_.get("stdout") == "hello\n", (exec_, logs)
     finally:
         subprocess.run(["rm", "-rf", "--one-file-system", tmp], capture_output=True)
+
+
+def test_no_units_runtime_directory_holds_the_agents_locks():
+    """systemd removes a unit's RuntimeDirectory when the unit stops (and
+    chowns it to the unit's User): a directory under /run where the agent
+    keeps its host-wide locks (uid ranges, egress slots) must belong to no
+    unit, or `systemctl stop sbx-api` deletes them under a running agent."""
+    agent_dirs = set()
+    for d, _, files in os.walk(os.path.join(ROOT, "sandbox")):
+        for name in files:
+            if name.endswith(".c"):
+                agent_dirs.update(re.findall(r'#define \w+ "(/run/[^"]+)"',
+                                             read(os.path.join(d, name))))
+    assert agent_dirs, "no /run path found in the agent's sources"
+    clashes = []
+    for unit in os.listdir(os.path.join(ROOT, "deploy", "systemd")):
+        u = unit_lines(os.path.join(ROOT, "deploy", "systemd", unit))
+        for rd in u.get("RuntimeDirectory", []):
+            for d in rd.split():
+                clashes += ["%s: RuntimeDirectory=%s holds %s" % (unit, d, a)
+                            for a in agent_dirs if (a + "/").startswith("/run/%s/" % d)]
+    assert not clashes, "\n".join(clashes)
