@@ -288,3 +288,20 @@ def test_every_redis_key_family_is_in_redis_md(stack):
     undocumented = sorted({family(k) for k in keys if not any(p.fullmatch(k) for p in pats)})
     assert not undocumented, "key families in Redis that docs/REDIS.md does not list:\n  " + \
         "\n  ".join(undocumented)
+
+
+def test_deploy_capacity_figures_are_the_bench_runs():
+    """DEPLOY.md's capacity table quotes docs/PERFORMANCE.md's throughput
+    rows (the figure it names, its median req/s) and the date of that run."""
+    perf = read(os.path.join(DOCS, "PERFORMANCE.md"))
+    bench = dict(re.findall(r"^\| ([a-z0-9-]+) \| (\d+) \|", perf, re.M))
+    date = re.search(r"^- date: (\S+ \S+ UTC)", perf, re.M).group(1)
+    deploy = read(os.path.join(DOCS, "DEPLOY.md"))
+    cap = deploy[deploy.index("## Capacity"):]
+    cap = cap[:cap.index("\n## ", 3)]
+    assert date in " ".join(cap.split()), "DEPLOY.md does not name the run of %s" % date
+    rows = re.findall(r"^\|[^|]+\| `([a-z0-9-]+)` \| (\d+) req/s \|", cap, re.M)
+    assert len(rows) >= 4, rows
+    wrong = ["%s: DEPLOY.md %s, PERFORMANCE.md %s" % (f, v, bench.get(f)) for f, v in rows
+             if bench.get(f) != v]
+    assert not wrong, "\n".join(wrong)
