@@ -220,13 +220,51 @@ def test_filesystem_layout(sbx, box):
                 "a write inside reached the image on disk (%s)" % os.path.join(image, d)
 
 
+def mount_lists():
+    """{array name: [paths]} of the /proc lists in mounts.c."""
+    with open(os.path.join(ROOT, "sandbox", "runtime", "mounts.c")) as f:
+        text = f.read()
+    out = {}
+    for name in ("proc_masked_files", "proc_masked_dirs", "proc_ro"):
+        body = re.search(r"\b%s\[\] = \{(.*?)\};" % name, text, re.S)
+        assert body, name
+        out[name] = re.findall(r'"(/proc/[^"]+)"', body.group(1))
+    return out
+
+
 def test_proc_sensitive_paths_masked(sbx, box):
-    res = run(sbx, box, "wc -c < /proc/kcore; cat /proc/keys | wc -c; "
+    """Every path of mounts.c's /proc lists, from inside: each masked file
+    that exists is /dev/null (reads empty), each masked directory an empty
+    read-only tmpfs, each read-only path a read-only mount; writes to
+    sysrq-trigger and core_pattern fail."""
+    lists = mount_lists()
+    res = run(sbx, box, "cat /proc/self/mountinfo; echo ---; "
+                        "for f in %s; do [ -e $f ] && echo \"$f $(wc -c < $f)\"; done; echo ---; "
+                        "for d in %s; do [ -e $d ] && echo \"$d $(ls -A $d | wc -l)\"; done; echo ---; "
+                        "for p in %s; do [ -e $p ] && echo $p; done; echo ---; "
                         "echo h > /proc/sysrq-trigger 2>&1; echo sysrq=$?; "
-                        "echo x > /proc/sys/kernel/core_pattern 2>&1; echo core=$?")
-    out = res["stdout"]
-    first = out.splitlines()[0].strip()
-    assert first == "0", "/proc/kcore is readable (%s bytes)" % first
+                        "echo x > /proc/sys/kernel/core_pattern 2>&1; echo core=$?"
+              % (" ".join(lists["proc_masked_files"]), " ".join(lists["proc_masked_dirs"]),
+                 " ".join(lists["proc_ro"])))
+    mountinfo, files, dirs, ro, out = res["stdout"].split("---\n")
+    mounts = {}
+    for line in mountinfo.splitlines():
+        f = line.split()
+        mounts[f[4]] = (f[5].split(","), f[f.index("-") + 1])
+    assert len(files.splitlines()) >= 3, "masked files found: %r" % files
+    for line in files.splitlines():
+        path, size = line.split()
+        assert size == "0", "%s is readable (%s bytes)" % (path, size)
+        assert path in mounts, "%s is not masked by a mount" % path
+    for line in dirs.splitlines():
+        path, n = line.split()
+        assert n == "0" and mounts.get(path, ([], ""))[1] == "tmpfs" and \
+            "ro" in mounts[path][0], "%s is not an empty read-only tmpfs: %r" % (path, mounts.get(path))
+    # (a path this kernel does not have, e.g. sysrq-trigger without
+    # CONFIG_MAGIC_SYSRQ, is skipped by the runtime as here)
+    for path in ro.split():
+        assert "ro" in mounts.get(path, ([], ""))[0], "%s is not a read-only mount" % path
+    assert "/proc/sys" in ro.split(), ro
     assert "sysrq=0" not in out and "core=0" not in out, out
 
 
