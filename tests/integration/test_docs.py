@@ -305,3 +305,24 @@ def test_deploy_capacity_figures_are_the_bench_runs():
     wrong = ["%s: DEPLOY.md %s, PERFORMANCE.md %s" % (f, v, bench.get(f)) for f, v in rows
              if bench.get(f) != v]
     assert not wrong, "\n".join(wrong)
+
+
+# ---- API.md, Limits ------------------------------------------------------------------------
+
+def test_argv_shares_its_4096_strings_with_the_environment(stack):
+    """API.md's Limits: argv and the process's environment (here only the
+    four defaults PATH, HOME, LANG, HOSTNAME) share 4096 strings."""
+    sid = "docs-argv"
+    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+    assert r.status_code in (200, 201), r.text
+    try:
+        ok = stack.api("POST", "/v1/sandboxes/%s/exec" % sid,
+                       json={"argv": ["true"] + ["x"] * 4091}, timeout=30)
+        assert ok.status_code == 200 and ok.json()["exitCode"] == 0, ok.text[:300]
+        over = stack.api("POST", "/v1/sandboxes/%s/exec" % sid,
+                         json={"argv": ["true"] + ["x"] * 4092}, timeout=30)
+        assert over.status_code == 400, over.text[:300]
+        err = over.json()["error"]
+        assert err["code"] == "VALIDATION_FAILED" and "too large" in err["message"], err
+    finally:
+        stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
