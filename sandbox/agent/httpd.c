@@ -459,12 +459,21 @@ static void reply_json_raw(struct httpd_req *r, int status, json_t *body)
 
 void httpd_reply_err(struct httpd_req *r, const struct sbx_err *e)
 {
+	httpd_reply_err_details(r, e, NULL);
+}
+
+void httpd_reply_err_details(struct httpd_req *r, const struct sbx_err *e, const json_t *details)
+{
+	struct httpd_error he = { e, details };
 	json_t *body;
 
 	if (e->code == SBX_E_INTERNAL || e->code == SBX_E_NONE)
 		log_error("%s %s [%s]: %s", r->method, r->path, httpd_request_id(r), e->msg);
-	body = json_pack("{s:{s:s, s:s, s:{}}}", "error", "code", err_name(e->code), "message",
-			 err_public_message(e), "details");
+	if (httpd_filter_typed(r, HTTPD_ERROR, &he))
+		return;
+	body = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", err_name(e->code), "message",
+			 err_public_message(e), "details",
+			 details ? json_deep_copy(details) : json_object());
 	httpd_reply_json(r, err_status(e->code), body);
 }
 

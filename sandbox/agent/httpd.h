@@ -138,6 +138,16 @@ const void *httpd_route_data(const struct httpd_req *r);
 void httpd_reply_json(struct httpd_req *r, int status, json_t *body);
 /* The JSON error of e: {"error":{code,message,details:{}}} with err_status(). */
 void httpd_reply_err(struct httpd_req *r, const struct sbx_err *e);
+/* The one renderer of the agent's errors: {"error":{code, message,
+ * details}} with details (an object, borrowed; NULL: {}). A view's filter
+ * is offered the error typed first (HTTPD_ERROR, struct httpd_error), so
+ * it builds its own shape from the struct, never from this JSON. */
+#define HTTPD_ERROR "error"
+struct httpd_error {
+	const struct sbx_err *e;
+	const json_t *details;      /* NULL: none */
+};
+void httpd_reply_err_details(struct httpd_req *r, const struct sbx_err *e, const json_t *details);
 /* No body (204, ...). */
 void httpd_reply_empty(struct httpd_req *r, int status);
 /* Raw bytes (copied) with a content type. */
@@ -200,9 +210,10 @@ void httpd_upgrade_close(struct httpd_upgrade *u);
 
 /* A filter on the answer of r; every hook may be NULL. */
 struct httpd_filter {
-	/* A JSON answer (httpd_reply_json / httpd_reply_err) or an empty one
-	 * (body NULL): return the body to send instead (body is stolen; new
-	 * reference or NULL for an empty answer); may change *status. */
+	/* A JSON answer (httpd_reply_json; an error of httpd_reply_err comes
+	 * to typed as HTTPD_ERROR first) or an empty one (body NULL): return
+	 * the body to send instead (body is stolen; new reference or NULL for
+	 * an empty answer); may change *status. */
 	json_t *(*json)(void *arg, int *status, json_t *body);
 	/* A streamed answer: may replace its reader and the reader's arg. */
 	void (*stream)(void *arg, httpd_read_fn *read, void **read_arg);

@@ -158,3 +158,9 @@ json_t *err_cf_body(const char *cf_code, const char *message, int status, json_t
 			 message ? message : "internal error", "context",
 			 context ? context : json_object(), "httpStatus", status, "timestamp", ts);
 }
+
+json_t *err_cf_error(const struct sbx_err *e, const char *cf_code, json_t *context)
+{
+	return err_cf_body(cf_code ? cf_code : err_cf_code(err_name(e->code)), err_public_message(e),
+			   err_status(e->code), context);
+}

@@ -95,5 +95,8 @@ struct json_t;
 const char *err_cf_code(const char *sbx_code);
 struct json_t *err_cf_body(const char *cf_code, const char *message, int status,
 			   struct json_t *context);
+/* The SDK's error object of e (its status, its public message, the SDK's
+ * name of its code, or cf_code when not NULL): what both tiers send. */
+struct json_t *err_cf_error(const struct sbx_err *e, const char *cf_code, struct json_t *context);
 
 #endif

@@ -16,12 +16,15 @@
  *   2. a filter (struct httpd_filter) is put on the answer;
  *   3. the native call runs (agent_call_serve: the same flags, fields and
  *      function as its own route's row), and the filter turns its answer
- *      into the SDK's shape: JSON results with success/timestamp,
- *      the SDK's error object {code, message, context, httpStatus,
- *      timestamp}, and event streams re-framed as `data: {"type":…}`.
- *      An exec's result comes typed (struct agent_exec_result, the
- *      filter's typed hook) and is rendered as the SDK's ExecResult by the
- *      exec engine's streamed writer, so large output is never held whole.
+ *      into the SDK's shape. Typed answers (the filter's typed hook) are
+ *      rendered from their structs: every error (struct httpd_error: the
+ *      SDK's error object {code, message, context, httpStatus, timestamp}
+ *      built by err_cf_error from the struct sbx_err, as sbx-api builds
+ *      its own), an exec's result (struct agent_exec_result, the SDK's
+ *      ExecResult written by the exec engine's streamed writer, so large
+ *      output is never held whole). The other JSON
+ *      results are still read back from the native JSON (cf_result), and
+ *      event streams re-framed as `data: {"type":…}`.
  * So exec, sessions, processes and files keep one code path each.
  *
  * The SDK's bodies are parsed strictly as JSON, but fields sbx does not map
@@ -173,16 +176,27 @@ static const char *cf_code(const struct cf_req *c, const char *code)
 	return err_cf_code(code);
 }
 
-/* The sbx error body {"error":{code,message,details}} as the SDK's error
- * object; body is stolen, new reference. */
-static json_t *cf_error_body(struct cf_req *c, int status, json_t *body)
+/* Send body (stolen) as it is: past the filter, which built it. */
+static void cf_reply(struct httpd_req *r, int status, json_t *body)
 {
-	json_t *err = json_object_get(body, "error");
-	const char *code = json_string_value(json_object_get(err, "code"));
-	const char *msg = json_string_value(json_object_get(err, "message"));
-	json_t *details = json_object_get(err, "details");
-	json_t *ctx = json_is_object(details) ? json_deep_copy(details) : json_object();
-	json_t *out;
+	auto_free char *text = body ? jsonv_dump(body) : NULL;
+
+	json_decref(body);
+	if (!text) {
+		static const char oom[] = "{\"code\":\"INTERNAL_ERROR\",\"message\":"
+					  "\"internal error\",\"context\":{},\"httpStatus\":500}";
+
+		httpd_reply_bytes(r, 500, "application/json", oom, sizeof(oom) - 1);
+		return;
+	}
+	httpd_reply_bytes(r, status, "application/json", text, strlen(text));
+}
+
+/* An sbx error (its struct and details) as the SDK's error object, its
+ * context the details and the request's path, process or session. */
+static void cf_error(struct cf_req *c, struct httpd_req *r, const struct httpd_error *he)
+{
+	json_t *ctx = json_is_object(he->details) ? json_deep_copy(he->details) : json_object();
 
 	if (ctx && c->path)
 		json_object_set_new(ctx, "path", json_string(c->path));
@@ -192,9 +206,8 @@ static json_t *cf_error_body(struct cf_req *c, int status, json_t *body)
 		json_object_set_new(ctx, "processId", json_string(c->proc_id));
 	if (ctx && c->session)
 		json_object_set_new(ctx, "sessionId", json_string(c->session));
-	out = err_cf_body(cf_code(c, code), msg, status, ctx);
-	json_decref(body);
-	return out;
+	cf_reply(r, err_status(he->e->code),
+		 err_cf_error(he->e, cf_code(c, err_name(he->e->code)), ctx));
 }
 
 /* A process record of sbx as the SDK's process object; new reference. */
@@ -422,7 +435,7 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 	case CF_COMMANDS:
 		res = cf_commands(body);
 		break;
-	case CF_EXEC:              /* its result is typed (cf_exec_result) */
+	case CF_EXEC:              /* typed results (cf_filter_typed) */
 	case CF_EXEC_STREAM:
 	case CF_PROC_STREAM:
 	case CF_READ_STREAM:
@@ -440,12 +453,6 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 	json_object_set_new(res, "timestamp", json_string(ts));
 	*status = 200;
 	return res;
-}
-
-static int error_code_is(const json_t *body, const char *code)
-{
-	const char *c = json_string_value(json_object_get(json_object_get(body, "error"), "code"));
-	return c && strcmp(c, code) == 0;
 }
 
 /* The message of a command that ran out of time in a session. */
@@ -480,10 +487,11 @@ static int cf_exec_result(struct cf_req *c, struct httpd_req *r, const struct ag
 
 	if (res->timed_out && c->session) {
 		cf_timeout_text(c, msg, sizeof(msg));
-		httpd_reply_json(r, 500,
-				 json_pack("{s:{s:s, s:s, s:{s:s, s:i}}}", "error", "code",
-					   "COMMAND_EXECUTION_ERROR", "message", msg, "details",
-					   "command", c->command ? c->command : "", "exitCode", 124));
+		cf_reply(r, 500,
+			 err_cf_body("COMMAND_EXECUTION_ERROR", msg, 500,
+				     json_pack("{s:s, s:i, s:s}", "command",
+					       c->command ? c->command : "", "exitCode", 124,
+					       "sessionId", c->session)));
 		return 1;
 	}
 	if (res->timed_out)
@@ -507,68 +515,83 @@ static int cf_exec_result(struct cf_req *c, struct httpd_req *r, const struct ag
 	return 1;
 }
 
-static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, const void *result)
-{
-	struct cf_req *c = arg;
 
-	if (c->kind != CF_EXEC || strcmp(type, AGENT_EXEC_RESULT) != 0)
-		return 0;
-	return cf_exec_result(c, r, result);
-}
-
-/* ports.watchPort: the wait's answer (body stolen) as the SDK's event
- * stream: watching, then ready, process_exited or error. A refusal of the
- * request itself (no such process, bad arguments) stays an HTTP error:
- * NULL, body given back in *body. */
-static int cf_port_watch_answer(struct cf_req *c, int status, json_t **body)
+/* ports.watchPort: the wait's outcome as the SDK's event stream,
+ * watching then last (ready, process_exited or error; stolen). */
+static void cf_port_watch_reply(struct cf_req *c, struct httpd_req *r, const char *type, json_t *last)
 {
-	const json_t *err = json_object_get(*body, "error");
-	const char *code = json_string_value(json_object_get(err, "code"));
 	char ts[32];
 
-	if (status >= 400 && (!code || (strcmp(code, "PROCESS_EXITED_BEFORE_READY") != 0 &&
-					 strcmp(code, "PROCESS_READY_TIMEOUT") != 0)))
-		return 0;
 	cf_now(ts);
 	cf_emit(c, json_pack("{s:s, s:i, s:s}", "type", "watching", "port", c->port, "timestamp", ts));
-	if (status < 400)
-		cf_emit(c, json_pack("{s:s, s:i, s:O*, s:s}", "type", "ready", "port", c->port,
-					"statusCode", json_object_get(*body, "status"), "timestamp", ts));
-	else if (strcmp(code, "PROCESS_EXITED_BEFORE_READY") == 0)
-		cf_emit(c, json_pack("{s:s, s:i, s:O*, s:s}", "type", "process_exited", "port",
-					c->port, "exitCode",
-					json_object_get(json_object_get(err, "details"), "exitCode"),
-					"timestamp", ts));
-	else
-		cf_emit(c, json_pack("{s:s, s:i, s:O*, s:s}", "type", "error", "port", c->port,
-					"error", json_object_get(err, "message"), "timestamp", ts));
-	json_decref(*body);
-	*body = NULL;
-	httpd_add_header(c->r, "Cache-Control", "no-store");
-	httpd_reply_bytes(c->r, 200, "text/event-stream", c->out.data ? c->out.data : "", c->out.len);
+	if (last && json_object_set_new(last, "type", json_string(type)) == 0 &&
+	    json_object_set_new(last, "port", json_integer(c->port)) == 0 &&
+	    json_object_set_new(last, "timestamp", json_string(ts)) == 0)
+		cf_emit(c, json_incref(last));
+	json_decref(last);
+	httpd_add_header(r, "Cache-Control", "no-store");
+	httpd_reply_bytes(r, 200, "text/event-stream", c->out.data ? c->out.data : "", c->out.len);
 	buf_reset(&c->out);
+}
+
+/* The wait's error: the process exited or the wait timed out (events);
+ * a refusal of the request itself (no such process, bad arguments) stays
+ * an HTTP error (0). */
+static int cf_port_watch_error(struct cf_req *c, struct httpd_req *r, const struct httpd_error *he)
+{
+	if (he->e->code == SBX_E_PROCESS_EXITED_BEFORE_READY)
+		cf_port_watch_reply(c, r, "process_exited",
+				    json_pack("{s:O*}", "exitCode",
+					      json_object_get(he->details, "exitCode")));
+	else if (he->e->code == SBX_E_PROCESS_READY_TIMEOUT)
+		cf_port_watch_reply(c, r, "error", json_pack("{s:s}", "error", err_public_message(he->e)));
+	else
+		return 0;
 	return 1;
 }
 
+/* The typed answers of the native calls: an exec's result, an error. */
+static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, const void *result)
+{
+	struct cf_req *c = arg;
+	const struct httpd_error *he = result;
+
+	if (strcmp(type, AGENT_EXEC_RESULT) == 0)
+		return c->kind == CF_EXEC && cf_exec_result(c, r, result);
+	if (strcmp(type, HTTPD_ERROR) != 0)
+		return 0;
+	if (c->kind == CF_PORT_WATCH && cf_port_watch_error(c, r, he))
+		return 1;
+	if (c->kind == CF_EXISTS &&
+	    (he->e->code == SBX_E_FILE_NOT_FOUND || he->e->code == SBX_E_NOT_DIRECTORY)) {
+		char ts[32];
+
+		cf_now(ts);
+		cf_reply(r, 200, json_pack("{s:b, s:s, s:b, s:s}", "success", 1, "path", c->path,
+					   "exists", 0, "timestamp", ts));
+		return 1;
+	}
+	cf_error(c, r, he);
+	return 1;
+}
+
+/* The JSON results of the native calls (errors come typed). */
 static json_t *cf_filter_json(void *arg, int *status, json_t *body)
 {
 	struct cf_req *c = arg;
 
-	/* answered here as a stream: the empty answer httpd sends next is dropped */
-	if (c->kind == CF_PORT_WATCH && cf_port_watch_answer(c, *status, &body))
+	if (c->kind == CF_PORT_WATCH && *status < 400) {
+		/* answered here as a stream: the empty answer httpd sends next is dropped */
+		cf_port_watch_reply(c, c->r, "ready",
+				    json_pack("{s:O*}", "statusCode", json_object_get(body, "status")));
+		json_decref(body);
 		return NULL;
+	}
 	if (*status >= 400) {
-		if (c->kind == CF_EXISTS &&
-		    (error_code_is(body, "FILE_NOT_FOUND") || error_code_is(body, "NOT_DIRECTORY"))) {
-			char ts[32];
-
-			cf_now(ts);
-			json_decref(body);
-			*status = 200;
-			return json_pack("{s:b, s:s, s:b, s:s}", "success", 1, "path", c->path, "exists",
-					 0, "timestamp", ts);
-		}
-		return cf_error_body(c, *status, body);
+		/* not from httpd_reply_err: a bug of the call */
+		log_error("compat: an untyped error answer (%d)", *status);
+		json_decref(body);
+		return NULL;
 	}
 	return cf_result(c, status, body);
 }

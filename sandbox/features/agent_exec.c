@@ -567,13 +567,7 @@ static void finish_error(struct agent_exec *x, const struct sbx_err *e, const js
 		sse_wake(x);
 		return;
 	}
-	if (!details) {
-		httpd_reply_err(x->r, e);
-		return;
-	}
-	httpd_reply_json(x->r, err_status(e->code),
-			 json_pack("{s:{s:s,s:s,s:O}}", "error", "code", err_name(e->code), "message",
-				   err_public_message(e), "details", (json_t *)details));
+	httpd_reply_err_details(x->r, e, details);
 }
 
 /* The process has exited and its output is read: produce the answer. */

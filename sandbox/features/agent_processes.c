@@ -528,17 +528,20 @@ static void wait_unlink(struct proc_wait *w)
 		}
 }
 
-/* Answer a waiter (body stolen, or the error e) and free it. */
+/* Answer a waiter (body stolen: the answer, or with the error e its
+ * details) and free it. */
 static void wait_answer(struct proc_wait *w, int status, json_t *body, const struct sbx_err *e)
 {
 	struct httpd_req *r = w->r;
 
 	wait_unlink(w);
 	httpd_on_close(r, NULL, NULL);
-	if (e)
-		httpd_reply_err(r, e);
-	else
+	if (e) {
+		httpd_reply_err_details(r, e, body);
+		json_decref(body);
+	} else {
 		httpd_reply_json(r, status, body);
+	}
 	wait_free(w);
 }
 
@@ -664,23 +667,19 @@ static void waits_check_log(struct proc *p, int i, size_t from)
 	}
 }
 
-/* The error answer of a wait whose process exited first: 409
- * PROCESS_EXITED_BEFORE_READY with details {exitCode}. */
-static json_t *exited_before_ready(const struct proc *p, int *status)
+/* The error of a wait whose process exited first: 409
+ * PROCESS_EXITED_BEFORE_READY into e, its details {exitCode} returned. */
+static json_t *exited_before_ready(const struct proc *p, struct sbx_err *e)
 {
-	char msg[160];
-
-	util_xsnprintf(msg, sizeof(msg), "process '%s' exited with code %d", p->id, p->ex.exit_code);
-	*status = err_status(SBX_E_PROCESS_EXITED_BEFORE_READY);
-	return json_pack("{s:{s:s, s:s, s:{s:i}}}", "error", "code",
-			 err_name(SBX_E_PROCESS_EXITED_BEFORE_READY), "message", msg, "details",
-			 "exitCode", p->ex.exit_code);
+	err_set(e, SBX_E_PROCESS_EXITED_BEFORE_READY, "process '%s' exited with code %d", p->id,
+		p->ex.exit_code);
+	return json_pack("{s:i}", "exitCode", p->ex.exit_code);
 }
 
 /* The process ended: answer every waiter. */
 static void waits_exit(struct proc *p)
 {
-	int status;
+	struct sbx_err e;
 
 	for (struct proc_wait *w = p->waits, *next; w; w = next) {
 		next = w->next;
@@ -692,9 +691,9 @@ static void waits_exit(struct proc *p)
 			/* answered when the whole tree is gone (proc_gone) */
 			break;
 		default: {
-			json_t *body = exited_before_ready(p, &status);
+			json_t *details = exited_before_ready(p, &e);
 
-			wait_answer(w, status, body, NULL);
+			wait_answer(w, 0, details, &e);
 			break;
 		}
 		}
@@ -1358,7 +1357,7 @@ static int wait_met(struct agent_call *c, struct proc *p, const char *needle, si
 		    int64_t port, const char *http, struct sbx_err *e)
 {
 	struct rt_sandbox *rsb;
-	int status;
+	struct sbx_err ee;
 	json_t *body;
 
 	for (int i = 0; needle && i < 2; i++) {
@@ -1381,8 +1380,9 @@ static int wait_met(struct agent_call *c, struct proc *p, const char *needle, si
 		httpd_reply_json(c->r, 200, json_pack("{s:i}", "exitCode", p->ex.exit_code));
 		return 1;
 	}
-	body = exited_before_ready(p, &status);
-	httpd_reply_json(c->r, status, body);
+	body = exited_before_ready(p, &ee);
+	httpd_reply_err_details(c->r, &ee, body);
+	json_decref(body);
 	return 1;
 }
 

@@ -375,6 +375,19 @@ static void answer_json(struct fw_call *c)
 		return;
 	}
 	c->answered = 1;
+	if (c->head.status >= 400) {
+		/* the helper's error as the struct it was made from */
+		json_t *err = json_object_get(body, "error");
+		const char *code = json_string_value(json_object_get(err, "code"));
+		const char *msg = json_string_value(json_object_get(err, "message"));
+
+		err_set(&e, code ? err_from_name(code) : SBX_E_INTERNAL, "%s", msg ? msg : "file helper error");
+		if (e.code == SBX_E_NONE)
+			e.code = SBX_E_INTERNAL;
+		httpd_reply_err_details(c->r, &e, json_object_get(err, "details"));
+		json_decref(body);
+		return;
+	}
 	httpd_reply_json(c->r, c->head.status, body);
 }
 

@@ -213,3 +213,27 @@ TEST(cf_error_shape)
 	CHECK(json_string_length(json_object_get(b, "timestamp")) >= 20);
 	json_decref(b);
 }
+
+/* The agent's compat errors are built from the error struct: its status,
+ * the SDK's code name, the public message (an internal one is hidden). */
+TEST(cf_error_of_struct)
+{
+	struct sbx_err e;
+	json_t *b;
+
+	err_set(&e, SBX_E_INTERNAL, "secret detail of %s", "the host");
+	b = err_cf_error(&e, NULL, json_pack("{s:s}", "path", "/x"));
+	CHECK(b != NULL);
+	CHECK_STR(json_string_value(json_object_get(b, "code")), "INTERNAL_ERROR");
+	CHECK_STR(json_string_value(json_object_get(b, "message")), "internal error");
+	CHECK_INT(json_integer_value(json_object_get(b, "httpStatus")), 500);
+	CHECK_STR(json_string_value(json_object_get(json_object_get(b, "context"), "path")), "/x");
+	json_decref(b);
+	err_set(&e, SBX_E_CONFLICT, "session 'a' exists");
+	b = err_cf_error(&e, "SESSION_ALREADY_EXISTS", NULL);
+	CHECK(b != NULL);
+	CHECK_STR(json_string_value(json_object_get(b, "code")), "SESSION_ALREADY_EXISTS");
+	CHECK_STR(json_string_value(json_object_get(b, "message")), "session 'a' exists");
+	CHECK_INT(json_integer_value(json_object_get(b, "httpStatus")), 409);
+	json_decref(b);
+}
