@@ -22,7 +22,7 @@
  *      built by err_cf_error from the struct sbx_err, as sbx-api builds
  *      its own), an exec's result (struct agent_exec_result, the SDK's
  *      ExecResult written by the exec engine's streamed writer, so large
- *      output is never held whole). The other JSON
+ *      output is never held whole), the sessions' results. The other JSON
  *      results are still read back from the native JSON (cf_result), and
  *      event streams re-framed as `data: {"type":…}`.
  * So exec, sessions, processes and files keep one code path each.
@@ -37,6 +37,7 @@
 #include "agent_compat.h"
 #include "agent_exec.h"
 #include "agent_routes.h"
+#include "agent_sessions.h"
 #include "agent_sse.h"
 #include "buf.h"
 #include "fspath.h"
@@ -391,27 +392,6 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 	case CF_EXISTS:
 		res = json_pack("{s:s, s:b}", "path", c->path, "exists", 1);
 		break;
-	case CF_SESS_CREATE: {
-		const char *id = json_string_value(json_object_get(body, "id"));
-		char msg[128];
-
-		snprintf(msg, sizeof(msg), "session '%s' created", id ? id : "");
-		res = json_pack("{s:s, s:s, s:n}", "id", id ? id : "", "message", msg,
-				"containerPlacementId");
-		break;
-	}
-	case CF_SESS_LIST: {
-		json_t *arr = json_array(), *s;
-		size_t i;
-
-		json_array_foreach(json_object_get(body, "sessions"), i, s)
-			json_array_append(arr, json_object_get(s, "id"));
-		res = json_pack("{s:o*}", "data", arr);
-		break;
-	}
-	case CF_SESS_DELETE:
-		res = json_pack("{s:s}", "sessionId", c->session ? c->session : "");
-		break;
 	case CF_CTX_CREATE:
 		res = json_pack("{s:O*, s:O*, s:O*}", "contextId", json_object_get(body, "id"),
 				"language", json_object_get(body, "language"), "cwd",
@@ -436,6 +416,9 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 		res = cf_commands(body);
 		break;
 	case CF_EXEC:              /* typed results (cf_filter_typed) */
+	case CF_SESS_CREATE:
+	case CF_SESS_LIST:
+	case CF_SESS_DELETE:
 	case CF_EXEC_STREAM:
 	case CF_PROC_STREAM:
 	case CF_READ_STREAM:
@@ -550,7 +533,46 @@ static int cf_port_watch_error(struct cf_req *c, struct httpd_req *r, const stru
 	return 1;
 }
 
-/* The typed answers of the native calls: an exec's result, an error. */
+/* res (stolen) as the SDK's successful result: with success, timestamp. */
+static void cf_ok(struct httpd_req *r, json_t *res)
+{
+	char ts[32];
+
+	cf_now(ts);
+	if (res && !json_object_get(res, "success"))
+		json_object_set_new(res, "success", json_true());
+	if (res)
+		json_object_set_new(res, "timestamp", json_string(ts));
+	cf_reply(r, 200, res);
+}
+
+/* session/create, list, delete: their typed results. */
+static int cf_session_result(struct cf_req *c, struct httpd_req *r,
+			     const struct agent_session_result *res)
+{
+	char msg[128];
+	json_t *ids;
+
+	switch (res->op) {
+	case AGENT_SESSION_CREATED:
+		util_xsnprintf(msg, sizeof(msg), "session '%s' created", res->id);
+		cf_ok(r, json_pack("{s:s, s:s, s:n}", "id", res->id, "message", msg,
+				   "containerPlacementId"));
+		break;
+	case AGENT_SESSION_LISTED:
+		ids = json_array();
+		for (size_t i = 0; ids && i < res->nids; i++)
+			json_array_append_new(ids, json_string(res->ids[i]));
+		cf_ok(r, json_pack("{s:o*}", "data", ids));
+		break;
+	case AGENT_SESSION_DELETED:
+		cf_ok(r, json_pack("{s:s}", "sessionId", res->id));
+		break;
+	}
+	return 1;
+}
+
+/* The typed answers of the native calls: results, an error. */
 static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, const void *result)
 {
 	struct cf_req *c = arg;
@@ -558,6 +580,8 @@ static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, con
 
 	if (strcmp(type, AGENT_EXEC_RESULT) == 0)
 		return c->kind == CF_EXEC && cf_exec_result(c, r, result);
+	if (strcmp(type, AGENT_SESSION_RESULT) == 0)
+		return cf_session_result(c, r, result);
 	if (strcmp(type, HTTPD_ERROR) != 0)
 		return 0;
 	if (c->kind == CF_PORT_WATCH && cf_port_watch_error(c, r, he))

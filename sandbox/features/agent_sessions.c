@@ -909,16 +909,30 @@ int agent_session_create(struct agent_call *c, struct sbx_err *e)
 			sess_free(s);
 		return -1;
 	}
-	httpd_reply_json(c->r, 201, json_pack("{s:s}", "id", id));
+	if (!httpd_filter_typed(c->r, AGENT_SESSION_RESULT,
+				&(struct agent_session_result){ .op = AGENT_SESSION_CREATED, .id = id }))
+		httpd_reply_json(c->r, 201, json_pack("{s:s}", "id", id));
 	return 0;
 }
 
 int agent_session_list(struct agent_call *c, struct sbx_err *e)
 {
 	struct sess_box *b = box_get(c->a, c->sb, 0);
-	json_t *arr = json_array();
+	struct agent_session_result res = { .op = AGENT_SESSION_LISTED };
+	auto_free const char **ids = NULL;
+	json_t *arr;
 
-	(void)e;
+	for (struct sess *s = b ? b->list : NULL; s; s = s->next)
+		res.nids++;
+	if (!(ids = calloc(res.nids + 1, sizeof(*ids))))
+		return err_sys(e, ENOMEM, "session list");
+	res.nids = 0;
+	for (struct sess *s = b ? b->list : NULL; s; s = s->next)
+		ids[res.nids++] = s->id;
+	res.ids = ids;
+	if (httpd_filter_typed(c->r, AGENT_SESSION_RESULT, &res))
+		return 0;
+	arr = json_array();
 	for (struct sess *s = b ? b->list : NULL; arr && s; s = s->next) {
 		char created[32];
 		util_iso8601(s->created_at, created);
@@ -962,6 +976,8 @@ int agent_session_delete(struct agent_call *c, struct sbx_err *e)
 		sess_free(s);
 	}
 	log_info("session '%s' of '%s' deleted", sid, c->sb->key);
-	httpd_reply_empty(c->r, 204);
+	if (!httpd_filter_typed(c->r, AGENT_SESSION_RESULT,
+				&(struct agent_session_result){ .op = AGENT_SESSION_DELETED, .id = sid }))
+		httpd_reply_empty(c->r, 204);
 	return 0;
 }

@@ -39,6 +39,19 @@ int agent_session_create(struct agent_call *c, struct sbx_err *e);
 int agent_session_list(struct agent_call *c, struct sbx_err *e);
 int agent_session_delete(struct agent_call *c, struct sbx_err *e);
 
+/* The typed result of those calls, offered to a view of the request
+ * (httpd_filter_typed, type AGENT_SESSION_RESULT) before the call answers
+ * in its own JSON: the session created or deleted (id), or the ids of the
+ * sandbox's sessions (list). All borrowed for the offer. */
+#define AGENT_SESSION_RESULT "session"
+enum agent_session_op { AGENT_SESSION_CREATED, AGENT_SESSION_LISTED, AGENT_SESSION_DELETED };
+struct agent_session_result {
+	enum agent_session_op op;
+	const char *id;
+	const char *const *ids;
+	size_t nids;
+};
+
 /* The end-of-command marker scanner of one output stream of a shell: it
  * looks for the line "\001<mark> <status>\n" (mark: AGENT_SESS_MARK_LEN
  * hex chars), also split over any number of feeds. Bytes before it go to

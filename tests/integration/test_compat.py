@@ -72,6 +72,27 @@ def test_error_shape_is_the_sdks(api, box):
     assert "error" not in body
 
 
+def test_session_routes_answer_in_the_sdks_shape(api, box):
+    r = cf(api, box, "POST", "session/create", json={"id": "cf-list-a"})
+    assert r.status_code == 200, r.text
+    made = r.json()
+    assert made["success"] is True and made["id"] == "cf-list-a"
+    assert made["message"] == "session 'cf-list-a' created" and made["timestamp"]
+    assert "containerPlacementId" in made and made["containerPlacementId"] is None
+    r = cf(api, box, "GET", "session/list")
+    assert r.status_code == 200, r.text
+    listed = r.json()
+    assert listed["success"] is True and listed["timestamp"]
+    assert "cf-list-a" in listed["data"], listed
+    r = cf(api, box, "POST", "session/delete", json={"sessionId": "cf-list-a"})
+    assert r.status_code == 200, r.text
+    assert r.json()["sessionId"] == "cf-list-a" and r.json()["success"] is True
+    assert "cf-list-a" not in cf(api, box, "GET", "session/list").json()["data"]
+    r = cf(api, box, "POST", "session/delete", json={"sessionId": "cf-list-a"})
+    assert r.status_code == 404 and r.json()["code"] == "SESSION_NOT_FOUND"
+    assert r.json()["context"]["sessionId"] == "cf-list-a"
+
+
 def test_bad_body_is_a_400_in_the_sdks_shape(api, box):
     for data in (b"{", b'{"path": 1}', b"[]", b'{"command": ""}'):
         r = cf(api, box, "POST", "execute" if b"command" in data else "read", data=data,
