@@ -22,7 +22,7 @@
  *      built by err_cf_error from the struct sbx_err, as sbx-api builds
  *      its own), an exec's result (struct agent_exec_result, the SDK's
  *      ExecResult written by the exec engine's streamed writer, so large
- *      output is never held whole), the sessions' results. The other JSON
+ *      output is never held whole), the sessions' and processes' results. The other JSON
  *      results are still read back from the native JSON (cf_result), and
  *      event streams re-framed as `data: {"type":…}`.
  * So exec, sessions, processes and files keep one code path each.
@@ -37,6 +37,7 @@
 #include "agent_compat.h"
 #include "agent_exec.h"
 #include "agent_routes.h"
+#include "agent_processes.h"
 #include "agent_sessions.h"
 #include "agent_sse.h"
 #include "buf.h"
@@ -211,26 +212,6 @@ static void cf_error(struct cf_req *c, struct httpd_req *r, const struct httpd_e
 		 err_cf_error(he->e, cf_code(c, err_name(he->e->code)), ctx));
 }
 
-/* A process record of sbx as the SDK's process object; new reference. */
-static json_t *cf_process(const json_t *p)
-{
-	json_t *o = json_object(), *v;
-
-	if (!o)
-		return NULL;
-	json_object_set(o, "id", json_object_get(p, "id"));
-	if (json_is_integer(v = json_object_get(p, "pid")))
-		json_object_set(o, "pid", v);
-	json_object_set(o, "command", json_object_get(p, "command"));
-	json_object_set(o, "status", json_object_get(p, "status"));
-	json_object_set(o, "startTime", json_object_get(p, "startedAt"));
-	if (json_is_string(v = json_object_get(p, "endedAt")))
-		json_object_set(o, "endTime", v);
-	if (json_is_integer(v = json_object_get(p, "exitCode")))
-		json_object_set(o, "exitCode", v);
-	return o;
-}
-
 /* "0755" → "rwxr-xr-x" (10 bytes with NUL). */
 static void cf_mode_text(const char *octal, char out[10], unsigned *bits)
 {
@@ -331,39 +312,6 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 	case CF_PLAIN:
 		res = body ? json_incref(body) : json_object();
 		break;
-	case CF_PROC_START:
-		res = json_pack("{s:O*, s:O*}", "processId", json_object_get(body, "id"), "command",
-				json_object_get(body, "command"));
-		if (res && json_is_integer(json_object_get(body, "pid")))
-			json_object_set(res, "pid", json_object_get(body, "pid"));
-		break;
-	case CF_PROC_LIST: {
-		json_t *arr = json_array(), *p;
-		size_t i;
-
-		json_array_foreach(json_object_get(body, "processes"), i, p)
-			json_array_append_new(arr, cf_process(p));
-		res = json_pack("{s:o*}", "processes", arr);
-		break;
-	}
-	case CF_PROC_GET:
-		res = json_pack("{s:o*}", "process", cf_process(body));
-		break;
-	case CF_PROC_KILL:
-		res = json_pack("{s:s, s:s}", "processId", c->proc_id ? c->proc_id : "", "signal",
-				"SIGTERM");
-		if (res && json_is_integer(json_object_get(body, "exitCode")))
-			json_object_set(res, "exitCode", json_object_get(body, "exitCode"));
-		break;
-	case CF_PROC_KILL_ALL:
-		res = json_pack("{s:O*, s:O*}", "cleanedCount", json_object_get(body, "killed"),
-				"killedCount", json_object_get(body, "killed"));
-		break;
-	case CF_PROC_LOGS:
-		res = json_pack("{s:s, s:O*, s:O*}", "processId", c->proc_id ? c->proc_id : "",
-				"stdout", json_object_get(body, "stdout"), "stderr",
-				json_object_get(body, "stderr"));
-		break;
 	case CF_READ:
 		res = json_pack("{s:s, s:O*, s:O*, s:O*, s:O*, s:O*}", "path", c->path, "content",
 				json_object_get(body, "content"), "encoding",
@@ -416,6 +364,12 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 		res = cf_commands(body);
 		break;
 	case CF_EXEC:              /* typed results (cf_filter_typed) */
+	case CF_PROC_START:
+	case CF_PROC_LIST:
+	case CF_PROC_GET:
+	case CF_PROC_KILL:
+	case CF_PROC_KILL_ALL:
+	case CF_PROC_LOGS:
 	case CF_SESS_CREATE:
 	case CF_SESS_LIST:
 	case CF_SESS_DELETE:
@@ -572,6 +526,78 @@ static int cf_session_result(struct cf_req *c, struct httpd_req *r,
 	return 1;
 }
 
+/* A process record as the SDK's process object; new reference. */
+static json_t *cf_process(const struct agent_proc_info *p)
+{
+	char started[32], ended[32];
+	json_t *o;
+
+	util_iso8601(p->started_at, started);
+	util_iso8601(p->ended_at, ended);
+	o = json_pack("{s:s, s:s, s:s, s:s}", "id", p->id, "command", p->command, "status", p->status,
+		      "startTime", started);
+	if (o && p->pid)
+		json_object_set_new(o, "pid", json_integer(p->pid));
+	if (o && p->exited) {
+		json_object_set_new(o, "endTime", json_string(ended));
+		json_object_set_new(o, "exitCode", json_integer(p->exit_code));
+	}
+	return o;
+}
+
+/* Output kept by a process as a JSON string (invalid UTF-8 as U+FFFD). */
+static json_t *cf_text(const char *data, size_t len)
+{
+	struct buf fixed;
+	json_t *v = NULL;
+
+	buf_init(&fixed, len * 3 + 16);
+	if (codec_utf8_fix(data, len, &fixed) == 0)
+		v = json_stringn(fixed.data ? fixed.data : "", fixed.len);
+	buf_release(&fixed);
+	return v;
+}
+
+/* process/start (and a background execute), list, get, kill, kill-all,
+ * logs: their typed results. */
+static int cf_proc_result(struct cf_req *c, struct httpd_req *r, const struct agent_proc_result *res)
+{
+	const struct agent_proc_info *p = res->procs;
+	json_t *o = NULL, *arr;
+
+	switch (res->op) {
+	case AGENT_PROC_STARTED:
+		o = json_pack("{s:s, s:s}", "processId", p->id, "command", p->command);
+		if (o && p->pid)
+			json_object_set_new(o, "pid", json_integer(p->pid));
+		break;
+	case AGENT_PROC_LISTED:
+		arr = json_array();
+		for (size_t i = 0; arr && i < res->nprocs; i++)
+			json_array_append_new(arr, cf_process(&p[i]));
+		o = json_pack("{s:o*}", "processes", arr);
+		break;
+	case AGENT_PROC_GOT:
+		o = json_pack("{s:o*}", "process", cf_process(p));
+		break;
+	case AGENT_PROC_KILLED:
+		o = json_pack("{s:s, s:s}", "processId", p->id, "signal", "SIGTERM");
+		if (o && p->exited)
+			json_object_set_new(o, "exitCode", json_integer(p->exit_code));
+		break;
+	case AGENT_PROC_KILLED_ALL:
+		o = json_pack("{s:i, s:i}", "cleanedCount", res->killed, "killedCount", res->killed);
+		break;
+	case AGENT_PROC_LOGS:
+		o = json_pack("{s:s, s:o*, s:o*}", "processId", c->proc_id ? c->proc_id : "", "stdout",
+			      cf_text(res->out[0], res->out_len[0]), "stderr",
+			      cf_text(res->out[1], res->out_len[1]));
+		break;
+	}
+	cf_ok(r, o);
+	return 1;
+}
+
 /* The typed answers of the native calls: results, an error. */
 static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, const void *result)
 {
@@ -582,6 +608,8 @@ static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, con
 		return c->kind == CF_EXEC && cf_exec_result(c, r, result);
 	if (strcmp(type, AGENT_SESSION_RESULT) == 0)
 		return cf_session_result(c, r, result);
+	if (strcmp(type, AGENT_PROC_RESULT) == 0)
+		return cf_proc_result(c, r, result);
 	if (strcmp(type, HTTPD_ERROR) != 0)
 		return 0;
 	if (c->kind == CF_PORT_WATCH && cf_port_watch_error(c, r, he))

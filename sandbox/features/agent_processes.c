@@ -363,18 +363,36 @@ static const char *proc_status(const struct proc *p)
 	return p->ex.exit_code == 0 ? "completed" : "failed";
 }
 
-static json_t *proc_json(const struct proc *p)
+static void proc_info(const struct proc *p, struct agent_proc_info *info)
+{
+	*info = (struct agent_proc_info){ .id = p->id, .command = p->command,
+					  .status = proc_status(p), .pid = p->pid > 0 ? p->pid : 0,
+					  .started_at = p->started_at, .ended_at = p->ended_at,
+					  .exited = p->state == P_EXITED, .exit_code = p->ex.exit_code };
+}
+
+/* The native JSON of a record. */
+static json_t *proc_info_json(const struct agent_proc_info *i)
 {
 	char started[32], ended[32];
-	int done = p->state == P_EXITED;
 
-	util_iso8601(p->started_at, started);
-	util_iso8601(p->ended_at, ended);
-	return json_pack("{s:s,s:o,s:s,s:s,s:o,s:s,s:o}", "id", p->id, "pid",
-			 p->pid > 0 ? json_integer(p->pid) : json_null(), "command", p->command,
-			 "status", proc_status(p), "exitCode",
-			 done ? json_integer(p->ex.exit_code) : json_null(), "startedAt", started,
-			 "endedAt", done ? json_string(ended) : json_null());
+	util_iso8601(i->started_at, started);
+	util_iso8601(i->ended_at, ended);
+	return json_pack("{s:s,s:o,s:s,s:s,s:o,s:s,s:o}", "id", i->id, "pid",
+			 i->pid ? json_integer(i->pid) : json_null(), "command", i->command, "status",
+			 i->status, "exitCode", i->exited ? json_integer(i->exit_code) : json_null(),
+			 "startedAt", started, "endedAt", i->exited ? json_string(ended) : json_null());
+}
+
+/* Answer r with p's record (status): typed to a view, else its JSON. */
+static void reply_proc(struct httpd_req *r, int status, const struct proc *p, enum agent_proc_op op)
+{
+	struct agent_proc_info info;
+	struct agent_proc_result res = { .op = op, .procs = &info, .nprocs = 1 };
+
+	proc_info(p, &info);
+	if (!httpd_filter_typed(r, AGENT_PROC_RESULT, &res))
+		httpd_reply_json(r, status, proc_info_json(&info));
 }
 
 static void free_ev(struct event **ev)
@@ -545,6 +563,17 @@ static void wait_answer(struct proc_wait *w, int status, json_t *body, const str
 	wait_free(w);
 }
 
+/* Answer a kill's waiter with the record as it is, and free it. */
+static void wait_answer_killed(struct proc_wait *w)
+{
+	struct httpd_req *r = w->r;
+
+	wait_unlink(w);
+	httpd_on_close(r, NULL, NULL);
+	reply_proc(r, 200, w->p, AGENT_PROC_KILLED);
+	wait_free(w);
+}
+
 static void wait_closed(void *arg, int failed)
 {
 	struct proc_wait *w = arg;
@@ -638,7 +667,7 @@ static void wait_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	struct sbx_err e = { 0 };
 
 	if (w->kind == W_KILL) {
-		wait_answer(w, 200, proc_json(w->p), NULL);
+		wait_answer_killed(w);
 		return;
 	}
 	err_set(&e, SBX_E_PROCESS_READY_TIMEOUT, "process '%s' was not ready in time", w->p->id);
@@ -834,7 +863,7 @@ static void reply_started(struct proc *p)
 		return;
 	p->start_req = NULL;
 	httpd_on_close(r, NULL, NULL);
-	httpd_reply_json(r, 201, proc_json(p));
+	reply_proc(r, 201, p, AGENT_PROC_STARTED);
 }
 
 static void start_closed(void *arg, int failed)
@@ -897,7 +926,7 @@ static void proc_gone(void *arg)
 	for (struct proc_wait *w = p->waits, *next; w; w = next) {
 		next = w->next;
 		if (w->kind == W_KILL)
-			wait_answer(w, 200, proc_json(p), NULL);
+			wait_answer_killed(w);
 	}
 }
 
@@ -1070,21 +1099,26 @@ out:
 int agent_proc_list(struct agent_call *c, struct sbx_err *e)
 {
 	struct proc_box *b = box_get(c->a, c->sb, 0);
-	json_t *arr = json_array();
+	struct agent_proc_result res = { .op = AGENT_PROC_LISTED };
+	auto_free struct agent_proc_info *infos = NULL;
+	json_t *arr;
+	size_t n = 0;
 
-	(void)e;
-	/* Oldest first: the order they were started in. */
-	if (b && arr) {
-		size_t n = 0;
-		for (struct proc *p = b->list; p; p = p->next)
-			n++;
-		for (size_t k = n; k > 0; k--) {
-			struct proc *p = b->list;
-			for (size_t j = 1; j < k; j++)
-				p = p->next;
-			json_array_append_new(arr, proc_json(p));
-		}
-	}
+	for (struct proc *p = b ? b->list : NULL; p; p = p->next)
+		n++;
+	if (!(infos = calloc(n + 1, sizeof(*infos))))
+		return err_sys(e, ENOMEM, "process list");
+	/* Oldest first: the order they were started in (the list is newest first). */
+	for (struct proc *p = b ? b->list : NULL; p; p = p->next)
+		proc_info(p, &infos[--n]);
+	res.procs = infos;
+	for (struct proc *p = b ? b->list : NULL; p; p = p->next)
+		res.nprocs++;
+	if (httpd_filter_typed(c->r, AGENT_PROC_RESULT, &res))
+		return 0;
+	arr = json_array();
+	for (size_t i = 0; arr && i < res.nprocs; i++)
+		json_array_append_new(arr, proc_info_json(&infos[i]));
 	httpd_reply_json(c->r, 200, arr ? json_pack("{s:o}", "processes", arr) : NULL);
 	return 0;
 }
@@ -1095,7 +1129,7 @@ int agent_proc_get(struct agent_call *c, struct sbx_err *e)
 
 	if (!p)
 		return -1;
-	httpd_reply_json(c->r, 200, proc_json(p));
+	reply_proc(c->r, 200, p, AGENT_PROC_GOT);
 	return 0;
 }
 
@@ -1107,6 +1141,16 @@ int agent_proc_logs(struct agent_call *c, struct sbx_err *e)
 	if (!p)
 		return -1;
 	if (!agent_call_sse(c)) {
+		struct agent_proc_result res = {
+			.op = AGENT_PROC_LOGS,
+			.out = { p->log[0].data ? p->log[0].data : "", p->log[1].data ? p->log[1].data : "" },
+			.out_len = { p->log[0].len, p->log[1].len },
+			.truncated = p->log[0].dropped || p->log[1].dropped,
+			.evicted = p->evicted,
+		};
+
+		if (httpd_filter_typed(c->r, AGENT_PROC_RESULT, &res))
+			return 0;
 		httpd_reply_json(c->r, 200,
 				 json_pack("{s:o*,s:o*,s:b,s:b}", "stdout", plog_text(&p->log[0]), "stderr",
 					   plog_text(&p->log[1]), "truncated",
@@ -1254,7 +1298,7 @@ int agent_proc_kill(struct agent_call *c, struct sbx_err *e)
 	if (!p || kill_args(c, SIGTERM, &sig, &grace, e) < 0)
 		return -1;
 	if (p->state == P_EXITED && proc_signal(p, sig, grace) < 0) {
-		httpd_reply_json(c->r, 200, proc_json(p));
+		reply_proc(c->r, 200, p, AGENT_PROC_KILLED);
 		return 0;
 	}
 	if (p->state != P_EXITED && proc_signal(p, sig, grace) < 0)
@@ -1282,7 +1326,9 @@ int agent_proc_kill_all(struct agent_call *c, struct sbx_err *e)
 		if (proc_signal(p, sig, grace) == 0 && running)
 			n++;
 	}
-	httpd_reply_json(c->r, 200, json_pack("{s:i}", "killed", n));
+	if (!httpd_filter_typed(c->r, AGENT_PROC_RESULT,
+				&(struct agent_proc_result){ .op = AGENT_PROC_KILLED_ALL, .killed = n }))
+		httpd_reply_json(c->r, 200, json_pack("{s:i}", "killed", n));
 	return 0;
 }
 
