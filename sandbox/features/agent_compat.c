@@ -22,7 +22,8 @@
  *      built by err_cf_error from the struct sbx_err, as sbx-api builds
  *      its own), an exec's result (struct agent_exec_result, the SDK's
  *      ExecResult written by the exec engine's streamed writer, so large
- *      output is never held whole), the sessions' and processes' results. The other JSON
+ *      output is never held whole), the results of sessions, processes and
+ *      code contexts. The other JSON
  *      results are still read back from the native JSON (cf_result), and
  *      event streams re-framed as `data: {"type":…}`.
  * So exec, sessions, processes and files keep one code path each.
@@ -37,6 +38,7 @@
 #include "agent_compat.h"
 #include "agent_exec.h"
 #include "agent_routes.h"
+#include "agent_interp.h"
 #include "agent_processes.h"
 #include "agent_sessions.h"
 #include "agent_sse.h"
@@ -340,26 +342,6 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 	case CF_EXISTS:
 		res = json_pack("{s:s, s:b}", "path", c->path, "exists", 1);
 		break;
-	case CF_CTX_CREATE:
-		res = json_pack("{s:O*, s:O*, s:O*}", "contextId", json_object_get(body, "id"),
-				"language", json_object_get(body, "language"), "cwd",
-				json_object_get(body, "cwd"));
-		break;
-	case CF_CTX_LIST: {
-		json_t *arr = json_array(), *x;
-		size_t i;
-
-		json_array_foreach(json_object_get(body, "contexts"), i, x)
-			json_array_append_new(arr, json_pack("{s:O*, s:O*, s:O*}", "id",
-							     json_object_get(x, "id"), "language",
-							     json_object_get(x, "language"), "cwd",
-							     json_object_get(x, "cwd")));
-		res = json_pack("{s:o*}", "contexts", arr);
-		break;
-	}
-	case CF_CTX_DELETE:
-		res = json_pack("{s:s}", "contextId", c->proc_id ? c->proc_id : "");
-		break;
 	case CF_COMMANDS:
 		res = cf_commands(body);
 		break;
@@ -370,6 +352,9 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 	case CF_PROC_KILL:
 	case CF_PROC_KILL_ALL:
 	case CF_PROC_LOGS:
+	case CF_CTX_CREATE:
+	case CF_CTX_LIST:
+	case CF_CTX_DELETE:
 	case CF_SESS_CREATE:
 	case CF_SESS_LIST:
 	case CF_SESS_DELETE:
@@ -598,6 +583,33 @@ static int cf_proc_result(struct cf_req *c, struct httpd_req *r, const struct ag
 	return 1;
 }
 
+/* contexts: create, list, delete: their typed results. */
+static int cf_ctx_result(struct cf_req *c, struct httpd_req *r, const struct agent_interp_result *res)
+{
+	json_t *o = NULL, *arr;
+
+	switch (res->op) {
+	case AGENT_INTERP_CREATED:
+	case AGENT_INTERP_GOT:
+		o = json_pack("{s:s, s:s, s:s}", "contextId", res->ctxs[0].id, "language",
+			      res->ctxs[0].language, "cwd", res->ctxs[0].cwd);
+		break;
+	case AGENT_INTERP_LISTED:
+		arr = json_array();
+		for (size_t i = 0; arr && i < res->nctxs; i++)
+			json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "id", res->ctxs[i].id,
+							     "language", res->ctxs[i].language,
+							     "cwd", res->ctxs[i].cwd));
+		o = json_pack("{s:o*}", "contexts", arr);
+		break;
+	case AGENT_INTERP_DELETED:
+		o = json_pack("{s:s}", "contextId", res->id);
+		break;
+	}
+	cf_ok(r, o);
+	return 1;
+}
+
 /* The typed answers of the native calls: results, an error. */
 static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, const void *result)
 {
@@ -610,6 +622,8 @@ static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, con
 		return cf_session_result(c, r, result);
 	if (strcmp(type, AGENT_PROC_RESULT) == 0)
 		return cf_proc_result(c, r, result);
+	if (strcmp(type, AGENT_INTERP_RESULT) == 0)
+		return cf_ctx_result(c, r, result);
 	if (strcmp(type, HTTPD_ERROR) != 0)
 		return 0;
 	if (c->kind == CF_PORT_WATCH && cf_port_watch_error(c, r, he))

@@ -783,14 +783,42 @@ static int parse_lang(const json_t *v, enum interp_lang *out, struct sbx_err *e)
 		       "'language' must be one of python, javascript, typescript");
 }
 
-static json_t *ctx_json(const struct ictx *x)
+static void ctx_info(const struct ictx *x, struct agent_interp_info *info)
+{
+	*info = (struct agent_interp_info){ .id = x->id, .language = langs[x->lang].name,
+					    .cwd = x->cwd, .created_at = x->created_at,
+					    .count = (int64_t)x->count, .busy = x->cur != NULL,
+					    .running = x->handle > 0 };
+}
+
+static json_t *ctx_info_json(const struct agent_interp_info *i)
 {
 	char created[32];
 
-	util_iso8601(x->created_at, created);
-	return json_pack("{s:s,s:s,s:s,s:s,s:I,s:b,s:b}", "id", x->id, "language",
-			 langs[x->lang].name, "cwd", x->cwd, "createdAt", created, "executionCount",
-			 (json_int_t)x->count, "busy", x->cur != NULL, "running", x->handle > 0);
+	util_iso8601(i->created_at, created);
+	return json_pack("{s:s,s:s,s:s,s:s,s:I,s:b,s:b}", "id", i->id, "language", i->language,
+			 "cwd", i->cwd, "createdAt", created, "executionCount", (json_int_t)i->count,
+			 "busy", i->busy, "running", i->running);
+}
+
+/* Answer r with x (status): typed to a view, else its JSON. */
+static void reply_ctx(struct httpd_req *r, int status, const struct ictx *x,
+		      enum agent_interp_op op)
+{
+	struct agent_interp_info info;
+	struct agent_interp_result res = { .op = op, .ctxs = &info, .nctxs = 1 };
+
+	ctx_info(x, &info);
+	if (!httpd_filter_typed(r, AGENT_INTERP_RESULT, &res))
+		httpd_reply_json(r, status, ctx_info_json(&info));
+}
+
+/* Answer a deletion of context id. */
+static void reply_ctx_deleted(struct httpd_req *r, const char *id)
+{
+	if (!httpd_filter_typed(r, AGENT_INTERP_RESULT,
+				&(struct agent_interp_result){ .op = AGENT_INTERP_DELETED, .id = id }))
+		httpd_reply_empty(r, 204);
 }
 
 /* A new context in b (its driver not started). NULL with e filled. */
@@ -886,18 +914,30 @@ int agent_interp_create(struct agent_call *c, struct sbx_err *e)
 		return -1;
 	}
 	log_info("context '%s' (%s) of '%s' created", id, langs[lang].name, c->sb->key);
-	httpd_reply_json(c->r, 201, ctx_json(x));
+	reply_ctx(c->r, 201, x, AGENT_INTERP_CREATED);
 	return 0;
 }
 
 int agent_interp_list(struct agent_call *c, struct sbx_err *e)
 {
 	struct ibox *b = box_get(c->a, c->sb, 0);
-	json_t *arr = json_array();
+	struct agent_interp_result res = { .op = AGENT_INTERP_LISTED };
+	auto_free struct agent_interp_info *infos = NULL;
+	json_t *arr;
 
-	(void)e;
-	for (struct ictx *x = b ? b->list : NULL; arr && x; x = x->next)
-		json_array_append_new(arr, ctx_json(x));
+	for (struct ictx *x = b ? b->list : NULL; x; x = x->next)
+		res.nctxs++;
+	if (!(infos = calloc(res.nctxs + 1, sizeof(*infos))))
+		return err_sys(e, ENOMEM, "context list");
+	res.nctxs = 0;
+	for (struct ictx *x = b ? b->list : NULL; x; x = x->next)
+		ctx_info(x, &infos[res.nctxs++]);
+	res.ctxs = infos;
+	if (httpd_filter_typed(c->r, AGENT_INTERP_RESULT, &res))
+		return 0;
+	arr = json_array();
+	for (size_t i = 0; arr && i < res.nctxs; i++)
+		json_array_append_new(arr, ctx_info_json(&infos[i]));
 	httpd_reply_json(c->r, 200, arr ? json_pack("{s:o}", "contexts", arr) : NULL);
 	return 0;
 }
@@ -924,7 +964,7 @@ int agent_interp_get(struct agent_call *c, struct sbx_err *e)
 
 	if (!x)
 		return -1;
-	httpd_reply_json(c->r, 200, ctx_json(x));
+	reply_ctx(c->r, 200, x, AGENT_INTERP_GOT);
 	return 0;
 }
 
@@ -941,7 +981,7 @@ int agent_interp_delete(struct agent_call *c, struct sbx_err *e)
 		/* drv_exited ends the runs and frees x */
 		struct rt_sandbox *rsb = agent_sb_container(c->sb);
 		if (rsb && rt_signal(rsb, x->handle, SIGKILL, 1) == 0) {
-			httpd_reply_empty(c->r, 204);
+			reply_ctx_deleted(c->r, agent_call_param(c, 1));
 			return 0;
 		}
 		if (rsb)
@@ -950,7 +990,7 @@ int agent_interp_delete(struct agent_call *c, struct sbx_err *e)
 	}
 	fail_queue(x, SBX_E_CONTEXT_NOT_FOUND, "the context was deleted");
 	ctx_free(x);
-	httpd_reply_empty(c->r, 204);
+	reply_ctx_deleted(c->r, agent_call_param(c, 1));
 	return 0;
 }
 

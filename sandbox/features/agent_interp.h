@@ -27,4 +27,29 @@ int agent_interp_delete(struct agent_call *c, struct sbx_err *e);
 int agent_interp_run(struct agent_call *c, struct sbx_err *e);
 int agent_interp_run_default(struct agent_call *c, struct sbx_err *e);
 
+/* A context, typed: what the native JSON and a view's are rendered from. */
+struct agent_interp_info {
+	const char *id, *language, *cwd;
+	int64_t created_at;          /* wall ms */
+	int64_t count;               /* runs so far */
+	int busy, running;
+};
+
+/* The typed result of the context calls, offered to a view of the
+ * request (httpd_filter_typed, type AGENT_INTERP_RESULT) before the call
+ * answers in its own JSON. All borrowed for the offer. */
+#define AGENT_INTERP_RESULT "context"
+enum agent_interp_op {
+	AGENT_INTERP_CREATED,        /* ctxs[0] */
+	AGENT_INTERP_LISTED,         /* ctxs[0..nctxs) */
+	AGENT_INTERP_GOT,            /* ctxs[0] */
+	AGENT_INTERP_DELETED,        /* id */
+};
+struct agent_interp_result {
+	enum agent_interp_op op;
+	const struct agent_interp_info *ctxs;
+	size_t nctxs;
+	const char *id;
+};
+
 #endif
