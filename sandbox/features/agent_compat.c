@@ -22,8 +22,8 @@
  *      built by err_cf_error from the struct sbx_err, as sbx-api builds
  *      its own), an exec's result (struct agent_exec_result, the SDK's
  *      ExecResult written by the exec engine's streamed writer, so large
- *      output is never held whole), the results of sessions, processes and
- *      code contexts. The other JSON
+ *      output is never held whole), the results of sessions, processes,
+ *      code contexts and files (a file helper's answer object). The other JSON
  *      results are still read back from the native JSON (cf_result), and
  *      event streams re-framed as `data: {"type":…}`.
  * So exec, sessions, processes and files keep one code path each.
@@ -41,6 +41,7 @@
 #include "agent_interp.h"
 #include "agent_processes.h"
 #include "agent_sessions.h"
+#include "files_worker.h"
 #include "agent_sse.h"
 #include "buf.h"
 #include "fspath.h"
@@ -301,19 +302,14 @@ static json_t *cf_commands(const json_t *body)
 			 (json_int_t)json_array_size(arr));
 }
 
-/* The sbx answer (body stolen, maybe NULL for an empty one) as the SDK's
- * result; new reference. */
-static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
+/* The file calls' result (the helper's answer object, NULL for an empty
+ * one) as the SDK's result for c's kind; new reference. */
+static json_t *cf_files_result(struct cf_req *c, const json_t *body)
 {
 	json_t *res = NULL;
 	int count = 0;
-	char ts[32];
 
-	cf_now(ts);
 	switch (c->kind) {
-	case CF_PLAIN:
-		res = body ? json_incref(body) : json_object();
-		break;
 	case CF_READ:
 		res = json_pack("{s:s, s:O*, s:O*, s:O*, s:O*, s:O*}", "path", c->path, "content",
 				json_object_get(body, "content"), "encoding",
@@ -342,31 +338,23 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 	case CF_EXISTS:
 		res = json_pack("{s:s, s:b}", "path", c->path, "exists", 1);
 		break;
-	case CF_COMMANDS:
-		res = cf_commands(body);
-		break;
-	case CF_EXEC:              /* typed results (cf_filter_typed) */
-	case CF_PROC_START:
-	case CF_PROC_LIST:
-	case CF_PROC_GET:
-	case CF_PROC_KILL:
-	case CF_PROC_KILL_ALL:
-	case CF_PROC_LOGS:
-	case CF_CTX_CREATE:
-	case CF_CTX_LIST:
-	case CF_CTX_DELETE:
-	case CF_SESS_CREATE:
-	case CF_SESS_LIST:
-	case CF_SESS_DELETE:
-	case CF_EXEC_STREAM:
-	case CF_PROC_STREAM:
-	case CF_READ_STREAM:
-	case CF_PORT_WATCH:
-	case CF_CODE_RUN:
-		/* A stream route answered with JSON: only errors get here. */
-		res = body ? json_incref(body) : json_object();
+	default:
+		res = json_object();
 		break;
 	}
+	return res;
+}
+
+/* The JSON answers of the calls that are not typed yet (ping, version:
+ * compat's own; getCommands' exec) as the SDK's result; body stolen,
+ * new reference. */
+static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
+{
+	json_t *res;
+	char ts[32];
+
+	cf_now(ts);
+	res = c->kind == CF_COMMANDS ? cf_commands(body) : body ? json_incref(body) : json_object();
 	json_decref(body);
 	if (!res)
 		return NULL;
@@ -624,6 +612,10 @@ static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, con
 		return cf_proc_result(c, r, result);
 	if (strcmp(type, AGENT_INTERP_RESULT) == 0)
 		return cf_ctx_result(c, r, result);
+	if (strcmp(type, AGENT_FILES_RESULT) == 0) {
+		cf_ok(r, cf_files_result(c, ((const struct agent_files_result *)result)->body));
+		return 1;
+	}
 	if (strcmp(type, HTTPD_ERROR) != 0)
 		return 0;
 	if (c->kind == CF_PORT_WATCH && cf_port_watch_error(c, r, he))

@@ -358,7 +358,9 @@ static void answer_json(struct fw_call *c)
 	}
 	if (c->head.status == 204 && !c->body.len) {
 		c->answered = 1;
-		httpd_reply_empty(c->r, 204);
+		if (!httpd_filter_typed(c->r, AGENT_FILES_RESULT,
+					&(struct agent_files_result){ 204, NULL }))
+			httpd_reply_empty(c->r, 204);
 		return;
 	}
 	if (!httpd_json_filtered(c->r)) {
@@ -385,6 +387,11 @@ static void answer_json(struct fw_call *c)
 		if (e.code == SBX_E_NONE)
 			e.code = SBX_E_INTERNAL;
 		httpd_reply_err_details(c->r, &e, json_object_get(err, "details"));
+		json_decref(body);
+		return;
+	}
+	if (httpd_filter_typed(c->r, AGENT_FILES_RESULT,
+			       &(struct agent_files_result){ c->head.status, body })) {
 		json_decref(body);
 		return;
 	}

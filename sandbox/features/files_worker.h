@@ -111,4 +111,14 @@ int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spe
 
 extern const struct agent_module fw_module;
 
+/* The answer of a collected file call (FW_COLLECT: a view's request),
+ * offered typed to the view (httpd_filter_typed, type AGENT_FILES_RESULT)
+ * before it is sent as JSON: the helper's status and its answer object
+ * (NULL for an empty one), as the helper wrote it over its channel. */
+#define AGENT_FILES_RESULT "files"
+struct agent_files_result {
+	int status;
+	const json_t *body;
+};
+
 #endif
