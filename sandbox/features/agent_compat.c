@@ -561,6 +561,11 @@ static int cf_proc_result(struct cf_req *c, struct httpd_req *r, const struct ag
 	case AGENT_PROC_KILLED_ALL:
 		o = json_pack("{s:i, s:i}", "cleanedCount", res->killed, "killedCount", res->killed);
 		break;
+	case AGENT_PROC_PORT_READY:
+		o = json_pack("{s:o*}", "statusCode",
+			      res->http_status ? json_integer(res->http_status) : NULL);
+		cf_port_watch_reply(c, r, "ready", o);
+		return 1;
 	case AGENT_PROC_LOGS:
 		o = json_pack("{s:s, s:o*, s:o*}", "processId", c->proc_id ? c->proc_id : "", "stdout",
 			      cf_text(res->out[0], res->out_len[0]), "stderr",
@@ -638,13 +643,6 @@ static json_t *cf_filter_json(void *arg, int *status, json_t *body)
 {
 	struct cf_req *c = arg;
 
-	if (c->kind == CF_PORT_WATCH && *status < 400) {
-		/* answered here as a stream: the empty answer httpd sends next is dropped */
-		cf_port_watch_reply(c, c->r, "ready",
-				    json_pack("{s:O*}", "statusCode", json_object_get(body, "status")));
-		json_decref(body);
-		return NULL;
-	}
 	if (*status >= 400) {
 		/* not from httpd_reply_err: a bug of the call */
 		log_error("compat: an untyped error answer (%d)", *status);

@@ -563,6 +563,31 @@ static void wait_answer(struct proc_wait *w, int status, json_t *body, const str
 	wait_free(w);
 }
 
+/* Answer r: port is ready (http_status: what its HTTP check got; 0 for
+ * a TCP wait), typed to a view, else {port, status}. */
+static void reply_port_ready(struct httpd_req *r, int port, int http_status)
+{
+	struct agent_proc_result res = { .op = AGENT_PROC_PORT_READY, .port = port,
+					 .http_status = http_status };
+
+	if (httpd_filter_typed(r, AGENT_PROC_RESULT, &res))
+		return;
+	if (http_status)
+		httpd_reply_json(r, 200, json_pack("{s:i, s:i}", "port", port, "status", http_status));
+	else
+		httpd_reply_json(r, 200, json_pack("{s:i}", "port", port));
+}
+
+static void wait_answer_port(struct proc_wait *w, int http_status)
+{
+	struct httpd_req *r = w->r;
+
+	wait_unlink(w);
+	httpd_on_close(r, NULL, NULL);
+	reply_port_ready(r, w->port, http_status);
+	wait_free(w);
+}
+
 /* Answer a kill's waiter with the record as it is, and free it. */
 static void wait_answer_killed(struct proc_wait *w)
 {
@@ -635,7 +660,7 @@ static void wait_probe_done(void *arg, int status)
 
 	w->probe = NULL;
 	if (status >= w->status_min && status <= w->status_max) {
-		wait_answer(w, 200, json_pack("{s:i, s:i}", "port", w->port, "status", status), NULL);
+		wait_answer_port(w, status);
 		return;
 	}
 	wait_poll_again(w);
@@ -655,7 +680,7 @@ static void wait_poll_cb(evutil_socket_t fd, short what, void *arg)
 		if (w->probe)
 			return;
 	} else if (rsb && port_listening(rt_init_pid(rsb), w->port)) {
-		wait_answer(w, 200, json_pack("{s:i}", "port", w->port), NULL);
+		wait_answer_port(w, 0);
 		return;
 	}
 	wait_poll_again(w);
@@ -1417,7 +1442,7 @@ static int wait_met(struct agent_call *c, struct proc *p, const char *needle, si
 	}
 	if (port && !http && (rsb = agent_sb_container(p->box->sb)) &&
 	    port_listening(rt_init_pid(rsb), (int)port)) {
-		httpd_reply_json(c->r, 200, json_pack("{s:i}", "port", (int)port));
+		reply_port_ready(c->r, (int)port, 0);
 		return 1;
 	}
 	if (p->state != P_EXITED)

@@ -46,6 +46,7 @@ enum agent_proc_op {
 	AGENT_PROC_KILLED,           /* procs[0]: the record once its tree is gone */
 	AGENT_PROC_KILLED_ALL,       /* killed: how many were running */
 	AGENT_PROC_LOGS,             /* out, out_len: the kept stdout and stderr, raw */
+	AGENT_PROC_PORT_READY,       /* a wait met: port, http_status (0: a TCP wait) */
 };
 struct agent_proc_result {
 	enum agent_proc_op op;
@@ -55,6 +56,7 @@ struct agent_proc_result {
 	const char *out[2];
 	size_t out_len[2];
 	int truncated, evicted;
+	int port, http_status;
 };
 
 #endif
