@@ -284,24 +284,6 @@ static void cf_read_auto(json_t *res)
 	buf_release(&raw);
 }
 
-/* The exec answer of CF_COMMANDS_SCRIPT as {availableCommands, count}. */
-static json_t *cf_commands(const json_t *body)
-{
-	const char *out = json_string_value(json_object_get(body, "stdout"));
-	json_t *arr = json_array();
-
-	for (const char *p = out ? out : ""; arr && *p;) {
-		const char *nl = strchr(p, '\n');
-		size_t n = nl ? (size_t)(nl - p) : strlen(p);
-
-		if (n)
-			json_array_append_new(arr, json_stringn(p, n));
-		p += n + (nl ? 1 : 0);
-	}
-	return json_pack("{s:o*, s:I}", "availableCommands", arr, "count",
-			 (json_int_t)json_array_size(arr));
-}
-
 /* The file calls' result (the helper's answer object, NULL for an empty
  * one) as the SDK's result for c's kind; new reference. */
 static json_t *cf_files_result(struct cf_req *c, const json_t *body)
@@ -345,17 +327,14 @@ static json_t *cf_files_result(struct cf_req *c, const json_t *body)
 	return res;
 }
 
-/* The JSON answers of the calls that are not typed yet (ping, version:
- * compat's own; getCommands' exec) as the SDK's result; body stolen,
- * new reference. */
+/* The JSON answers of compat's own calls (ping, version) as the SDK's
+ * result; body stolen, new reference. */
 static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 {
-	json_t *res;
+	json_t *res = body ? body : json_object();
 	char ts[32];
 
 	cf_now(ts);
-	res = c->kind == CF_COMMANDS ? cf_commands(body) : body ? json_incref(body) : json_object();
-	json_decref(body);
 	if (!res)
 		return NULL;
 	if (!json_object_get(res, "success"))
@@ -603,12 +582,46 @@ static int cf_ctx_result(struct cf_req *c, struct httpd_req *r, const struct age
 	return 1;
 }
 
+/* utils.getCommands: the stdout of CF_COMMANDS_SCRIPT's exec as
+ * {availableCommands, count}. */
+static int cf_commands_result(struct cf_req *c, struct httpd_req *r,
+			      const struct agent_exec_result *res)
+{
+	struct buf out;
+	struct sbx_err e = { 0 };
+	json_t *arr = json_array();
+
+	buf_init(&out, CF_FILE_MAX);
+	if (agent_exec_kept(res->x, 0, &out, &e) < 0 || buf_add(&out, "", 1) < 0) {
+		if (!e.code)
+			err_sys(&e, ENOMEM, "command list");
+		json_decref(arr);
+		buf_release(&out);
+		cf_error(c, r, &(struct httpd_error){ &e, NULL });
+		return 1;
+	}
+	for (const char *p = out.data; arr && *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t n = nl ? (size_t)(nl - p) : strlen(p);
+
+		if (n)
+			json_array_append_new(arr, json_stringn(p, n));
+		p += n + (nl ? 1 : 0);
+	}
+	buf_release(&out);
+	cf_ok(r, json_pack("{s:I, s:o*}", "count", (json_int_t)json_array_size(arr),
+			   "availableCommands", arr));
+	return 1;
+}
+
 /* The typed answers of the native calls: results, an error. */
 static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, const void *result)
 {
 	struct cf_req *c = arg;
 	const struct httpd_error *he = result;
 
+	if (strcmp(type, AGENT_EXEC_RESULT) == 0 && c->kind == CF_COMMANDS)
+		return cf_commands_result(c, r, result);
 	if (strcmp(type, AGENT_EXEC_RESULT) == 0)
 		return c->kind == CF_EXEC && cf_exec_result(c, r, result);
 	if (strcmp(type, AGENT_SESSION_RESULT) == 0)

@@ -534,6 +534,24 @@ static ssize_t json_answer_read(void *arg, char *buf, size_t max)
 	return (ssize_t)n;
 }
 
+int agent_exec_kept(const struct agent_exec *x, int i, struct buf *out, struct sbx_err *e)
+{
+	const struct exec_stream *s = &x->out[i];
+	char chunk[16 * 1024];
+
+	for (uint64_t off = 0; off < stream_kept(s);) {
+		ssize_t n = stream_pread(s, off, chunk, sizeof(chunk));
+
+		if (n <= 0)
+			return err_sys(e, n < 0 ? errno : EIO, "read the output of '%s'", x->argv0);
+		if (buf_add(out, chunk, (size_t)n) < 0)
+			return err_set(e, SBX_E_PAYLOAD_TOO_LARGE, "the output of '%s' is too large",
+				       x->argv0);
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
 void agent_exec_reply_text(struct agent_exec *x, const char *content_type, const char *head,
 			   const char *mid, const char *tail)
 {

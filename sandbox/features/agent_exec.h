@@ -102,6 +102,11 @@ struct agent_exec_result {
 /* Answer x's request with 200, content_type, streamed: head, the stdout
  * kept as JSON string content (escaped, invalid UTF-8 as U+FFFD), mid,
  * stderr the same way, tail (the three are copied). */
+/* The kept output of stream i (0 stdout, 1 stderr) of a finished exec,
+ * appended to out (bounded by out's cap). 0, or -1 with e (too large for
+ * out, a read error). */
+struct buf;
+int agent_exec_kept(const struct agent_exec *x, int i, struct buf *out, struct sbx_err *e);
 void agent_exec_reply_text(struct agent_exec *x, const char *content_type, const char *head,
 			   const char *mid, const char *tail);
 
