@@ -328,9 +328,9 @@ static int body_add(struct httpd_req *r, const char *data, size_t n)
 	return 0;
 }
 
-int httpd_json_filtered(const struct httpd_req *r)
+int httpd_filtered(const struct httpd_req *r)
 {
-	return r->filter && r->filter->json;
+	return r->filter != NULL;
 }
 
 #define FEED_CHUNK (64 * 1024)
@@ -429,21 +429,7 @@ void httpd_reply_bytes(struct httpd_req *r, int status, const char *content_type
 	set_answer(r, status, resp);
 }
 
-static void reply_json_raw(struct httpd_req *r, int status, json_t *body);
-
 void httpd_reply_json(struct httpd_req *r, int status, json_t *body)
-{
-	if (r->filter && r->filter->json && !r->replied) {
-		body = r->filter->json(r->filter_arg, &status, body);
-		if (!body) {
-			httpd_reply_bytes(r, status, NULL, "", 0);
-			return;
-		}
-	}
-	reply_json_raw(r, status, body);
-}
-
-static void reply_json_raw(struct httpd_req *r, int status, json_t *body)
 {
 	auto_free char *text = body ? jsonv_dump(body) : NULL;
 
@@ -479,15 +465,6 @@ void httpd_reply_err_details(struct httpd_req *r, const struct sbx_err *e, const
 
 void httpd_reply_empty(struct httpd_req *r, int status)
 {
-	json_t *body;
-
-	if (r->filter && r->filter->json && !r->replied) {
-		body = r->filter->json(r->filter_arg, &status, NULL);
-		if (body) {
-			reply_json_raw(r, status, body);
-			return;
-		}
-	}
 	httpd_reply_bytes(r, status, NULL, "", 0);
 }
 

@@ -210,11 +210,6 @@ void httpd_upgrade_close(struct httpd_upgrade *u);
 
 /* A filter on the answer of r; every hook may be NULL. */
 struct httpd_filter {
-	/* A JSON answer (httpd_reply_json; an error of httpd_reply_err comes
-	 * to typed as HTTPD_ERROR first) or an empty one (body NULL): return
-	 * the body to send instead (body is stolen; new reference or NULL for
-	 * an empty answer); may change *status. */
-	json_t *(*json)(void *arg, int *status, json_t *body);
 	/* A streamed answer: may replace its reader and the reader's arg. */
 	void (*stream)(void *arg, httpd_read_fn *read, void **read_arg);
 	/* A file answer (httpd_reply_fd): return 1 when the filter answered r
@@ -231,9 +226,9 @@ void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *a
 /* Offer r's filter the typed result of its answer: 1 when the filter
  * answered r, 0 when the source answers (no filter, no hook, declined). */
 int httpd_filter_typed(struct httpd_req *r, const char *type, const void *result);
-/* 1 when a filter with a json hook rewrites r's JSON answers (a streamed
- * answer would bypass it). */
-int httpd_json_filtered(const struct httpd_req *r);
+/* 1 when r has a filter: the calls serving r hand it their results typed
+ * (so a result it needs whole is collected, not streamed). */
+int httpd_filtered(const struct httpd_req *r);
 
 /* Feed data to the sink a HTTPD_ROUTE_STREAM_BODY handler registered
  * while it was called on a buffered request (a view's call), as the whole

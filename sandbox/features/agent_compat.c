@@ -23,9 +23,12 @@
  *      its own), an exec's result (struct agent_exec_result, the SDK's
  *      ExecResult written by the exec engine's streamed writer, so large
  *      output is never held whole), the results of sessions, processes,
- *      code contexts and files (a file helper's answer object). The other JSON
- *      results are still read back from the native JSON (cf_result), and
- *      event streams re-framed as `data: {"type":…}`.
+ *      code contexts and files (a file helper's answer object), a met
+ *      port wait, getCommands' exec; ping and version answer in the SDK's
+ *      shape themselves. No native JSON answer is read back. What is not
+ *      typed yet: event streams (exec, process logs, code runs) are
+ *      re-framed as `data: {"type":…}` from the sbx frames (the filter's
+ *      stream hook), and readFileStream's file through its fd hook.
  * So exec, sessions, processes and files keep one code path each.
  *
  * The SDK's bodies are parsed strictly as JSON, but fields sbx does not map
@@ -324,23 +327,6 @@ static json_t *cf_files_result(struct cf_req *c, const json_t *body)
 		res = json_object();
 		break;
 	}
-	return res;
-}
-
-/* The JSON answers of compat's own calls (ping, version) as the SDK's
- * result; body stolen, new reference. */
-static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
-{
-	json_t *res = body ? body : json_object();
-	char ts[32];
-
-	cf_now(ts);
-	if (!res)
-		return NULL;
-	if (!json_object_get(res, "success"))
-		json_object_set_new(res, "success", json_true());
-	json_object_set_new(res, "timestamp", json_string(ts));
-	*status = 200;
 	return res;
 }
 
@@ -649,20 +635,6 @@ static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, con
 	}
 	cf_error(c, r, he);
 	return 1;
-}
-
-/* The JSON results of the native calls (errors come typed). */
-static json_t *cf_filter_json(void *arg, int *status, json_t *body)
-{
-	struct cf_req *c = arg;
-
-	if (*status >= 400) {
-		/* not from httpd_reply_err: a bug of the call */
-		log_error("compat: an untyped error answer (%d)", *status);
-		json_decref(body);
-		return NULL;
-	}
-	return cf_result(c, status, body);
 }
 
 /* --- event streams: sbx frames → the SDK's `data: {"type":…}` frames --- */
@@ -1037,7 +1009,6 @@ static int cf_filter_fd(void *arg, struct httpd_req *r, int fd, uint64_t offset,
 }
 
 static const struct httpd_filter cf_filter = {
-	.json = cf_filter_json,
 	.stream = cf_filter_stream,
 	.fd = cf_filter_fd,
 	.typed = cf_filter_typed,
@@ -1542,17 +1513,15 @@ static int map_code_run(struct httpd_req *r, struct cf_req *c, json_t *body, str
 static int cf_ping(struct agent_call *c, struct sbx_err *e)
 {
 	(void)e;
-	httpd_reply_json(c->r, 200,
-			 json_pack("{s:s, s:I}", "message", "pong", "uptime",
-				   (json_int_t)((util_wall_ms() - c->sb->started_at) / 1000)));
+	cf_ok(c->r, json_pack("{s:s, s:I}", "message", "pong", "uptime",
+			      (json_int_t)((util_wall_ms() - c->sb->started_at) / 1000)));
 	return 0;
 }
 
 static int cf_version(struct agent_call *c, struct sbx_err *e)
 {
 	(void)e;
-	httpd_reply_json(c->r, 200, json_pack("{s:s, s:s}", "version", CF_API_VERSION, "sbxVersion",
-					      CF_VERSION));
+	cf_ok(c->r, json_pack("{s:s, s:s}", "version", CF_API_VERSION, "sbxVersion", CF_VERSION));
 	return 0;
 }
 

@@ -438,33 +438,6 @@ static void start_error_text(const struct agent_exec *x, char *out, size_t n)
 		 strerror(x->ex.start_errno));
 }
 
-/* The whole kept text of s as a JSON string (for a filtered answer). */
-static json_t *json_stream_text(struct exec_stream *s)
-{
-	uint64_t total = stream_kept(s);
-	auto_free char *raw = malloc((size_t)total + 1);
-	struct buf fixed;
-	json_t *v;
-
-	if (!raw)
-		return NULL;
-	for (uint64_t off = 0; off < total;) {
-		ssize_t r = stream_pread(s, off, raw + off, (size_t)(total - off));
-
-		if (r <= 0)
-			return NULL;
-		off += (uint64_t)r;
-	}
-	buf_init(&fixed, (size_t)total * 3 + 16);
-	if (codec_utf8_fix(raw, (size_t)total, &fixed) < 0) {
-		buf_release(&fixed);
-		return NULL;
-	}
-	v = json_stringn_nocheck(fixed.data ? fixed.data : "", fixed.len);
-	buf_release(&fixed);
-	return v;
-}
-
 /* The next piece of the streamed JSON answer into x->jout: 0, or -1 on
  * a read error of a spill file. */
 static int json_answer_step(struct agent_exec *x)
@@ -595,7 +568,7 @@ static void exec_finish(struct agent_exec *x)
 	struct agent_exec_result res;
 	struct agent_sb *sb;
 	struct sbx_err e;
-	char msg[256];
+	char msg[256], head[96], tail[160];
 
 	x->finished = 1;
 	free_event(&x->keepalive_ev);
@@ -654,29 +627,17 @@ static void exec_finish(struct agent_exec *x)
 	}
 	if (httpd_filter_typed(x->r, AGENT_EXEC_RESULT, &res))
 		return;
-	if (!httpd_json_filtered(x->r)) {
-		char head[96], tail[160];
-
-		util_xsnprintf(head, sizeof(head), "{\"exitCode\":%lld,\"success\":%s,\"stdout\":\"",
-			       (long long)res.exit_code,
-			       res.exit_code == 0 && !res.timed_out ? "true" : "false");
-		util_xsnprintf(tail, sizeof(tail),
-			       "\",\"durationMs\":%lld,\"timedOut\":%s,\"oomKilled\":%s,"
-			       "\"truncated\":%s}",
-			       (long long)dur, res.timed_out ? "true" : "false",
-			       res.oom_killed ? "true" : "false", res.truncated ? "true" : "false");
-		agent_exec_reply_text(x, "application/json", head, "\",\"stderr\":\"", tail);
-		return;
-	}
-	/* a filter without the typed hook: the JSON whole */
-	httpd_reply_json(x->r, 200,
-			 json_pack("{s:I,s:b,s:o*,s:o*,s:I,s:b,s:b,s:b}", "exitCode",
-				   (json_int_t)exit_code(x), "success", exit_code(x) == 0 && !x->timed_out,
-				   "stdout", json_stream_text(&x->out[0]), "stderr",
-				   json_stream_text(&x->out[1]), "durationMs", (json_int_t)dur,
-				   "timedOut", x->timed_out, "oomKilled", x->oom_killed, "truncated",
-				   x->out[0].truncated || x->out[1].truncated));
+	util_xsnprintf(head, sizeof(head), "{\"exitCode\":%lld,\"success\":%s,\"stdout\":\"",
+		       (long long)res.exit_code,
+		       res.exit_code == 0 && !res.timed_out ? "true" : "false");
+	util_xsnprintf(tail, sizeof(tail),
+		       "\",\"durationMs\":%lld,\"timedOut\":%s,\"oomKilled\":%s,"
+		       "\"truncated\":%s}",
+		       (long long)dur, res.timed_out ? "true" : "false",
+		       res.oom_killed ? "true" : "false", res.truncated ? "true" : "false");
+	agent_exec_reply_text(x, "application/json", head, "\",\"stderr\":\"", tail);
 }
+
 
 static void grace_cb(evutil_socket_t fd, short what, void *arg)
 {

@@ -646,7 +646,7 @@ int agent_files_get(struct agent_call *c, struct sbx_err *e)
 		spec.fd_arg = (void *)c->args;   /* NULL, or as long as the request */
 	} else {
 		/* a filter (the compat view) rewrites the JSON: it needs it whole */
-		spec.mode = httpd_json_filtered(c->r) ? FW_COLLECT : FW_STREAM;
+		spec.mode = httpd_filtered(c->r) ? FW_COLLECT : FW_STREAM;
 		spec.timeout_s = FW_TRANSFER_TIMEOUT_S;
 		spec.content_type = "application/json";
 		spec.fn = child_encoded;
@@ -1211,7 +1211,7 @@ int agent_dirs_get(struct agent_call *c, struct sbx_err *e)
 			 strspn(o.cursor, "0123456789abcdef") != strlen(o.cursor)))
 		return err_set(e, SBX_E_VALIDATION, "bad cursor");
 	/* a page can be large: streamed, unless a filter needs the JSON whole */
-	return run_helper(c, httpd_json_filtered(c->r) ? FW_COLLECT : FW_STREAM, FW_META_TIMEOUT_S,
+	return run_helper(c, httpd_filtered(c->r) ? FW_COLLECT : FW_STREAM, FW_META_TIMEOUT_S,
 			  child_list, &o, e);
 }
 

@@ -363,7 +363,7 @@ static void answer_json(struct fw_call *c)
 			httpd_reply_empty(c->r, 204);
 		return;
 	}
-	if (!httpd_json_filtered(c->r)) {
+	if (!httpd_filtered(c->r)) {
 		/* the helper's text is what httpd_reply_json would send: no parse */
 		c->answered = 1;
 		httpd_reply_bytes(c->r, c->head.status, "application/json",
