@@ -645,9 +645,6 @@ void httpd_reply_fd(struct httpd_req *r, int status, const char *content_type, i
 {
 	struct MHD_Response *resp;
 
-	if (r->filter && r->filter->fd && !r->replied &&
-	    r->filter->fd(r->filter_arg, r, fd, offset, len))
-		return;
 	/* MHD owns fd from here on (also when creating the response fails). */
 	resp = MHD_create_response_from_fd_at_offset64(len, fd, offset);
 	if (!resp)

@@ -212,9 +212,6 @@ void httpd_upgrade_close(struct httpd_upgrade *u);
 struct httpd_filter {
 	/* A streamed answer: may replace its reader and the reader's arg. */
 	void (*stream)(void *arg, httpd_read_fn *read, void **read_arg);
-	/* A file answer (httpd_reply_fd): return 1 when the filter answered r
-	 * itself (fd is then its own), 0 to send the file as it is. */
-	int (*fd)(void *arg, struct httpd_req *r, int fd, uint64_t offset, uint64_t len);
 	/* A typed result, handed over by a source before it answers (the
 	 * source's own struct, named by type): return 1 when the filter
 	 * answered r from it, 0 to let the source answer as usual. */

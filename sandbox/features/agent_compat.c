@@ -28,7 +28,8 @@
  *      shape themselves. No native JSON answer is read back. What is not
  *      typed yet: event streams (exec, process logs, code runs) are
  *      re-framed as `data: {"type":…}` from the sbx frames (the filter's
- *      stream hook), and readFileStream's file through its fd hook.
+ *      stream hook). readFileStream's file comes typed (struct
+ *      agent_files_fd) and is sent as metadata/chunk/complete events.
  * So exec, sessions, processes and files keep one code path each.
  *
  * The SDK's bodies are parsed strictly as JSON, but fields sbx does not map
@@ -41,6 +42,7 @@
 #include "agent_compat.h"
 #include "agent_exec.h"
 #include "agent_routes.h"
+#include "agent_files.h"
 #include "agent_interp.h"
 #include "agent_processes.h"
 #include "agent_sessions.h"
@@ -141,6 +143,7 @@ struct cf_req {
 };
 
 static void cf_emit(struct cf_req *c, json_t *ev);
+static int cf_file_stream(struct cf_req *c, struct httpd_req *r, const struct agent_files_fd *f);
 
 /* --- small helpers --- */
 
@@ -616,6 +619,8 @@ static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, con
 		return cf_proc_result(c, r, result);
 	if (strcmp(type, AGENT_INTERP_RESULT) == 0)
 		return cf_ctx_result(c, r, result);
+	if (strcmp(type, AGENT_FILES_FD) == 0)
+		return c->kind == CF_READ_STREAM && cf_file_stream(c, r, result);
 	if (strcmp(type, AGENT_FILES_RESULT) == 0) {
 		cf_ok(r, cf_files_result(c, ((const struct agent_files_result *)result)->body));
 		return 1;
@@ -984,23 +989,18 @@ static int cf_sniff_binary(int fd, uint64_t offset)
 	return !codec_utf8_valid(head, ok);
 }
 
-static int cf_filter_fd(void *arg, struct httpd_req *r, int fd, uint64_t offset, uint64_t len)
+/* readFileStream: the file (typed, f->fd now c's) as metadata, chunk and
+ * complete events. */
+static int cf_file_stream(struct cf_req *c, struct httpd_req *r, const struct agent_files_fd *f)
 {
-	struct cf_req *c = arg;
-	const char *slash, *name;
-
-	if (c->kind != CF_READ_STREAM)
-		return 0;
-	c->fd = fd;
-	c->left = len;
-	if (lseek(fd, (off_t)offset, SEEK_SET) < 0)
+	c->fd = f->fd;
+	c->left = f->len;
+	if (lseek(f->fd, 0, SEEK_SET) < 0)
 		c->left = 0;
-	c->binary = cf_sniff_binary(fd, offset);
-	slash = strrchr(c->path, '/');
-	name = slash ? slash + 1 : c->path;
+	c->binary = cf_sniff_binary(f->fd, 0);
 	cf_file_event(c, "metadata",
-		      json_pack("{s:s, s:I, s:b, s:s}", "mimeType", fspath_mime(name), "size",
-				(json_int_t)len, "isBinary", c->binary, "encoding",
+		      json_pack("{s:s, s:I, s:b, s:s}", "mimeType", fspath_mime(f->name), "size",
+				(json_int_t)f->len, "isBinary", c->binary, "encoding",
 				c->binary ? "base64" : "utf-8"));
 	httpd_add_header(r, "Cache-Control", "no-store");
 	httpd_add_header(r, "X-Accel-Buffering", "no");
@@ -1010,7 +1010,6 @@ static int cf_filter_fd(void *arg, struct httpd_req *r, int fd, uint64_t offset,
 
 static const struct httpd_filter cf_filter = {
 	.stream = cf_filter_stream,
-	.fd = cf_filter_fd,
 	.typed = cf_filter_typed,
 	.free = cf_free,
 };

@@ -622,6 +622,8 @@ static void send_file(struct httpd_req *r, struct agent_sb *sb, int fd, uint64_t
 		httpd_reply_fd(r, 206, fspath_mime(fp.name), fd, first, last - first + 1);
 		return;
 	}
+	if (httpd_filter_typed(r, AGENT_FILES_FD, &(struct agent_files_fd){ fd, size, fp.name }))
+		return;
 	httpd_reply_fd(r, 200, fspath_mime(fp.name), fd, 0, size);
 }
 

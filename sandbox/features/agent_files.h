@@ -10,6 +10,7 @@
 #include "httpd.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* The file routes (calls, see call.h; the path is the route's tail):
  * GET, PUT (HTTPD_ROUTE_STREAM_BODY), DELETE …/files/{path}, GET and PUT
@@ -23,6 +24,18 @@ int agent_dirs_put(struct agent_call *c, struct sbx_err *e);
 int agent_stat_get(struct agent_call *c, struct sbx_err *e);
 extern const struct jsonv_field agent_move_fields[];
 int agent_move(struct agent_call *c, struct sbx_err *e);
+
+/* A file answered whole from its open descriptor (GET …/files/{path}
+ * without ?encoding=), offered typed to a view of the request
+ * (httpd_filter_typed, type AGENT_FILES_FD) before it is sent raw: the
+ * descriptor at offset 0, its length, its name (borrowed). A view that
+ * takes it owns fd. */
+#define AGENT_FILES_FD "file"
+struct agent_files_fd {
+	int fd;
+	uint64_t len;
+	const char *name;
+};
 
 /* Pure helpers of ?encoding= (unit-tested). */
 /* Append s[0..n) to b as the inside of a JSON string (what jansson writes:
