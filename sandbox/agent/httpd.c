@@ -283,8 +283,9 @@ void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *a
 
 int httpd_filter_typed(struct httpd_req *r, const char *type, const void *result)
 {
-	if (!r->filter || !r->filter->typed || r->replied)
+	if (!r->filter || !r->filter->typed)
 		return 0;
+	/* also once a stream answer has begun: its events come typed */
 	return r->filter->typed(r->filter_arg, r, type, result) == 1;
 }
 

@@ -220,8 +220,9 @@ struct httpd_filter {
 	void (*free)(void *arg);
 };
 void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *arg);
-/* Offer r's filter the typed result of its answer: 1 when the filter
- * answered r, 0 when the source answers (no filter, no hook, declined). */
+/* Offer r's filter the typed result of its answer (or an event of a
+ * stream answer that has begun): 1 when the filter answered r (took the
+ * event), 0 when the source answers (no filter, no hook, declined). */
 int httpd_filter_typed(struct httpd_req *r, const char *type, const void *result);
 /* 1 when r has a filter: the calls serving r hand it their results typed
  * (so a result it needs whole is collected, not streamed). */

@@ -144,6 +144,7 @@ struct cf_req {
 
 static void cf_emit(struct cf_req *c, json_t *ev);
 static int cf_file_stream(struct cf_req *c, struct httpd_req *r, const struct agent_files_fd *f);
+static int cf_exec_event(struct cf_req *c, const struct agent_exec_event *ev);
 
 /* --- small helpers --- */
 
@@ -609,6 +610,9 @@ static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, con
 	struct cf_req *c = arg;
 	const struct httpd_error *he = result;
 
+	if (strcmp(type, AGENT_EXEC_EVENT) == 0)
+		return (c->kind == CF_EXEC_STREAM || c->kind == CF_PROC_STREAM) &&
+		       cf_exec_event(c, result);
 	if (strcmp(type, AGENT_EXEC_RESULT) == 0 && c->kind == CF_COMMANDS)
 		return cf_commands_result(c, r, result);
 	if (strcmp(type, AGENT_EXEC_RESULT) == 0)
@@ -653,31 +657,6 @@ static void cf_emit(struct cf_req *c, json_t *ev)
 	    buf_adds(&c->out, "\n\n") < 0)
 		log_error("compat: an event was dropped");
 	free(text);
-}
-
-/* The text of an output event: its data, decoded when it came as base64
- * (invalid UTF-8 becomes U+FFFD). New reference. */
-static json_t *cf_output_text(const json_t *d)
-{
-	const char *data = json_string_value(json_object_get(d, "data"));
-	const char *enc = json_string_value(json_object_get(d, "encoding"));
-	struct buf raw, fixed;
-	json_t *v;
-
-	if (!data)
-		return json_string("");
-	if (!enc || strcmp(enc, "base64") != 0)
-		return json_stringn(data, json_string_length(json_object_get(d, "data")));
-	buf_init(&raw, CF_SSE_IN_MAX);
-	buf_init(&fixed, CF_SSE_IN_MAX * 3);
-	if (codec_base64_decode(data, strlen(data), &raw) < 0 ||
-	    codec_utf8_fix(raw.data ? raw.data : "", raw.len, &fixed) < 0)
-		v = json_string("");
-	else
-		v = json_stringn(fixed.data ? fixed.data : "", fixed.len);
-	buf_release(&raw);
-	buf_release(&fixed);
-	return v;
 }
 
 /* One event of a code run (name, its data d) as the SDK's interpreter
@@ -737,7 +716,7 @@ static void cf_translate(struct cf_req *c, const char *name, const json_t *d)
 			json_object_set_new(ev, "status", json_string("running"));
 	} else if (strcmp(name, "stdout") == 0 || strcmp(name, "stderr") == 0) {
 		json_object_set_new(ev, "type", json_string(name));
-		json_object_set_new(ev, "data", cf_output_text(d));
+		json_object_set(ev, "data", json_object_get(d, "data"));
 	} else if (strcmp(name, "exit") == 0 && !proc && json_is_true(json_object_get(d, "timedOut"))) {
 		char msg[256];
 
@@ -792,6 +771,20 @@ static void cf_translate(struct cf_req *c, const char *name, const json_t *d)
 		json_object_set_new(ev, "sessionId", json_string(c->session));
 	json_object_set_new(ev, "timestamp", json_string(ts));
 	cf_emit(c, ev);
+}
+
+/* An event of an exec or a process's log stream (typed) as the SDK's,
+ * appended to the engine's event buffer. */
+static int cf_exec_event(struct cf_req *c, const struct agent_exec_event *ev)
+{
+	json_t *d = ev->data ? NULL : json_pack("{s:o*}", "data", cf_text(ev->bytes, ev->len));
+
+	cf_translate(c, ev->name, ev->data ? ev->data : d);
+	json_decref(d);
+	if (c->out.len && buf_add(ev->out, c->out.data, c->out.len) < 0)
+		log_error("compat: an event was dropped (stream buffer full)");
+	buf_reset(&c->out);
+	return 1;
 }
 
 /* Re-frame the complete frames in c->in (at the end: all of it). */
@@ -898,7 +891,7 @@ static void cf_filter_stream(void *arg, httpd_read_fn *read, void **read_arg)
 {
 	struct cf_req *c = arg;
 
-	if (c->kind != CF_EXEC_STREAM && c->kind != CF_PROC_STREAM && c->kind != CF_CODE_RUN)
+	if (c->kind != CF_CODE_RUN)
 		return;
 	c->inner = *read;
 	c->inner_arg = *read_arg;

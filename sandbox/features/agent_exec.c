@@ -221,10 +221,33 @@ static void sse_wake(struct agent_exec *x)
 		httpd_stream_wake(x->r);
 }
 
+/* Offer a view the event (name, data or bytes): 1 when it framed it. */
+static int sse_offer(struct agent_exec *x, const char *name, const json_t *data, const char *bytes,
+		     size_t len)
+{
+	struct agent_exec_event ev = { name, data, bytes, len, &x->sse };
+
+	return x->r && httpd_filter_typed(x->r, AGENT_EXEC_EVENT, &ev);
+}
+
+/* One output event of stream name (bytes p[0..n)). 0 or -1 (buffer full). */
+static int sse_chunk(struct agent_exec *x, const char *name, const char *p, size_t n)
+{
+	if (sse_offer(x, name, NULL, p, n))
+		return 0;
+	return agent_sse_chunk(&x->sse, name, p, n);
+}
+
 static void sse_emit(struct agent_exec *x, const char *name, json_t *obj)
 {
-	char *text = obj ? jsonv_dump(obj) : NULL;
+	char *text;
 
+	if (obj && sse_offer(x, name, obj, NULL, 0)) {
+		json_decref(obj);
+		sse_wake(x);
+		return;
+	}
+	text = obj ? jsonv_dump(obj) : NULL;
 	json_decref(obj);
 	if (!text || agent_sse_event(&x->sse, name, text) < 0)
 		log_error("exec '%s': cannot queue the '%s' event", x->key, name);
@@ -243,7 +266,7 @@ static void sse_output(struct exec_stream *s, const char *data, size_t n, int fl
 
 	if (s->ncarry) {
 		if (s->ncarry + n > sizeof(tmp)) {
-			if (agent_sse_chunk(&x->sse, s->name, s->carry, s->ncarry) < 0)
+			if (sse_chunk(x, s->name, s->carry, s->ncarry) < 0)
 				log_error("exec '%s': output dropped", x->key);
 			s->ncarry = 0;
 		} else {
@@ -255,7 +278,7 @@ static void sse_output(struct exec_stream *s, const char *data, size_t n, int fl
 		}
 	}
 	send = flush ? len : codec_utf8_complete_len(p, len);
-	if (send > 0 && agent_sse_chunk(&x->sse, s->name, p, send) < 0)
+	if (send > 0 && sse_chunk(x, s->name, p, send) < 0)
 		log_error("exec '%s': output dropped (stream buffer full)", x->key);
 	if (len > send) {
 		memcpy(s->carry, p + send, len - send);

@@ -85,6 +85,22 @@ void agent_exec_begin(struct agent_exec *x);
 /* Arm the timeout (ms > 0) from now. */
 void agent_exec_arm_timeout(struct agent_exec *x, int64_t ms);
 
+/* An event of a stream exec (an exec, a process's log stream), offered
+ * typed to a view of the request (httpd_filter_typed, type
+ * AGENT_EXEC_EVENT) before the engine frames it: its name (start, stdout,
+ * stderr, exit, error) and data (an object) or, for output, the bytes
+ * (whole UTF-8 sequences, except at the end). A view that takes it
+ * appends its own frames to out, the engine's event buffer (so the
+ * engine's backpressure and end of stream hold as they are). */
+#define AGENT_EXEC_EVENT "exec-event"
+struct agent_exec_event {
+	const char *name;
+	const json_t *data;          /* NULL for output */
+	const char *bytes;
+	size_t len;
+	struct buf *out;
+};
+
 /* The result of a JSON exec that has finished, offered to a filter of the
  * request (httpd_filter_typed, type AGENT_EXEC_RESULT) before the engine
  * answers with its own JSON. A filter that takes it answers with
