@@ -206,12 +206,11 @@ void httpd_upgrade_on_abort(struct httpd_upgrade *u, void (*fn)(void *arg), void
 void httpd_upgrade_close(struct httpd_upgrade *u);
 
 /* --- views: a translation layer (agent_compat.c) runs another route's
- * call (its typed arguments: call.h) and rewrites that call's answer --- */
+ * call (its typed arguments: call.h) and answers from that call's typed
+ * results; no answer of the call is read back --- */
 
 /* A filter on the answer of r; every hook may be NULL. */
 struct httpd_filter {
-	/* A streamed answer: may replace its reader and the reader's arg. */
-	void (*stream)(void *arg, httpd_read_fn *read, void **read_arg);
 	/* A typed result, handed over by a source before it answers (the
 	 * source's own struct, named by type): return 1 when the filter
 	 * answered r from it, 0 to let the source answer as usual. */

@@ -184,12 +184,17 @@ static void ctx_pause(struct ictx *x, int on)
 		child_io_pause(x->io, on);
 }
 
-/* Queue one event of the stream answer (json: its data, one line). */
-static void sse_put(struct irun *u, const char *name, const char *json)
+/* Queue one event of the stream answer (json: its data, one line; data:
+ * the same parsed, offered to a view first). */
+static void sse_put(struct irun *u, const char *name, const char *json, const json_t *data)
 {
+	struct agent_interp_event ev = { name, data, &u->sse };
+
 	if (!u->r)
 		return;
-	if (agent_sse_event(&u->sse, name, json) < 0) {
+	if (httpd_filter_typed(u->r, AGENT_INTERP_EVENT, &ev)) {
+		/* framed by the view */
+	} else if (agent_sse_event(&u->sse, name, json) < 0) {
 		u->truncated = 1;
 		log_warn("run in '%s': an event was dropped (stream buffer full)", u->live.key);
 	}
@@ -202,9 +207,9 @@ static void sse_put_obj(struct irun *u, const char *name, json_t *obj)
 {
 	char *text = obj ? jsonv_dump(obj) : NULL;
 
-	json_decref(obj);
 	if (text)
-		sse_put(u, name, text);
+		sse_put(u, name, text, obj);
+	json_decref(obj);
 	free(text);
 }
 
@@ -353,7 +358,7 @@ static void run_event(struct irun *u, const char *line, size_t len)
 		if (u->stream) {
 			char *text = strndup(line, len);
 			if (text)
-				sse_put(u, type, text);
+				sse_put(u, type, text, ev);
 			free(text);
 		} else if (type[0] == 's') {
 			json_t *t = json_object_get(ev, "text");

@@ -27,6 +27,17 @@ int agent_interp_delete(struct agent_call *c, struct sbx_err *e);
 int agent_interp_run(struct agent_call *c, struct sbx_err *e);
 int agent_interp_run_default(struct agent_call *c, struct sbx_err *e);
 
+/* An event of a streamed run, offered typed to a view of the request
+ * (httpd_filter_typed, type AGENT_INTERP_EVENT) before the run frames
+ * it: its name (stdout, stderr, result, error, end) and data. A view that
+ * takes it appends its own frames to out, the run's event buffer. */
+#define AGENT_INTERP_EVENT "interp-event"
+struct agent_interp_event {
+	const char *name;
+	const json_t *data;
+	struct buf *out;
+};
+
 /* A context, typed: what the native JSON and a view's are rendered from. */
 struct agent_interp_info {
 	const char *id, *language, *cwd;
