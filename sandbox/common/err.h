@@ -48,6 +48,13 @@ enum sbx_ecode {
 	SBX_E_REDIS_UNAVAILABLE,
 	SBX_E_NODE_UNAVAILABLE,
 	SBX_E_NO_SPACE,            /* 507 */
+	/* git checkout (features/agent_git.c): what git's stderr says */
+	SBX_E_GIT_REPOSITORY_NOT_FOUND, /* 404 */
+	SBX_E_GIT_BRANCH_NOT_FOUND,     /* 404 */
+	SBX_E_GIT_AUTH_FAILED,          /* 403 */
+	SBX_E_GIT_NETWORK_ERROR,        /* 502 */
+	SBX_E_GIT_TIMEOUT,              /* 504 */
+	SBX_E_GIT_CLONE_FAILED,         /* 422: any other failure of git */
 	SBX_E__COUNT
 };
 

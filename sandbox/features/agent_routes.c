@@ -7,6 +7,8 @@
 #include "agent_ports.h"
 #include "agent_processes.h"
 #include "agent_sessions.h"
+#include "agent_watch.h"
+#include "agent_git.h"
 #include "agent_routes.h"
 #include "tunnel.h"
 
@@ -36,6 +38,9 @@ const struct agent_call_spec agent_call_dirs_get = { agent_dirs_get, DATA, NULL 
 const struct agent_call_spec agent_call_dirs_put = { agent_dirs_put, DATA, NULL };
 const struct agent_call_spec agent_call_stat_get = { agent_stat_get, DATA, NULL };
 const struct agent_call_spec agent_call_move = { agent_move, DATA_JSON, agent_move_fields };
+const struct agent_call_spec agent_call_watch = { agent_watch_get, DATA, NULL };
+const struct agent_call_spec agent_call_git_checkout = { agent_git_checkout, DATA_JSON,
+							 agent_git_checkout_fields };
 
 const struct httpd_route agent_routes[] = {
 	{ "GET", "/agent/v1/sandboxes", AGENT_CALL(agent_sandbox_list, 0, NULL) },
@@ -93,6 +98,8 @@ const struct httpd_route agent_routes[] = {
 	{ "PUT", "/v1/sandboxes/{id}/dirs/{path*}", AGENT_CALL_OF(agent_call_dirs_put) },
 	{ "GET", "/v1/sandboxes/{id}/stat/{path*}", AGENT_CALL_OF(agent_call_stat_get) },
 	{ "POST", "/v1/sandboxes/{id}/move", AGENT_CALL_OF(agent_call_move) },
+	{ "GET", "/v1/sandboxes/{id}/watch", AGENT_CALL_OF(agent_call_watch) },
+	{ "POST", "/v1/sandboxes/{id}/git/checkout", AGENT_CALL_OF(agent_call_git_checkout) },
 	/* The Cloudflare Sandbox SDK's container API (agent_compat.c). */
 	{ "GET", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },
 	{ "POST", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },

@@ -27,5 +27,7 @@ extern const struct agent_call_spec agent_call_dirs_get;
 extern const struct agent_call_spec agent_call_dirs_put;
 extern const struct agent_call_spec agent_call_stat_get;
 extern const struct agent_call_spec agent_call_move;
+extern const struct agent_call_spec agent_call_watch;
+extern const struct agent_call_spec agent_call_git_checkout;
 
 #endif
