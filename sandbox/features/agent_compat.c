@@ -71,6 +71,8 @@ enum cf_kind {
 	CF_SESS_CREATE,
 	CF_SESS_LIST,
 	CF_SESS_DELETE,
+	CF_WATCH,
+	CF_GIT,
 };
 
 /* One compat request: what the answer filter needs to know. */
@@ -89,6 +91,10 @@ struct cf_req {
 	char *proc_id;
 	int recursive;
 	int auto_encoding;         /* read without encoding: text or base64 */
+	/* watch: the joined patterns of the query, the event types asked for */
+	char *exclude, *include;
+	unsigned watch_types;      /* 1 << CF_WT_*; 0: all */
+	char watch_id[17];
 	/* re-framed event stream */
 	httpd_read_fn inner;
 	void *inner_arg;
@@ -126,6 +132,8 @@ static void cf_free(void *arg)
 	free(c->path);
 	free(c->new_path);
 	free(c->proc_id);
+	free(c->exclude);
+	free(c->include);
 	free(c->tail);
 	json_decref(c->args.body);
 	buf_release(&c->content);
@@ -367,9 +375,16 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 	case CF_SESS_DELETE:
 		res = json_pack("{s:s}", "sessionId", c->session ? c->session : "");
 		break;
+	case CF_GIT:
+		res = json_pack("{s:O*, s:O*, s:O*, s:O*, s:i}", "repoUrl", json_object_get(body, "url"),
+				"branch", json_object_get(body, "branch"), "targetDir",
+				json_object_get(body, "targetDir"), "commit", json_object_get(body, "commit"),
+				"exitCode", 0);
+		break;
 	case CF_EXEC_STREAM:
 	case CF_PROC_STREAM:
 	case CF_READ_STREAM:
+	case CF_WATCH:
 		/* A stream route answered with JSON: only errors get here. */
 		res = body ? json_incref(body) : json_object();
 		break;
@@ -448,13 +463,66 @@ static json_t *cf_output_text(const json_t *d)
 	return v;
 }
 
+/* The SDK's watch event types (FileWatchEventType), as a mask. */
+static const char *const cf_watch_types[] = { "create", "modify", "delete", "move_from",
+					      "move_to", "attrib" };
+
+/* One watch event of sbx (agent_watch.c) as the SDK's: ready → watching,
+ * create/modify/delete → event, move → move_from + move_to, overflow and
+ * error → error (an error ends the stream, an overflow does not). */
+static void cf_watch_translate(struct cf_req *c, const char *name, const json_t *d)
+{
+	const char *type[2] = { name, NULL };
+	const json_t *path[2] = { json_object_get(d, "path"), NULL };
+	char ts[32];
+
+	cf_now(ts);
+	if (strcmp(name, "ready") == 0) {
+		cf_emit(c, json_pack("{s:s, s:O*, s:s}", "type", "watching", "path", path[0],
+				     "watchId", c->watch_id));
+		return;
+	}
+	if (strcmp(name, "error") == 0 || strcmp(name, "overflow") == 0) {
+		json_t *ev = json_pack("{s:s, s:O*}", "type", "error", "error",
+				       json_object_get(d, "message"));
+
+		if (ev && strcmp(name, "overflow") == 0)
+			json_object_set_new(ev, "overflow", json_true());
+		cf_emit(c, ev);
+		return;
+	}
+	if (strcmp(name, "move") == 0) {
+		type[0] = "move_from";
+		path[0] = json_object_get(d, "from");
+		type[1] = "move_to";
+		path[1] = json_object_get(d, "to");
+	}
+	for (int i = 0; i < 2 && type[i]; i++) {
+		unsigned bit = 0;
+
+		for (size_t k = 0; k < ARRAY_SIZE(cf_watch_types); k++)
+			if (strcmp(type[i], cf_watch_types[k]) == 0)
+				bit = 1u << k;
+		if (!bit || (c->watch_types && !(c->watch_types & bit)))
+			continue;
+		cf_emit(c, json_pack("{s:s, s:s, s:O*, s:O*, s:s}", "type", "event", "eventType",
+				     type[i], "path", path[i], "isDirectory",
+				     json_object_get(d, "isDirectory"), "timestamp", ts));
+	}
+}
+
 /* One sbx event (name, its JSON data d) as the SDK's event. */
 static void cf_translate(struct cf_req *c, const char *name, const json_t *d)
 {
 	int proc = c->kind == CF_PROC_STREAM;
-	json_t *ev = json_object(), *v;
+	json_t *ev, *v;
 	char ts[32];
 
+	if (c->kind == CF_WATCH) {
+		cf_watch_translate(c, name, d);
+		return;
+	}
+	ev = json_object();
 	if (!ev)
 		return;
 	cf_now(ts);
@@ -610,7 +678,7 @@ static void cf_filter_stream(void *arg, httpd_read_fn *read, void **read_arg)
 {
 	struct cf_req *c = arg;
 
-	if (c->kind != CF_EXEC_STREAM && c->kind != CF_PROC_STREAM)
+	if (c->kind != CF_EXEC_STREAM && c->kind != CF_PROC_STREAM && c->kind != CF_WATCH)
 		return;
 	c->inner = *read;
 	c->inner_arg = *read_arg;
@@ -1078,6 +1146,94 @@ static int map_session_delete(struct httpd_req *r, struct cf_req *c, json_t *bod
 	return 0;
 }
 
+/* An optional array of strings without ',' of body joined by ',' into
+ * *out (NULL when absent). 0 or -1 (400). */
+static int cf_join(const json_t *body, const char *name, char **out, struct sbx_err *e)
+{
+	const json_t *arr = json_object_get(body, name), *v;
+	struct buf b;
+	size_t i;
+
+	*out = NULL;
+	if (!arr || json_is_null(arr))
+		return 0;
+	if (!json_is_array(arr))
+		return err_set(e, SBX_E_VALIDATION, "'%s' must be an array of strings", name);
+	buf_init(&b, 64 * 1024);
+	json_array_foreach(arr, i, v) {
+		if (!json_is_string(v) || strchr(json_string_value(v), ',') ||
+		    (i && buf_adds(&b, ",") < 0) || buf_adds(&b, json_string_value(v)) < 0) {
+			buf_release(&b);
+			return err_set(e, SBX_E_VALIDATION,
+				       "'%s' must be an array of patterns without ','", name);
+		}
+	}
+	*out = b.data ? buf_steal(&b, NULL) : strdup("");
+	return *out ? 0 : err_sys(e, ENOMEM, "%s", name);
+}
+
+/* watch: the SDK's body as the native query (path, recursive, exclude,
+ * include); the SDK's default exclude when it names none; events as a
+ * filter of the translation. */
+static int map_watch(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	const json_t *types = json_object_get(body, "events"), *v, *rec;
+	unsigned char rnd[8];
+	size_t i;
+
+	if (cf_file_paths(c, body, "path", NULL, e) < 0 || cf_join(body, "exclude", &c->exclude, e) < 0 ||
+	    cf_join(body, "include", &c->include, e) < 0)
+		return -1;
+	rec = json_object_get(body, "recursive");
+	if (rec && !json_is_boolean(rec))
+		return err_set(e, SBX_E_VALIDATION, "'recursive' must be a boolean");
+	if (types && !json_is_array(types))
+		return err_set(e, SBX_E_VALIDATION, "'events' must be an array");
+	json_array_foreach(types, i, v) {
+		unsigned bit = 0;
+
+		for (size_t k = 0; k < ARRAY_SIZE(cf_watch_types); k++)
+			if (json_is_string(v) && strcmp(json_string_value(v), cf_watch_types[k]) == 0)
+				bit = 1u << k;
+		if (!bit)
+			return err_set(e, SBX_E_VALIDATION, "'events' holds an unknown event type");
+		c->watch_types |= bit;
+	}
+	if (!c->exclude && !c->include && !(c->exclude = strdup(".git,node_modules,.DS_Store")))
+		return err_sys(e, ENOMEM, "exclude");
+	if (util_random(rnd, sizeof(rnd)) < 0)
+		return err_sys(e, errno, "watch id");
+	util_hex(rnd, sizeof(rnd), c->watch_id);
+	cf_query(c, "path", c->path);
+	cf_query(c, "recursive", json_is_false(rec) ? "false" : "true");
+	if (c->exclude)
+		cf_query(c, "exclude", c->exclude);
+	if (c->include)
+		cf_query(c, "include", c->include);
+	return 0;
+}
+
+/* git/checkout: repoUrl → url; the SDK always sends its targetDir. */
+static int map_git(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	const char *url;
+	json_t *b;
+
+	if (cf_req_str(body, "repoUrl", &url, e) < 0)
+		return -1;
+	b = json_pack("{s:s}", "url", url);
+	if (!b)
+		return err_sys(e, ENOMEM, "body");
+	if (cf_copy(b, body, "branch", "branch", JV_STRING, e) < 0 ||
+	    cf_copy(b, body, "targetDir", "targetDir", JV_STRING, e) < 0 ||
+	    cf_copy(b, body, "depth", "depth", JV_INTEGER, e) < 0 ||
+	    cf_copy(b, body, "timeoutMs", "timeoutMs", JV_INTEGER, e) < 0) {
+		json_decref(b);
+		return -1;
+	}
+	return cf_set_body(c, b, e);
+}
+
 /* ping and version: answered here, for a running sandbox (a call of
  * AGENT_CALL_DATA, as every native one). */
 static int cf_ping(struct agent_call *c, struct sbx_err *e)
@@ -1125,6 +1281,8 @@ static const struct cf_route cf_routes[] = {
 	{ "GET", "/api/session/list", CF_SESS_LIST, 0, NULL, &agent_call_session_list },
 	{ "POST", "/api/session/delete", CF_SESS_DELETE, CF_BODY, map_session_delete,
 	  &agent_call_session_delete },
+	{ "POST", "/api/watch", CF_WATCH, CF_BODY | CF_ACCEPT_SSE, map_watch, &agent_call_watch },
+	{ "POST", "/api/git/checkout", CF_GIT, CF_BODY, map_git, &agent_call_git_checkout },
 	{ "GET", "/api/ping", CF_PLAIN, 0, NULL, &cf_call_ping },
 	{ "GET", "/api/version", CF_PLAIN, 0, NULL, &cf_call_version },
 };
