@@ -12,11 +12,11 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 
 import pytest
-import requests
 
 from conftest import assert_error
 
@@ -90,6 +90,17 @@ def test_git_failures_have_stable_codes(stack, box):
     assert_error(checkout(stack, sid, {"url": "https://127.0.0.1:1/x.git", "targetDir": "/tmp/c4"}),
                  502, "GIT_NETWORK_ERROR")
     # a server that accepts and never speaks: the timeout kills git's tree
+    mute_server(stack, sid)
+    t0 = time.monotonic()
+    assert_error(checkout(stack, sid, {"url": "git://127.0.0.1/x.git", "targetDir": "/tmp/c5",
+                                       "timeoutMs": 1000}), 504, "GIT_TIMEOUT")
+    assert time.monotonic() - t0 < 30
+    assert sh(stack, sid, "pgrep -x git || echo none") == "none\n"
+    stack.api("DELETE", "/v1/sandboxes/%s/processes/mute" % sid)
+
+
+def mute_server(stack, sid):
+    """A process of sid listening on 127.0.0.1:9418 that never answers."""
     r = stack.api("POST", "/v1/sandboxes/%s/processes" % sid, json={
         "id": "mute", "command": "exec python3 -c \"import socket,time; s=socket.socket(); "
         "s.bind(('127.0.0.1',9418)); s.listen(); print('up', flush=True); c=s.accept(); time.sleep(300)\""})
@@ -98,12 +109,26 @@ def test_git_failures_have_stable_codes(stack, box):
     while "up" not in stack.api("GET", "/v1/sandboxes/%s/processes/mute/logs" % sid).json().get("stdout", ""):
         assert time.monotonic() < deadline, "the mute server did not start"
         time.sleep(0.1)
-    t0 = time.monotonic()
-    assert_error(checkout(stack, sid, {"url": "git://127.0.0.1/x.git", "targetDir": "/tmp/c5",
-                                       "timeoutMs": 1000}), 504, "GIT_TIMEOUT")
-    assert time.monotonic() - t0 < 30
-    assert sh(stack, sid, "pgrep -x git || echo none") == "none\n"
-    stack.api("DELETE", "/v1/sandboxes/%s/processes/mute" % sid)
+
+
+def test_checkout_ends_when_the_sandbox_sleeps(stack):
+    sid = "gs-" + uuid.uuid4().hex[:10]
+    assert stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30).status_code == 201
+    try:
+        mute_server(stack, sid)
+        out = {}
+        t = threading.Thread(target=lambda: out.update(r=checkout(
+            stack, sid, {"url": "git://127.0.0.1/x.git", "timeoutMs": 60000})))
+        t.start()
+        deadline = time.monotonic() + 20
+        while sh(stack, sid, "pgrep -x git >/dev/null && echo yes || echo no") != "yes\n":
+            assert time.monotonic() < deadline, "git did not start"
+            time.sleep(0.1)
+        assert stack.api("POST", "/v1/sandboxes/%s/sleep" % sid, timeout=30).status_code == 200
+        t.join(30)
+        assert_error(out["r"], 503, "NODE_UNAVAILABLE")
+    finally:
+        stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 
 
 def test_credentials_of_the_url_are_never_echoed(stack, box):
