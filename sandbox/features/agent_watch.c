@@ -41,6 +41,7 @@
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
@@ -589,7 +590,7 @@ static int child_watch(void *arg, const struct fw_env *env)
 		   o->recursive ? "true" : "false", s->live);
 	for (;;) {
 		struct pollfd pfd[2] = { { s->ifd, POLLIN, 0 }, { env->chan, 0, 0 } };
-		int64_t now, wait = -1;
+		int64_t now, wait = INT64_MAX;   /* ms; INT64_MAX: until the channel or inotify */
 
 		if (send_out(s) < 0)
 			return 0;
@@ -597,14 +598,14 @@ static int child_watch(void *arg, const struct fw_env *env)
 			break;
 		now = util_now_ms();
 		if (s->out_off < s->out.len)
-			pfd[1].events = POLLOUT;     /* the client is behind: no keep-alive due */
+			pfd[1].events = POLLOUT;    /* the client is behind: no keep-alive due */
 		else
 			wait = s->last_out + WATCH_KEEPALIVE_MS - now;
-		if (s->npend && (wait < 0 || s->window_end - now < wait))
+		if (s->npend && s->window_end - now < wait)
 			wait = s->window_end - now;
 		if (s->done)
 			pfd[0].fd = -1;
-		if (poll(pfd, 2, pfd[1].events && !s->npend ? -1 : wait < 0 ? 0 : (int)wait) < 0 &&
+		if (poll(pfd, 2, wait == INT64_MAX ? -1 : wait < 0 ? 0 : (int)wait) < 0 &&
 		    errno != EINTR)
 			return 1;
 		if (pfd[1].revents & (POLLHUP | POLLERR))
