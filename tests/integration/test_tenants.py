@@ -107,6 +107,8 @@ def routes(sid):
         ("PUT", b + "/dirs/PWNED", {}),
         ("GET", b + "/stat/keep.txt", {}),
         ("POST", b + "/move", {"json": {"from": "keep.txt", "to": "moved.txt"}}),
+        ("GET", b + "/watch?path=/workspace", {"headers": {"Accept": "text/event-stream"}}),
+        ("POST", b + "/git/checkout", {"json": {"url": "file:///workspace/x.git"}}),
         ("GET", b + "/contexts", {}),
         ("POST", b + "/ports/3000", {"json": {}}),
         ("POST", b + "/ports/3002", {"json": {"token": "mine"}}),
