@@ -107,7 +107,9 @@ def routes(sid):
         ("PUT", b + "/dirs/PWNED", {}),
         ("GET", b + "/stat/keep.txt", {}),
         ("POST", b + "/move", {"json": {"from": "keep.txt", "to": "moved.txt"}}),
-        ("GET", b + "/watch?path=/workspace", {"headers": {"Accept": "text/event-stream"}}),
+        # an event stream without end for the owner: only its head is read
+        ("GET", b + "/watch?path=/workspace", {"headers": {"Accept": "text/event-stream"},
+                                               "stream": True}),
         ("POST", b + "/git/checkout", {"json": {"url": "file:///workspace/x.git"}}),
         ("GET", b + "/contexts", {}),
         ("POST", b + "/ports/3000", {"json": {}}),
