@@ -219,10 +219,13 @@ def test_burst_of_10000_writes_keeps_the_agent_flat(stack, box):
 
 def test_bad_input_and_other_tenants(stack, box):
     base = "/v1/sandboxes/%s/watch" % box
-    sh(stack, box, "mkdir -p /workspace/t4 && echo f > /workspace/t4/file")
+    sh(stack, box, "mkdir -p /workspace/t4 && echo f > /workspace/t4/file"
+                   " && ln -sfn /proc/1/root /workspace/t4/magic")
     assert_error(stack.api("GET", base + "?path=/workspace/nope"), 404, "FILE_NOT_FOUND")
     assert_error(stack.api("GET", base + "?path=/workspace/t4/file"), 400, "NOT_DIRECTORY")
     assert_error(stack.api("GET", base + "?path=/workspace/../etc"), 400, "VALIDATION_FAILED")
+    # resolved inside the sandbox's root: a /proc magic link is refused
+    assert_error(stack.api("GET", base + "?path=/workspace/t4/magic/etc"), 400, "VALIDATION_FAILED")
     assert_error(stack.api("GET", base + "?recursive=maybe"), 400, "VALIDATION_FAILED")
     assert_error(stack.api("GET", base + "?exclude=a/b"), 400, "VALIDATION_FAILED")
     assert_error(stack.api("GET", base + "?exclude=" + ",".join("p%d" % i for i in range(17))),
