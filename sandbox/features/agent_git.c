@@ -127,6 +127,7 @@ int git_error(const char *text, size_t len, int timed_out, int start_errno,
 		enum sbx_ecode code;
 		const char *what;
 	} rules[] = {
+		{ "git: not found", SBX_E_GIT_CLONE_FAILED, "git is not installed in the sandbox's image" },
 		{ "Remote branch", SBX_E_GIT_BRANCH_NOT_FOUND, "the branch does not exist" },
 		{ "not found in upstream", SBX_E_GIT_BRANCH_NOT_FOUND, "the branch does not exist" },
 		{ "Authentication failed", SBX_E_GIT_AUTH_FAILED, "the credentials were refused" },

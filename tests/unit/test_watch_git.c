@@ -108,6 +108,8 @@ TEST(git_errors_map_to_codes_and_never_quote_credentials)
 	CHECK_INT(git_code("fatal: destination path 'r' already exists and is not an empty directory.\n",
 			   &plain, msg, sizeof(msg)), SBX_E_FILE_EXISTS);
 	CHECK_INT(git_code("something new\n", &plain, msg, sizeof(msg)), SBX_E_GIT_CLONE_FAILED);
+	CHECK_INT(git_code("sh: 1: git: not found\n", &plain, msg, sizeof(msg)), SBX_E_GIT_CLONE_FAILED);
+	CHECK(strstr(msg, "not installed") != NULL);
 	/* a URL with credentials: git's words are not quoted, the URL is redacted */
 	CHECK_INT(git_code("fatal: Authentication failed for 'https://u:s3cr3t@h/r.git/'\n", &secret,
 			   msg, sizeof(msg)), SBX_E_GIT_AUTH_FAILED);
