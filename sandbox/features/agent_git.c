@@ -24,6 +24,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,9 +81,9 @@ int git_url_parse(const char *url, size_t len, struct git_url *u, struct sbx_err
 			return err_set(e, SBX_E_VALIDATION, "'url' names no host");
 	}
 	u->creds = at != NULL;
-	if (util_xsnprintf(u->redacted, sizeof(u->redacted), "%.*s%s%s", (int)slen, url,
-			   at ? "***@" : "", at ? at + 1 : rest) < 0)
-		return err_set(e, SBX_E_VALIDATION, "'url' is too long");
+	/* at most len + 4 bytes: redacted is sized for it */
+	util_xsnprintf(u->redacted, sizeof(u->redacted), "%.*s%s%s", (int)slen, url,
+		       at ? "***@" : "", at ? at + 1 : rest);
 	/* the last non-empty path segment, without ".git" */
 	p = auth_end + strcspn(auth_end, "?#");
 	while (p > auth_end && p[-1] == '/')
@@ -186,8 +187,11 @@ int git_error(const char *text, size_t len, int timed_out, int start_errno,
 	line = end;
 	while (line > text && line[-1] != '\n')
 		line--;
-	if (!u->creds && end > line)
-		snprintf(last, sizeof(last), ": %.*s", (int)(end - line), line);
+	if (!u->creds && end > line)   /* cut to what last holds */
+		util_xsnprintf(last, sizeof(last), ": %.*s",
+			       (int)(end - line < (ptrdiff_t)sizeof(last) - 3 ? end - line
+									  : (ptrdiff_t)sizeof(last) - 3),
+			       line);
 	return err_set(e, code, "git clone of '%s': %s%s", u->redacted, what, last);
 }
 
@@ -255,7 +259,10 @@ static void out_field(const struct git_run *g, const char *key, char *out, size_
 		if (strncmp(p, key, klen) == 0 && p[klen] == '=') {
 			size_t n = strcspn(p + klen + 1, "\n");
 
-			snprintf(out, outsz, "%.*s", (int)n, p + klen + 1);
+			if (n < outsz) {   /* a longer value is none we can name */
+				memcpy(out, p + klen + 1, n);
+				out[n] = '\0';
+			}
 			return;
 		}
 	}
