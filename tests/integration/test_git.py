@@ -111,9 +111,10 @@ def mute_server(stack, sid):
         time.sleep(0.1)
 
 
-def test_checkout_ends_when_the_sandbox_sleeps(stack):
+def test_checkout_ends_when_the_sandbox_sleeps_and_keeps_it_awake(stack):
     sid = "gs-" + uuid.uuid4().hex[:10]
-    assert stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30).status_code == 201
+    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={"sleepAfter": "1s"}, timeout=30)
+    assert r.status_code == 201, r.text
     try:
         mute_server(stack, sid)
         out = {}
@@ -127,6 +128,14 @@ def test_checkout_ends_when_the_sandbox_sleeps(stack):
         assert stack.api("POST", "/v1/sandboxes/%s/sleep" % sid, timeout=30).status_code == 200
         t.join(30)
         assert_error(out["r"], 503, "NODE_UNAVAILABLE")
+        # woken again (a new container): 2.5 s of checkout with sleepAfter 1 s
+        # (the mute server, a background process, does not count) ends by
+        # its own timeout, in the same container
+        mute_server(stack, sid)
+        gen = stack.api("GET", "/v1/sandboxes/" + sid).json()["generation"]
+        assert_error(checkout(stack, sid, {"url": "git://127.0.0.1/x.git", "targetDir": "/tmp/k",
+                                           "timeoutMs": 2500}), 504, "GIT_TIMEOUT")
+        assert stack.api("GET", "/v1/sandboxes/" + sid).json()["generation"] == gen
     finally:
         stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 
