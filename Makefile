@@ -4,6 +4,7 @@
 #   make DEVELOPER=1      ... with -Werror
 #   make SANITIZE=address,undefined   sanitized tree under build/san/
 #   make deps             install missing Debian packages (as root)
+#   make ui               the static pages of ui/ with xterm.js from npm (build/ui/)
 #   make run              the local stack in the foreground
 #   make test             unit tests, the integration suite, then test-multihost
 #   make test-multihost   three hosts in network namespaces sharing one Redis
@@ -121,11 +122,25 @@ $(BUILD)/unit-tests: $(UNIT_OBJ) $(LIB_AGENT) $(LIB_API) $(COMMON_OBJ)
 deps:
 	@deploy/deps
 
+# The static pages of ui/ with their browser libraries from npm (pinned by
+# ui/package-lock.json), into $(BUILD)/ui/: nginx serves them at /ui/. The
+# npm registry is needed at build time only; nothing is fetched at run time.
+UI_PAGES  := $(wildcard ui/*.html ui/*.js ui/*.css)
+UI_VENDOR := ui/node_modules/@xterm/xterm/lib/xterm.js ui/node_modules/@xterm/xterm/css/xterm.css \
+             ui/node_modules/@xterm/addon-fit/lib/addon-fit.js
+ui: $(BUILD)/ui/.stamp
+$(BUILD)/ui/.stamp: $(UI_PAGES) ui/package.json ui/package-lock.json
+	cd ui && npm ci --no-audit --no-fund --loglevel=error
+	mkdir -p $(BUILD)/ui/vendor
+	cp $(UI_PAGES) $(BUILD)/ui/
+	cp $(UI_VENDOR) $(BUILD)/ui/vendor/
+	touch $@
+
 unit: $(BUILD)/unit-tests
 	$(BUILD)/unit-tests
 
 # The integration suite brings the real stack up itself (tests/integration/conftest.py).
-integration: $(BINS)
+integration: $(BINS) ui
 	SBX_BUILD=$(BUILD) $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration $(PYTEST_ARGS)
 
 # Three hosts in network namespaces, one Redis (tests/multihost/hosts); root.
@@ -139,7 +154,7 @@ test: deps
 	$(MAKE) test-multihost
 
 run: deps
-	$(MAKE) all
+	$(MAKE) all ui
 	SBX_BUILD=$(BUILD) deploy/stack run
 
 bench: deps
@@ -158,7 +173,7 @@ soak: deps
 clean:
 	rm -rf build
 
-.PHONY: all deps unit integration test test-multihost run bench soak clean
+.PHONY: all deps ui unit integration test test-multihost run bench soak clean
 
 # The second compiler and the shell linter of CI (.ci/run):
 #   make clang        the tree and the unit tests with clang -Werror, in build/clang/

@@ -1,6 +1,7 @@
 #include "agentc.h"
 #include "buf.h"
 #include "jsonv.h"
+#include "log.h"
 #include "util.h"
 
 #include <curl/curl.h>
@@ -13,8 +14,18 @@ static struct {
 	CURL *h;
 	int64_t timeout_ms;
 	char secret_header[CONF_STR_MAX + 32];
+	char request_id_header[160];   /* "X-Request-Id: …" of the current request, or "" */
 	int ready;
 } ac;
+
+void agentc_set_request_id(const char *id)
+{
+	ac.request_id_header[0] = '\0';
+	if (id && *id && strcmp(id, "-") != 0 &&
+	    snprintf(ac.request_id_header, sizeof(ac.request_id_header), "X-Request-Id: %s", id) >=
+		    (int)sizeof(ac.request_id_header))
+		ac.request_id_header[0] = '\0';
+}
 
 int agentc_init(const struct sbx_conf *c, struct sbx_err *e)
 {
@@ -49,6 +60,24 @@ void agentc_reply_release(struct agentc_reply *r)
 {
 	json_decref(r->body);
 	r->body = NULL;
+}
+
+int agentc_error(const char *address, const struct agentc_reply *rep, const char *what,
+		 struct sbx_err *e)
+{
+	json_t *err = json_object_get(rep->body, "error");
+	const char *code = json_string_value(json_object_get(err, "code"));
+	const char *msg = json_string_value(json_object_get(err, "message"));
+	enum sbx_ecode c = code ? err_from_name(code) : SBX_E_NONE;
+	long s = rep->status;
+	int ours = c != SBX_E_NONE && c != SBX_E_INTERNAL && err_status(c) == s;
+
+	if (ours && s >= 400 && s < 500 && s != 401 && s != 403 && s != 404 && s != 405)
+		return err_set(e, c, "%.200s", msg ? msg : "refused by the node");
+	if (ours && (c == SBX_E_NO_CAPACITY || c == SBX_E_NODE_UNAVAILABLE || c == SBX_E_NO_SPACE))
+		return err_set(e, c, "node %s: %.150s", address, msg ? msg : "refused");
+	log_warn("agent %s answered %ld %s: %.200s", address, s, code ? code : "-", msg ? msg : "");
+	return err_set(e, SBX_E_NODE_UNAVAILABLE, "the node of the sandbox cannot %s", what);
 }
 
 static size_t on_data(char *p, size_t size, size_t n, void *userdata)
@@ -109,6 +138,8 @@ int agentc_call_timeout(const char *method, const char *address, const char *pat
 	hdrs = curl_slist_append(hdrs, ac.secret_header);
 	hdrs = curl_slist_append(hdrs, "Accept: application/json");
 	hdrs = curl_slist_append(hdrs, "Expect:");
+	if (ac.request_id_header[0])
+		hdrs = curl_slist_append(hdrs, ac.request_id_header);
 	if (body)
 		hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
 	if (epoch >= 0) {

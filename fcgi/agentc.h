@@ -17,6 +17,12 @@
 int agentc_init(const struct sbx_conf *c, struct sbx_err *e);
 void agentc_release(void);
 
+/* The request id (http_req's, already of the safe shape; "-" or NULL for
+ * none) that every following call sends as X-Request-Id, so that the
+ * agent's log lines of a control call carry it as its data calls do. The
+ * worker sets it for each request it serves. */
+void agentc_set_request_id(const char *id);
+
 /* An address fit for an agent or its forwarder, and for nginx's
  * proxy_pass: "host:port" or "[v6]:port" of [A-Za-z0-9.:[]-], shorter than
  * 128 bytes. 1 ok, 0 not. */
@@ -39,5 +45,15 @@ int agentc_call_timeout(const char *method, const char *address, const char *pat
 			const json_t *body, int64_t epoch, int64_t timeout_ms,
 			struct agentc_reply *out, struct sbx_err *e);
 void agentc_reply_release(struct agentc_reply *r);
+
+/* The error answer rep of the agent at address as ours; always -1 with e.
+ * A 4xx with a stable code of that status is the client's (bad input, a
+ * limit, a conflict: an unknown image stays a 400) and keeps code and
+ * message, as do NO_CAPACITY and NO_SPACE; a 401/403/404/405 (the node and
+ * the API disagree on the secret or the route table), any other 5xx or an
+ * answer without a code is NODE_UNAVAILABLE ("the node cannot <what>"),
+ * logged. */
+int agentc_error(const char *address, const struct agentc_reply *rep, const char *what,
+		 struct sbx_err *e);
 
 #endif

@@ -9,6 +9,9 @@
 
 int api_health_get(struct http_req *r, struct sbx_err *e);           /* GET /healthz */
 int api_nodes_list(struct http_req *r, struct sbx_err *e);           /* GET /v1/nodes */
+int api_nodes_drain(struct http_req *r, struct sbx_err *e);          /* POST /v1/nodes/{node}/drain */
+int api_nodes_sandboxes(struct http_req *r, struct sbx_err *e);      /* GET /v1/nodes/{node}/sandboxes */
+int api_events_decide(struct http_req *r, struct sbx_err *e);        /* /_sbx_events */
 int api_route_decide(struct http_req *r, struct sbx_err *e);         /* /_sbx_route */
 int api_route_error(struct http_req *r, struct sbx_err *e);          /* /_sbx_error */
 int api_sandboxes_list(struct http_req *r, struct sbx_err *e);       /* GET /v1/sandboxes */

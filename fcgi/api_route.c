@@ -4,8 +4,10 @@
  *
  * /_sbx_route answers 200 with X-Sbx-Agent / X-Sbx-Epoch / X-Sbx-Generation
  * / X-Sbx-Tenant, or refuses with 403 + X-Sbx-Status / X-Sbx-Code /
- * X-Sbx-Message (http_respond_error under HTTP_F_AUTHREQ); nginx sends the
- * refusal to /_sbx_error, which renders the JSON error with the real status.
+ * X-Sbx-Message (http_respond_error under HTTP_F_AUTHREQ; a rate limit
+ * refusal adds X-Sbx-Rate, ratelimit.h); nginx sends the refusal to
+ * /_sbx_error, which renders the JSON error with the real status (and the
+ * rate limit's headers).
  */
 #include "agentc.h"
 #include "api.h"
@@ -13,6 +15,7 @@
 #include "ids.h"
 #include "lifecycle.h"
 #include "log.h"
+#include "rkeys.h"
 #include "store.h"
 #include "util.h"
 
@@ -50,15 +53,92 @@ static int original_id(const char *uri, char *id, size_t idsz, struct sbx_err *e
 	return 0;
 }
 
+#define TICKET_LEN 35   /* "tk_" + 32 hex: agent_terminals.c makes them */
+
+/* The ?ticket= of uri when it has one: 1 (out filled), 0 none, -1 (401). */
+static int uri_ticket(const char *uri, char *out, size_t outsz, struct sbx_err *e)
+{
+	const char *q = uri ? strchr(uri, '?') : NULL;
+	struct sbx_err qe;
+	int rc;
+
+	if (!q)
+		return 0;
+	rc = http_query_get(q + 1, "ticket", out, outsz, &qe);
+	if (rc == 0)
+		return 0;
+	if (rc < 0 || strlen(out) != TICKET_LEN || strncmp(out, "tk_", 3) != 0 ||
+	    strspn(out + 3, "0123456789abcdef") != TICKET_LEN - 3)
+		return err_set(e, SBX_E_UNAUTHORIZED, "invalid ticket");
+	return 1;
+}
+
+/* Authenticate r by the single-use ticket of a terminal's WebSocket (a
+ * browser cannot send the API key there): "GET /v1/sandboxes/{id}/
+ * terminals/{t}/ws?ticket=…" only. The ticket is taken from Redis
+ * (GETDEL: used once, whatever follows) and must name this tenant's
+ * sandbox id and terminal t; its tenant becomes r's. 0 or -1 (401). */
+static int auth_ticket(struct http_req *r, const char *uri, const char *id, const char *ticket,
+		       struct sbx_err *e)
+{
+	const char *method = http_param(r, "SBX_ORIGINAL_METHOD");
+	const char *p = uri + strlen(ROUTE_PREFIX) + strlen(id);
+	char want[ROUTER_CAP_MAX * 2 + 80], term[ROUTER_CAP_MAX];
+	size_t tl;
+	redisReply *rep;
+	const char *slash;
+	int ok;
+
+	if (strncmp(p, "/terminals/", 11) != 0)
+		return err_set(e, SBX_E_UNAUTHORIZED, "a ticket opens a terminal's WebSocket only");
+	p += 11;
+	tl = strcspn(p, "/?");
+	if (tl == 0 || tl >= sizeof(term) || strncmp(p + tl, "/ws", 3) != 0 ||
+	    (p[tl + 3] != '\0' && p[tl + 3] != '?') || !method || strcmp(method, "GET") != 0)
+		return err_set(e, SBX_E_UNAUTHORIZED, "a ticket opens a terminal's WebSocket only");
+	memcpy(term, p, tl);
+	term[tl] = '\0';
+	rep = store_command(e, "GETDEL %s", rkeys_ticket(RK_BUF, ticket));
+	if (!rep)
+		return -1;
+	ok = rep->type == REDIS_REPLY_STRING && (slash = strchr(rep->str, '/')) &&
+	     (size_t)(slash - rep->str) < sizeof(r->tenant);
+	if (ok) {
+		memcpy(r->tenant, rep->str, (size_t)(slash - rep->str));
+		r->tenant[slash - rep->str] = '\0';
+		ok = ids_valid_tenant(r->tenant) &&
+		     snprintf(want, sizeof(want), "%s/%s/%s", r->tenant, id, term) < (int)sizeof(want) &&
+		     strcmp(rep->str, want) == 0;
+	}
+	freeReplyObject(rep);
+	if (!ok) {
+		r->tenant[0] = '\0';
+		return err_set(e, SBX_E_UNAUTHORIZED, "invalid, used or expired ticket");
+	}
+	r->admin = 0;
+	r->authed = 1;
+	return 0;
+}
+
 int api_route_decide(struct http_req *r, struct sbx_err *e)
 {
-	char id[ROUTER_CAP_MAX], num[32];
+	char id[ROUTER_CAP_MAX], num[32], ticket[64];
+	const char *uri = http_param(r, "SBX_ORIGINAL_URI");
+	const char *authz = http_param(r, "HTTP_AUTHORIZATION");
 	struct lc_owner o;
+	int has_ticket = 0;
 
-	if (auth_request(r, e) < 0)
+	if (!authz || !*authz) {
+		has_ticket = uri_ticket(uri, ticket, sizeof(ticket), e);
+		if (has_ticket < 0)
+			return -1;
+	}
+	if (has_ticket) {
+		if (original_id(uri, id, sizeof(id), e) < 0 || auth_ticket(r, uri, id, ticket, e) < 0)
+			return -1;
+	} else if (auth_request(r, e) < 0 || original_id(uri, id, sizeof(id), e) < 0) {
 		return -1;
-	if (original_id(http_param(r, "SBX_ORIGINAL_URI"), id, sizeof(id), e) < 0)
-		return -1;
+	}
 	/* Wakes a sleeping sandbox and re-places one whose node is gone. */
 	if (lifecycle_ensure_running(r->tenant, id, &o, e) < 0)
 		return -1;
@@ -123,5 +203,9 @@ int api_route_error(struct http_req *r, struct sbx_err *e)
 	    c == SBX_E_INTERNAL || err_status(c) != status)
 		return err_set(e, SBX_E_INTERNAL, "/_sbx_error with status '%.8s' code '%.40s'",
 			       st ? st : "", code ? code : "");
+	/* A rate limit refusal carries its headers (ratelimit.h) along. */
+	if (c == SBX_E_RATE_LIMITED &&
+	    ratelimit_relay_parse(http_param(r, "SBX_ERROR_RATE"), &r->rate) < 0)
+		r->rate.set = 0;
 	return err_set(e, c, "%s", msg ? msg : "request refused");
 }

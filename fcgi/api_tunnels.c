@@ -26,6 +26,7 @@
  *                that process dies.
  */
 #include "agentc.h"
+#include "apimetrics.h"
 #include "rkeys.h"
 #include "api.h"
 #include "ids.h"
@@ -82,6 +83,7 @@ static void tunnel_forget(const char *tenant, const char *id, int port, const ch
 		rkeys_tunnel(key, tid);
 		index_value(val, sizeof(val), tenant, id, port);
 		preview_cad(key, val);
+		apimetrics_event("tunnel-down");
 		r = store_command(&e, RKEYS_XADD_EVENT "type tunnel-down tenant %s id %s "
 				      "port %d tunnel %s reason %s",
 				  tenant, id, port, tid, why);
@@ -372,6 +374,7 @@ static int tunnel_make(struct http_req *r, const char *id, int port, const struc
 			preview_cad(key, val);
 		return 1;
 	}
+	apimetrics_event("tunnel-up");
 	rep = store_command(e, RKEYS_XADD_EVENT "type tunnel-up tenant %s id %s "
 			       "port %d tunnel %s provider %s generation %lld",
 			   r->tenant, id, port, m.tid, k->name, (long long)o->generation);

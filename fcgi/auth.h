@@ -27,8 +27,10 @@ void auth_key_redis_name(const char *key, char out[RKEYS_MAX]);
 int auth_key_create(const char *tenant, int admin, char out[AUTH_KEY_LEN + 1], struct sbx_err *e);
 
 /* Authenticate r from "Authorization: Bearer <key>": fills r->tenant,
- * r->admin, r->authed. -1 with e = UNAUTHORIZED (missing header vs
- * invalid key) or REDIS_UNAVAILABLE. */
+ * r->admin, r->authed. With "Sbx-Tenant: T" an admin key acts as tenant T
+ * (r->tenant = T; a tenant key naming another tenant: FORBIDDEN). -1 with
+ * e = UNAUTHORIZED (missing header vs invalid key), FORBIDDEN, VALIDATION
+ * or REDIS_UNAVAILABLE. */
 int auth_request(struct http_req *r, struct sbx_err *e);
 
 #endif

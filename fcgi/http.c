@@ -69,7 +69,7 @@ static void take_request_id(struct http_req *r)
 int http_req_init(struct http_req *r, FCGX_Request *fcgx, const struct sbx_conf *conf,
 		  struct sbx_err *e)
 {
-	const char *doc;
+	const char *doc, *internal;
 	size_t n;
 
 	memset(r, 0, sizeof(*r));
@@ -85,7 +85,14 @@ int http_req_init(struct http_req *r, FCGX_Request *fcgx, const struct sbx_conf 
 	if (!r->query)
 		r->query = "";
 
-	doc = http_param(r, "DOCUMENT_URI");
+	/* The client's raw URI, as it came (nginx's DOCUMENT_URI is decoded and
+	 * normalized: "%61bc" would be "abc", "zz/../abc" just "abc"). An
+	 * internal location names its own path in DOCUMENT_URI while
+	 * REQUEST_URI stays the client's. */
+	internal = http_param(r, "SBX_INTERNAL");
+	doc = internal && strcmp(internal, "1") == 0 ? NULL : http_param(r, "REQUEST_URI");
+	if (!doc || !*doc)
+		doc = http_param(r, "DOCUMENT_URI");
 	if (doc && *doc) {
 		n = strcspn(doc, "?");
 		if (n >= sizeof(r->path))
@@ -167,6 +174,8 @@ json_t *http_read_json(struct http_req *r, struct sbx_err *e)
 	body = http_read_body(r, &len, e);
 	if (!body)
 		return NULL;
+	if (len && jsonv_media_type(http_param(r, "CONTENT_TYPE"), e) < 0)
+		return NULL;
 	return jsonv_parse(body, len, e);
 }
 
@@ -207,6 +216,16 @@ static int respond(struct http_req *r, int status, const char *ctype, const char
 		rc = -1;
 	if (r->headers.len && FCGX_PutStr(r->headers.data, (int)r->headers.len, out) < 0)
 		rc = -1;
+	if (r->rate.set && !(r->flags & HTTP_F_AUTHREQ)) {
+		char lines[160];
+		struct ratelimit_state rs = r->rate;
+
+		if (status != 429)
+			rs.retry_s = 0;
+		if (ratelimit_format_headers(&rs, lines, sizeof(lines)) == 0 &&
+		    FCGX_PutS(lines, out) < 0)
+			rc = -1;
+	}
 	if (FCGX_PutS("\r\n", out) < 0)
 		rc = -1;
 	if (body && len && FCGX_PutStr(body, (int)len, out) < 0)
@@ -244,7 +263,7 @@ void http_respond_error(struct http_req *r, const struct sbx_err *e)
 {
 	int status = err_status(e->code);
 	const char *code = err_name(e->code);
-	char msg[sizeof(e->msg)], num[16];
+	char msg[sizeof(e->msg)], num[64];
 	json_t *body;
 	auto_free char *text = NULL;
 
@@ -264,6 +283,10 @@ void http_respond_error(struct http_req *r, const struct sbx_err *e)
 		    http_add_header(r, "X-Sbx-Code", code) < 0 ||
 		    http_add_header(r, "X-Sbx-Message", msg) < 0)
 			log_error("cannot add the refusal headers (request %s)", r->request_id);
+		if (e->code == SBX_E_RATE_LIMITED && r->rate.set &&
+		    (ratelimit_relay_format(&r->rate, num, sizeof(num)) < 0 ||
+		     http_add_header(r, "X-Sbx-Rate", num) < 0))
+			log_error("cannot add the rate limit header (request %s)", r->request_id);
 		respond(r, 403, NULL, NULL, 0);
 		return;
 	}

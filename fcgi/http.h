@@ -1,8 +1,9 @@
 /*
  * http.h — one FastCGI request of sbx-api: what came in, what goes out.
  *
- * A struct http_req wraps a libfcgi FCGX_Request (borrowed). The path comes
- * from DOCUMENT_URI (else SCRIPT_NAME + PATH_INFO) without its query; the
+ * A struct http_req wraps a libfcgi FCGX_Request (borrowed). The path is
+ * the client's raw REQUEST_URI (for an internal location, SBX_INTERNAL=1:
+ * DOCUMENT_URI; else SCRIPT_NAME + PATH_INFO) without its query; the
  * body is read only on demand and bounded by api.max_body_bytes. Responses
  * carry "Status:", Content-Type and Cache-Control: no-store; error
  * responses come from exactly one function, http_respond_error().
@@ -13,6 +14,7 @@
 #include "buf.h"
 #include "conf.h"
 #include "err.h"
+#include "ratelimit.h"
 #include "router.h"
 
 #include <fcgiapp.h>
@@ -44,6 +46,9 @@ struct http_req {
 	int authed;
 	int admin;
 	char tenant[64];
+	/* the tenant's rate limit, set by auth_request(): its RateLimit-*
+	 * headers (and Retry-After on a 429) go out with the answer */
+	struct ratelimit_state rate;
 };
 
 /* Prepare r for an accepted request (no I/O). -1 with e when the path is

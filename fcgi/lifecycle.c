@@ -1,4 +1,5 @@
 #include "lifecycle.h"
+#include "apimetrics.h"
 #include "rkeys.h"
 #include "agentc.h"
 #include "ceilings.h"
@@ -285,6 +286,7 @@ static void now_iso(char out[32])
 static int append_event(const char *type, const char *tenant, const char *id, const char *node,
 			const char *generation, const char *epoch, struct sbx_err *e)
 {
+	apimetrics_event(type);
 	return store_append(e,
 			    RKEYS_XADD_EVENT "type %s tenant %s id %s node %s generation %s epoch %s",
 			    type, tenant, id, node ? node : "", generation ? generation : "",
@@ -316,23 +318,6 @@ static int agent_path(char *out, size_t n, const char *tenant, const char *id, c
 {
 	int w = snprintf(out, n, "/agent/v1/sandboxes/%s/%s%s", tenant, id, tail);
 	return w < 0 || (size_t)w >= n ? -1 : 0;
-}
-
-/* The error an agent answered, as ours: its code when it is one we know
- * with the status it belongs to, else NODE_UNAVAILABLE. */
-static int agent_error(const char *address, const struct agentc_reply *rep, struct sbx_err *e)
-{
-	json_t *err = json_object_get(rep->body, "error");
-	const char *code = json_string_value(json_object_get(err, "code"));
-	const char *msg = json_string_value(json_object_get(err, "message"));
-	enum sbx_ecode c = code ? err_from_name(code) : SBX_E_NONE;
-
-	if (c != SBX_E_NONE && c != SBX_E_INTERNAL && err_status(c) == rep->status &&
-	    (c == SBX_E_NO_CAPACITY || c == SBX_E_NODE_UNAVAILABLE || c == SBX_E_NO_SPACE))
-		return err_set(e, c, "node %s: %.150s", address, msg ? msg : "refused");
-	log_warn("agent %s answered %ld %s: %.200s", address, rep->status, code ? code : "-",
-		 msg ? msg : "");
-	return err_set(e, SBX_E_NODE_UNAVAILABLE, "the node of the sandbox refused to start it");
 }
 
 static int agent_code_is(const struct agentc_reply *rep, const char *code)
@@ -394,7 +379,7 @@ static int agent_start(const char *tenant, const char *id, const json_t *rec,
 			agentc_reply_release(&del);
 			continue;
 		}
-		agent_error(address, &rep, e);
+		agentc_error(address, &rep, "start it", e);
 		agentc_reply_release(&rep);
 		return -1;
 	}
@@ -843,7 +828,7 @@ static int agent_stop(const char *tenant, const char *id, const json_t *rec, con
 		return -1;
 	stale = rep.status == 409 && agent_code_is(&rep, "STALE_EPOCH");
 	if (!stale && rep.status != 200 && rep.status != 204 && rep.status != 404) {
-		agent_error(address, &rep, e);
+		agentc_error(address, &rep, "stop it", e);
 		agentc_reply_release(&rep);
 		return -1;
 	}

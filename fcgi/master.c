@@ -1,8 +1,10 @@
 #include "master.h"
+#include "apimetrics.h"
 #include "ceilings.h"
 #include "log.h"
 #include "reconcile.h"
 #include "store.h"
+#include "tcplisten.h"
 #include "util.h"
 #include "worker.h"
 
@@ -25,6 +27,7 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 #define SHUTDOWN_WAIT_MS 15000
+#define SCRAPE_DEADLINE_MS 1000    /* one metrics answer may hold up the master this long */
 
 static volatile sig_atomic_t got_hup, got_term, got_chld;
 
@@ -53,7 +56,11 @@ static struct {
 	char unix_path[CONF_STR_MAX];
 	pid_t reconciler;          /* the running reconciler child, 0: none */
 	int64_t next_reconcile_ms;
-} m;
+	int metrics_fd;            /* api.metrics_listen, -1: none */
+	/* Metrics slots ever given to a worker (slot i = w[i]), and the
+	 * master's own (the last): the ones a scrape sums. */
+	unsigned char metrics_used[MAX_WORKERS + 1];
+} m = { .metrics_fd = -1 };
 
 int master_load_conf(const struct master_opts *o, struct sbx_conf *c, struct sbx_err *e)
 {
@@ -179,8 +186,12 @@ static int spawn(const struct sbx_conf *c)
 	if (pid == 0) {
 		/* Signals stay blocked until worker_run() has its own handlers:
 		 * a SIGTERM sent right now stays pending for the worker. */
+		if (m.metrics_fd >= 0)
+			close(m.metrics_fd);
+		apimetrics_use((unsigned)(s - m.w));
 		_exit(worker_run(m.listen_fd, c, master));
 	}
+	m.metrics_used[s - m.w] = 1;
 	s->pid = pid;
 	s->gen = m.gen;
 	s->started_ms = util_now_ms();
@@ -226,6 +237,7 @@ static void reap(int stopping)
 			s->pid = 0;
 			if (stopping || s->gen != m.gen)
 				break;
+			metrics_count(APIM_WORKER_EXITS, 0, 0, 1);
 			if (WIFSIGNALED(status))
 				log_warn("worker %d killed by signal %d after %lld ms", (int)pid,
 					 WTERMSIG(status), (long long)lived);
@@ -262,6 +274,9 @@ static void maybe_reconcile(const struct sbx_conf *c)
 	}
 	if (pid == 0) {
 		close(m.listen_fd);
+		if (m.metrics_fd >= 0)
+			close(m.metrics_fd);
+		metrics_use(NULL, 0);
 		_exit(reconcile_run(c));
 	}
 	m.reconciler = pid;
@@ -283,6 +298,12 @@ static void reload(const struct master_opts *o, struct sbx_conf *c)
 		log_warn("reload: api.listen changed to '%s'; it takes effect at the next restart",
 			 next.api.listen);
 		snprintf(next.api.listen, sizeof(next.api.listen), "%s", c->api.listen);
+	}
+	if (strcmp(next.api.metrics_listen, c->api.metrics_listen) != 0) {
+		log_warn("reload: api.metrics_listen changed to '%s'; it takes effect at the next restart",
+			 next.api.metrics_listen);
+		snprintf(next.api.metrics_listen, sizeof(next.api.metrics_listen), "%s",
+			 c->api.metrics_listen);
 	}
 	*c = next;
 	m.gen++;
@@ -322,6 +343,35 @@ static void shutdown_workers(void)
 		;
 }
 
+/* Answer one scrape waiting on the metrics listener, if any. */
+static void serve_scrape(void)
+{
+	int fd = accept4(m.metrics_fd, NULL, NULL, SOCK_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	metrics_gauge_set(APIM_WORKERS, 0, 0, live_count(m.gen));
+	metrics_serve(fd, apimetrics_registry(), m.metrics_used, SCRAPE_DEADLINE_MS);
+	close(fd);
+}
+
+/* The metrics registry (shared with the workers forked later) and its
+ * listener on api.metrics_listen ("": none). 0 or -1 with e. */
+static int open_metrics(const struct sbx_conf *c, struct sbx_err *e)
+{
+	if (apimetrics_init(MAX_WORKERS + 1, e) < 0)
+		return -1;
+	m.metrics_used[MAX_WORKERS] = 1;
+	if (!c->api.metrics_listen[0])
+		return 0;
+	m.metrics_fd = tcplisten_open(c->api.metrics_listen, 64, e);
+	if (m.metrics_fd < 0) {
+		err_prefix(e, "api.metrics_listen");
+		return -1;
+	}
+	return 0;
+}
+
 int master_run(const struct master_opts *o, struct sbx_conf *c)
 {
 	struct sbx_err e;
@@ -330,7 +380,7 @@ int master_run(const struct master_opts *o, struct sbx_conf *c)
 
 	err_clear(&e);
 	if (store_init(c, &e) < 0) {
-		log_error("redis.url: %s", e.msg);
+		log_error("%s", e.msg);   /* names redis.url or redis.sentinels */
 		return 1;
 	}
 	rc = store_probe(&e);
@@ -348,7 +398,7 @@ int master_run(const struct master_opts *o, struct sbx_conf *c)
 		return 1;
 	}
 	m.listen_fd = open_listener(c, &e);
-	if (m.listen_fd < 0) {
+	if (m.listen_fd < 0 || open_metrics(c, &e) < 0) {
 		log_error("%s", e.msg);
 		return 1;
 	}
@@ -357,7 +407,8 @@ int master_run(const struct master_opts *o, struct sbx_conf *c)
 		log_error("cannot install signal handlers: %s", strerror(errno));
 		return 1;
 	}
-	log_info("listening on %s with %lld workers", c->api.listen, (long long)c->api.workers);
+	log_info("listening on %s with %lld workers%s%s", c->api.listen, (long long)c->api.workers,
+		 m.metrics_fd >= 0 ? ", metrics on " : "", m.metrics_fd >= 0 ? c->api.metrics_listen : "");
 	for (int64_t i = 0; i < c->api.workers; i++)
 		spawn(c);
 	m.next_reconcile_ms = util_now_ms() + c->api.reconcile_interval_ms;
@@ -365,6 +416,7 @@ int master_run(const struct master_opts *o, struct sbx_conf *c)
 	sigemptyset(&none);
 	while (!got_term) {
 		struct timespec ts = { .tv_sec = 1, .tv_nsec = 0 };
+		struct pollfd scrape = { .fd = m.metrics_fd, .events = POLLIN };
 		int64_t now = util_now_ms();
 		int missing = (int)c->api.workers - live_count(m.gen);
 
@@ -373,7 +425,8 @@ int master_run(const struct master_opts *o, struct sbx_conf *c)
 			ts.tv_sec = wait / 1000;
 			ts.tv_nsec = (wait % 1000) * 1000000;
 		}
-		ppoll(NULL, 0, &ts, &none);
+		if (ppoll(&scrape, 1, &ts, &none) > 0 && (scrape.revents & POLLIN))
+			serve_scrape();
 		if (got_chld) {
 			got_chld = 0;
 			reap(0);
@@ -392,6 +445,8 @@ int master_run(const struct master_opts *o, struct sbx_conf *c)
 	}
 	log_info("stopping");
 	close(m.listen_fd);
+	if (m.metrics_fd >= 0)
+		close(m.metrics_fd);
 	shutdown_workers();
 	if (m.unix_path[0])
 		unlink(m.unix_path);

@@ -16,7 +16,7 @@
 
 int placement_has_room(const struct placement_node *n)
 {
-	return n->alive && !n->degraded && agentc_address_ok(n->address) &&
+	return n->alive && !n->degraded && !n->drained && agentc_address_ok(n->address) &&
 	       n->running < n->capacity;
 }
 
@@ -68,10 +68,12 @@ static int64_t int_of(const redisReply *r, int64_t def)
 	return def;
 }
 
-/* Queue the three commands that describe one node. */
+/* Queue the NODE_CMDS commands that describe one node. */
+#define NODE_CMDS 4
 static int append_node(const char *name, struct sbx_err *e)
 {
 	if (store_append(e, "EXISTS %s", RK_NODE(name, "alive")) < 0 ||
+	    store_append(e, "EXISTS %s", RK_NODE(name, "drain")) < 0 ||
 	    store_append(e, "HMGET %s address capacity sandboxes memoryMiB cpusMilli state",
 			 RK_NODE(name, NULL)) < 0 ||
 	    store_append(e, "SCARD %s", RK_NODE(name, "sandboxes")) < 0)
@@ -79,14 +81,15 @@ static int append_node(const char *name, struct sbx_err *e)
 	return 0;
 }
 
-/* Fill out from the three replies of append_node(). */
+/* Fill out from the replies of append_node(). */
 static void parse_node(const char *name, redisReply **rep, struct placement_node *out)
 {
-	const redisReply *h = rep[1];
+	const redisReply *h = rep[2];
 
 	memset(out, 0, sizeof(*out));
 	snprintf(out->name, sizeof(out->name), "%s", name);
 	out->alive = rep[0]->type == REDIS_REPLY_INTEGER && rep[0]->integer > 0;
+	out->drained = rep[1]->type == REDIS_REPLY_INTEGER && rep[1]->integer > 0;
 	if (h->type == REDIS_REPLY_ARRAY && h->elements == 6) {
 		if (h->element[0]->type == REDIS_REPLY_STRING &&
 		    (size_t)h->element[0]->len < sizeof(out->address))
@@ -98,19 +101,19 @@ static void parse_node(const char *name, redisReply **rep, struct placement_node
 		out->degraded = h->element[5]->type == REDIS_REPLY_STRING &&
 				strcmp(h->element[5]->str, "degraded") == 0;
 	}
-	out->load = int_of(rep[2], 0);
+	out->load = int_of(rep[3], 0);
 }
 
 int placement_fetch_node(const char *name, struct placement_node *out, struct sbx_err *e)
 {
-	redisReply *rep[3] = { NULL, NULL, NULL };
+	redisReply *rep[NODE_CMDS] = { NULL };
 
 	if (!ids_valid_node(name))
 		return err_set(e, SBX_E_INTERNAL, "invalid node name");
-	if (append_node(name, e) < 0 || store_collect(rep, 3, 0, e) < 0)
+	if (append_node(name, e) < 0 || store_collect(rep, NODE_CMDS, 0, e) < 0)
 		return -1;
 	parse_node(name, rep, out);
-	store_free_replies(rep, 3);
+	store_free_replies(rep, NODE_CMDS);
 	return 0;
 }
 
@@ -212,17 +215,17 @@ int placement_pick(const struct placement_need *need, struct placement_node *out
 	if (n == 0)
 		return err_set(e, SBX_E_NO_CAPACITY, "no node is registered");
 	nodes = calloc(n, sizeof(*nodes));
-	reps = calloc(3 * n, sizeof(*reps));
+	reps = calloc(NODE_CMDS * n, sizeof(*reps));
 	if (!nodes || !reps)
 		return err_set(e, SBX_E_INTERNAL, "out of memory placing a sandbox");
 	for (size_t i = 0; i < n; i++)
 		if (append_node(names[i], e) < 0)
 			return -1;
-	if (store_collect(reps, 3 * n, 0, e) < 0)
+	if (store_collect(reps, NODE_CMDS * n, 0, e) < 0)
 		return -1;
 	for (size_t i = 0; i < n; i++)
-		parse_node(names[i], reps + 3 * i, &nodes[i]);
-	store_free_replies(reps, 3 * n);
+		parse_node(names[i], reps + NODE_CMDS * i, &nodes[i]);
+	store_free_replies(reps, NODE_CMDS * n);
 	if (util_random(rnd, sizeof(rnd)) < 0) {
 		rnd[0] = (uint32_t)util_now_ms();
 		rnd[1] = rnd[0] >> 7;

@@ -37,6 +37,7 @@ struct placement_node {
 	int64_t memory_committed;   /* by its running sandboxes (placement_pick) */
 	int64_t cpus_committed;
 	int degraded;           /* its heartbeat says its HTTP server does not answer */
+	int drained;            /* sbx:node:{name}:drain exists (POST /v1/nodes/{n}/drain) */
 };
 
 /* The size of the sandbox being placed. */
@@ -45,8 +46,8 @@ struct placement_need {
 	int64_t cpus_milli;
 };
 
-/* 1 when n can take one more sandbox: alive, not degraded, an address,
- * running < capacity. */
+/* 1 when n can take one more sandbox: alive, not degraded, not drained,
+ * an address, running < capacity. */
 int placement_has_room(const struct placement_node *n);
 
 /* placement_has_room, and need fits in the memory and cpus the node has

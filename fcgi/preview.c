@@ -270,6 +270,11 @@ int preview_forward_open(const char *tenant, const char *id, const struct lc_own
 			       id);
 	}
 	a = json_string_value(json_object_get(rep.body, "address"));
+	if (rep.status >= 400) {
+		rc = agentc_error(o->address, &rep, "forward the port", e);
+		agentc_reply_release(&rep);
+		return rc;
+	}
 	if (rep.status != 200 || !a || !preview_address_ok(a)) {
 		log_warn("agent %s: forward %s/%s port %d -> status %ld", o->address, tenant, id, port,
 			 rep.status);

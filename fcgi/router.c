@@ -2,6 +2,7 @@
 #include "route.h"
 #include "codec.h"
 #include "api.h"
+#include "apimetrics.h"
 #include "auth.h"
 #include "http.h"
 #include "ids.h"
@@ -13,10 +14,12 @@
 const struct route router_routes[] = {
 	{ "GET", "/healthz", api_health_get, 0 },
 	{ "GET", "/v1/nodes", api_nodes_list, ROUTE_AUTH | ROUTE_ADMIN },
+	{ "POST", "/v1/nodes/{node}/drain", api_nodes_drain, ROUTE_AUTH | ROUTE_ADMIN },
+	{ "GET", "/v1/nodes/{node}/sandboxes", api_nodes_sandboxes, ROUTE_AUTH | ROUTE_ADMIN },
 	{ "GET", "/v1/tenants/{tenant}/limits", api_tenants_limits_get, ROUTE_AUTH | ROUTE_ADMIN },
 	{ "PUT", "/v1/tenants/{tenant}/limits", api_tenants_limits_put, ROUTE_AUTH | ROUTE_ADMIN },
 	{ "GET", "/v1/sandboxes", api_sandboxes_list, ROUTE_AUTH },
-	{ "PUT", "/v1/sandboxes/{id}", api_sandboxes_put, ROUTE_AUTH },
+	{ "PUT", "/v1/sandboxes/{id}", api_sandboxes_put, ROUTE_AUTH | ROUTE_CREATE },
 	{ "GET", "/v1/sandboxes/{id}", api_sandboxes_get, ROUTE_AUTH },
 	{ "PATCH", "/v1/sandboxes/{id}", api_sandboxes_patch, ROUTE_AUTH },
 	{ "DELETE", "/v1/sandboxes/{id}", api_sandboxes_delete, ROUTE_AUTH },
@@ -31,6 +34,7 @@ const struct route router_routes[] = {
 	{ "*", "/_sbx_preview", api_ports_preview, ROUTE_INTERNAL | ROUTE_AUTHREQ },
 	{ "*", "/_sbx_route", api_route_decide, ROUTE_INTERNAL | ROUTE_AUTHREQ },
 	{ "*", "/_sbx_error", api_route_error, ROUTE_INTERNAL },
+	{ "*", "/_sbx_events", api_events_decide, ROUTE_INTERNAL | ROUTE_AUTHREQ },
 };
 const size_t router_nroutes = ARRAY_SIZE(router_routes);
 
@@ -101,23 +105,6 @@ static int pattern_fits(const char *pattern, const char *decoded, struct router_
 	return 1;
 }
 
-static void allow_add(char *allow, size_t size, const char *method)
-{
-	size_t len = strlen(allow), mlen = strlen(method);
-	const char *p = allow;
-
-	while ((p = strstr(p, method))) {  /* already listed? */
-		if ((p == allow || p[-1] == ' ') && (p[mlen] == ',' || p[mlen] == '\0'))
-			return;
-		p += mlen;
-	}
-	if (len + mlen + 3 > size)
-		return;
-	if (len)
-		memcpy(allow + len, ", ", 2), len += 2;
-	memcpy(allow + len, method, mlen + 1);
-}
-
 int router_match(const struct route *table, size_t n, const char *method, const char *path,
 		 struct router_match *m, struct sbx_err *e)
 {
@@ -137,7 +124,7 @@ int router_match(const struct route *table, size_t n, const char *method, const 
 		path_known = 1;
 		if (strcmp(rt->method, "*") != 0 && strcmp(rt->method, method) != 0 &&
 		    !(strcmp(method, "HEAD") == 0 && strcmp(rt->method, "GET") == 0)) {
-			allow_add(m->allow, sizeof(m->allow), rt->method);
+			route_allow_add(m->allow, sizeof(m->allow), rt->method);
 			continue;
 		}
 		pattern_fits(rt->pattern, decoded, m);
@@ -170,8 +157,8 @@ static void dispatch(struct http_req *r, struct sbx_err *e)
 	const char *internal, *uri;
 	int64_t clen;
 
-	/* nginx gives the normalized path; the raw one (the client's, also in
-	 * the subrequests nginx makes for it) must not differ in segments. */
+	/* r->path is the client's raw path (http_req_init); it must not hold
+	 * empty or dot segments that nginx's normalized one has resolved. */
 	internal = http_param(r, "SBX_INTERNAL");
 	internal = internal && strcmp(internal, "1") == 0 ? internal : NULL;
 	if (!internal && (uri = http_param(r, "REQUEST_URI")) && http_path_bad_segment(uri)) {
@@ -186,6 +173,14 @@ static void dispatch(struct http_req *r, struct sbx_err *e)
 		return;
 	}
 	rt = r->match.route;
+	/* A route's path is written literally (API.md, "Ids"): "%61bc" must
+	 * not name "abc", the way data routes refuse it too (api_route.c). */
+	if (!internal && strchr(r->path, '%')) {
+		err_set(e, SBX_E_VALIDATION,
+			"the path must be written without percent escapes (ids appear literally)");
+		http_respond_error(r, e);
+		return;
+	}
 	if (rt->flags & ROUTE_INTERNAL) {
 		if (!internal) {
 			err_set(e, SBX_E_ROUTE_NOT_FOUND, "no route for this path");
@@ -224,10 +219,14 @@ static void dispatch(struct http_req *r, struct sbx_err *e)
 
 void router_dispatch(struct http_req *r)
 {
+	int64_t started_us = metrics_now_us();
 	struct sbx_err e;
 
 	err_clear(&e);
+	metrics_gauge_add(APIM_IN_FLIGHT, 0, 0, 1);
 	dispatch(r, &e);
+	metrics_gauge_add(APIM_IN_FLIGHT, 0, 0, -1);
+	apimetrics_request(r->match.route, r->status, started_us);
 	if (r->status >= 500)
 		log_warn("%s %s -> %d (%lld ms, request %s)", r->method, r->path, r->status,
 			 (long long)(util_now_ms() - r->started_ms), r->request_id);

@@ -1,6 +1,7 @@
 #include "scripts.h"
 #include "util.h"
 #include "log.h"
+#include "rerror.h"
 #include "store.h"
 
 #include <stdio.h>
@@ -72,13 +73,17 @@ redisReply *scripts_run(enum rscript_id id, int nkeys, const char **keys, int na
 		r = call("EVAL", rscripts_source(id), nkeys, keys, nargs, args, e);
 	}
 	if (r && r->type == REDIS_REPLY_ERROR) {
-		/* A bug in a script is ours; anything else (OOM, READONLY, BUSY,
-		 * LOADING) is Redis being unable to serve. */
-		int ours = strstr(r->str, "script") != NULL;
-		log_error("lua script '%s' failed: %.200s", rscripts_name(id), r->str);
+		/* A refused write (NOREPLICAS, READONLY, MISCONF, OOM, …, named
+		 * first also from inside a script) is Redis unable to serve; any
+		 * other error is a bug of ours. */
+		int refused = rerror_unavailable(r->str);
+
+		if (refused)
+			err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis refuses writes: %.200s", r->str);
+		else
+			err_set(e, SBX_E_INTERNAL, "lua script '%s' failed: %.200s",
+				rscripts_name(id), r->str);
 		freeReplyObject(r);
-		err_set(e, ours ? SBX_E_INTERNAL : SBX_E_REDIS_UNAVAILABLE, "lua script '%s' failed",
-			rscripts_name(id));
 		return NULL;
 	}
 	return r;

@@ -1,7 +1,9 @@
 #include "store.h"
+#include "apimetrics.h"
 #include "buf.h"
 #include "log.h"
-#include "redisurl.h"
+#include "rerror.h"
+#include "sentinel.h"
 #include "util.h"
 
 #include <errno.h>
@@ -10,7 +12,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 
 #define RETRY_AFTER_FAILED_CONNECT_MS 100
 /* After Redis let a command time out (paused, overloaded, a host that
@@ -21,11 +22,16 @@
 /* A connection idle at least this long is checked (one MSG_PEEK recv)
  * before it is used again; a busy one is not (see store.h, "Liveness"). */
 #define PROBE_AFTER_IDLE_MS 1000
+/* A kept connection checks maxmemory-policy again this often: an operator
+ * switching Redis to an evicting policy is noticed within this time, not
+ * only at the next connect (one CONFIG GET per worker per interval). */
+#define POLICY_RECHECK_MS 5000
 /* The largest batch kept for a resend; larger ones are never resent. */
 #define BATCH_COPY_MAX 65536
 
 static struct {
-	struct redisurl addr;
+	struct sentinel_conf where;  /* redis.url, or the sentinels (sentinel.h) */
+	int next_sentinel;          /* the sentinel asked first */
 	int64_t connect_timeout_ms;
 	int64_t command_timeout_ms;
 	int ready;
@@ -34,16 +40,20 @@ static struct {
 	size_t pending;             /* appended, not yet collected */
 	int64_t last_warn_ms;
 	int64_t last_used_ms;       /* monotonic: last reply read (or connect) */
+	int64_t policy_checked_ms;  /* monotonic: last maxmemory-policy check */
+	int config_warned;          /* CONFIG refused: warned once */
 	/* The batch being built, for one resend on a fresh connection. */
 	struct buf batch;           /* the formatted commands */
 	int batch_readonly;         /* every command is a read (store_readonly_cmd) */
+	int batch_resendable;       /* this batch may be sent twice anyway */
+	int next_resendable;        /* store_next_batch_resendable() was called */
 	int batch_reused;           /* sent on a connection older than the batch */
 } st;
 
 int store_init(const struct sbx_conf *c, struct sbx_err *e)
 {
 	store_release();
-	if (redisurl_parse(c->redis.url, &st.addr, e) < 0)
+	if (sentinel_conf_init(c, &st.where, e) < 0)
 		return -1;
 	st.connect_timeout_ms = c->redis.connect_timeout_ms;
 	st.command_timeout_ms = c->redis.command_timeout_ms;
@@ -67,12 +77,6 @@ void store_release(void)
 	buf_release(&st.batch);
 }
 
-static struct timeval tv_ms(int64_t ms)
-{
-	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
-	return tv;
-}
-
 /* Does the server keep every key (maxmemory-policy noeviction)? 1 yes,
  * 0 no (e says which policy), -1 transport error. A server that refuses
  * CONFIG (renamed in production) is trusted, with a warning. */
@@ -84,7 +88,9 @@ static int policy_ok(redisContext *c, struct sbx_err *e)
 	if (!r)
 		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: %s", c->errstr);
 	if (r->type == REDIS_REPLY_ERROR) {
-		log_warn("redis refuses CONFIG GET (%s): cannot check maxmemory-policy", r->str);
+		if (!st.config_warned)
+			log_warn("redis refuses CONFIG GET (%s): cannot check maxmemory-policy", r->str);
+		st.config_warned = 1;
 		freeReplyObject(r);
 		return 1;
 	}
@@ -99,31 +105,13 @@ static int policy_ok(redisContext *c, struct sbx_err *e)
 	return ok;
 }
 
-/* Open a connection with the timeouts; NULL with e (REDIS_UNAVAILABLE). */
+/* Open a connection with the timeouts (to the primary the sentinels name,
+ * checked with ROLE, when there are sentinels); NULL with e
+ * (REDIS_UNAVAILABLE). */
 static redisContext *connect_now(struct sbx_err *e)
 {
-	redisContext *c;
-	struct timeval ct = tv_ms(st.connect_timeout_ms);
-
-	if (st.addr.is_unix)
-		c = redisConnectUnixWithTimeout(st.addr.path, ct);
-	else
-		c = redisConnectWithTimeout(st.addr.host, st.addr.port, ct);
-	if (!c) {
-		err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: cannot allocate a context");
-		return NULL;
-	}
-	if (c->err) {
-		err_set(e, SBX_E_REDIS_UNAVAILABLE, "cannot connect to redis: %s", c->errstr);
-		redisFree(c);
-		return NULL;
-	}
-	if (util_set_cloexec(c->fd) < 0 || redisSetTimeout(c, tv_ms(st.command_timeout_ms)) != REDIS_OK) {
-		err_set(e, SBX_E_REDIS_UNAVAILABLE, "cannot configure the redis socket");
-		redisFree(c);
-		return NULL;
-	}
-	return c;
+	return sentinel_connect(&st.where, st.connect_timeout_ms, st.command_timeout_ms,
+				&st.next_sentinel, NULL, e);
 }
 
 int store_probe(struct sbx_err *e)
@@ -184,6 +172,40 @@ int store_readonly_cmd(const char *cmd, size_t len)
 	return 0;
 }
 
+static void warn_limited(const struct sbx_err *e, int64_t now)
+{
+	if (now - st.last_warn_ms >= 5000) {
+		log_warn("%s", e->msg);
+		st.last_warn_ms = now;
+	}
+}
+
+/* The policy check of a kept connection, every POLICY_RECHECK_MS. 0 (still
+ * noeviction, or not due), -1 with e (the connection is dropped; the next
+ * connect checks again). */
+static int recheck_policy(int64_t now, struct sbx_err *e)
+{
+	int ok;
+
+	if (now - st.policy_checked_ms < POLICY_RECHECK_MS)
+		return 0;
+	ok = policy_ok(st.ctx, e);
+	if (ok > 0) {
+		st.policy_checked_ms = now;
+		return 0;
+	}
+	st.next_try_ms = now + (ok < 0 && timed_out(st.ctx) ? RETRY_AFTER_TIMEOUT_MS
+							     : RETRY_AFTER_FAILED_CONNECT_MS);
+	drop();
+	warn_limited(e, now);
+	return -1;
+}
+
+void store_next_batch_resendable(int on)
+{
+	st.next_resendable = on;
+}
+
 /* Make sure a connection exists; respects the back-off after a failure.
  * 1 when it opened a new one, 0 when the one it had is kept, -1 with e. */
 static int ensure(struct sbx_err *e)
@@ -192,7 +214,7 @@ static int ensure(struct sbx_err *e)
 	int ok;
 
 	if (st.ctx && (now - st.last_used_ms < PROBE_AFTER_IDLE_MS || conn_usable(st.ctx->fd)))
-		return 0;
+		return recheck_policy(now, e);
 	drop();
 	if (!st.ready)
 		return err_set(e, SBX_E_INTERNAL, "store is not initialised");
@@ -211,12 +233,10 @@ static int ensure(struct sbx_err *e)
 	}
 	st.next_try_ms = 0;
 	st.last_used_ms = now;
+	st.policy_checked_ms = now;
 	return 1;
 fail:
-	if (now - st.last_warn_ms >= 5000) {
-		log_warn("%s", e->msg);
-		st.last_warn_ms = now;
-	}
+	warn_limited(e, now);
 	return -1;
 }
 
@@ -239,6 +259,8 @@ static int batch_begin(struct sbx_err *e)
 		return -1;
 	buf_reset(&st.batch);
 	st.batch_readonly = 1;
+	st.batch_resendable = st.next_resendable;
+	st.next_resendable = 0;
 	st.batch_reused = rc == 0;
 	return 0;
 }
@@ -258,7 +280,7 @@ static int batch_add(struct sbx_err *e, char *cmd, long long len)
 		/* The command name is the first bulk string: "*N\r\n$L\r\nNAME\r\n". */
 		const char *p = strchr(cmd, '$'), *name = p ? strchr(p, '\n') : NULL;
 		nlen = name ? strcspn(name + 1, "\r") : 0;
-		if (!name || !store_readonly_cmd(name + 1, nlen) ||
+		if (!name || !(st.batch_resendable || store_readonly_cmd(name + 1, nlen)) ||
 		    buf_add(&st.batch, cmd, (size_t)len) < 0)
 			st.batch_readonly = 0;
 	}
@@ -344,7 +366,20 @@ static int read_replies(redisReply **replies, size_t n, int *lost, struct sbx_er
 	return 0;
 }
 
+static int collect(redisReply **replies, size_t n, unsigned flags, int *kind, struct sbx_err *e);
+
+/* Every round trip of a worker is timed, and its failure counted, here. */
 int store_collect(redisReply **replies, size_t n, unsigned flags, struct sbx_err *e)
+{
+	int64_t started_us = metrics_now_us();
+	int kind = METRICS_REDIS_CONNECTION;
+	int rc = collect(replies, n, flags, &kind, e);
+
+	apimetrics_redis(started_us, rc == 0 ? METRICS_REDIS_OK : (enum metrics_redis_error)kind);
+	return rc;
+}
+
+static int collect(redisReply **replies, size_t n, unsigned flags, int *kind, struct sbx_err *e)
 {
 	size_t i;
 	int lost;
@@ -380,10 +415,23 @@ int store_collect(redisReply **replies, size_t n, unsigned flags, struct sbx_err
 	}
 	st.pending = 0;
 	st.last_used_ms = util_now_ms();
+	for (i = 0; i < n; i++) {
+		/* A demoted primary (a failover): the next command connects to
+		 * the one the sentinels name now. */
+		if (sentinel_reply_demoted(replies[i])) {
+			log_warn("redis answered %.100s: reconnecting", replies[i]->str);
+			drop();
+			break;
+		}
+	}
 	if (!(flags & STORE_RAW_ERRORS)) {
 		for (i = 0; i < n; i++) {
 			if (replies[i]->type == REDIS_REPLY_ERROR) {
-				err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis error: %.200s", replies[i]->str);
+				*kind = METRICS_REDIS_REPLY;
+				err_set(e, SBX_E_REDIS_UNAVAILABLE, "%s: %.200s",
+					rerror_unavailable(replies[i]->str) ? "redis refuses writes"
+									    : "redis error",
+					replies[i]->str);
 				store_free_replies(replies, n);
 				return -1;
 			}

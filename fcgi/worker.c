@@ -1,5 +1,6 @@
 #include "worker.h"
 #include "agentc.h"
+#include "apimetrics.h"
 #include "http.h"
 #include "ceilings.h"
 #include "log.h"
@@ -100,7 +101,7 @@ int worker_run(int listen_fd, const struct sbx_conf *conf, pid_t master)
 	sigset_t wait_mask;
 	struct sbx_err e;
 	struct timespec tick = { .tv_sec = 1, .tv_nsec = 0 };
-	int tcp = listener_is_tcp(listen_fd);
+	int tcp = listener_is_tcp(listen_fd), rc;
 
 	if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || setup_signals(&wait_mask) < 0) {
 		log_error("worker setup failed: %s", strerror(errno));
@@ -154,10 +155,14 @@ int worker_run(int listen_fd, const struct sbx_conf *conf, pid_t master)
 		if (FCGX_Accept_r(&fcgx) < 0)
 			continue;
 		err_clear(&e);
-		if (http_req_init(&r, &fcgx, conf, &e) < 0)
+		rc = http_req_init(&r, &fcgx, conf, &e);
+		agentc_set_request_id(r.request_id);   /* filled even when rc < 0 */
+		if (rc < 0) {
 			http_respond_error(&r, &e);
-		else
+			apimetrics_request(NULL, r.status, metrics_now_us());
+		} else {
 			router_dispatch(&r);
+		}
 		http_req_release(&r);
 		drain_stdin(&fcgx);
 		FCGX_Finish_r(&fcgx);

@@ -7,6 +7,7 @@
  */
 #include "agent.h"
 #include "agent_lifecycle.h"
+#include "agent_metrics.h"
 #include "forward.h"
 #include "conf.h"
 #include "httpd.h"
@@ -51,6 +52,30 @@ static void deregistered(void *arg)
 	event_base_loopbreak(base);
 }
 
+/* How long a clean shutdown waits for Redis to set the records asleep. */
+#define SLEEP_ALL_WAIT_MS 2000
+
+/* The records are asleep (or the wait is over): stop the sandboxes, then
+ * deregister. Sandboxes go first, so that running commands end their
+ * answers with a terminal event, which the loop still delivers while we
+ * deregister. Runs once. */
+static void records_asleep(void *arg)
+{
+	static int done;
+	struct registry *reg = arg;
+
+	if (done)
+		return;
+	done = 1;
+	agent_sb_destroy_all(&agent);
+	registry_shutdown(reg, 500, deregistered, NULL);
+}
+
+static void records_wait_over(evutil_socket_t fd, short what, void *arg)
+{
+	records_asleep(arg);
+}
+
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
 	struct registry *reg = arg;
@@ -61,10 +86,16 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 	}
 	agent.shutting_down = 1;
 	log_info("signal %d: shutting down", (int)sig);
-	/* Sandboxes go first, so that running commands end their answers with
-	 * a terminal event, which the loop still delivers while we deregister. */
-	agent_sb_destroy_all(&agent);
-	registry_shutdown(reg, 500, deregistered, NULL);
+	/* Out of placement at once; then every record of ours to sleeping (the
+	 * next call wakes it elsewhere), at most SLEEP_ALL_WAIT_MS for Redis. */
+	registry_leave(reg);
+	{
+		struct timeval tv = { SLEEP_ALL_WAIT_MS / 1000, (SLEEP_ALL_WAIT_MS % 1000) * 1000 };
+
+		if (event_base_once(base, -1, EV_TIMEOUT, records_wait_over, reg, &tv) < 0)
+			log_warn("cannot arm the shutdown timer");
+	}
+	agent_lc_sleep_all(&agent, records_asleep, reg);
 }
 
 int main(int argc, char **argv)
@@ -170,6 +201,7 @@ int main(int argc, char **argv)
 		rt_free(agent.rt);
 		return 1;
 	}
+	httpd_set_big_body_budget(httpd, (uint64_t)conf.agent.big_bodies_node_bytes);
 	reg = registry_new(base, &conf, AGENT_VERSION, stats, &agent, &e);
 	if (!reg) {
 		log_error("%s", e.msg);
@@ -178,6 +210,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	agent.reg = reg;
+	httpd_observe(httpd, agent_metrics_request);
+	if (agent_metrics_start(&agent, &e) < 0) {
+		log_error("%s", e.msg);
+		return 1;
+	}
 	keeper = keeper_new(base, registry_lease(reg), agent.rt, &e);
 	if (!keeper) {
 		log_error("%s", e.msg);
@@ -194,12 +231,14 @@ int main(int argc, char **argv)
 		log_error("cannot install signal handlers");
 		return 1;
 	}
-	log_info("sbx-agent %s '%s' listening on %s", AGENT_VERSION, conf.agent.name,
-		 conf.agent.listen);
+	log_info("sbx-agent %s '%s' listening on %s%s%s", AGENT_VERSION, conf.agent.name,
+		 conf.agent.listen, conf.agent.metrics_listen[0] ? ", metrics on " : "",
+		 conf.agent.metrics_listen);
 
 	event_base_dispatch(base);
 
 	httpd_free(httpd);
+	agent_metrics_stop();
 	fwd_release_all();
 	agent_sb_destroy_all(&agent);
 	keeper_free(keeper);

@@ -28,6 +28,7 @@
  * The API never hears from us directly: it reads Redis.
  */
 #include "agent.h"
+#include "agent_metrics.h"
 #include "agent_lifecycle.h"
 #include "rkeys.h"
 #include "rscripts.h"
@@ -71,6 +72,7 @@ void agent_sb_stream_begin(struct agent_sb *sb, struct agent_stream *st)
 	st->lease_serial = lease_reg ? registry_lease_serial(lease_reg) : 0;
 	sb->streams++;
 	sb->last_active_at = util_wall_ms();
+	metrics_count(AM_STREAMS, 0, 0, 1);
 }
 
 void agent_sb_stream_end(struct agent *a, struct agent_stream *st)
@@ -105,6 +107,7 @@ static void add_event(struct agent *a, const char *type, const char *tenant, con
  * says the update was made. */
 struct lc_note {
 	struct agent *a;
+	int counted;               /* one of agent_lc_sleep_all()'s */
 	char key[AGENT_KEY_MAX];
 	char what[16];
 	char tenant[64];
@@ -128,6 +131,25 @@ static struct lc_note *note_new(struct agent *a, const char *key, const char *wh
 		n->epoch = epoch;
 	}
 	return n;
+}
+
+/* agent_lc_sleep_all(): the updates not answered yet and what runs after. */
+static struct {
+	int pending;
+	void (*done)(void *arg);
+	void *arg;
+} sleep_all;
+
+static void sleep_all_answered(void)
+{
+	void (*done)(void *) = sleep_all.done;
+
+	if (sleep_all.pending > 0)
+		sleep_all.pending--;
+	if (sleep_all.pending > 0 || !done)
+		return;
+	sleep_all.done = NULL;
+	done(sleep_all.arg);
 }
 
 /* The outcome of a record update: 1, or {generation, epoch} (agent_lost),
@@ -154,31 +176,44 @@ static void note_reply(void *arg, struct redisReply *reply)
 	}
 	if (done)
 		add_event(n->a, n->what, n->tenant, n->id, n->generation, n->epoch);
+	if (n->counted)
+		sleep_all_answered();
 	free(n);
 }
 
-/* CAS the record of (tenant, id) at epoch to sleeping, event type why. */
-static void cas_sleeping(struct agent *a, const char *key, const char *tenant, const char *id,
-			 int64_t epoch, int64_t generation, int64_t last_active, const char *why)
+/* CAS the record of (tenant, id) at epoch to sleeping, event type why.
+ * counted: one of agent_lc_sleep_all()'s. 0 queued, -1 not sent. */
+static int cas_sleeping_note(struct agent *a, const char *key, const char *tenant,
+			     const char *id, int64_t epoch, int64_t generation,
+			     int64_t last_active, const char *why, int counted)
 {
 	char rkey[RKEYS_MAX], active[32] = "";
 	struct lc_note *n;
 
 	if (!a->reg)
-		return;
+		return -1;
 	rkeys_sandbox(rkey, tenant, id);
 	if (last_active > 0)
 		util_iso8601(last_active, active);
 	n = note_new(a, key, why, tenant, id, generation, epoch);
 	if (!n)
-		return;
+		return -1;
+	n->counted = counted;
 	if (registry_command(a->reg, note_reply, n, "EVAL %s 1 %s %s %lld %s",
 			     rscripts_source(RSCRIPT_AGENT_SLEEP), rkey,
 			     a->conf->agent.name, (long long)epoch, active) < 0) {
 		log_warn("sandbox '%s': no redis connection; its record is fixed at the next sweep",
 			 key);
 		free(n);
+		return -1;
 	}
+	return 0;
+}
+
+static void cas_sleeping(struct agent *a, const char *key, const char *tenant, const char *id,
+			 int64_t epoch, int64_t generation, int64_t last_active, const char *why)
+{
+	(void)cas_sleeping_note(a, key, tenant, id, epoch, generation, last_active, why, 0);
 }
 
 void agent_lc_report_stopped(struct agent *a, const struct agent_sb *sb, const char *why)
@@ -187,9 +222,26 @@ void agent_lc_report_stopped(struct agent *a, const struct agent_sb *sb, const c
 		     why);
 }
 
+void agent_lc_sleep_all(struct agent *a, void (*done)(void *arg), void *arg)
+{
+	sleep_all.pending = 0;
+	sleep_all.done = done;
+	sleep_all.arg = arg;
+	for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next)
+		if (sb->rt && !sb->dead &&
+		    cas_sleeping_note(a, sb->key, sb->tenant, sb->id, sb->epoch, sb->generation,
+				      sb->last_active_at, "slept", 1) == 0)
+			sleep_all.pending++;
+	if (sleep_all.pending == 0) {
+		sleep_all.done = NULL;
+		done(arg);
+	}
+}
+
 static void add_event(struct agent *a, const char *type, const char *tenant, const char *id,
 		      int64_t generation, int64_t epoch)
 {
+	agent_metrics_event(type);
 	if (a->reg)
 		registry_command(a->reg, NULL, NULL,
 				 RKEYS_XADD_EVENT "type %s tenant %s id %s node %s "

@@ -55,4 +55,11 @@ enum agent_lc_action agent_lc_decide(const char *me, int64_t epoch, int running,
  * ("crashed", "slept"). */
 void agent_lc_report_stopped(struct agent *a, const struct agent_sb *sb, const char *why);
 
+/* A clean shutdown: compare-and-set the record of every running sandbox
+ * of this node to sleeping (event "slept"), so that no record names a node
+ * that stopped and the next call wakes it elsewhere. done(arg) runs once,
+ * when Redis has answered every update (or dropped the connection); at
+ * once when there is none to send. */
+void agent_lc_sleep_all(struct agent *a, void (*done)(void *arg), void *arg);
+
 #endif

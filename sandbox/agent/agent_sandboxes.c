@@ -3,6 +3,7 @@
  * control routes sbx-api calls (/agent/v1/sandboxes/...).
  */
 #include "agent_sandboxes.h"
+#include "agent_metrics.h"
 #include "registry.h"
 #include "ids.h"
 #include "jsonv.h"
@@ -201,6 +202,7 @@ void agent_sb_stop(struct agent *a, struct agent_sb *sb)
 	if (sb->rt) {
 		struct rt_sandbox *rsb = sb->rt;
 		sb->rt = NULL;
+		agent_metrics_container_end(rsb);
 		rt_destroy(a->rt, rsb);
 		agent_container_gone(a, sb);
 	}

@@ -85,6 +85,8 @@ static int json_body(struct agent_call *c, const struct jsonv_field *fields, str
 		c->body = json_incref(c->args->body);
 	} else {
 		data = httpd_body(c->r, &len);
+		if (len && jsonv_media_type(httpd_header(c->r, "Content-Type"), e) < 0)
+			return -1;
 		c->body = jsonv_parse(data, len, e);
 		if (!c->body)
 			return -1;

@@ -56,6 +56,10 @@
 int fwd_open(struct agent *a, struct agent_sb *sb, int port, int local, char *address,
 	     size_t addrsz, int *created, struct sbx_err *e);
 
+/* A non-blocking TCP (IPv4) socket that lives in netns_fd's network
+ * namespace (made by a short-lived thread that joins it). -1 with errno. */
+int fwd_socket_in_netns(int netns_fd);
+
 /* Close the forwarder of key's container for port, with its connections.
  * 1 closed, 0 there was none. */
 int fwd_close(struct agent *a, const char *key, int port);
@@ -78,6 +82,9 @@ int fwd_head_take(char *head, size_t *len, const char *name, char *value, size_t
 /* The forwarders' module (module.h): a gone container's forwarders close
  * with their connections. */
 extern const struct agent_module fwd_module;
+
+/* How many forwarders are open, and connections being relayed (metrics). */
+void fwd_stats(unsigned *forwarders, unsigned *conns);
 
 /* Close every forwarder (agent shutdown). */
 void fwd_release_all(void);

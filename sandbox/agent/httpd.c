@@ -3,6 +3,8 @@
 #include "buf.h"
 #include "jsonv.h"
 #include "log.h"
+#include "metrics.h"
+#include "tcplisten.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -38,6 +40,21 @@ struct httpd {
 	unsigned nconns;           /* open client connections (MHD's count) */
 	int at_limit;              /* past max_conns (logged once) */
 	int at_hard_limit;         /* MHD's own limit: it stopped accepting */
+	uint64_t big_budget;       /* HTTPD_ROUTE_BIG_BODY bodies buffered at once, */
+	uint64_t big_held;         /* and how many bytes they hold now */
+	int open;                  /* no node secret asked (httpd_new with secret NULL) */
+	httpd_observe_fn observe;  /* told of every finished request, or NULL */
+	struct httpd_upgrade *upgrades; /* upgraded connections still open */
+};
+
+struct httpd_upgrade {
+	struct httpd *h;
+	struct httpd_upgrade *prev, *next;
+	struct MHD_UpgradeResponseHandle *urh;  /* NULL until the 101 is out */
+	httpd_upgrade_fn fn;
+	void *arg;
+	void (*abort)(void *);
+	void *abort_arg;
 };
 
 struct httpd_req {
@@ -52,8 +69,10 @@ struct httpd_req {
 	char params[HTTPD_MAX_PARAMS][HTTPD_PARAM_MAX];
 	struct buf body;
 	int64_t started_ms;
+	int64_t started_us;        /* metrics_now_us() at the request's start */
 	int dispatched;            /* the handler ran */
-	int too_large;             /* body exceeded the bound */
+	int too_large;             /* body exceeded the bound (2: the node's budget) */
+	uint64_t big_held;         /* bytes of h->big_held that are this body's */
 	int suspended;
 	int deferred;
 	int replied;               /* an answer exists (queued or pending) */
@@ -72,6 +91,8 @@ struct httpd_req {
 	void *sink_arg;
 	int sink_done;             /* the sink refused more, or saw the end */
 	int body_paused;           /* the sink asked for a pause (HTTPD_BODY_PAUSE) */
+	const char *feed;          /* httpd_feed_body: the body being fed, */
+	size_t feed_len, feed_off; /* its length and how much the sink took */
 	struct event *peer_ev;     /* watches the client socket while suspended */
 	struct event *file_ev;     /* a file answer: checks the file's size */
 	int file_fd;               /* borrowed: MHD owns it with the answer */
@@ -79,6 +100,7 @@ struct httpd_req {
 	/* A view: the filter its answer goes through (httpd_set_filter). */
 	const struct httpd_filter *filter;
 	void *filter_arg;
+	struct httpd_upgrade *upgrade; /* an upgrade answer not yet carried out */
 };
 
 static void httpd_run(struct httpd *h);
@@ -96,33 +118,7 @@ static void kick(struct httpd *h)
 
 int httpd_parse_listen(const char *addr, char *host, size_t hostsz, int *port)
 {
-	const char *colon;
-	size_t hlen;
-	int64_t p;
-
-	if (!addr || !*addr)
-		return -1;
-	if (addr[0] == '[') {
-		const char *rb = strchr(addr, ']');
-		if (!rb || rb[1] != ':')
-			return -1;
-		hlen = (size_t)(rb - addr - 1);
-		addr++;
-		colon = rb + 1;
-	} else {
-		colon = strrchr(addr, ':');
-		if (!colon || memchr(addr, ':', (size_t)(colon - addr)))
-			return -1;
-		hlen = (size_t)(colon - addr);
-	}
-	if (hlen == 0 || hlen >= hostsz)
-		return -1;
-	if (util_parse_i64(colon + 1, 1, 65535, &p) < 0)
-		return -1;
-	memcpy(host, addr, hlen);
-	host[hlen] = '\0';
-	*port = (int)p;
-	return 0;
+	return tcplisten_parse(addr, host, hostsz, port);
 }
 
 int httpd_match_tail(const char *pattern, const char *path, char params[][HTTPD_PARAM_MAX],
@@ -285,9 +281,88 @@ void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *a
 	r->filter_arg = arg;
 }
 
+int httpd_filter_typed(struct httpd_req *r, const char *type, const void *result)
+{
+	if (!r->filter || !r->filter->typed || r->replied)
+		return 0;
+	return r->filter->typed(r->filter_arg, r, type, result) == 1;
+}
+
+int httpd_body_too_large(const struct httpd_req *r)
+{
+	return r->too_large;
+}
+
+void httpd_set_big_body_budget(struct httpd *h, uint64_t bytes)
+{
+	h->big_budget = bytes;
+}
+
+/* Drop r's buffered body and its share of the big-body budget. */
+static void body_drop(struct httpd_req *r)
+{
+	r->h->big_held -= r->big_held;
+	r->big_held = 0;
+	buf_release(&r->body);
+}
+
+/* Buffer n more bytes of r's body: 0, or -1 (r->too_large set). */
+static int body_add(struct httpd_req *r, const char *data, size_t n)
+{
+	int big = r->route && (r->route->flags & HTTPD_ROUTE_BIG_BODY);
+
+	if (big && r->h->big_held + n > r->h->big_budget) {
+		r->too_large = 2;
+		body_drop(r);
+		return -1;
+	}
+	if (buf_add(&r->body, data, n) < 0) {
+		r->too_large = 1;
+		body_drop(r);
+		return -1;
+	}
+	if (big) {
+		r->big_held += n;
+		r->h->big_held += n;
+	}
+	return 0;
+}
+
 int httpd_json_filtered(const struct httpd_req *r)
 {
 	return r->filter && r->filter->json;
+}
+
+#define FEED_CHUNK (64 * 1024)
+
+/* Feed the rest of r->feed in chunks until the sink pauses, refuses or
+ * has it all (then its end). */
+static void feed_step(struct httpd_req *r)
+{
+	while (r->feed_off < r->feed_len) {
+		size_t n = r->feed_len - r->feed_off;
+		int rc;
+
+		if (n > FEED_CHUNK)
+			n = FEED_CHUNK;
+		if (r->replied)
+			return;
+		rc = r->sink(r->sink_arg, r->feed + r->feed_off, n);
+		r->feed_off += n;
+		if (rc < 0) {
+			r->feed = NULL;   /* refused: the sink has answered or will */
+			return;
+		}
+		if (rc == HTTPD_BODY_PAUSE) {
+			/* the rest comes on httpd_body_resume: the answer later */
+			r->body_paused = 1;
+			r->deferred = 1;
+			return;
+		}
+	}
+	r->feed = NULL;
+	if (!r->replied)
+		r->sink(r->sink_arg, NULL, 0);
 }
 
 void httpd_feed_body(struct httpd_req *r, const char *data, size_t len)
@@ -295,10 +370,10 @@ void httpd_feed_body(struct httpd_req *r, const char *data, size_t len)
 	if (!r->sink || r->sink_done || r->replied)
 		return;
 	r->sink_done = 1;
-	if (len && r->sink(r->sink_arg, data, len) < 0)
-		return;
-	if (!r->replied)
-		r->sink(r->sink_arg, NULL, 0);
+	r->feed = data;
+	r->feed_len = len;
+	r->feed_off = 0;
+	feed_step(r);
 }
 
 /* --- answers --- */
@@ -467,6 +542,82 @@ void httpd_reply_stream(struct httpd_req *r, int status, const char *content_typ
 	set_answer(r, status, resp);
 }
 
+/* MHD sent the 101: the socket is ours (until httpd_upgrade_close). */
+static void upgrade_cb(void *cls, struct MHD_Connection *conn, void *con_cls, const char *extra,
+		       size_t extra_len, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
+{
+	struct httpd_upgrade *u = cls;
+	struct httpd_req *r = con_cls;
+	struct httpd *h = u->h;
+
+	if (r && r->upgrade != u)
+		r = NULL;
+	if (r)
+		r->upgrade = NULL;
+	u->urh = urh;
+	u->next = h->upgrades;
+	if (h->upgrades)
+		h->upgrades->prev = u;
+	h->upgrades = u;
+	/* MHD 0.9.75 closes the socket of an upgrade itself when the client
+	 * sent bytes along with the request (tests/unit/test_ws_loop.c): an
+	 * owner would hold a closed fd, soon another connection's. Such a
+	 * client (one that did not wait for the 101; nginx does) is dropped. */
+	if (!u->fn || extra_len) {
+		if (extra_len)
+			log_warn("httpd: upgrade of %s refused: the client sent %zu bytes before the 101",
+				 r && r->path ? r->path : "?", extra_len);
+		httpd_upgrade_close(u);
+		return;
+	}
+	if (r)
+		r->close_fn = NULL;   /* the request is over: u is what lives on */
+	u->fn(u->arg, u, (int)sock, extra, extra_len);
+}
+
+void httpd_reply_upgrade(struct httpd_req *r, httpd_upgrade_fn fn, void *arg)
+{
+	struct httpd_upgrade *u;
+	struct MHD_Response *resp = NULL;
+
+	if (r->replied)
+		return;
+	u = calloc(1, sizeof(*u));
+
+	if (u) {
+		u->h = r->h;
+		u->fn = fn;
+		u->arg = arg;
+		resp = MHD_create_response_for_upgrade(upgrade_cb, u);
+		if (!resp)
+			free(u);
+		else
+			r->upgrade = u;
+	}
+	set_answer(r, 101, resp);
+}
+
+void httpd_upgrade_on_abort(struct httpd_upgrade *u, void (*fn)(void *arg), void *arg)
+{
+	u->abort = fn;
+	u->abort_arg = arg;
+}
+
+void httpd_upgrade_close(struct httpd_upgrade *u)
+{
+	struct httpd *h = u->h;
+
+	if (u->prev)
+		u->prev->next = u->next;
+	else
+		h->upgrades = u->next;
+	if (u->next)
+		u->next->prev = u->prev;
+	MHD_upgrade_action(u->urh, MHD_UPGRADE_ACTION_CLOSE);
+	free(u);
+	kick(h);
+}
+
 /* The file of r's answer no longer holds the bytes announced? Then end the
  * answer: shut the client socket down, MHD sees the hang-up on its next
  * run and closes the connection (the client gets a short body). */
@@ -530,8 +681,12 @@ void httpd_body_sink(struct httpd_req *r, httpd_body_fn fn, void *arg)
 
 void httpd_body_resume(struct httpd_req *r)
 {
-	if (r->body_paused)
+	if (r->body_paused && r->feed) {
+		r->body_paused = 0;
+		feed_step(r);
+	} else if (r->body_paused) {
 		resume_req(r);
+	}
 }
 
 void httpd_stream_wake(struct httpd_req *r)
@@ -544,6 +699,7 @@ void httpd_stream_wake(struct httpd_req *r)
 
 static void req_free(struct httpd_req *r)
 {
+	body_drop(r);
 	if (r->prev)
 		r->prev->next = r->next;
 	else
@@ -562,6 +718,8 @@ static void req_free(struct httpd_req *r)
 	}
 	if (r->filter && r->filter->free)
 		r->filter->free(r->filter_arg);
+	if (r->upgrade)
+		r->upgrade->fn = NULL;   /* MHD may still call upgrade_cb: it closes the socket */
 	buf_release(&r->body);
 	free(r->path);
 	free(r->raw);
@@ -577,10 +735,12 @@ static void error_answer(struct httpd_req *r, enum sbx_ecode code, const char *m
 	httpd_reply_err(r, &e);
 }
 
-/* Route r: the matching route, or an error answer (404 / 405). */
+/* Route r: the matching route, or an error answer (404, or 405 with Allow
+ * naming the methods of the routes whose path matched). */
 static void route_req(struct httpd *h, struct httpd_req *r)
 {
 	int path_matched = 0;
+	char allow[96] = "";
 
 	for (size_t i = 0; i < h->nroutes; i++) {
 		char params[HTTPD_MAX_PARAMS][HTTPD_PARAM_MAX];
@@ -597,8 +757,10 @@ static void route_req(struct httpd *h, struct httpd_req *r)
 			if (!raw || httpd_match_tail(pat, raw, params, &toff) < 0)
 				continue;
 			path_matched = 1;
-			if (strcmp(h->routes[i].method, r->method) != 0)
+			if (strcmp(h->routes[i].method, r->method) != 0) {
+				route_allow_add(allow, sizeof(allow), h->routes[i].method);
 				continue;
+			}
 			free(r->tail);
 			r->tail = strdup(raw + toff);
 			if (!r->tail)
@@ -607,16 +769,20 @@ static void route_req(struct httpd *h, struct httpd_req *r)
 			if (httpd_match(pat, r->path, params) < 0)
 				continue;
 			path_matched = 1;
-			if (strcmp(h->routes[i].method, r->method) != 0)
+			if (strcmp(h->routes[i].method, r->method) != 0) {
+				route_allow_add(allow, sizeof(allow), h->routes[i].method);
 				continue;
+			}
 		}
 		r->route = &h->routes[i];
 		memcpy(r->params, params, sizeof(params));
 		return;
 	}
-	if (path_matched)
+	if (path_matched) {
+		if (allow[0])
+			httpd_add_header(r, "Allow", allow);
 		error_answer(r, SBX_E_METHOD_NOT_ALLOWED, "method not allowed");
-	else
+	} else
 		error_answer(r, SBX_E_ROUTE_NOT_FOUND, "no such route");
 }
 
@@ -695,6 +861,7 @@ static struct httpd_req *req_new(struct httpd *h, const char *raw)
 		return NULL;
 	r->h = h;
 	r->started_ms = util_now_ms();
+	r->started_us = metrics_now_us();
 	r->raw = strdup(raw ? raw : "");
 	buf_init(&r->body, HTTPD_MAX_JSON_BODY);
 	r->next = h->reqs;
@@ -733,12 +900,12 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 		if (!r->path || !r->raw)
 			return MHD_NO;
 		secret = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Sbx-Node-Secret");
-		if (!secret || !httpd_secret_equal(secret, h->secret)) {
+		if (!h->open && (!secret || !httpd_secret_equal(secret, h->secret))) {
 			error_answer(r, SBX_E_UNAUTHORIZED, "missing or wrong node secret");
 			return queue_answer(r);
 		}
 		clen = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-		if (own_answer(h, r)) {
+		if (!h->open && own_answer(h, r)) {
 			/* A body still to come is read and dropped first (see the
 			 * 413 below for why). */
 			if ((clen && strcmp(clen, "0") != 0) ||
@@ -765,6 +932,8 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 			}
 			return MHD_YES;
 		}
+		if (!r->replied && r->route && (r->route->flags & HTTPD_ROUTE_BIG_BODY))
+			r->body.max = HTTPD_MAX_BIG_BODY;
 		if (!r->replied && clen) {
 			int64_t n;
 			/* Too large: drop the body as it arrives and answer 413 once
@@ -772,7 +941,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 			 * while the proxy in front still sends the body: nginx then
 			 * sees a reset instead of our answer (a 502, or its own HTML
 			 * 413) depending on who wins the race. */
-			if (util_parse_i64(clen, 0, INT64_MAX, &n) == 0 && n > HTTPD_MAX_JSON_BODY)
+			if (util_parse_i64(clen, 0, INT64_MAX, &n) == 0 && (uint64_t)n > r->body.max)
 				r->too_large = 1;
 		}
 		if (r->replied)
@@ -795,8 +964,8 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 				r->body_paused = 1;
 				return MHD_YES;
 			}
-		} else if (!r->too_large && buf_add(&r->body, upload_data, *upload_data_size) < 0) {
-			r->too_large = 1;
+		} else if (!r->too_large) {
+			body_add(r, upload_data, *upload_data_size);
 		}
 		*upload_data_size = 0;
 		return MHD_YES;
@@ -820,10 +989,12 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 		return MHD_YES;
 	if (!r->dispatched) {
 		r->dispatched = 1;
-		if (r->too_large) {
+		if (r->too_large && !(r->route->flags & HTTPD_ROUTE_BIG_BODY)) {
 			error_answer(r, SBX_E_PAYLOAD_TOO_LARGE, "request body larger than 1 MiB");
 			return queue_answer(r);
 		}
+		if (r->too_large)
+			body_drop(r);
 		r->route->fn(r);
 		if (r->resp)
 			return queue_answer(r);
@@ -850,6 +1021,8 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
 	log_info("%s %s %d%s %lldms [%s]", r->method, r->path ? r->path : "?", r->status,
 		 failed ? " (aborted)" : "", (long long)(util_now_ms() - r->started_ms),
 		 httpd_request_id(r));
+	if (r->h->observe)
+		r->h->observe(r->route, r->status, (double)(metrics_now_us() - r->started_us) / 1e6);
 	if (r->close_fn) {
 		httpd_close_fn fn = r->close_fn;
 		r->close_fn = NULL;
@@ -895,44 +1068,6 @@ static void mhd_io_cb(evutil_socket_t fd, short what, void *arg)
 	httpd_run(arg);
 }
 
-static int listen_socket(const char *addr, struct sbx_err *e)
-{
-	char host[128];
-	int port, one = 1;
-	struct sockaddr_storage ss;
-	socklen_t sl;
-	auto_close int fd = -1;
-
-	memset(&ss, 0, sizeof(ss));
-	if (httpd_parse_listen(addr, host, sizeof(host), &port) < 0)
-		return err_set(e, SBX_E_VALIDATION, "agent.listen '%.200s' is not host:port", addr);
-	if (strchr(host, ':')) {
-		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-		a->sin6_family = AF_INET6;
-		a->sin6_port = htons((uint16_t)port);
-		if (inet_pton(AF_INET6, host, &a->sin6_addr) != 1)
-			return err_set(e, SBX_E_VALIDATION, "agent.listen: bad address '%s'", host);
-		sl = sizeof(*a);
-	} else {
-		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-		a->sin_family = AF_INET;
-		a->sin_port = htons((uint16_t)port);
-		if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
-			return err_set(e, SBX_E_VALIDATION, "agent.listen: bad address '%s' (numeric only)",
-				       host);
-		sl = sizeof(*a);
-	}
-	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return err_sys(e, errno, "socket");
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&ss, sl) < 0)
-		return err_sys(e, errno, "cannot bind '%s'", addr);
-	if (listen(fd, 1024) < 0)
-		return err_sys(e, errno, "cannot listen on '%s'", addr);
-	return steal_fd(&fd);
-}
-
 struct httpd *httpd_new(struct event_base *base, const char *addr, const char *secret,
 			const struct httpd_route *routes, size_t nroutes, void *ctx,
 			unsigned max_conns, struct sbx_err *e)
@@ -941,11 +1076,11 @@ struct httpd *httpd_new(struct event_base *base, const char *addr, const char *s
 	const union MHD_DaemonInfo *info;
 	int lfd;
 
-	if (strlen(secret) == 0 || strlen(secret) >= sizeof(h->secret)) {
+	if (secret && (strlen(secret) == 0 || strlen(secret) >= sizeof(h->secret))) {
 		err_set(e, SBX_E_VALIDATION, "cluster.secret must be set (1-255 bytes)");
 		return NULL;
 	}
-	lfd = listen_socket(addr, e);
+	lfd = tcplisten_open(addr, 1024, e);
 	if (lfd < 0)
 		return NULL;
 	h = calloc(1, sizeof(*h));
@@ -959,8 +1094,10 @@ struct httpd *httpd_new(struct event_base *base, const char *addr, const char *s
 	h->nroutes = nroutes;
 	h->ctx = ctx;
 	h->max_conns = max_conns;
-	memcpy(h->secret, secret, strlen(secret) + 1);
-	h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0,
+	h->open = !secret;
+	if (secret)
+		memcpy(h->secret, secret, strlen(secret) + 1);
+	h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG, 0,
 				  NULL, NULL, access_cb, h,
 				  MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, h,
 				  MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
@@ -992,11 +1129,25 @@ struct httpd *httpd_new(struct event_base *base, const char *addr, const char *s
 	return h;
 }
 
+void httpd_observe(struct httpd *h, httpd_observe_fn fn)
+{
+	h->observe = fn;
+}
+
 void httpd_free(struct httpd *h)
 {
 	if (!h)
 		return;
 	h->stopping = 1;
+	/* Upgraded connections end first (MHD cannot stop with them open). */
+	while (h->upgrades) {
+		struct httpd_upgrade *u = h->upgrades;
+
+		if (u->abort)
+			u->abort(u->abort_arg);
+		if (h->upgrades == u)
+			httpd_upgrade_close(u);
+	}
 	if (h->mhd) {
 		/* MHD refuses to stop with suspended connections: resume them all;
 		 * stream readers then end with an error. */

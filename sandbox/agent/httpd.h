@@ -63,6 +63,18 @@ struct httpd_route {
  * buffered and not bounded) and either answers at once or registers a
  * body sink with httpd_body_sink(). */
 #define HTTPD_ROUTE_STREAM_BODY 0x1u
+/* The body is buffered up to HTTPD_MAX_BIG_BODY (not HTTPD_MAX_JSON_BODY),
+ * and a larger one is not refused here: the handler runs without it and
+ * answers in its own shape (httpd_body_too_large). */
+#define HTTPD_ROUTE_BIG_BODY 0x2u
+#define HTTPD_MAX_BIG_BODY (48 * 1024 * 1024)
+/* 1 when r's body was over its route's bound (and dropped); 2 when it
+ * was dropped because the bodies of HTTPD_ROUTE_BIG_BODY routes buffered
+ * at once reached the budget of httpd_set_big_body_budget. */
+int httpd_body_too_large(const struct httpd_req *r);
+/* The bytes of HTTPD_ROUTE_BIG_BODY bodies h buffers at once (default 0:
+ * no such body is buffered). */
+void httpd_set_big_body_budget(struct httpd *h, uint64_t bytes);
 
 /* A streamed request body, chunk by chunk as it arrives; called once more
  * with (NULL, 0) at its end, where the handler must answer (or defer).
@@ -80,12 +92,20 @@ void httpd_body_resume(struct httpd_req *r);
 /* Start listening on listen ("host:port", numeric host) with the routes
  * (borrowed; static storage), serving up to max_conns client connections
  * (see HTTPD_RESERVED_CONNS). ctx is handed to handlers by httpd_ctx().
- * New heap object (httpd_free) or NULL with e filled. */
+ * secret NULL makes an open listener (agent.metrics_listen): no request
+ * needs the node secret, and the server answers nothing itself (no health
+ * route, no connection-limit 503). New heap object (httpd_free) or NULL
+ * with e filled. */
 struct httpd *httpd_new(struct event_base *base, const char *addr, const char *secret,
 			const struct httpd_route *routes, size_t nroutes, void *ctx,
 			unsigned max_conns, struct sbx_err *e);
 /* Close every connection (close callbacks run) and free. */
 void httpd_free(struct httpd *h);
+
+/* fn is told of every request of h once it is over: the route that matched
+ * (NULL: none), the status sent, seconds since its headers began. */
+typedef void (*httpd_observe_fn)(const struct httpd_route *route, int status, double seconds);
+void httpd_observe(struct httpd *h, httpd_observe_fn fn);
 
 /* Parse "host:port" / "[v6]:port" (numeric) into host and port; 0 or -1. */
 int httpd_parse_listen(const char *addr, char *host, size_t hostsz, int *port);
@@ -150,6 +170,31 @@ void httpd_reply_fd(struct httpd_req *r, int status, const char *content_type, i
 typedef void (*httpd_close_fn)(void *arg, int failed);
 void httpd_on_close(struct httpd_req *r, httpd_close_fn fn, void *arg);
 
+/* --- upgrades (WebSocket: ws.h) --- */
+
+struct httpd_upgrade;
+
+/* The connection of r after its 101 answer went out: fd is the client
+ * socket (borrowed: MHD closes it at httpd_upgrade_close), extra the bytes
+ * read past the request (borrowed for the call). The request itself is
+ * over; u lives until httpd_upgrade_close. */
+typedef void (*httpd_upgrade_fn)(void *arg, struct httpd_upgrade *u, int fd, const char *extra,
+				 size_t extra_len);
+
+/* Answer 101 Switching Protocols (with the headers added before it) and
+ * hand the connection to fn once the answer is out. When the client goes
+ * away first, or sent bytes before it had the 101 (extra_len is then 0
+ * for every fn that runs), fn never runs and the close callback of r runs
+ * (failed or not); once fn has run, the close callback of r does not. */
+void httpd_reply_upgrade(struct httpd_req *r, httpd_upgrade_fn fn, void *arg);
+
+/* Called when the server stops while u is open: the owner ends its use of
+ * the socket and calls httpd_upgrade_close (else the server closes it). */
+void httpd_upgrade_on_abort(struct httpd_upgrade *u, void (*fn)(void *arg), void *arg);
+
+/* The upgraded connection is done: its socket is closed, u is freed. */
+void httpd_upgrade_close(struct httpd_upgrade *u);
+
 /* --- views: a translation layer (agent_compat.c) runs another route's
  * call (its typed arguments: call.h) and rewrites that call's answer --- */
 
@@ -164,17 +209,26 @@ struct httpd_filter {
 	/* A file answer (httpd_reply_fd): return 1 when the filter answered r
 	 * itself (fd is then its own), 0 to send the file as it is. */
 	int (*fd)(void *arg, struct httpd_req *r, int fd, uint64_t offset, uint64_t len);
+	/* A typed result, handed over by a source before it answers (the
+	 * source's own struct, named by type): return 1 when the filter
+	 * answered r from it, 0 to let the source answer as usual. */
+	int (*typed)(void *arg, struct httpd_req *r, const char *type, const void *result);
 	/* arg is freed with the request (after the close callback). */
 	void (*free)(void *arg);
 };
 void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *arg);
+/* Offer r's filter the typed result of its answer: 1 when the filter
+ * answered r, 0 when the source answers (no filter, no hook, declined). */
+int httpd_filter_typed(struct httpd_req *r, const char *type, const void *result);
 /* 1 when a filter with a json hook rewrites r's JSON answers (a streamed
  * answer would bypass it). */
 int httpd_json_filtered(const struct httpd_req *r);
 
-/* Feed data (borrowed) to the sink a HTTPD_ROUTE_STREAM_BODY handler
- * registered while it was called on a buffered request (a view's call),
- * as the whole body, then its end. No-op without a sink. */
+/* Feed data to the sink a HTTPD_ROUTE_STREAM_BODY handler registered
+ * while it was called on a buffered request (a view's call), as the whole
+ * body in chunks, then its end; a sink that pauses gets the rest when it
+ * calls httpd_body_resume. data is borrowed and must live as long as r.
+ * No-op without a sink. */
 void httpd_feed_body(struct httpd_req *r, const char *data, size_t len);
 
 #endif

@@ -40,12 +40,26 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 			      const char *version, registry_stats_fn stats, void *arg,
 			      struct sbx_err *e);
 
-/* Deregister (DEL alive key, DEL hash, SREM sbx:nodes), waiting at most
- * timeout_ms for Redis; then done(arg) runs on the loop. Without a
- * connection done runs at once (from the loop). */
+/* The first step of a clean shutdown: stop the heartbeat and DEL the
+ * alive key (the node is down for placement at once, state "down" in its
+ * hash); the connection stays for the last updates. */
+void registry_leave(struct registry *reg);
+
+/* Deregister: DEL the alive key, set the node's hash to state down with no
+ * sandboxes (the entry and its sbx:nodes membership stay: /v1/nodes shows
+ * the node down, not gone), add node.down, waiting at most timeout_ms for
+ * Redis; then done(arg) runs on the loop. Without a connection done runs
+ * at once (from the loop). */
 void registry_shutdown(struct registry *reg, int timeout_ms, void (*done)(void *arg), void *arg);
 
-/* 1 while the connection is up and registered. */
+/* Where the agent's other Redis connections go (its event streams): the
+ * primary this registry connected to last — redis.url, or the one the
+ * sentinels named. Borrowed from reg; NULL before the first connect. */
+struct redisurl;
+const struct redisurl *registry_redis_addr(const struct registry *reg);
+
+/* 1 while the connection is up and registered and Redis takes writes
+ * (its last answer to the alive SET was no refusal, rerror.h). */
 int registry_connected(const struct registry *reg);
 
 /* Does this node hold its lease: was its alive key set less than

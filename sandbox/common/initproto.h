@@ -4,7 +4,8 @@
  *
  * Every message starts with struct initproto_hdr (native byte order: both
  * ends run on the same host). Agent -> init: SPAWN (with exactly 3 fds by
- * SCM_RIGHTS: stdin, stdout, stderr) and SIGNAL. Init -> agent: STARTED,
+ * SCM_RIGHTS: stdin, stdout, stderr; a terminal as stdin becomes the
+ * process's controlling terminal) and SIGNAL. Init -> agent: STARTED,
  * FAILED (the process never ran), EXITED (wait status of the process) and
  * GONE (no process of its tree is left; always after EXITED or FAILED).
  *

@@ -1,6 +1,8 @@
 #include "jsonv.h"
+#include "util.h"
 
 #include <string.h>
+#include <strings.h>
 
 json_t *jsonv_parse(const char *data, size_t len, struct sbx_err *e)
 {
@@ -20,6 +22,26 @@ json_t *jsonv_parse(const char *data, size_t len, struct sbx_err *e)
 		return NULL;
 	}
 	return v;
+}
+
+int jsonv_media_type(const char *content_type, struct sbx_err *e)
+{
+	static const char *const accepted[] = { "application/json",
+						"application/x-www-form-urlencoded" };
+	const char *p = content_type;
+	size_t n;
+
+	if (!p)
+		return 0;
+	p += strspn(p, " \t");
+	n = strcspn(p, "; \t");
+	if (n == 0 && !p[n])
+		return 0;
+	for (size_t i = 0; i < ARRAY_SIZE(accepted); i++)
+		if (strlen(accepted[i]) == n && strncasecmp(p, accepted[i], n) == 0)
+			return 0;
+	return err_set(e, SBX_E_UNSUPPORTED_MEDIA_TYPE,
+		       "the body must be application/json, not '%.*s'", (int)(n < 64 ? n : 64), p);
 }
 
 static unsigned type_bit(const json_t *v)

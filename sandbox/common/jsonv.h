@@ -33,6 +33,13 @@ struct jsonv_field {
  * Returns a new reference (json_decref) or NULL with e = VALIDATION_FAILED. */
 json_t *jsonv_parse(const char *data, size_t len, struct sbx_err *e);
 
+/* May a body of this Content-Type (NULL: none sent) be read as JSON? 0 for
+ * none, application/json (any parameters, any case), and
+ * application/x-www-form-urlencoded — curl -d's default, sent by clients
+ * that did not name a type (API.md, "Conventions"); else -1 with e =
+ * UNSUPPORTED_MEDIA_TYPE (415). Only asked for a non-empty body. */
+int jsonv_media_type(const char *content_type, struct sbx_err *e);
+
 /* Check obj against fields (terminated by a {NULL} entry): every key known,
  * of an allowed type, required ones present. 0 or -1 with e filled. */
 int jsonv_check(const json_t *obj, const struct jsonv_field *fields, const char *where,

@@ -71,3 +71,8 @@ char *rkeys_tunnel(char out[RKEYS_MAX], const char *tid)
 {
 	return key(out, "sbx:tunnel:%s", tid);
 }
+
+char *rkeys_ticket(char out[RKEYS_MAX], const char *ticket)
+{
+	return key(out, "sbx:ticket:%s", ticket);
+}

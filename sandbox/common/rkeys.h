@@ -22,6 +22,7 @@
 #define RKEYS_NODES "sbx:nodes"       /* set of node names */
 #define RKEYS_EVENTS "sbx:events"     /* the event stream */
 #define RKEYS_RECONCILE "sbx:reconcile" /* the reconciler's lock */
+#define RKEYS_HEALTH "sbx:health"     /* /healthz's write probe */
 /* The head of every event command: "XADD sbx:events MAXLEN ~ 10000 * ". */
 #define RKEYS_XADD_EVENT "XADD " RKEYS_EVENTS " MAXLEN ~ 10000 * "
 
@@ -45,6 +46,8 @@ char *rkeys_node(char out[RKEYS_MAX], const char *node, const char *sub);
 char *rkeys_apikey(char out[RKEYS_MAX], const char *hex);
 char *rkeys_preview(char out[RKEYS_MAX], const char *hex);
 char *rkeys_tunnel(char out[RKEYS_MAX], const char *tid);
+/* sbx:ticket:<ticket> — a terminal's WebSocket ticket (tk_ + 32 hex). */
+char *rkeys_ticket(char out[RKEYS_MAX], const char *ticket);
 
 #define RK_BUF ((char[RKEYS_MAX]){ 0 })
 #define RK_SANDBOX(t, id) rkeys_sandbox(RK_BUF, (t), (id))
@@ -68,5 +71,9 @@ char *rkeys_tunnel(char out[RKEYS_MAX], const char *tid);
 #define RKEYS_LABEL_MID "}:label:"
 #define RKEYS_SANDBOXES_TAIL "}:sandboxes"
 #define RKEYS_USAGE_TAIL "}:usage"
+/* The keys of the auth_rate script, built from the tenant of an API key. */
+#define RKEYS_LIMITS_TAIL "}:limits"
+#define RKEYS_RATE_REQUESTS_TAIL "}:rate:requests"
+#define RKEYS_RATE_CREATES_TAIL "}:rate:creates"
 
 #endif

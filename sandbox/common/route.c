@@ -44,3 +44,20 @@ int route_fit(const char *pattern, const char *path, struct route_caps *caps)
 			return !*p && !*s;
 	}
 }
+
+void route_allow_add(char *allow, size_t size, const char *method)
+{
+	size_t len = strlen(allow), mlen = strlen(method);
+	const char *p = allow;
+
+	while ((p = strstr(p, method))) {  /* already listed? */
+		if ((p == allow || p[-1] == ' ') && (p[mlen] == ',' || p[mlen] == '\0'))
+			return;
+		p += mlen;
+	}
+	if (len + mlen + 3 > size)
+		return;
+	if (len)
+		memcpy(allow + len, ", ", 2), len += 2;
+	memcpy(allow + len, method, mlen + 1);
+}

@@ -33,4 +33,8 @@ struct route_caps {
  * it does not (also for a pattern with more than ROUTE_MAX_CAPS captures). */
 int route_fit(const char *pattern, const char *path, struct route_caps *caps);
 
+/* Add method to allow (size bytes), the value of a 405's Allow header
+ * ("GET, PUT"), unless it is listed already or would not fit. */
+void route_allow_add(char *allow, size_t size, const char *method);
+
 #endif

@@ -7,6 +7,7 @@
  * cycle.
  */
 #include "agent.h"
+#include "agent_metrics.h"
 #include "call.h"
 #include "agent_exec.h"
 #include "agent_sessions.h"
@@ -69,6 +70,7 @@ int agent_exec_post(struct agent_call *c, struct sbx_err *e)
 		agent_cmd_release(&plan.cmd);
 		return -1;
 	}
+	metrics_count(AM_EXECS, agent_call_sse(c) ? AM_EXEC_SSE : AM_EXEC_JSON, 0, 1);
 	in = plan.stdin_v ? json_string_value(plan.stdin_v) : NULL;
 	in_len = plan.stdin_v ? json_string_length(plan.stdin_v) : 0;
 	if (plan.session)

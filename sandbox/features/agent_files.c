@@ -57,7 +57,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define FILES_JSON_MAX (10 * 1024 * 1024)   /* ?encoding= answers */
+#define FILES_JSON_MAX (32 * 1024 * 1024)   /* ?encoding= answers (Cloudflare's readFile) */
 #define FILES_LIST_DEFAULT 1000
 #define FILES_LIST_MAX 10000
 #define FILES_WALK_MAX 100000               /* entries looked at per listing */

@@ -2,6 +2,7 @@
  * tunnel.c — tunnel processes and their agent routes; see tunnel.h.
  */
 #include "tunnel.h"
+#include "agent_metrics.h"
 #include "rkeys.h"
 #include "rscripts.h"
 #include "caps.h"
@@ -136,8 +137,10 @@ static void tun_unlink(struct tun *t)
 
 	while (*pp && *pp != t)
 		pp = &(*pp)->next;
-	if (*pp)
+	if (*pp) {
 		*pp = t->next;
+		metrics_gauge_add(AM_TUNNEL_PROCS, 0, 0, -1);
+	}
 }
 
 /* Free t once its process is reaped (waiters answered before). */
@@ -486,6 +489,7 @@ static struct tun *tun_start(struct agent *a, struct agent_sb *sb,
 	t->ev_timer = evtimer_new(a->base, start_timeout_cb, t);
 	t->next = tunnels;
 	tunnels = t;
+	metrics_gauge_add(AM_TUNNEL_PROCS, 0, 0, 1);
 	if (!t->ev_exit || !t->ev_out || !t->ev_timer || event_add(t->ev_exit, NULL) < 0 ||
 	    event_add(t->ev_out, NULL) < 0 || event_add(t->ev_timer, &tv) < 0) {
 		err_sys(e, ENOMEM, "tunnel events");

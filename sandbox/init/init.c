@@ -4,7 +4,8 @@
  * It talks to sbx-agent over the SOCK_SEQPACKET socket on fd INITPROTO_FD
  * (initproto.h). SPAWN forks a keeper, which becomes the child subreaper
  * of the new process's tree and forks and execs the process in its own
- * session with the three passed fds as stdio; the keeper reports STARTED
+ * session with the three passed fds as stdio (a terminal on stdin becomes
+ * its controlling terminal); the keeper reports STARTED
  * or FAILED and the process's EXITED, and reaps everything of its tree
  * until nothing is left; init reports GONE when the keeper has exited.
  * SIGNAL signals the process, or every process of its tree (the keeper's
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -119,6 +121,11 @@ static void child_exec(const struct initproto_msg *m, const int *fds, int errpip
 	setsid();
 	/* fds[] are all >= 3 (init keeps 0-2 open on /dev/null). */
 	if (dup2(fds[0], 0) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0)
+		goto fail;
+	/* A terminal as stdin (the slave of a pty the agent opened in this
+	 * sandbox's devpts) becomes the controlling terminal of the new
+	 * session: job control, ^C and SIGWINCH reach its foreground group. */
+	if (isatty(0) && ioctl(0, TIOCSCTTY, 0) < 0)
 		goto fail;
 	syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
 	if (chdir(m->cwd) < 0)

@@ -15,6 +15,10 @@ connections for half the measured peak; the achieved rate is reported.
 The sandbox figures (sequential latencies with median/p99/spread, the
 process baselines, 500 live sandboxes, concurrent streams) are in
 sandbox_figs.py; the preview and tunnel figures in tunnel_figs.py; the 1 GiB
+file upload/download figures in files_figs.py; the terminal figures
+(keystroke echo over the WebSocket, terminal creation) in terminal_figs.py; the
+code-context figures in interp_figs.py (which also runs alone:
+`python3 tests/bench/interp_figs.py`); shared
 file upload/download figures in files_figs.py; the watch latency in
 watch_figs.py; shared
 helpers and the C spawn harness in benchlib.py.
@@ -46,6 +50,8 @@ from conftest import stack_down, stack_up  # noqa: E402
 import sandbox_figs  # noqa: E402
 import tunnel_figs  # noqa: E402
 import files_figs  # noqa: E402
+import interp_figs  # noqa: E402
+import terminal_figs  # noqa: E402
 import watch_figs  # noqa: E402
 from benchlib import Harness  # noqa: E402
 
@@ -178,8 +184,8 @@ def fig_nginx_static(st):
 
 def fig_healthz(st):
     # No authenticated route does exactly one Redis round trip yet: /healthz
-    # (no auth, one PING) stands in for "nginx -> worker -> one Redis call".
-    res = Result("healthz", "`GET /healthz`: nginx -> FastCGI worker -> one Redis PING "
+    # (no auth, one SET) stands in for "nginx -> worker -> one Redis call".
+    res = Result("healthz", "`GET /healthz`: nginx -> FastCGI worker -> one Redis SET "
                  "(stand-in for a one-round-trip route; no auth)", baseline="nginx-static")
     peak(res, st.url + "/healthz")
     return half_peak(res, st.url + "/healthz")
@@ -450,6 +456,8 @@ def main():
             sandbox_figs.setup_exec_sandboxes(st, ctx)
             run_fig("exec-rtt", sandbox_figs.fig_exec_rtt, st, ctx)
             run_fig("first-byte", sandbox_figs.fig_first_byte, st, ctx)
+            run_fig("interp", interp_figs.fig_interp, st, ctx)
+            run_fig("terminals", terminal_figs.fig_terminals, st, ctx)
             for fig in FIGURES:
                 results.append(run_fig(fig.__name__, fig, st))
             results += run_fig("exec-throughput", fig_exec_throughput, st)

@@ -179,7 +179,7 @@ def fig_tunnel_lookup(st, ctx, run):
     lst = Lat("tunnel-list", "`GET …/tunnels` (Redis only), same connection (N=%d)" % N_LOOKUP,
               baseline="healthz-floor", target_ms=1.0, samples=timed(get, N_LOOKUP, warmup=50))
     lst.errors = bad[0]
-    base = Lat("healthz-floor", "`GET /healthz` (nginx -> worker -> one Redis PING) on the same "
+    base = Lat("healthz-floor", "`GET /healthz` (nginx -> worker -> one Redis SET) on the same "
                "http.client connection: the floor of any worker route (N=%d)" % N_LOOKUP,
                samples=timed(floor, N_LOOKUP, warmup=50))
     conn.close()

@@ -202,6 +202,9 @@ def test_restarted_agent_marks_its_sandboxes_lost(stack):
         run(stack, sid, "true")
         rec = record(stack, sid)
         node = rec["node"]
+        # Killed, not stopped: a clean stop sets its records to sleeping
+        # itself (test_node_stop.py); a crashed agent's successor finds them.
+        os.kill(stack.pid(node), signal.SIGKILL)
         stack.run("restart-agent", str(agent_index(node)))
         stack.wait_healthy()
         stack.wait("%s to be marked lost" % sid,

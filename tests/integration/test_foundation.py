@@ -301,17 +301,7 @@ def test_killed_agent_goes_down_after_ttl(stack):
     assert nodes_by_name(stack)[name]["state"] == "up"
 
 
-def test_clean_agent_stop_deregisters(stack, redis_cli):
-    name = "agent-2"
-    try:
-        stack.run("stop", name)
-        assert redis_cli("EXISTS", "sbx:node:{%s}:alive" % name) == "0"
-        assert redis_cli("SISMEMBER", "sbx:nodes", name) == "0", \
-            "a clean shutdown must SREM the node from sbx:nodes"
-        assert redis_cli("EXISTS", "sbx:node:{%s}" % name) == "0"
-    finally:
-        stack.run("start", name)
-        stack.wait_healthy()
+# A clean agent stop: tests/integration/test_node_stop.py.
 
 
 def test_killed_api_worker_is_survived(stack, api):

@@ -16,6 +16,7 @@ import glob
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import tempfile
@@ -152,8 +153,10 @@ def test_dead_process_is_evicted(cf):
     os.kill(int(proc.split()[0]), signal.SIGKILL)
     cf.wait("the dead tunnel to be evicted", lambda: listed(cf, "cf-kill") == [])
     assert record(cf, "cf-kill") is None
-    events = cf.redis_cli("XREVRANGE", "sbx:events", "+", "-", "COUNT", "50")
-    assert "process-exited" in events
+    # The event follows the eviction by a Redis round trip.
+    cf.wait("the tunnel-down event",
+            lambda: "process-exited" in cf.redis_cli("XREVRANGE", "sbx:events", "+", "-",
+                                                     "COUNT", "50"))
     t2 = tunnel(cf, "cf-kill").json()
     assert t2["url"] != t["url"] and t2["url"].endswith(".trycloudflare.com")
     assert len(standins(cf, record(cf, "cf-kill")["upstream"])) == 1
@@ -172,13 +175,23 @@ def test_restart_stops_the_process_and_drops_the_record(cf):
     assert t2["url"] != t["url"] and t2["generation"] > t["generation"]
 
 
+def tunnel_processes(cf):
+    """sbx_agent_tunnel_processes of the stack's agent (its /metrics)."""
+    url = cf.env["SBX_METRICS"].strip('"').split()[1]
+    text = requests.get(url, timeout=5).text
+    return int(re.search(r"^sbx_agent_tunnel_processes (\d+)$", text, re.M).group(1))
+
+
 def test_delete_stops_the_process(cf):
+    procs = tunnel_processes(cf)
     make(cf, "cf-del")
     tunnel(cf, "cf-del")
     up = record(cf, "cf-del")["upstream"]
     assert len(standins(cf, up)) == 1
+    assert tunnel_processes(cf) == procs + 1
     assert cf.api("DELETE", "/v1/sandboxes/cf-del/tunnels/8000").status_code == 204
     cf.wait("the tunnel process to end on SIGTERM", lambda: not standins(cf, up), timeout=GRACE_S)
+    cf.wait("the metrics to count it gone", lambda: tunnel_processes(cf) == procs, timeout=5)
     assert cf.api("DELETE", "/v1/sandboxes/cf-del/tunnels/8000").status_code == 204
     assert listed(cf, "cf-del") == [] and record(cf, "cf-del") is None
 

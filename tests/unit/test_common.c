@@ -5,6 +5,8 @@
 #include "err.h"
 #include "ids.h"
 #include "jsonv.h"
+#include "rerror.h"
+#include "route.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -145,6 +147,51 @@ TEST(jsonv_strict)
 	CHECK(json_is_object(v));
 	CHECK_INT(jsonv_check(v, spec, "the body", &e), -1); /* command required */
 	json_decref(v);
+}
+
+/* JSON routes take JSON, no type, or curl -d's form type; else 415. */
+TEST(jsonv_media_types)
+{
+	struct sbx_err e = { 0 };
+
+	CHECK_INT(jsonv_media_type(NULL, &e), 0);
+	CHECK_INT(jsonv_media_type("", &e), 0);
+	CHECK_INT(jsonv_media_type("application/json", &e), 0);
+	CHECK_INT(jsonv_media_type(" Application/JSON; charset=utf-8", &e), 0);
+	CHECK_INT(jsonv_media_type("application/x-www-form-urlencoded", &e), 0);
+	CHECK_INT(jsonv_media_type("text/plain", &e), -1);
+	CHECK_INT(err_status(e.code), 415);
+	CHECK_INT(jsonv_media_type("application/jsonx", &e), -1);
+	CHECK_INT(jsonv_media_type("application/json-seq", &e), -1);
+	CHECK_INT(jsonv_media_type("; charset=utf-8", &e), -1);
+}
+
+/* A refused write, also from inside a script, is Redis unavailable; a bad
+ * command or a script's own error is not. */
+TEST(rerror_refusals)
+{
+	CHECK_INT(rerror_unavailable("NOREPLICAS Not enough good replicas to write."), 1);
+	CHECK_INT(rerror_unavailable("NOREPLICAS Not enough good replicas to write. script: "
+				     "67ed14c1, on @user_script:1."), 1);
+	CHECK_INT(rerror_unavailable("READONLY You can't write against a read only replica."), 1);
+	CHECK_INT(rerror_unavailable("MISCONF Redis is configured to save RDB snapshots"), 1);
+	CHECK_INT(rerror_unavailable("OOM command not allowed when used memory > 'maxmemory'."), 1);
+	CHECK_INT(rerror_unavailable("ERR Error running script (call to f_x): @user_script:3"), 0);
+	CHECK_INT(rerror_unavailable("WRONGTYPE Operation against a key"), 0);
+	CHECK_INT(rerror_unavailable("OOMX"), 0);
+	CHECK_INT(rerror_unavailable(NULL), 0);
+}
+
+TEST(route_allow_list)
+{
+	char allow[16] = "";
+
+	route_allow_add(allow, sizeof(allow), "GET");
+	route_allow_add(allow, sizeof(allow), "PUT");
+	route_allow_add(allow, sizeof(allow), "GET");
+	CHECK(strcmp(allow, "GET, PUT") == 0);
+	route_allow_add(allow, sizeof(allow), "DELETE");   /* does not fit */
+	CHECK(strcmp(allow, "GET, PUT") == 0);
 }
 
 /* Both tiers build the Cloudflare SDK's error shape from err.c: the same

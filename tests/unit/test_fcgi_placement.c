@@ -80,17 +80,20 @@ TEST(fcgi_placement_two_distinct_choices)
 	CHECK_INT(seen[3], 0);
 }
 
-TEST(fcgi_placement_skips_degraded)
+/* A degraded node and a drained one take nothing. */
+TEST(fcgi_placement_skips_degraded_and_drained)
 {
-	struct placement_node ns[2] = {
-		node("n1", 1, 10, 0, 0),
-		node("n2", 1, 10, 5, 5),
-	};
+	for (int drained = 0; drained < 2; drained++) {
+		struct placement_node ns[2] = {
+			node("n1", 1, 10, 0, 0),
+			node("n2", 1, 10, 5, 5),
+		};
 
-	ns[0].degraded = 1;
-	CHECK_INT(placement_has_room(&ns[0]), 0);
-	for (uint32_t r = 0; r < 8; r++)
-		CHECK_INT(placement_choose(ns, 2, r, r + 1), 1);
-	ns[1].degraded = 1;
-	CHECK_INT(placement_choose(ns, 2, 1, 2), -1);
+		*(drained ? &ns[0].drained : &ns[0].degraded) = 1;
+		CHECK_INT(placement_has_room(&ns[0]), 0);
+		for (uint32_t r = 0; r < 8; r++)
+			CHECK_INT(placement_choose(ns, 2, r, r + 1), 1);
+		*(drained ? &ns[1].drained : &ns[1].degraded) = 1;
+		CHECK_INT(placement_choose(ns, 2, 1, 2), -1);
+	}
 }

@@ -42,21 +42,6 @@ struct client {
 	char wait_answer[512];
 };
 
-static int connect_to(int port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct timeval tv = { 5, 0 };
-
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
 static void send_get(int fd, const char *path)
 {
 	char req[256];
@@ -82,12 +67,12 @@ static void read_answer(int fd, char *out, size_t n)
 static void *client_main(void *arg)
 {
 	struct client *c = arg;
-	int w = connect_to(c->port), g;
+	int w = unit_connect_loopback(c->port), g;
 	char go[512];
 
 	send_get(w, "/wait");
 	usleep(200 * 1000);
-	g = connect_to(c->port);
+	g = unit_connect_loopback(c->port);
 	send_get(g, "/go");
 	read_answer(g, go, sizeof(go));
 	/* /go is answered and its connection idle: nothing else happens now */
@@ -98,23 +83,10 @@ static void *client_main(void *arg)
 	return NULL;
 }
 
-static int free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
-
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
-
 TEST(httpd_answer_from_inside_a_handler_is_sent_at_once)
 {
 	struct event_base *base = event_base_new();
-	struct client c = { .port = free_port() };
+	struct client c = { .port = unit_free_port() };
 	struct sbx_err e = { 0 };
 	struct timeval step = { 0, 50 * 1000 };
 	char addr[32];

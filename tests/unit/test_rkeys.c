@@ -19,6 +19,7 @@ TEST(rkeys_names)
 	CHECK_STR(rkeys_apikey(k, "ab12"), "sbx:apikey:ab12");
 	CHECK_STR(rkeys_preview(k, "cd34"), "sbx:preview:cd34");
 	CHECK_STR(rkeys_tunnel(k, "t1"), "sbx:tunnel:t1");
+	CHECK_STR(rkeys_ticket(k, "tk_00ff"), "sbx:ticket:tk_00ff");
 	CHECK_STR(RK_SANDBOX_SUB("t", "i", "ports"), "sbx:sb:{t/i}:ports");
 	CHECK_STR(RKEYS_XADD_EVENT, "XADD sbx:events MAXLEN ~ 10000 * ");
 }
@@ -32,6 +33,9 @@ TEST(rkeys_script_parts_match_builders)
 	CHECK_STR(rkeys_node(k, "n1", "sandboxes"), RKEYS_NODE_HEAD "n1" RKEYS_SANDBOXES_TAIL);
 	CHECK_STR(rkeys_tenant(k, "dev", "sandboxes"), RKEYS_TENANT_HEAD "dev" RKEYS_SANDBOXES_TAIL);
 	CHECK_STR(rkeys_tenant(k, "dev", "usage"), RKEYS_TENANT_HEAD "dev" RKEYS_USAGE_TAIL);
+	CHECK_STR(rkeys_tenant(k, "dev", "limits"), RKEYS_TENANT_HEAD "dev" RKEYS_LIMITS_TAIL);
+	CHECK_STR(rkeys_tenant(k, "dev", "rate:requests"), RKEYS_TENANT_HEAD "dev" RKEYS_RATE_REQUESTS_TAIL);
+	CHECK_STR(rkeys_tenant(k, "dev", "rate:creates"), RKEYS_TENANT_HEAD "dev" RKEYS_RATE_CREATES_TAIL);
 	CHECK_STR(rkeys_tenant_label(k, "dev", "a", "b"), RKEYS_TENANT_HEAD "dev" RKEYS_LABEL_MID "a=b");
 }
 

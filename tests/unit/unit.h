@@ -20,6 +20,12 @@ struct unit_test {
 
 void unit_register(struct unit_test *t);
 
+/* For tests of servers on a real loop (main.c): a loopback port free now,
+ * or -1; a client socket connected to 127.0.0.1:port with a 5 s receive
+ * timeout, or -1. */
+int unit_free_port(void);
+int unit_connect_loopback(int port);
+
 #define TEST(tname)                                                         \
 	static void tname(int *unit_failed);                                \
 	static struct unit_test tname##_reg = { #tname, tname, NULL };      \

@@ -1,0 +1,107 @@
+"""The shipped HA Redis configs (deploy/redis/) on real redis-servers
+(issue 23 item 2): a primary with one replica keeps taking writes when that
+replica is down, and a promoted replica takes writes at once. Both are
+loaded from the files as shipped; only what names this machine (port,
+bind, dir, log, pid, the include path, replicaof, maxmemory) is
+overridden on the command line. No sbx stack is needed.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import ROOT, free_port
+
+CONF = os.path.join(ROOT, "deploy", "redis")
+
+
+def cli(port, *args):
+    r = subprocess.run(["redis-cli", "-p", str(port)] + [str(a) for a in args],
+                       capture_output=True, text=True, timeout=10)
+    return (r.stdout + r.stderr).strip()
+
+
+def wait_for(what, cond, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.1)
+
+
+class Server:
+    def __init__(self, tmp, name, conf, extra=()):
+        self.port = free_port()
+        self.dir = os.path.join(tmp, name)
+        os.makedirs(self.dir)
+        self.proc = subprocess.Popen(
+            ["redis-server", conf, "--port", str(self.port), "--bind", "127.0.0.1",
+             "--dir", self.dir, "--logfile", os.path.join(self.dir, "log"),
+             "--pidfile", os.path.join(self.dir, "pid"), "--supervised", "no",
+             "--daemonize", "no", "--maxmemory", "64mb"] + list(extra),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(name + " to answer", lambda: cli(self.port, "PING") == "PONG")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def writes(port):
+    """A plain write and a scripted one (sbx writes through Lua scripts)."""
+    return (cli(port, "SET", "sbx:ha:probe", "1"),
+            cli(port, "EVAL", "return redis.call('SET', KEYS[1], '2')", "1", "sbx:ha:probe"))
+
+
+@pytest.fixture
+def tmp():
+    d = tempfile.mkdtemp(prefix="sbx-redis-ha-", dir="/tmp")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_ha_configs_survive_a_replica_down_and_a_promotion(tmp):
+    primary_conf = os.path.join(CONF, "redis-primary.conf")
+    # The replica's file includes the primary's at its installed path.
+    with open(os.path.join(CONF, "redis-replica.conf")) as f:
+        text = f.read()
+    assert "include /etc/redis/redis-primary.conf" in text
+    replica_conf = os.path.join(tmp, "redis-replica.conf")
+    with open(replica_conf, "w") as f:
+        f.write(text.replace("/etc/redis/redis-primary.conf", primary_conf))
+
+    primary = Server(tmp, "primary", primary_conf)
+    replica = None
+    try:
+        assert cli(primary.port, "CONFIG", "GET", "maxmemory-policy").split() == \
+            ["maxmemory-policy", "noeviction"]
+        replica = Server(tmp, "replica", replica_conf,
+                         ["--replicaof", "127.0.0.1", str(primary.port)])
+        wait_for("the replica to sync",
+                 lambda: "master_link_status:up" in cli(replica.port, "INFO", "replication"))
+        assert writes(primary.port) == ("OK", "OK")
+        # One replica down: the primary keeps taking writes.
+        replica.stop()
+        wait_for("the primary to see its replica gone",
+                 lambda: "connected_slaves:0" in cli(primary.port, "INFO", "replication"))
+        assert writes(primary.port) == ("OK", "OK")
+        # The replica back, the primary lost, the replica promoted: it takes
+        # writes at once, without a replica of its own.
+        replica = Server(tmp, "replica2", replica_conf,
+                         ["--replicaof", "127.0.0.1", str(primary.port)])
+        wait_for("the replica to sync again",
+                 lambda: "master_link_status:up" in cli(replica.port, "INFO", "replication"))
+        primary.stop()
+        assert cli(replica.port, "REPLICAOF", "NO", "ONE") == "OK"
+        wait_for("the promotion", lambda: "role:master" in cli(replica.port, "INFO", "replication"))
+        assert writes(replica.port) == ("OK", "OK")
+        assert cli(replica.port, "GET", "sbx:ha:probe") == "2"
+    finally:
+        primary.stop()
+        if replica:
+            replica.stop()
