@@ -33,7 +33,7 @@ static const struct conf_entry entries[] = {
 	{ "cluster", "heartbeat", T_DURATION, OFF(cluster.heartbeat_ms), "1s", 100, 60000, NULL },
 	{ "cluster", "node_ttl", T_DURATION, OFF(cluster.node_ttl_ms), "10s", 300, 3600000, NULL },
 
-	{ "api", "listen", T_STR, OFF(api.listen), "unix:/run/sbx/api.sock", 0, 0, NULL },
+	{ "api", "listen", T_STR, OFF(api.listen), "unix:/run/sbx-api/api.sock", 0, 0, NULL },
 	{ "api", "workers", T_INT, OFF(api.workers), "4", 1, 256, NULL },
 	{ "api", "max_body_bytes", T_INT, OFF(api.max_body_bytes), "1048576", 1024, 67108864, NULL },
 	{ "api", "quota_sandboxes", T_INT, OFF(api.quota_sandboxes), "100", 1, 1000000, NULL },
