@@ -90,6 +90,11 @@ static const struct conf_entry entries[] = {
 	{ "sandbox", "max_cpus_milli", T_INT, OFF(sandbox.max_cpus_milli), "2000", 10, 256000, NULL },
 	{ "sandbox", "max_pids", T_INT, OFF(sandbox.max_pids), "1024", 8, 1000000, NULL },
 	{ "sandbox", "max_disk_mib", T_INT, OFF(sandbox.max_disk_mib), "2048", 1, 1048576, NULL },
+
+	{ "snapshots", "store", T_ENUM, OFF(snapshots.store), "dir", 0, 0, "dir" },
+	{ "snapshots", "dir", T_STR, OFF(snapshots.dir), "/var/lib/sbx/snapshots", 0, 0, NULL },
+	{ "snapshots", "tenant_quota_mib", T_INT, OFF(snapshots.tenant_quota_mib), "10240", 1, 1073741824, NULL },
+	{ "snapshots", "max_entries", T_INT, OFF(snapshots.max_entries), "200000", 1, 10000000, NULL },
 };
 
 int conf_parse_duration(const char *s, int64_t *ms)

@@ -92,6 +92,12 @@ struct sbx_conf {
 		int64_t max_pids;
 		int64_t max_disk_mib;
 	} sandbox;
+	struct {
+		char store[CONF_STR_MAX];       /* dir (snapstore.h) */
+		char dir[CONF_STR_MAX];         /* the dir store's root */
+		int64_t tenant_quota_mib;       /* archive bytes a tenant may keep */
+		int64_t max_entries;            /* entries of one archive */
+	} snapshots;
 };
 
 /* Defaults of every key. */

@@ -214,6 +214,22 @@ static const char *const sources[RSCRIPT__COUNT] = {
 		"  return {1, type(t.id) == 'string' and t.id or ''}\n"
 		"end\n"
 		"return {0, ''}\n",
+	[RSCRIPT_SNAPSHOT_ADD] =
+		"local used = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
+		"if used + tonumber(ARGV[1]) > tonumber(ARGV[2]) then return {0, used} end\n"
+		"redis.call('INCRBY', KEYS[1], ARGV[1])\n"
+		"redis.call('HSET', KEYS[2], unpack(ARGV, 5))\n"
+		"redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])\n"
+		"return {1, used}\n",
+	[RSCRIPT_SNAPSHOT_DEL] =
+		"local v = redis.call('HMGET', KEYS[2], 'location', 'size')\n"
+		"if not v[1] then return false end\n"
+		"redis.call('DEL', KEYS[2])\n"
+		"redis.call('ZREM', KEYS[3], ARGV[1])\n"
+		"if tonumber(redis.call('DECRBY', KEYS[1], tonumber(v[2]) or 0)) < 0 then\n"
+		"  redis.call('SET', KEYS[1], 0)\n"
+		"end\n"
+		"return v[1]\n",
 };
 
 static const char *const names[RSCRIPT__COUNT] = {
@@ -223,7 +239,8 @@ static const char *const names[RSCRIPT__COUNT] = {
 	[RSCRIPT_PREVIEW_CLAIM] = "preview_claim", [RSCRIPT_TUNNEL_CLAIM] = "tunnel_claim",
 	[RSCRIPT_TUNNEL_COMMIT] = "tunnel_commit", [RSCRIPT_TENANT_USAGE] = "tenant_usage",
 	[RSCRIPT_AGENT_SLEEP] = "agent_sleep", [RSCRIPT_AGENT_LOST] = "agent_lost",
-	[RSCRIPT_TUNNEL_EVICT] = "tunnel_evict",
+	[RSCRIPT_TUNNEL_EVICT] = "tunnel_evict", [RSCRIPT_SNAPSHOT_ADD] = "snapshot_add",
+	[RSCRIPT_SNAPSHOT_DEL] = "snapshot_del",
 };
 
 const char *rscripts_source(enum rscript_id id)

@@ -85,6 +85,15 @@ enum rscript_id {
 	 * port url: compare-and-delete on url -> {1, tunnel id} deleted, {0,
 	 * ''} the record is another one (or gone). */
 	RSCRIPT_TUNNEL_EVICT,
+	/* sbx-agent, a snapshot made. KEYS snapbytes-counter record index;
+	 * ARGV size quota-bytes created-ms sid field value…: within the quota,
+	 * count it, write the record, index it -> {1, used before}; else
+	 * {0, used} and nothing changes. */
+	RSCRIPT_SNAPSHOT_ADD,
+	/* sbx-api, DELETE /v1/snapshots/{sid}. KEYS snapbytes-counter record
+	 * index; ARGV sid: -> its location (record gone, bytes uncounted), or
+	 * false when there is no record. */
+	RSCRIPT_SNAPSHOT_DEL,
 	RSCRIPT__COUNT
 };
 

@@ -33,5 +33,9 @@ extern const struct agent_call_spec agent_call_term_delete;
 extern const struct agent_call_spec agent_call_term_ws;
 extern const struct agent_call_spec agent_call_term_ticket;
 extern const struct agent_call_spec agent_call_term_cf_pty;
+extern const struct agent_call_spec agent_call_snap_create;
+extern const struct agent_call_spec agent_call_snap_restore;
+extern const struct agent_call_spec agent_call_snap_import;
+extern const struct agent_call_spec agent_call_snap_export;
 
 #endif

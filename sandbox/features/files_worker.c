@@ -198,9 +198,10 @@ ssize_t fw_recv(int chan, char *buf, size_t max)
 static void child_main(struct rt_sandbox *rsb, const struct rt_helper *h, int chan, int proc,
 		       const struct fw_spec *spec)
 {
-	struct fw_env env = { 3, 4, 5 };
+	struct fw_env env = { 3, 4, 5, spec->xfd > 0 ? 6 : -1 };
 	sigset_t none;
-	int fds[3];
+	int fds[4] = { -1, -1, -1, -1 };
+	int nfd = spec->xfd > 0 ? 4 : 3;
 
 	for (int s = 1; s < NSIG; s++)
 		signal(s, SIG_DFL);
@@ -227,16 +228,16 @@ static void child_main(struct rt_sandbox *rsb, const struct rt_helper *h, int ch
 		    setsockopt(chan, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
 			_exit(125);
 	}
-	/* the three fds on 3, 4, 5 and nothing else but stdio */
+	/* the fds on 3, 4, 5 (6: xfd) and nothing else but stdio */
 	fds[0] = fcntl(rt_root_fd(rsb), F_DUPFD_CLOEXEC, 64);
 	fds[1] = fcntl(chan, F_DUPFD_CLOEXEC, 64);
 	fds[2] = fcntl(proc, F_DUPFD_CLOEXEC, 64);
-	if (fds[0] < 0 || fds[1] < 0 || fds[2] < 0)
-		_exit(125);
-	for (int i = 0; i < 3; i++)
-		if (dup2(fds[i], 3 + i) < 0)
+	if (nfd == 4)
+		fds[3] = fcntl(spec->xfd, F_DUPFD_CLOEXEC, 64);
+	for (int i = 0; i < nfd; i++)
+		if (fds[i] < 0 || dup2(fds[i], 3 + i) < 0)
 			_exit(125);
-	if (syscall(SYS_close_range, 6, ~0U, 0) < 0)
+	if (syscall(SYS_close_range, 3 + nfd, ~0U, 0) < 0)
 		_exit(125);
 	_exit(spec->fn(spec->arg, &env) & 0x7f);
 }
@@ -265,6 +266,8 @@ static void call_free(struct fw_call *c)
 	if (c->pidfd >= 0)
 		close(c->pidfd);
 	collect_bytes -= c->counted;
+	if (c->spec.ctx_free)
+		c->spec.ctx_free(c->spec.ctx);
 	buf_release(&c->body);
 	buf_release(&c->pend);
 	free(c->rec);
@@ -354,6 +357,17 @@ static void answer_json(struct fw_call *c)
 	if (!agent_stream_lease_held(c->a, &c->live)) {
 		err_set(&e, SBX_E_NODE_UNAVAILABLE, "this node lost its lease during the file call");
 		answer_err(c, &e);
+		return;
+	}
+	if (c->spec.on_json) {
+		body = c->body.len ? json_loadb(c->body.data, c->body.len, 0, NULL) : NULL;
+		if (c->body.len && !body) {
+			err_set(&e, SBX_E_INTERNAL, "file helper of '%s' sent bad JSON", c->key);
+			answer_err(c, &e);
+			return;
+		}
+		c->answered = 1;
+		c->spec.on_json(c->r, c->head.status, body, c->spec.ctx);
 		return;
 	}
 	if (c->head.status == 204 && !c->body.len) {

@@ -1,0 +1,30 @@
+/*
+ * agent_snapshots.h — the data routes of snapshots (docs/API.md
+ * "Snapshots"), served by the agent that runs the sandbox:
+ *   POST /v1/sandboxes/{id}/snapshots  {paths?, name?, exclude?} -> 201 record
+ *   POST /v1/sandboxes/{id}/restore    {snapshot, targetDir?}    -> 200
+ *   PUT  /v1/sandboxes/{id}/archive?paths=&name=  (an archive)    -> 201 record
+ *   GET  /v1/sandboxes/{id}/archive?snapshot=sid                 -> the archive
+ * The records are read and deleted by sbx-api (fcgi/api_snapshots.c).
+ *
+ * The archive work runs in a helper that has joined the sandbox
+ * (files_worker.h, snap_archive.h); the agent opens the store's file and
+ * hands the helper its fd, so the helper never sees a host path. A
+ * snapshot's record is written to Redis (RSCRIPT_SNAPSHOT_ADD, which
+ * holds the tenant's byte quota) only after its archive is complete and
+ * committed in the store: an interrupted snapshot leaves neither.
+ */
+#ifndef SBX_AGENT_SNAPSHOTS_H
+#define SBX_AGENT_SNAPSHOTS_H
+
+#include "call.h"
+
+extern const struct jsonv_field agent_snap_create_fields[];
+extern const struct jsonv_field agent_snap_restore_fields[];
+
+int agent_snap_create(struct agent_call *c, struct sbx_err *e);
+int agent_snap_restore(struct agent_call *c, struct sbx_err *e);
+int agent_snap_import(struct agent_call *c, struct sbx_err *e);
+int agent_snap_export(struct agent_call *c, struct sbx_err *e);
+
+#endif

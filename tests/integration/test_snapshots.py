@@ -1,0 +1,276 @@
+"""Snapshots, black box through nginx: a round trip of every file kind
+checked by a manifest (path, type, mode, owner, size, sha256, link target),
+restore in place and into another directory, export / import, hostile
+archives (nothing outside the sandbox changes: a host canary), quota,
+cross-tenant 404 and bad input. docs/SECURITY.md "Snapshots" lists what
+each test shows.
+"""
+
+import hashlib
+import io
+import os
+import tarfile
+import uuid
+
+import pytest
+
+from conftest import assert_error
+
+MANIFEST = ("cd /workspace && find . -mindepth 1 | LC_ALL=C sort | while read -r p; do "
+            "if [ -f \"$p\" ] && [ ! -L \"$p\" ]; then s=$(sha256sum \"$p\" | cut -c1-64); "
+            "else s=-; fi; "
+            "if [ -L \"$p\" ]; then l=$(readlink \"$p\"); else l=-; fi; "
+            "echo \"$p $(stat -c '%F %a %u:%g %s %h' \"$p\") $s $l\"; done")
+
+TREE = ("mkdir -p /workspace/t/empty /workspace/t/sub/deep /workspace/t/ünï && "
+        "printf 'hello\\n' > /workspace/t/a.txt && chmod 640 /workspace/t/a.txt && "
+        "head -c 300000 /dev/urandom > /workspace/t/sub/deep/blob && "
+        "ln -s ../a.txt /workspace/t/sub/rel && ln -s /etc/hostname /workspace/t/abs && "
+        "ln /workspace/t/a.txt /workspace/t/hard && "
+        "printf 'ü' > '/workspace/t/ünï/ñame ☃.txt' && "
+        "chown 1000:1000 /workspace/t/sub && chown 1234:5678 /workspace/t/sub/deep/blob && "
+        "chmod 4755 /workspace/t/sub/deep/blob && "
+        "truncate -s 8M /workspace/t/sparse && printf x | dd of=/workspace/t/sparse bs=1 "
+        "seek=4194304 conv=notrunc 2>/dev/null && "
+        "chmod 0751 /workspace/t/empty && touch -d '2020-01-02 03:04:05' /workspace/t/a.txt")
+
+
+def new_box(api, **body):
+    sid = "sn-" + uuid.uuid4().hex[:10]
+    r = api("PUT", "/v1/sandboxes/" + sid, json=body, timeout=30)
+    assert r.status_code == 201, "create %s: %d %s" % (sid, r.status_code, r.text[:300])
+    return sid
+
+
+def sh(api, sid, command):
+    r = api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": command}, timeout=60)
+    assert r.status_code == 200, r.text
+    res = r.json()
+    assert res["exitCode"] == 0, "%r failed: %r" % (command, res)
+    return res["stdout"]
+
+
+def snap(api, sid, **body):
+    return api("POST", "/v1/sandboxes/%s/snapshots" % sid, json=body, timeout=60)
+
+
+def restore(api, sid, **body):
+    return api("POST", "/v1/sandboxes/%s/restore" % sid, json=body, timeout=60)
+
+
+def tar_zst(members):
+    """A zstd tar of (TarInfo, bytes) members, made by Python's tarfile and
+    the zstd tool: not by sbx."""
+    import subprocess
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        for info, data in members:
+            t.addfile(info, io.BytesIO(data) if data is not None else None)
+    return subprocess.run(["zstd", "-q", "-c"], input=buf.getvalue(), capture_output=True,
+                          check=True).stdout
+
+
+def member(name, kind=tarfile.REGTYPE, data=b"", mode=0o644, link=""):
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.linkname = kind, mode, link
+    info.size = len(data) if kind == tarfile.REGTYPE else 0
+    return info, (data if kind == tarfile.REGTYPE else None)
+
+
+@pytest.fixture(scope="module")
+def box(stack):
+    sid = new_box(stack.api)
+    yield sid
+    stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def test_round_trip_keeps_every_file_kind(api, box):
+    sh(api, box, "rm -rf /workspace/* && " + TREE)
+    before = sh(api, box, MANIFEST)
+    assert "sparse" in before and "ñame ☃.txt" in before and "symbolic link" in before
+    r = snap(api, box, name="tree")
+    assert r.status_code == 201, r.text
+    rec = r.json()
+    assert rec["id"].startswith("sn-") and rec["sandbox"] == box and rec["name"] == "tree"
+    assert rec["paths"] == ["/workspace"] and len(rec["digest"]) == 64 and rec["size"] > 0
+    # the export is the archive the digest names
+    got = api("GET", "/v1/sandboxes/%s/archive?snapshot=%s" % (box, rec["id"]), timeout=60)
+    assert got.status_code == 200
+    assert hashlib.sha256(got.content).hexdigest() == rec["digest"]
+    assert len(got.content) == rec["size"]
+    # the records
+    assert api("GET", "/v1/snapshots/" + rec["id"]).json() == rec
+    listed = api("GET", "/v1/snapshots?sandbox=" + box).json()["snapshots"]
+    assert rec["id"] in [s["id"] for s in listed]
+    # change everything, then restore
+    sh(api, box, "rm -rf /workspace/t && mkdir /workspace/t && echo junk > /workspace/t/new")
+    r = restore(api, box, snapshot=rec["id"])
+    assert r.status_code == 200, r.text
+    after = sh(api, box, MANIFEST)
+    # setuid is stripped on restore: everything else is as it was
+    assert after == before.replace(" regular file 4755 ", " regular file 755 ")
+    # the sparse file is sparse again
+    blocks = int(sh(api, box, "stat -c %b /workspace/t/sparse"))
+    assert blocks * 512 < 1024 * 1024
+    # no staging directory is left behind
+    assert ".sbx-restore" not in sh(api, box, "ls -a /")
+
+
+def test_restore_into_another_directory_and_exclude(api, box):
+    sh(api, box, "rm -rf /workspace/* && mkdir -p /workspace/x/node_modules && "
+                 "echo 1 > /workspace/x/keep && echo 2 > /workspace/x/node_modules/drop")
+    r = snap(api, box, exclude=["node_modules"])
+    assert r.status_code == 201, r.text
+    r = restore(api, box, snapshot=r.json()["id"], targetDir="/tmp/copy")
+    assert r.status_code == 200, r.text
+    assert r.json()["targetDir"] == "/tmp/copy"
+    assert sh(api, box, "cat /tmp/copy/x/keep") == "1\n"
+    assert sh(api, box, "test -e /tmp/copy/x/node_modules || echo gone") == "gone\n"
+    assert sh(api, box, "cat /workspace/x/node_modules/drop") == "2\n"
+
+
+def test_delete_and_cross_tenant_404(api, box, new_key):
+    r = snap(api, box)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    other = new_key("snap-other-" + uuid.uuid4().hex[:6])
+    assert_error(api("GET", "/v1/snapshots/" + sid, key=other), 404, "SNAPSHOT_NOT_FOUND")
+    assert_error(api("DELETE", "/v1/snapshots/" + sid, key=other), 404, "SNAPSHOT_NOT_FOUND")
+    assert sid not in [s["id"] for s in
+                       api("GET", "/v1/snapshots", key=other).json()["snapshots"]]
+    obox = new_box(lambda *a, **k: api(*a, key=other, **k))
+    try:
+        assert_error(restore(lambda *a, **k: api(*a, key=other, **k), obox, snapshot=sid),
+                     404, "SNAPSHOT_NOT_FOUND")
+        assert_error(api("GET", "/v1/sandboxes/%s/archive?snapshot=%s" % (obox, sid), key=other),
+                     404, "SNAPSHOT_NOT_FOUND")
+    finally:
+        api("DELETE", "/v1/sandboxes/" + obox, key=other, timeout=30)
+    assert api("DELETE", "/v1/snapshots/" + sid).status_code == 204
+    assert_error(api("GET", "/v1/snapshots/" + sid), 404, "SNAPSHOT_NOT_FOUND")
+    assert_error(restore(api, box, snapshot=sid), 404, "SNAPSHOT_NOT_FOUND")
+
+
+def test_bad_input(api, box):
+    assert_error(snap(api, box, paths=[]), 400, "VALIDATION_FAILED")
+    assert_error(snap(api, box, paths=["/"]), 400, "VALIDATION_FAILED")
+    assert_error(snap(api, box, paths=["/workspace", "/workspace/a"]), 400, "VALIDATION_FAILED")
+    assert_error(snap(api, box, paths=["/nope"]), 404, "FILE_NOT_FOUND")
+    sh(api, box, "touch /workspace/plain")
+    assert_error(snap(api, box, paths=["/workspace/plain"]), 400, "NOT_DIRECTORY")
+    assert_error(snap(api, box, exclude=["a/b"]), 400, "VALIDATION_FAILED")
+    assert_error(snap(api, box, bogus=1), 400, "VALIDATION_FAILED")
+    assert_error(restore(api, box, snapshot="../x"), 400, "VALIDATION_FAILED")
+    assert_error(restore(api, box), 400, "VALIDATION_FAILED")
+    assert_error(restore(api, box, snapshot="sn-0000000000000000"), 404, "SNAPSHOT_NOT_FOUND")
+    assert_error(api("GET", "/v1/snapshots/nope"), 404, "SNAPSHOT_NOT_FOUND")
+    assert_error(api("GET", "/v1/snapshots?limit=0"), 400, "VALIDATION_FAILED")
+
+
+# -- import and hostile archives -----------------------------------------------
+
+def put_archive(api, sid, data, query=""):
+    return api("PUT", "/v1/sandboxes/%s/archive%s" % (sid, query), data=data, timeout=60)
+
+
+@pytest.fixture
+def canary(stack):
+    """A host file next to the stack; no restore may touch it."""
+    path = os.path.join(stack.dir, "canary-" + uuid.uuid4().hex[:6])
+    with open(path, "w") as f:
+        f.write("canary\n")
+    yield path
+    with open(path) as f:
+        assert f.read() == "canary\n"
+    os.unlink(path)
+
+
+def test_import_then_restore(api, box):
+    data = tar_zst([member("workspace", tarfile.DIRTYPE, mode=0o755),
+                    member("workspace/in.txt", data=b"imported\n")])
+    r = put_archive(api, box, data, "?name=imp")
+    assert r.status_code == 201, r.text
+    rec = r.json()
+    assert rec["digest"] == hashlib.sha256(data).hexdigest() and rec["name"] == "imp"
+    assert restore(api, box, snapshot=rec["id"]).status_code == 200
+    assert sh(api, box, "cat /workspace/in.txt") == "imported\n"
+
+
+def test_corrupt_and_truncated_imports_are_refused(api, box):
+    good = tar_zst([member("workspace/f", data=os.urandom(200000))])
+    assert_error(put_archive(api, box, b"not an archive at all" * 100), 400, "INVALID_ARCHIVE")
+    assert_error(put_archive(api, box, good[:len(good) // 2]), 400, "INVALID_ARCHIVE")
+    before = api("GET", "/v1/snapshots?sandbox=" + box).json()["snapshots"]
+    assert all(s["name"] != "bad" for s in before)
+
+
+HOSTILE = {
+    "dotdot": lambda c: [member("workspace/../../../../" + c.lstrip("/"), data=b"x")],
+    "absolute": lambda c: [member(c, data=b"x")],
+    "outside-paths": lambda c: [member("etc/passwd", data=b"x")],
+    "symlink-parent": lambda c: [member("workspace/l", tarfile.SYMTYPE, link=os.path.dirname(c)),
+                                 member("workspace/l/" + os.path.basename(c), data=b"x")],
+    "symlink-up": lambda c: [member("workspace/u", tarfile.SYMTYPE, link="../../../../.."),
+                             member("workspace/u" + c, data=b"x")],
+    "hardlink-out": lambda c: [member("workspace/h", tarfile.LNKTYPE, link=c.lstrip("/"))],
+    "device": lambda c: [member("workspace/null", tarfile.CHRTYPE)],
+    "fifo": lambda c: [member("workspace/fifo", tarfile.FIFOTYPE)],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+def test_hostile_archive_changes_nothing(api, box, canary, kind):
+    sh(api, box, "rm -rf /workspace/* && echo old > /workspace/old")
+    r = put_archive(api, box, tar_zst(HOSTILE[kind](canary)))
+    assert r.status_code == 201, r.text
+    assert_error(restore(api, box, snapshot=r.json()["id"]), 400, "INVALID_ARCHIVE")
+    assert sh(api, box, "ls -A /workspace") == "old\n"
+    assert sh(api, box, "ls -a / | grep -c sbx-restore || true") == "0\n"
+
+
+def test_setuid_is_stripped(api, box):
+    data = tar_zst([member("workspace/s", data=b"#!/bin/sh\n", mode=0o6755)])
+    r = put_archive(api, box, data)
+    assert restore(api, box, snapshot=r.json()["id"]).status_code == 200
+    assert sh(api, box, "stat -c %a /workspace/s") == "755\n"
+
+
+def test_bomb_beyond_the_disk_limit(api, stack):
+    sid = new_box(api, resources={"diskMiB": 8})
+    try:
+        # 64 MiB of zeros compress to almost nothing
+        data = tar_zst([member("workspace/z", data=b"\0" * (64 << 20))])
+        assert len(data) < (1 << 20)
+        r = put_archive(api, sid, data)
+        assert r.status_code == 201, r.text
+        sh(api, sid, "echo old > /workspace/old")
+        assert_error(restore(api, sid, snapshot=r.json()["id"]), 413, "FILE_TOO_LARGE")
+        assert sh(api, sid, "ls -A /workspace") == "old\n"
+    finally:
+        api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def test_quota(stack, api, new_key):
+    tenant = "snap-q-" + uuid.uuid4().hex[:6]
+    key = new_key(tenant)
+    tapi = lambda *a, **k: api(*a, key=key, **k)   # noqa: E731
+    sid = new_box(tapi)
+    try:
+        sh(tapi, sid, "head -c 200000 /dev/urandom > /workspace/r")
+        r = snap(tapi, sid)
+        assert r.status_code == 201, r.text
+        size = r.json()["size"]
+        # the quota left is less than one more: refused, and no archive stays
+        stack.redis_cli("SET", "sbx:tenant:{%s}:snapbytes" % tenant,
+                        str(10240 * 1024 * 1024 - size // 2))
+        assert_error(snap(tapi, sid), 429, "QUOTA_EXCEEDED")
+        assert len(tapi("GET", "/v1/snapshots").json()["snapshots"]) == 1
+        files = os.listdir(os.path.join(stack.dir, "snapshots", tenant))
+        assert files == [r.json()["id"] + ".tar.zst"]
+        # deleting gives the bytes back
+        assert tapi("DELETE", "/v1/snapshots/" + r.json()["id"]).status_code == 204
+        used = int(stack.redis_cli("GET", "sbx:tenant:{%s}:snapbytes" % tenant).strip())
+        assert used == 10240 * 1024 * 1024 - size // 2 - size
+        assert os.listdir(os.path.join(stack.dir, "snapshots", tenant)) == []
+    finally:
+        tapi("DELETE", "/v1/sandboxes/" + sid, timeout=30)
