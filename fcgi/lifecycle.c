@@ -9,6 +9,7 @@
 #include "placement.h"
 #include "preview.h"
 #include "scripts.h"
+#include "snapstore.h"
 #include "spec.h"
 #include "store.h"
 #include "util.h"
@@ -37,6 +38,7 @@ static const struct jsonv_field spec_fields[] = {
 	{ "image", JV_STRING, 0 },
 	{ "resources", JV_OBJECT, 0 },
 	{ "network", JV_STRING, 0 },
+	{ "fromSnapshot", JV_STRING, 0 },
 	{ NULL, 0, 0 },
 };
 
@@ -109,6 +111,14 @@ int lifecycle_parse_spec(const json_t *body, const struct sbx_conf *c, struct lc
 	if ((v = json_object_get(body, "keepAlive"))) {
 		s->keep_alive = json_is_true(v);
 		s->has |= LC_HAS_KEEP_ALIVE;
+	}
+	if ((v = json_object_get(body, "fromSnapshot"))) {
+		if (!snapstore_id_valid(json_string_value(v))) {
+			err_set(e, SBX_E_VALIDATION, "fromSnapshot must be a snapshot id (sn-…)");
+			goto fail;
+		}
+		snprintf(s->from_snapshot, sizeof(s->from_snapshot), "%s", json_string_value(v));
+		s->has |= LC_HAS_FROM_SNAPSHOT;
 	}
 	if (((s->has & LC_HAS_LABELS) && !s->labels) || ((s->has & LC_HAS_ENV) && !s->env)) {
 		err_set(e, SBX_E_INTERNAL, "out of memory");
@@ -224,6 +234,8 @@ json_t *lifecycle_record_json(const json_t *f)
 	json_object_set_new(o, "createdAt", str_or_null(fstr(f, "createdAt")));
 	json_object_set_new(o, "startedAt", str_or_null(fstr(f, "startedAt")));
 	json_object_set_new(o, "lastActiveAt", str_or_null(fstr(f, "lastActiveAt")));
+	if (fstr(f, "restoreFrom") && *fstr(f, "restoreFrom"))
+		json_object_set_new(o, "restoreFrom", json_string(fstr(f, "restoreFrom")));
 	return o;
 }
 
@@ -330,8 +342,9 @@ static int agent_code_is(const struct agentc_reply *rep, const char *code)
 static json_t *start_body(const json_t *rec)
 {
 	const char *keep = fstr(rec, "keepAlive");
+	const char *from = fstr(rec, "restoreFrom");
 
-	return json_pack("{s:I,s:I,s:s,s:s,s:o,s:o,s:o,s:I,s:b}",
+	return json_pack("{s:I,s:I,s:s,s:s,s:o,s:o,s:o,s:I,s:b,s:s*}",
 			 "generation", (json_int_t)fint(rec, "generation", 1),
 			 "epoch", (json_int_t)fint(rec, "epoch", 0),
 			 "image", fstr(rec, "image") ? fstr(rec, "image") : "default",
@@ -340,7 +353,8 @@ static json_t *start_body(const json_t *rec)
 			 "env", fjson(rec, "env"),
 			 "labels", fjson(rec, "labels"),
 			 "sleepAfter", (json_int_t)fint(rec, "sleepAfter", 600000),
-			 "keepAlive", keep && strcmp(keep, "1") == 0);
+			 "keepAlive", keep && strcmp(keep, "1") == 0,
+			 "restoreFrom", from && *from ? from : NULL);
 }
 
 /* Tell the agent at address to run the record's generation. 0 running,
@@ -907,13 +921,24 @@ static int create_record(const struct sbx_conf *c, const char *tenant, const cha
 	snprintf(sleep_ms, sizeof(sleep_ms), "%lld",
 		 (long long)((s->has & LC_HAS_SLEEP_AFTER) ? s->sleep_after_ms : c->sandbox.sleep_after_ms));
 	util_xsnprintf(quota, sizeof(quota), "%lld", (long long)quota_sandboxes);
-	r = run_indexed(RSCRIPT_CREATE, tenant, id, 12,
+	if (s->has & LC_HAS_FROM_SNAPSHOT) {
+		/* the snapshot is the tenant's, and there: else nothing is made */
+		auto_reply redisReply *x = store_command(e, "HEXISTS %s id",
+							 RK_SNAPSHOT(tenant, s->from_snapshot));
+
+		if (!x)
+			return -1;
+		if (x->type != REDIS_REPLY_INTEGER || x->integer != 1)
+			return err_set(e, SBX_E_SNAPSHOT_NOT_FOUND, "no snapshot '%s'",
+				       s->from_snapshot);
+	}
+	r = run_indexed(RSCRIPT_CREATE, tenant, id, 13,
 			(const char *[]){ tenant, id, node, sleep_ms,
 					  (s->has & LC_HAS_KEEP_ALIVE) && s->keep_alive ? "1" : "0",
 					  labels, resources,
 					  (s->has & LC_HAS_NETWORK) ? s->network : "none",
 					  (s->has & LC_HAS_IMAGE) ? s->image : "default", env, now,
-					  quota },
+					  quota, s->from_snapshot },
 			e);
 	if (!r)
 		return -1;

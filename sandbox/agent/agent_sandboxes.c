@@ -3,6 +3,8 @@
  * control routes sbx-api calls (/agent/v1/sandboxes/...).
  */
 #include "agent_sandboxes.h"
+#include "module.h"
+#include "snapstore.h"
 #include "agent_metrics.h"
 #include "registry.h"
 #include "ids.h"
@@ -150,7 +152,7 @@ static const char *network_name(enum rt_network n)
 	return n == RT_NET_EGRESS ? "egress" : "none";
 }
 
-static json_t *agent_sb_json(const struct agent_sb *sb)
+json_t *agent_sb_json(const struct agent_sb *sb)
 {
 	char created[32], started[32], active[32];
 	int running = sb->rt && !sb->dead;
@@ -237,6 +239,7 @@ struct put_req {
 	json_t *env, *labels;  /* borrowed from the body */
 	int64_t sleep_after_ms; /* -1: not given */
 	int keep_alive;         /* -1: not given */
+	const char *restore_from; /* a snapshot to restore once started, or NULL */
 };
 
 /* sleepAfter and keepAlive of a create or patch body into p (-1 = absent).
@@ -294,6 +297,9 @@ static int parse_put(const struct sbx_conf *conf, json_t *body, struct put_req *
 	p->labels = json_object_get(body, "labels");
 	if (p->labels && spec_labels(p->labels, e) < 0)
 		return -1;
+	p->restore_from = json_string_value(json_object_get(body, "restoreFrom"));
+	if (p->restore_from && !snapstore_id_valid(p->restore_from))
+		return err_set(e, SBX_E_VALIDATION, "restoreFrom must be a snapshot id");
 	return 0;
 }
 
@@ -322,6 +328,7 @@ const struct jsonv_field agent_sandbox_put_fields[] = {
 	{ "labels", JV_OBJECT, 0 },
 	{ "sleepAfter", JV_INTEGER | JV_STRING, 0 },
 	{ "keepAlive", JV_BOOL, 0 },
+	{ "restoreFrom", JV_STRING, 0 },
 	{ NULL, 0, 0 },
 };
 
@@ -419,6 +426,16 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	}
 	log_info("sandbox '%s' started (generation %lld, epoch %lld)", sb->key,
 		 (long long)sb->generation, (long long)sb->epoch);
+	if (p.restore_from) {
+		/* a module restores the snapshot into the new container and
+		 * answers; a failed restore stops it again */
+		if (!agent_restore_on_start)
+			err_set(e, SBX_E_NOT_IMPLEMENTED, "this agent cannot restore snapshots");
+		else if (agent_restore_on_start(c->r, sb, p.restore_from, e) == 0)
+			return 0;
+		agent_sb_stop(a, sb);
+		return -1;
+	}
 	httpd_reply_json(c->r, 201, agent_sb_json(sb));
 	return 0;
 fail:

@@ -45,7 +45,7 @@ static const char *const sources[RSCRIPT__COUNT] = {
 		"  'node', ARGV[3], 'epoch', epoch, 'generation', '1', 'sleepAfter', ARGV[4],\n"
 		"  'keepAlive', ARGV[5], 'labels', ARGV[6], 'resources', ARGV[7], 'network', ARGV[8],\n"
 		"  'image', ARGV[9], 'env', ARGV[10], 'pending', '{}', 'createdAt', ARGV[11],\n"
-		"  'startedAt', '', 'lastActiveAt', ARGV[11])\n"
+		"  'startedAt', '', 'lastActiveAt', ARGV[11], 'restoreFrom', ARGV[13] or '')\n"
 		"redis.call('ZADD', KEYS[2], 0, ARGV[2])\n"
 		"label_index('ZADD', ARGV[1], ARGV[2], ARGV[6])\n"
 		"node_set('SADD', ARGV[3], ARGV[1] .. '/' .. ARGV[2])\n"

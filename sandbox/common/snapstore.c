@@ -85,7 +85,7 @@ json_t *snapstore_record_json(size_t n, const char *const *kv)
 		return NULL;
 	}
 	util_iso8601(created, when);
-	return json_pack("{s:s, s:s, s:s?, s:o, s:I, s:s, s:I, s:I, s:s, s:s}", "id", v[0], "sandbox",
+	return json_pack("{s:s, s:s, s:s*, s:o, s:I, s:s, s:I, s:I, s:s, s:s}", "id", v[0], "sandbox",
 			 v[2], "name", *v[3] ? v[3] : NULL, "paths", paths, "size", (json_int_t)size,
 			 "digest", v[6], "entries", (json_int_t)entries, "bytes", (json_int_t)bytes,
 			 "store", v[9], "createdAt", when);

@@ -49,6 +49,7 @@ struct snap_ctx {
 	struct snapstore_put put;      /* create / import: the archive being made */
 	int committed;
 	int export;                    /* GET …/archive: answer with the archive */
+	int on_start;                  /* a start's restoreFrom: answer with the sandbox */
 	struct snap_job *job;          /* restore: filled from the record */
 };
 
@@ -63,7 +64,7 @@ static struct snapstore *get_store(struct agent *a, struct sbx_err *e)
 	return &store;
 }
 
-static struct snap_ctx *ctx_new(struct agent_call *c, struct sbx_err *e)
+static struct snap_ctx *ctx_of(struct agent *a, const struct agent_sb *sb, struct sbx_err *e)
 {
 	struct snap_ctx *x = calloc(1, sizeof(*x));
 
@@ -72,13 +73,26 @@ static struct snap_ctx *ctx_new(struct agent_call *c, struct sbx_err *e)
 		return NULL;
 	}
 	x->refs = 1;
-	x->a = c->a;
+	x->a = a;
 	x->put.fd = -1;
-	snprintf(x->key, sizeof(x->key), "%s", c->sb->key);
-	x->run = c->sb->run;
-	snprintf(x->tenant, sizeof(x->tenant), "%s", c->sb->tenant);
-	snprintf(x->sandbox, sizeof(x->sandbox), "%s", c->sb->id);
+	snprintf(x->key, sizeof(x->key), "%s", sb->key);
+	x->run = sb->run;
+	snprintf(x->tenant, sizeof(x->tenant), "%s", sb->tenant);
+	snprintf(x->sandbox, sizeof(x->sandbox), "%s", sb->id);
 	return x;
+}
+
+static struct snap_ctx *ctx_new(struct agent_call *c, struct sbx_err *e)
+{
+	return ctx_of(c->a, c->sb, e);
+}
+
+/* The sandbox of x if its container is still the one x began on. */
+static struct agent_sb *ctx_sandbox(const struct snap_ctx *x)
+{
+	struct agent_sb *sb = agent_sb_find(x->a, x->key);
+
+	return sb && sb->run == x->run && agent_sb_container(sb) ? sb : NULL;
 }
 
 static void ctx_unref(void *arg)
@@ -333,7 +347,7 @@ static int child_restore(void *arg, const struct fw_env *env)
 				  j->target[0] ? j->target : NULL, j->max_bytes, j->max_entries, &sum,
 				  &e);
 	return child_answer(env, rc, &e, &sum,
-			    json_pack("{s:s, s:s?}", "snapshot", j->sid, "targetDir",
+			    json_pack("{s:s, s:s*}", "snapshot", j->sid, "targetDir",
 				      j->target[0] ? j->target : NULL));
 }
 
@@ -589,6 +603,24 @@ static int open_record(const struct snap_ctx *x, const struct redisReply *rep, s
 	return snapstore_open(&store, loc, e);
 }
 
+/* A start's restore is done: answer the start. */
+static void on_started(struct httpd_req *r, int status, json_t *body, void *ctx)
+{
+	struct snap_ctx *x = ctx;
+	struct agent_sb *sb = ctx_sandbox(x);
+	struct sbx_err e;
+
+	(void)status;
+	json_decref(body);
+	if (!sb) {
+		err_set(&e, SBX_E_NODE_UNAVAILABLE, "the sandbox was stopped during its restore");
+		httpd_reply_err(r, &e);
+		return;
+	}
+	log_info("sandbox '%s' restored from snapshot %s", x->key, x->sid);
+	httpd_reply_json(r, 201, agent_sb_json(sb));
+}
+
 static void restore_got(void *arg, struct redisReply *rep)
 {
 	struct snap_ctx *x = arg;
@@ -646,32 +678,40 @@ static void restore_got(void *arg, struct redisReply *rep)
 		err_set(&e, SBX_E_VALIDATION, "targetDir needs a snapshot of one path");
 		goto fail;
 	}
-	sb = agent_sb_find(x->a, x->key);
-	if (!sb || sb->run != x->run || !agent_sb_container(sb)) {
+	sb = ctx_sandbox(x);
+	if (!sb) {
 		err_set(&e, SBX_E_NODE_UNAVAILABLE, "the sandbox was stopped during the restore");
 		goto fail;
 	}
 	job_spec(&spec, FW_COLLECT, child_restore, x->job, fd);
+	if (x->on_start) {
+		spec.on_json = on_started;
+		spec.ctx = x;
+		spec.ctx_free = ctx_unref;
+		x->refs++;
+	}
 	if (fw_start(r, sb, &spec, &e) < 0)
 		goto fail;
 	goto out;
 fail:
+	if (x->on_start && (sb = ctx_sandbox(x)))
+		agent_sb_stop(x->a, sb);   /* the start failed: nothing half-made runs */
 	httpd_reply_err(r, &e);
 out:
 	json_decref(paths);
 	ctx_unref(x);
 }
 
-static int read_record(struct agent_call *c, struct snap_ctx *x, struct sbx_err *e)
+static int read_record(struct httpd_req *r, struct snap_ctx *x, struct sbx_err *e)
 {
 	char key[RKEYS_MAX];
 
 	rkeys_snapshot(key, x->tenant, x->sid);
-	if (registry_command(c->a->reg, restore_got, x, "HGETALL %s", key) < 0) {
+	if (registry_command(x->a->reg, restore_got, x, "HGETALL %s", key) < 0) {
 		ctx_unref(x);
 		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "cannot read the snapshot, retry");
 	}
-	ctx_hold(x, c->r);
+	ctx_hold(x, r);
 	return 0;
 }
 
@@ -692,6 +732,22 @@ static struct snap_ctx *record_ctx(struct agent_call *c, const char *sid, struct
 	return x;
 }
 
+/* x's restore job for sb (x is released on failure). */
+static int restore_job(struct snap_ctx *x, const struct agent_sb *sb, struct sbx_err *e)
+{
+	x->job = calloc(1, sizeof(*x->job));
+	if (!x->job) {
+		ctx_unref(x);
+		return err_sys(e, ENOMEM, "restore");
+	}
+	snprintf(x->job->sid, sizeof(x->job->sid), "%s", x->sid);
+	x->job->max_entries = (uint64_t)x->a->conf->snapshots.max_entries;
+	x->job->max_bytes = (uint64_t)(sb->limits.disk_mib > 0 ? sb->limits.disk_mib
+							       : x->a->conf->sandbox.disk_mib)
+			    << 20;
+	return 0;
+}
+
 const struct jsonv_field agent_snap_restore_fields[] = {
 	{ "snapshot", JV_STRING, 1 },
 	{ "targetDir", JV_STRING, 0 },
@@ -706,23 +762,14 @@ int agent_snap_restore(struct agent_call *c, struct sbx_err *e)
 
 	if (!x)
 		return -1;
-	x->job = calloc(1, sizeof(*x->job));
-	if (!x->job) {
-		ctx_unref(x);
-		return err_sys(e, ENOMEM, "restore");
-	}
+	if (restore_job(x, c->sb, e) < 0)
+		return -1;
 	if (target &&
 	    parse_path(target, x->job->target, sizeof(x->job->target), "targetDir", e) < 0) {
 		ctx_unref(x);
 		return -1;
 	}
-	snprintf(x->job->sid, sizeof(x->job->sid), "%s", sid);
-	x->job->max_entries = (uint64_t)c->a->conf->snapshots.max_entries;
-	x->job->max_bytes =
-		(uint64_t)(c->sb->limits.disk_mib > 0 ? c->sb->limits.disk_mib
-						      : c->a->conf->sandbox.disk_mib)
-		<< 20;
-	return read_record(c, x, e);
+	return read_record(c->r, x, e);
 }
 
 int agent_snap_export(struct agent_call *c, struct sbx_err *e)
@@ -733,5 +780,23 @@ int agent_snap_export(struct agent_call *c, struct sbx_err *e)
 	if (!x)
 		return -1;
 	x->export = 1;
-	return read_record(c, x, e);
+	return read_record(c->r, x, e);
+}
+
+/* A start with restoreFrom (module.h): the snapshot into the new container. */
+int agent_snap_restore_on_start(struct httpd_req *r, struct agent_sb *sb, const char *sid,
+				 struct sbx_err *e)
+{
+	struct snap_ctx *x;
+
+	if (!get_store(httpd_ctx(r), e))
+		return -1;
+	x = ctx_of(httpd_ctx(r), sb, e);
+	if (!x)
+		return -1;
+	snprintf(x->sid, sizeof(x->sid), "%s", sid);
+	x->on_start = 1;
+	if (restore_job(x, sb, e) < 0)
+		return -1;
+	return read_record(r, x, e);
 }

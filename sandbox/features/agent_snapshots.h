@@ -19,6 +19,10 @@
 
 #include "call.h"
 
+/* agent_restore_on_start (module.h): a start's restoreFrom snapshot. */
+int agent_snap_restore_on_start(struct httpd_req *r, struct agent_sb *sb, const char *sid,
+				struct sbx_err *e);
+
 extern const struct jsonv_field agent_snap_create_fields[];
 extern const struct jsonv_field agent_snap_restore_fields[];
 

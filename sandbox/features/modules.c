@@ -5,6 +5,7 @@
 
 #include "agent_processes.h"
 #include "agent_sessions.h"
+#include "agent_snapshots.h"
 #include "agent_terminals.h"
 #include "files_worker.h"
 #include "forward.h"
@@ -21,3 +22,5 @@ const struct agent_module *const agent_modules[] = {
 	&fw_module,
 	NULL,
 };
+
+const agent_restore_fn agent_restore_on_start = agent_snap_restore_on_start;

@@ -196,12 +196,16 @@ def test_import_then_restore(api, box):
     assert sh(api, box, "cat /workspace/in.txt") == "imported\n"
 
 
-def test_corrupt_and_truncated_imports_are_refused(api, box):
+def test_corrupt_and_truncated_imports_are_refused(api, box, stack):
     good = tar_zst([member("workspace/f", data=os.urandom(200000))])
+    store = os.path.join(stack.dir, "snapshots", "dev")
+    before = (len(api("GET", "/v1/snapshots?sandbox=" + box).json()["snapshots"]),
+              sorted(os.listdir(store)))
     assert_error(put_archive(api, box, b"not an archive at all" * 100), 400, "INVALID_ARCHIVE")
     assert_error(put_archive(api, box, good[:len(good) // 2]), 400, "INVALID_ARCHIVE")
-    before = api("GET", "/v1/snapshots?sandbox=" + box).json()["snapshots"]
-    assert all(s["name"] != "bad" for s in before)
+    # no record and no archive (not even a temporary one) stays
+    assert (len(api("GET", "/v1/snapshots?sandbox=" + box).json()["snapshots"]),
+            sorted(os.listdir(store))) == before
 
 
 HOSTILE = {
@@ -274,3 +278,35 @@ def test_quota(stack, api, new_key):
         assert os.listdir(os.path.join(stack.dir, "snapshots", tenant)) == []
     finally:
         tapi("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+# -- fork ----------------------------------------------------------------------
+
+def test_fork_starts_a_new_sandbox_with_the_files(api, box):
+    sh(api, box, "rm -rf /workspace/* && mkdir -p /workspace/src && echo forked > /workspace/src/f")
+    r = snap(api, box)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    child = "sn-fork-" + uuid.uuid4().hex[:6]
+    try:
+        r = api("PUT", "/v1/sandboxes/" + child, json={"fromSnapshot": sid}, timeout=60)
+        assert r.status_code == 201, r.text
+        assert r.json()["restoreFrom"] == sid
+        assert sh(api, child, "cat /workspace/src/f") == "forked\n"
+        # a wake starts from the snapshot again (no persist: the files of
+        # the sleep are not kept, the fork's are)
+        sh(api, child, "echo later > /workspace/src/g")
+        assert api("POST", "/v1/sandboxes/%s/sleep" % child, timeout=60).status_code == 200
+        assert sh(api, child, "cat /workspace/src/f; ls /workspace/src") == "forked\nf\n"
+    finally:
+        api("DELETE", "/v1/sandboxes/" + child, timeout=30)
+
+
+def test_fork_bad_input(api, box):
+    assert_error(api("PUT", "/v1/sandboxes/sn-fork-bad", json={"fromSnapshot": "x"}), 400,
+                 "VALIDATION_FAILED")
+    assert_error(api("PUT", "/v1/sandboxes/sn-fork-none",
+                     json={"fromSnapshot": "sn-0000000000000000"}), 404, "SNAPSHOT_NOT_FOUND")
+    assert_error(api("GET", "/v1/sandboxes/sn-fork-none"), 404, "SANDBOX_NOT_FOUND")
+    assert_error(api("PATCH", "/v1/sandboxes/" + box,
+                     json={"fromSnapshot": "sn-0000000000000000"}), 400, "VALIDATION_FAILED")
