@@ -179,6 +179,7 @@ static void sb_free(struct agent_sb *sb)
 {
 	json_decref(sb->labels);
 	json_decref(sb->env);
+	json_decref(sb->persist);
 	agent_env_free(sb->base_env);
 	free(sb);
 }
@@ -239,6 +240,7 @@ struct put_req {
 	json_t *env, *labels;  /* borrowed from the body */
 	int64_t sleep_after_ms; /* -1: not given */
 	int keep_alive;         /* -1: not given */
+	json_t *persist;        /* borrowed from the body */
 	const char *restore_from; /* a snapshot to restore once started, or NULL */
 };
 
@@ -297,6 +299,9 @@ static int parse_put(const struct sbx_conf *conf, json_t *body, struct put_req *
 	p->labels = json_object_get(body, "labels");
 	if (p->labels && spec_labels(p->labels, e) < 0)
 		return -1;
+	p->persist = json_object_get(body, "persist");
+	if (p->persist && !json_is_array(json_object_get(p->persist, "paths")))
+		return err_set(e, SBX_E_VALIDATION, "persist must be {paths: [...]}");
 	p->restore_from = json_string_value(json_object_get(body, "restoreFrom"));
 	if (p->restore_from && !snapstore_id_valid(p->restore_from))
 		return err_set(e, SBX_E_VALIDATION, "restoreFrom must be a snapshot id");
@@ -329,6 +334,7 @@ const struct jsonv_field agent_sandbox_put_fields[] = {
 	{ "sleepAfter", JV_INTEGER | JV_STRING, 0 },
 	{ "keepAlive", JV_BOOL, 0 },
 	{ "restoreFrom", JV_STRING, 0 },
+	{ "persist", JV_OBJECT, 0 },
 	{ NULL, 0, 0 },
 };
 
@@ -345,6 +351,7 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	struct agent_sb *sb = c->sb, *fresh = NULL;
 	struct rt_spec spec;
 	unsigned running = 0;
+	char saved[24] = "";
 
 	if (parse_put(a->conf, c->body, &p, e) < 0 || agent_lease_check(a, e) < 0 ||
 	    agent_fence(a, c->key, p.epoch, e) < 0)
@@ -387,9 +394,19 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 		sb->sleep_after_ms = p.sleep_after_ms;
 	if (p.keep_alive >= 0)
 		sb->keep_alive = p.keep_alive;
+	if (sb->rt && !sb->dead) {
+		/* a restart of a persisting sandbox starts from what it had; the
+		 * record is at the new start's epoch already (fenced above) */
+		sb->epoch = p.epoch;
+		agent_persist_save(a, sb, saved);
+		if (saved[0])
+			p.restore_from = saved;
+	}
 	agent_sb_stop(a, sb);
 	json_decref(sb->labels);
 	json_decref(sb->env);
+	json_decref(sb->persist);
+	sb->persist = p.persist ? json_deep_copy(p.persist) : NULL;
 	agent_env_free(sb->base_env);
 	sb->labels = p.labels ? json_deep_copy(p.labels) : json_object();
 	sb->env = p.env ? json_deep_copy(p.env) : json_object();
@@ -472,8 +489,11 @@ int agent_sandbox_list(struct agent_call *c, struct sbx_err *e)
 
 int agent_sandbox_stop(struct agent_call *c, struct sbx_err *e)
 {
+	char saved[24];
+
 	if (!found(c, e))
 		return -1;
+	agent_persist_save(c->a, c->sb, saved);
 	agent_sb_stop(c->a, c->sb);
 	log_info("sandbox '%s' stopped", c->key);
 	httpd_reply_json(c->r, 200, agent_sb_json(c->sb));
@@ -529,4 +549,20 @@ int agent_lease_check(struct agent *a, struct sbx_err *e)
 		return err_set(e, SBX_E_NODE_UNAVAILABLE,
 			       "this node's lease in the registry has lapsed; retry");
 	return 0;
+}
+
+void agent_persist_save(struct agent *a, struct agent_sb *sb, char sid[24])
+{
+	struct sbx_err e;
+
+	sid[0] = '\0';
+	if (!sb->persist || !agent_persist_before_stop || !agent_sb_container(sb))
+		return;
+	err_clear(&e);
+	if (agent_persist_before_stop(a, sb, sid, &e) < 0) {
+		sid[0] = '\0';
+		log_warn("sandbox '%s': cannot save its persisted paths: %s", sb->key, e.msg);
+		return;
+	}
+	log_info("sandbox '%s': persisted paths saved as %s", sb->key, sid);
 }

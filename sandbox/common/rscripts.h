@@ -94,6 +94,14 @@ enum rscript_id {
 	 * index; ARGV sid: -> its location (record gone, bytes uncounted), or
 	 * false when there is no record. */
 	RSCRIPT_SNAPSHOT_DEL,
+	/* sbx-agent, a persisted sandbox saved before a stop. KEYS
+	 * snapbytes-counter record index sandbox-record; ARGV size quota
+	 * created-ms sid epoch sandbox-id field value…: while the sandbox's
+	 * epoch is still epoch and within the quota (less the save it
+	 * replaces), record it and make it the sandbox's restoreFrom; the
+	 * previous save (name "persist", same sandbox) goes -> {1, its
+	 * location or ''}; {0, ''} over the quota, {-1, ''} epoch moved. */
+	RSCRIPT_SNAPSHOT_PERSIST,
 	RSCRIPT__COUNT
 };
 

@@ -390,6 +390,29 @@ struct add_req {
 	int64_t quota;
 };
 
+/* q's record from the helper's answer ans, and the keys the scripts take:
+ * the tenant's byte count, the record, the tenant's index. */
+static void add_fill(struct add_req *q, const struct snap_ctx *x, const json_t *ans,
+		     char quota[24], char kbytes[RKEYS_MAX], char krec[RKEYS_MAX],
+		     char kidx[RKEYS_MAX])
+{
+	q->quota = x->a->conf->snapshots.tenant_quota_mib << 20;
+	snprintf(q->digest, sizeof(q->digest), "%s",
+		 json_string_value(json_object_get(ans, "digest")) ?: "");
+	util_xsnprintf(q->k.size, sizeof(q->k.size), "%lld",
+		       (long long)json_integer_value(json_object_get(ans, "size")));
+	util_xsnprintf(q->k.entries, sizeof(q->k.entries), "%lld",
+		       (long long)json_integer_value(json_object_get(ans, "entries")));
+	util_xsnprintf(q->k.bytes, sizeof(q->k.bytes), "%lld",
+		       (long long)json_integer_value(json_object_get(ans, "bytes")));
+	util_xsnprintf(q->k.created, sizeof(q->k.created), "%lld", (long long)util_wall_ms());
+	util_xsnprintf(quota, 24, "%lld", (long long)q->quota);
+	rec_fill(&q->k, x, q->digest);
+	rkeys_tenant(kbytes, x->tenant, "snapbytes");
+	rkeys_snapshot(krec, x->tenant, x->sid);
+	rkeys_tenant(kidx, x->tenant, "snapshots");
+}
+
 static void added(void *arg, struct redisReply *reply)
 {
 	struct add_req *q = arg;
@@ -443,24 +466,11 @@ static void on_archived(struct httpd_req *r, int status, json_t *body, void *ctx
 	}
 	q->x = x;
 	x->r = r;   /* until the call ends (ctx_unref) */
-	q->quota = x->a->conf->snapshots.tenant_quota_mib << 20;
-	snprintf(q->digest, sizeof(q->digest), "%s", json_string_value(json_object_get(body, "digest")));
-	util_xsnprintf(q->k.size, sizeof(q->k.size), "%lld",
-		       (long long)json_integer_value(json_object_get(body, "size")));
-	util_xsnprintf(q->k.entries, sizeof(q->k.entries), "%lld",
-		       (long long)json_integer_value(json_object_get(body, "entries")));
-	util_xsnprintf(q->k.bytes, sizeof(q->k.bytes), "%lld",
-		       (long long)json_integer_value(json_object_get(body, "bytes")));
-	util_xsnprintf(q->k.created, sizeof(q->k.created), "%lld", (long long)util_wall_ms());
-	util_xsnprintf(quota, sizeof(quota), "%lld", (long long)q->quota);
 	if (snapstore_commit(&store, &x->put, &e) < 0)
 		goto fail;
 	x->committed = 1;
-	rec_fill(&q->k, x, q->digest);
+	add_fill(q, x, body, quota, kbytes, krec, kidx);
 	kv = q->k.kv;
-	rkeys_tenant(kbytes, x->tenant, "snapbytes");
-	rkeys_snapshot(krec, x->tenant, x->sid);
-	rkeys_tenant(kidx, x->tenant, "snapshots");
 	x->refs++;
 	if (registry_command(x->a->reg, added, q,
 			     "EVAL %s 3 %s %s %s %s %s %s %s "
@@ -799,4 +809,93 @@ int agent_snap_restore_on_start(struct httpd_req *r, struct agent_sb *sb, const 
 	if (restore_job(x, sb, e) < 0)
 		return -1;
 	return read_record(r, x, e);
+}
+
+/* --- persisted paths (module.h agent_persist_before_stop) --- */
+
+struct persist_req {
+	char key[AGENT_KEY_MAX];
+	char sid[24];
+	char loc[SNAPSTORE_LOC_MAX];
+};
+
+static void persisted(void *arg, struct redisReply *rep)
+{
+	struct persist_req *q = arg;
+	struct sbx_err e;
+	int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+		 rep->element[0]->type == REDIS_REPLY_INTEGER;
+
+	if (ok && rep->element[0]->integer == 1) {
+		if (rep->element[1]->type == REDIS_REPLY_STRING && rep->element[1]->str[0] &&
+		    snapstore_remove(&store, rep->element[1]->str, &e) < 0)
+			log_warn("sandbox '%s': the previous save stays: %s", q->key, e.msg);
+	} else {
+		log_warn("sandbox '%s': save %s not recorded (%s); its archive goes", q->key, q->sid,
+			 !ok ? "no answer from redis"
+			 : rep->element[0]->integer == 0 ? "the tenant's snapshot quota is used up"
+							 : "the sandbox moved on");
+		if (snapstore_remove(&store, q->loc, &e) < 0)
+			log_warn("snapshot %s: %s", q->sid, e.msg);
+	}
+	free(q);
+}
+
+int agent_snap_persist(struct agent *a, struct agent_sb *sb, char sid[24], struct sbx_err *e)
+{
+	auto_free struct snap_job *j = calloc(1, sizeof(*j));
+	auto_free struct add_req *q = calloc(1, sizeof(*q));
+	struct persist_req *pr = calloc(1, sizeof(*pr));
+	char kbytes[RKEYS_MAX], krec[RKEYS_MAX], kidx[RKEYS_MAX], ksb[RKEYS_MAX], quota[24],
+		epoch[24];
+	struct snap_ctx *x = NULL;
+	struct fw_spec spec;
+	json_t *ans = NULL;
+	const char **kv;
+	int rc = -1;
+
+	if (!j || !q || !pr) {
+		err_sys(e, ENOMEM, "persist");
+		goto out;
+	}
+	if (!get_store(a, e) || parse_paths(json_object_get(sb->persist, "paths"), j, e) < 0 ||
+	    !(x = ctx_of(a, sb, e)))
+		goto out;
+	j->max_entries = (uint64_t)a->conf->snapshots.max_entries;
+	snprintf(x->name, sizeof(x->name), "persist");
+	if (new_snapshot(x, e) < 0 || paths_json(j, x->paths, sizeof(x->paths), e) < 0)
+		goto out;
+	job_spec(&spec, FW_COLLECT, child_create, j, x->put.fd);
+	if (fw_run(sb, &spec, &ans, e) < 0 || snapstore_commit(&store, &x->put, e) < 0)
+		goto out;
+	x->committed = 1;
+	add_fill(q, x, ans, quota, kbytes, krec, kidx);
+	kv = q->k.kv;
+	util_xsnprintf(epoch, sizeof(epoch), "%lld", (long long)sb->epoch);
+	rkeys_sandbox(ksb, x->tenant, x->sandbox);
+	snprintf(pr->key, sizeof(pr->key), "%s", sb->key);
+	snprintf(pr->sid, sizeof(pr->sid), "%s", x->sid);
+	snprintf(pr->loc, sizeof(pr->loc), "%s", x->put.loc);
+	if (registry_command(a->reg, persisted, pr,
+			     "EVAL %s 4 %s %s %s %s %s %s %s %s %s %s "
+			     "%s %s %s %s %s %s %s %s %s %s %s %s "
+			     "%s %s %s %s %s %s %s %s %s %s %s %s",
+			     rscripts_source(RSCRIPT_SNAPSHOT_PERSIST), kbytes, krec, kidx, ksb,
+			     q->k.size, quota, q->k.created, x->sid, epoch, x->sandbox, kv[0], kv[1],
+			     kv[2], kv[3], kv[4], kv[5], kv[6], kv[7], kv[8], kv[9], kv[10], kv[11],
+			     kv[12], kv[13], kv[14], kv[15], kv[16], kv[17], kv[18], kv[19], kv[20],
+			     kv[21], kv[22], kv[23]) < 0) {
+		err_set(e, SBX_E_REDIS_UNAVAILABLE, "cannot record the save");
+		drop_archive(x);
+		goto out;
+	}
+	pr = NULL;   /* the reply's */
+	snprintf(sid, 24, "%s", x->sid);
+	rc = 0;
+out:
+	free(pr);
+	json_decref(ans);
+	if (x)
+		ctx_unref(x);
+	return rc;
 }

@@ -30,5 +30,7 @@ int agent_snap_create(struct agent_call *c, struct sbx_err *e);
 int agent_snap_restore(struct agent_call *c, struct sbx_err *e);
 int agent_snap_import(struct agent_call *c, struct sbx_err *e);
 int agent_snap_export(struct agent_call *c, struct sbx_err *e);
+/* agent_persist_before_stop (module.h): save sb's persist paths. */
+int agent_snap_persist(struct agent *a, struct agent_sb *sb, char sid[24], struct sbx_err *e);
 
 #endif

@@ -739,6 +739,84 @@ fail:
 	return -1;
 }
 
+/* The helper of a call the agent waits for (fw_run): no request, no loop. */
+int fw_run(struct agent_sb *sb, const struct fw_spec *spec, json_t **answer, struct sbx_err *e)
+{
+	struct rt_sandbox *rsb = agent_sb_container(sb);
+	struct rt_helper h = { .mnt_fd = -1, .user_fd = -1 };
+	int sv[2] = { -1, -1 }, proc = -1, status = 0, rc = -1, ended = 0;
+	struct fw_result head;
+	struct buf body;
+	char *rec = NULL;
+	pid_t pid = -1;
+
+	*answer = NULL;
+	memset(&head, 0, sizeof(head));
+	buf_init(&body, FW_COLLECT_MAX);
+	if (!rsb)
+		return err_set(e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
+	if (rt_helper_open(rsb, &h, e) < 0)
+		return -1;
+	rec = malloc(FW_BUF);
+	if (!rec || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 ||
+	    (proc = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		err_sys(e, errno, "helper");
+		goto out;
+	}
+	pid = fork();
+	if (pid < 0) {
+		err_sys(e, errno, "fork of a helper");
+		goto out;
+	}
+	if (pid == 0) {
+		close(sv[0]);
+		child_main(rsb, &h, sv[1], proc, spec);
+	}
+	close(sv[1]);
+	sv[1] = -1;
+	for (;;) {
+		int fd;
+		ssize_t n = recv_rec(sv[0], rec, FW_BUF, &fd);
+
+		if (fd >= 0)
+			close(fd);
+		if (n <= 0)
+			break;
+		if (rec[0] == 'R' && (size_t)n == 1 + sizeof(head)) {
+			memcpy(&head, rec + 1, sizeof(head));
+			head.msg[sizeof(head.msg) - 1] = '\0';
+		} else if (rec[0] == 'D' && buf_add(&body, rec + 1, (size_t)n - 1) < 0) {
+			break;
+		} else if (rec[0] == 'E') {
+			ended = 1;
+			break;
+		}
+	}
+	close(sv[0]);
+	sv[0] = -1;
+	kill(pid, SIGKILL);   /* done with it: a helper that lingers goes */
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (head.status == 0 && head.code > SBX_E_NONE && head.code < SBX_E__COUNT) {
+		err_set(e, (enum sbx_ecode)head.code, "%s", head.msg);
+	} else if (!ended || head.status == 0) {
+		err_set(e, SBX_E_INTERNAL, "helper of '%s' ended without an answer", sb->key);
+	} else {
+		*answer = json_loadb(body.data ? body.data : "", body.len, 0, NULL);
+		rc = *answer ? 0 : err_set(e, SBX_E_INTERNAL, "helper of '%s' sent bad JSON", sb->key);
+	}
+out:
+	rt_helper_release(&h);
+	for (int i = 0; i < 2; i++)
+		if (sv[i] >= 0)
+			close(sv[i]);
+	if (proc >= 0)
+		close(proc);
+	free(rec);
+	buf_release(&body);
+	return rc;
+}
+
 /* The container of sb is gone: its helpers die with it (they are in its
  * cgroups, which rt_destroy emptied) and their requests answer so. */
 static void fw_container_gone(struct agent *a, struct agent_sb *sb)

@@ -120,6 +120,13 @@ struct fw_spec {
 int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spec,
 	     struct sbx_err *e);
 
+/* Run the helper of spec (fn, arg, xfd, timeout_s; the mode is ignored)
+ * on sb and wait for it: the agent's loop is held meanwhile, so only for
+ * work the agent must finish before it goes on (a persisted workspace
+ * saved before its container stops). 0 with *answer its success JSON (new
+ * reference), or -1 with e. */
+int fw_run(struct agent_sb *sb, const struct fw_spec *spec, json_t **answer, struct sbx_err *e);
+
 extern const struct agent_module fw_module;
 
 #endif

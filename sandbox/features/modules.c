@@ -24,3 +24,4 @@ const struct agent_module *const agent_modules[] = {
 };
 
 const agent_restore_fn agent_restore_on_start = agent_snap_restore_on_start;
+const agent_persist_fn agent_persist_before_stop = agent_snap_persist;

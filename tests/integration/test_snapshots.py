@@ -310,3 +310,53 @@ def test_fork_bad_input(api, box):
     assert_error(api("GET", "/v1/sandboxes/sn-fork-none"), 404, "SANDBOX_NOT_FOUND")
     assert_error(api("PATCH", "/v1/sandboxes/" + box,
                      json={"fromSnapshot": "sn-0000000000000000"}), 400, "VALIDATION_FAILED")
+
+
+# -- persist -------------------------------------------------------------------
+
+def test_persist_keeps_files_across_sleep_and_restart(api, stack):
+    sid = new_box(api, persist={"paths": ["/workspace", "/root"]})
+    try:
+        assert api("GET", "/v1/sandboxes/" + sid).json()["persist"] == {
+            "paths": ["/workspace", "/root"]}
+        sh(api, sid, "mkdir -p /workspace/d && echo one > /workspace/d/a && echo r > /root/r")
+        assert api("POST", "/v1/sandboxes/%s/sleep" % sid, timeout=60).status_code == 200
+        first = stack.wait("the save is recorded", lambda: api(
+            "GET", "/v1/sandboxes/" + sid).json().get("restoreFrom"))
+        # the wake (this exec) restores both paths
+        assert sh(api, sid, "cat /workspace/d/a /root/r") == "one\nr\n"
+        sh(api, sid, "echo two > /workspace/b")
+        assert api("POST", "/v1/sandboxes/%s/restart" % sid, timeout=60).status_code == 200
+        assert sh(api, sid, "cat /workspace/d/a /workspace/b") == "one\ntwo\n"
+        rec = api("GET", "/v1/sandboxes/" + sid).json()
+        assert rec["restoreFrom"] != first
+        # each save replaces the one before: one persisted snapshot stays
+        saves = [s for s in api("GET", "/v1/snapshots?sandbox=" + sid).json()["snapshots"]
+                 if s.get("name") == "persist"]
+        assert [s["id"] for s in saves] == [rec["restoreFrom"]]
+        assert_error(api("GET", "/v1/snapshots/" + first), 404, "SNAPSHOT_NOT_FOUND")
+    finally:
+        api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def test_persist_keeps_files_across_an_idle_sleep(api, stack):
+    sid = new_box(api, persist={"paths": ["/workspace"]}, sleepAfter="1s")
+    try:
+        sh(api, sid, "echo idle > /workspace/i")
+        stack.wait("the idle sandbox sleeps", lambda: api(
+            "GET", "/v1/sandboxes/" + sid).json()["state"] == "sleeping", timeout=30)
+        assert api("GET", "/v1/sandboxes/" + sid).json().get("restoreFrom", "").startswith("sn-")
+        assert sh(api, sid, "cat /workspace/i") == "idle\n"
+    finally:
+        api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def test_persist_bad_input(api, box):
+    for bad in ({"paths": []}, {"paths": ["rel"]}, {"paths": ["/a/../b"]}, {"paths": "/w"},
+                {"paths": ["/w"], "other": 1}):
+        assert_error(api("PUT", "/v1/sandboxes/sn-persist-bad", json={"persist": bad}), 400,
+                     "VALIDATION_FAILED")
+    assert_error(api("PUT", "/v1/sandboxes/sn-persist-bad",
+                     json={"persist": {"paths": ["/w"], "intervalS": 60}}), 501, "NOT_IMPLEMENTED")
+    assert_error(api("PATCH", "/v1/sandboxes/" + box, json={"persist": {"paths": ["/w"]}}), 400,
+                 "VALIDATION_FAILED")
