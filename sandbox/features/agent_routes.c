@@ -52,6 +52,10 @@ const struct agent_call_spec agent_call_snap_restore = { agent_snap_restore, DAT
 							 agent_snap_restore_fields };
 const struct agent_call_spec agent_call_snap_import = { agent_snap_import, DATA, NULL };
 const struct agent_call_spec agent_call_snap_export = { agent_snap_export, DATA, NULL };
+const struct agent_call_spec agent_call_snap_to_file = { agent_snap_to_file, DATA_JSON,
+							 agent_snap_file_fields };
+const struct agent_call_spec agent_call_snap_from_file = { agent_snap_from_file, DATA_JSON,
+							   agent_snap_file_fields };
 
 const struct httpd_route agent_routes[] = {
 	{ "GET", "/agent/v1/sandboxes", AGENT_CALL(agent_sandbox_list, 0, NULL) },

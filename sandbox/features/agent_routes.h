@@ -37,5 +37,8 @@ extern const struct agent_call_spec agent_call_snap_create;
 extern const struct agent_call_spec agent_call_snap_restore;
 extern const struct agent_call_spec agent_call_snap_import;
 extern const struct agent_call_spec agent_call_snap_export;
+/* Compat only (no route of its own): the SDK's backup archives. */
+extern const struct agent_call_spec agent_call_snap_to_file;
+extern const struct agent_call_spec agent_call_snap_from_file;
 
 #endif

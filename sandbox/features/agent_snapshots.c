@@ -899,3 +899,102 @@ out:
 		ctx_unref(x);
 	return rc;
 }
+
+/* --- archives as files of the sandbox (the compat view's backups) --- */
+
+static int child_to_file(void *arg, const struct fw_env *env)
+{
+	const struct snap_job *j = arg;
+	const char *paths[SNAP_PATHS_MAX], *excl[SNAP_EXCLUDE_MAX];
+	struct snap_sum sum;
+	struct sbx_err e;
+	int fd, rc;
+
+	err_clear(&e);
+	job_ptrs(j, paths, excl);
+	fd = snap_open_file(env->root, j->target, 1, &e);
+	rc = fd < 0 ? -1
+		    : snap_archive_write(env->root, paths, j->npaths, excl, j->nexclude, fd,
+					 j->max_entries, &sum, &e);
+	if (fd >= 0 && (rc < 0 || fsync(fd) < 0)) {
+		if (rc == 0)
+			rc = err_set(&e, SBX_E_NO_SPACE, "cannot write '%s'", j->target);
+	}
+	if (fd >= 0)
+		close(fd);
+	return child_answer(env, rc, &e, &sum, json_pack("{s:s}", "archivePath", j->target));
+}
+
+static int child_from_file(void *arg, const struct fw_env *env)
+{
+	const struct snap_job *j = arg;
+	const char *paths[SNAP_PATHS_MAX];
+	struct snap_sum sum;
+	struct sbx_err e;
+	int fd, rc;
+
+	err_clear(&e);
+	job_ptrs(j, paths, NULL);
+	fd = snap_open_file(env->root, j->target, 0, &e);
+	rc = fd < 0 ? -1
+		    : snap_archive_extract(env->root, fd, paths, j->npaths, NULL, j->max_bytes,
+					   j->max_entries, &sum, &e);
+	if (fd >= 0)
+		close(fd);
+	return child_answer(env, rc, &e, &sum, NULL);
+}
+
+const struct jsonv_field agent_snap_file_fields[] = {
+	{ "dir", JV_STRING, 1 },
+	{ "archivePath", JV_STRING, 1 },
+	{ "exclude", JV_ARRAY, 0 },
+	{ NULL, 0, 0 },
+};
+
+/* {dir, archivePath, exclude?} into a job: one path, the file as target. */
+static struct snap_job *file_job(struct agent_call *c, struct sbx_err *e)
+{
+	struct snap_job *j = calloc(1, sizeof(*j));
+	json_t *dirs;
+
+	if (!j) {
+		err_sys(e, ENOMEM, "backup");
+		return NULL;
+	}
+	dirs = json_pack("[O]", json_object_get(c->body, "dir"));
+	if (parse_paths(dirs, j, e) < 0 ||
+	    parse_exclude(json_object_get(c->body, "exclude"), j, e) < 0 ||
+	    parse_path(json_string_value(json_object_get(c->body, "archivePath")), j->target,
+		       sizeof(j->target), "archivePath", e) < 0) {
+		json_decref(dirs);
+		free(j);
+		return NULL;
+	}
+	json_decref(dirs);
+	j->max_entries = (uint64_t)c->a->conf->snapshots.max_entries;
+	j->max_bytes = (uint64_t)(c->sb->limits.disk_mib > 0 ? c->sb->limits.disk_mib
+							     : c->a->conf->sandbox.disk_mib)
+		       << 20;
+	return j;
+}
+
+static int file_call(struct agent_call *c, fw_child_fn fn, struct sbx_err *e)
+{
+	auto_free struct snap_job *j = file_job(c, e);
+	struct fw_spec spec;
+
+	if (!j)
+		return -1;
+	job_spec(&spec, FW_COLLECT, fn, j, 0);
+	return fw_start(c->r, c->sb, &spec, e);
+}
+
+int agent_snap_to_file(struct agent_call *c, struct sbx_err *e)
+{
+	return file_call(c, child_to_file, e);
+}
+
+int agent_snap_from_file(struct agent_call *c, struct sbx_err *e)
+{
+	return file_call(c, child_from_file, e);
+}

@@ -30,6 +30,15 @@ int agent_snap_create(struct agent_call *c, struct sbx_err *e);
 int agent_snap_restore(struct agent_call *c, struct sbx_err *e);
 int agent_snap_import(struct agent_call *c, struct sbx_err *e);
 int agent_snap_export(struct agent_call *c, struct sbx_err *e);
+/* The compat view's backups (agent_compat.c): {dir, archivePath,
+ * exclude?}: the archive of dir written to the sandbox's file archivePath
+ * (-> {size, digest, entries, bytes, archivePath}), or the archive of that
+ * file restored into dir (-> {size, digest, entries, bytes}), by the same
+ * rules as snapshots (snap_archive.h). */
+extern const struct jsonv_field agent_snap_file_fields[];
+int agent_snap_to_file(struct agent_call *c, struct sbx_err *e);
+int agent_snap_from_file(struct agent_call *c, struct sbx_err *e);
+
 /* agent_persist_before_stop (module.h): save sb's persist paths. */
 int agent_snap_persist(struct agent *a, struct agent_sb *sb, char sid[24], struct sbx_err *e);
 

@@ -309,6 +309,58 @@ static int open_parent_of(int root, const char *p, const char **base, struct sbx
 	return fd;
 }
 
+int snap_open_file(int root, const char *p, int write, struct sbx_err *e)
+{
+	const uint64_t res = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+	char comp[NAME_MAX + 1];
+	const char *slash = strrchr(p, '/');
+	struct stat st;
+	int cur, fd;
+
+	if (p[0] != '/' || !slash || !slash[1] || strlen(slash + 1) > NAME_MAX)
+		return err_set(e, SBX_E_VALIDATION, "'%s' is not a file path", p);
+	cur = open_in(root, ".", O_PATH | O_DIRECTORY, res);
+	for (const char *q = p + 1; cur >= 0 && q < slash;) {
+		const char *end = strchr(q, '/');
+		size_t n = (size_t)(end - q);
+		int next;
+
+		if (n == 0 || n > NAME_MAX) {
+			close(cur);
+			return err_set(e, SBX_E_VALIDATION, "'%s' is not a file path", p);
+		}
+		memcpy(comp, q, n);
+		comp[n] = '\0';
+		next = open_in(cur, comp, O_PATH | O_DIRECTORY, res);
+		if (next < 0 && errno == ENOENT && write && mkdirat(cur, comp, 0755) == 0)
+			next = open_in(cur, comp, O_PATH | O_DIRECTORY, res);
+		close(cur);
+		cur = next;
+		q = end + 1;
+	}
+	if (cur < 0)
+		return err_set(e, errno == ENOENT || errno == ENOTDIR ? SBX_E_FILE_NOT_FOUND
+								   : SBX_E_VALIDATION,
+			       "cannot open the directory of '%s': %s", p, strerror(errno));
+	if (write && !files_fs_allowed(cur, 1)) {
+		close(cur);
+		return err_set(e, SBX_E_FORBIDDEN, "'%s' is not on the sandbox's own storage", p);
+	}
+	fd = openat(cur, slash + 1,
+		    write ? O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC
+			  : O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+		    0600);
+	close(cur);
+	if (fd < 0)
+		return err_set(e, errno == ENOENT ? SBX_E_FILE_NOT_FOUND : SBX_E_VALIDATION,
+			       "cannot open '%s': %s", p, strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return err_set(e, SBX_E_NOT_REGULAR_FILE, "'%s' is not a regular file", p);
+	}
+	return fd;
+}
+
 int snap_archive_write(int root, const char *const *paths, size_t npaths,
 		       const char *const *exclude, size_t nexclude, int out, uint64_t max_entries,
 		       struct snap_sum *sum, struct sbx_err *e)

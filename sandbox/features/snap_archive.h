@@ -66,6 +66,13 @@ int snap_archive_extract(int root, int in, const char *const *paths, size_t npat
 			 const char *target, uint64_t max_bytes, uint64_t max_entries,
 			 struct snap_sum *sum, struct sbx_err *e);
 
+/* The file at abs path p in root, opened inside it (openat2
+ * RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS): for write, created or
+ * truncated (missing parents made, 0755; a final symlink is refused) on
+ * the sandbox's own storage; for read, a regular file. The fd, or -1 with
+ * e. */
+int snap_open_file(int root, const char *p, int write, struct sbx_err *e);
+
 /* Is name (an archive entry's) safe, and under which of paths (their
  * relative forms, "workspace")? The index, with *sub the rest after
  * "<path>/" ("" for the path itself), or -1 with e. Pure. */

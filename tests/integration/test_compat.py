@@ -89,7 +89,7 @@ def test_bad_background_execute_is_a_400_not_a_500(api, box):
 
 def test_unsupported_routes_are_a_404_in_the_sdks_shape(api, box):
     for method, route in (("POST", "git/checkout"), ("GET", "commands"),
-                          ("POST", "backup/create"), ("POST", "execute/code")):
+                          ("POST", "backup/upload-parts"), ("POST", "execute/code")):
         r = cf(api, box, method, route, json={})
         assert r.status_code == 404, (route, r.text)
         assert r.json()["code"] == "NOT_FOUND"

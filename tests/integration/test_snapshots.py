@@ -360,3 +360,35 @@ def test_persist_bad_input(api, box):
                      json={"persist": {"paths": ["/w"], "intervalS": 60}}), 501, "NOT_IMPLEMENTED")
     assert_error(api("PATCH", "/v1/sandboxes/" + box, json={"persist": {"paths": ["/w"]}}), 400,
                  "VALIDATION_FAILED")
+
+
+# -- the Cloudflare SDK's backup routes ------------------------------------------
+
+def cf(api, sid, route, **body):
+    return api("POST", "/v1/sandboxes/%s/cf/api/%s" % (sid, route), json=body, timeout=60)
+
+
+def test_cf_backup_create_and_restore(api, box, canary):
+    sh(api, box, "rm -rf /workspace/* && mkdir -p /workspace/p/node_modules && "
+                 "echo keep > /workspace/p/k && echo x > /workspace/p/node_modules/x")
+    r = cf(api, box, "backup/create", dir="/workspace/p", archivePath="/var/backups/b1.sqsh",
+           excludes=["node_modules", "**/*.log"], sessionId="s1")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["success"] is True and body["sizeBytes"] > 0
+    assert int(sh(api, box, "stat -c %s /var/backups/b1.sqsh")) == body["sizeBytes"]
+    sh(api, box, "rm -rf /workspace/p && mkdir /workspace/p && echo new > /workspace/p/n")
+    r = cf(api, box, "backup/restore", dir="/workspace/p", archivePath="/var/backups/b1.sqsh")
+    assert r.status_code == 200, r.text
+    assert r.json()["success"] is True and r.json()["dir"] == "/workspace/p"
+    assert sh(api, box, "ls -A /workspace/p") == "k\n"
+    # a hostile archive put there by the sandbox is refused the same way
+    evil = tar_zst([member("workspace/p/l", tarfile.SYMTYPE, link=os.path.dirname(canary)),
+                    member("workspace/p/l/" + os.path.basename(canary), data=b"x")])
+    assert api("PUT", "/v1/sandboxes/%s/files/%%2Fvar%%2Fbackups%%2Fevil" % box,
+               data=evil).status_code == 201
+    r = cf(api, box, "backup/restore", dir="/workspace/p", archivePath="/var/backups/evil")
+    assert r.status_code == 400, r.text
+    assert sh(api, box, "ls -A /workspace/p") == "k\n"
+    r = cf(api, box, "backup/restore", dir="/workspace/p", archivePath="/var/backups/none")
+    assert r.status_code == 404, r.text
