@@ -14,6 +14,8 @@
 #include "spec.h"
 #include "util.h"
 
+#include <hiredis/hiredis.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -487,16 +489,60 @@ int agent_sandbox_list(struct agent_call *c, struct sbx_err *e)
 	return 0;
 }
 
+/* A stop answered once Redis has applied what came before it. */
+struct stop_answer {
+	struct httpd_req *r;       /* NULL once the request is over */
+	json_t *body;
+};
+
+static void stop_answer_closed(void *arg, int failed)
+{
+	struct stop_answer *q = arg;
+
+	(void)failed;
+	q->r = NULL;
+}
+
+static void stop_answer_reply(void *arg, struct redisReply *reply)
+{
+	struct stop_answer *q = arg;
+
+	(void)reply;
+	if (q->r) {
+		httpd_on_close(q->r, NULL, NULL);
+		httpd_reply_json(q->r, 200, q->body);
+	} else {
+		json_decref(q->body);
+	}
+	free(q);
+}
+
 int agent_sandbox_stop(struct agent_call *c, struct sbx_err *e)
 {
+	struct stop_answer *q;
 	char saved[24];
+	json_t *body;
 
 	if (!found(c, e))
 		return -1;
 	agent_persist_save(c->a, c->sb, saved);
 	agent_sb_stop(c->a, c->sb);
 	log_info("sandbox '%s' stopped", c->key);
-	httpd_reply_json(c->r, 200, agent_sb_json(c->sb));
+	body = agent_sb_json(c->sb);
+	/* A save is recorded by a command already queued on the registry's
+	 * connection: answer after a PING behind it, so the next start (which
+	 * sbx-api may ask for as soon as it has this answer) reads the save's
+	 * restoreFrom. */
+	q = saved[0] ? calloc(1, sizeof(*q)) : NULL;
+	if (q && registry_command(c->a->reg, stop_answer_reply, q, "PING") == 0) {
+		q->r = c->r;
+		q->body = body;
+		httpd_on_close(c->r, stop_answer_closed, q);
+		httpd_defer(c->r);
+		return 0;
+	}
+	free(q);
+	httpd_reply_json(c->r, 200, body);
 	return 0;
 }
 

@@ -323,8 +323,8 @@ def test_persist_keeps_files_across_sleep_and_restart(api, stack):
             "paths": ["/workspace", "/root"]}
         sh(api, sid, "mkdir -p /workspace/d && echo one > /workspace/d/a && echo r > /root/r")
         assert api("POST", "/v1/sandboxes/%s/sleep" % sid, timeout=60).status_code == 200
-        first = stack.wait("the save is recorded", lambda: api(
-            "GET", "/v1/sandboxes/" + sid).json().get("restoreFrom"))
+        # the stop is answered once the save is recorded
+        first = api("GET", "/v1/sandboxes/" + sid).json()["restoreFrom"]
         # the wake (this exec) restores both paths
         assert sh(api, sid, "cat /workspace/d/a /root/r") == "one\nr\n"
         sh(api, sid, "echo two > /workspace/b")
