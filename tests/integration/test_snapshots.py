@@ -353,6 +353,31 @@ def test_persist_keeps_files_across_an_idle_sleep(api, stack):
         api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 
 
+def test_persist_survives_a_killed_node(api, stack):
+    """kill -9 of the owner: the sandbox is re-placed on the other agent
+    and starts from its last save (the dir store is shared by both)."""
+    import signal
+    if stack.agents < 2:
+        pytest.skip("needs two agents")
+    sid = new_box(api, persist={"paths": ["/workspace"]})
+    try:
+        sh(api, sid, "echo saved > /workspace/s")
+        assert api("POST", "/v1/sandboxes/%s/sleep" % sid, timeout=60).status_code == 200
+        sh(api, sid, "echo unsaved > /workspace/u")   # wakes it; never saved
+        dead = api("GET", "/v1/sandboxes/" + sid).json()["node"]
+        os.kill(stack.pid(dead), signal.SIGKILL)
+        try:
+            stack.wait("the alive key of %s to expire" % dead, lambda: stack.redis_cli(
+                "EXISTS", "sbx:node:{%s}:alive" % dead) == "0", timeout=15)
+            assert sh(api, sid, "cat /workspace/s; ls /workspace") == "saved\ns\n"
+            assert api("GET", "/v1/sandboxes/" + sid).json()["node"] != dead
+        finally:
+            stack.run("start", dead)
+            stack.wait_healthy(timeout=20)
+    finally:
+        api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
 def test_persist_bad_input(api, box):
     for bad in ({"paths": []}, {"paths": ["rel"]}, {"paths": ["/a/../b"]}, {"paths": "/w"},
                 {"paths": ["/w"], "other": 1}):
