@@ -11,17 +11,51 @@
 
 #define SNAP_SUFFIX ".tar.zst"
 
+static int copy(char *out, size_t n, const char *v, const char *what, struct sbx_err *e)
+{
+	if ((size_t)snprintf(out, n, "%s", v) >= n)
+		return err_set(e, SBX_E_VALIDATION, "%s is too long", what);
+	return 0;
+}
+
 int snapstore_init(struct snapstore *s, const struct sbx_conf *conf, struct sbx_err *e)
 {
+	const char *store = conf->snapshots.store;
+
 	memset(s, 0, sizeof(*s));
-	if (strcmp(conf->snapshots.store, "dir") != 0)
-		return err_set(e, SBX_E_NOT_IMPLEMENTED, "snapshot store '%s' is not built in",
-			       conf->snapshots.store);
 	if (conf->snapshots.dir[0] != '/')
 		return err_set(e, SBX_E_VALIDATION, "snapshots.dir must be an absolute path");
-	s->ops = &snapstore_dir_ops;
-	if ((size_t)snprintf(s->root, sizeof(s->root), "%s", conf->snapshots.dir) >= sizeof(s->root))
-		return err_set(e, SBX_E_VALIDATION, "snapshots.dir is too long");
+	if (copy(s->root, sizeof(s->root), conf->snapshots.dir, "snapshots.dir", e) < 0)
+		return -1;
+	if (strcmp(store, "dir") == 0) {
+		s->ops = &snapstore_dir_ops;
+		return 0;
+	}
+	if (strcmp(store, "s3") != 0)
+		return err_set(e, SBX_E_NOT_IMPLEMENTED, "snapshot store '%s' is not built in", store);
+	if (strncmp(conf->snapshots.s3_endpoint, "http://", 7) != 0 &&
+	    strncmp(conf->snapshots.s3_endpoint, "https://", 8) != 0)
+		return err_set(e, SBX_E_VALIDATION, "snapshots.s3_endpoint must be an http(s) URL");
+	if (!conf->snapshots.s3_bucket[0])
+		return err_set(e, SBX_E_VALIDATION, "snapshots.s3_bucket is empty");
+	s->ops = &snapstore_s3_ops;
+	s->s3.virtual_host = strcmp(conf->snapshots.s3_style, "virtual") == 0;
+	if (copy(s->s3.endpoint, sizeof(s->s3.endpoint), conf->snapshots.s3_endpoint,
+		 "snapshots.s3_endpoint", e) < 0)
+		return -1;
+	{
+		size_t n = strlen(s->s3.endpoint);
+
+		while (n && s->s3.endpoint[n - 1] == '/')
+			s->s3.endpoint[--n] = '\0';
+	}
+	if (copy(s->s3.bucket, sizeof(s->s3.bucket), conf->snapshots.s3_bucket, "bucket", e) < 0 ||
+	    copy(s->s3.region, sizeof(s->s3.region), conf->snapshots.s3_region, "region", e) < 0 ||
+	    copy(s->s3.access_key, sizeof(s->s3.access_key), conf->snapshots.s3_access_key, "key",
+		 e) < 0 ||
+	    copy(s->s3.secret_key, sizeof(s->s3.secret_key), conf->snapshots.s3_secret_key, "key",
+		 e) < 0)
+		return -1;
 	return 0;
 }
 

@@ -7,7 +7,7 @@
  * written to the fd of snapstore_create and becomes visible only with
  * snapstore_commit (a crashed or failed writer leaves no archive under
  * the location); snapstore_abort throws it away. Each variant is one file
- * (snapstore_dir.c; an s3 variant adds its own ops).
+ * (snapstore_dir.c, snapstore_s3.c).
  */
 #ifndef SBX_SNAPSTORE_H
 #define SBX_SNAPSTORE_H
@@ -44,10 +44,19 @@ struct snapstore_ops {
 
 struct snapstore {
 	const struct snapstore_ops *ops;
-	char root[CONF_STR_MAX];
+	char root[CONF_STR_MAX];       /* dir: the store; s3: the spool */
+	struct {
+		char endpoint[CONF_STR_MAX];
+		char bucket[CONF_STR_MAX];
+		char region[CONF_STR_MAX];
+		char access_key[CONF_STR_MAX];
+		char secret_key[CONF_STR_MAX];
+		int virtual_host;
+	} s3;
 };
 
 extern const struct snapstore_ops snapstore_dir_ops;
+extern const struct snapstore_ops snapstore_s3_ops;
 
 /* The store conf names (snapshots.store, snapshots.dir) into s; -1 with e
  * when the store is unknown or badly configured. */

@@ -419,3 +419,80 @@ def test_cf_backup_create_and_restore(api, box, canary):
     assert sh(api, box, "ls -A /workspace/p") == "k\n"
     r = cf(api, box, "backup/restore", dir="/workspace/p", archivePath="/var/backups/none")
     assert r.status_code == 404, r.text
+
+
+# -- the s3 store ----------------------------------------------------------------
+
+S3RVER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "standin",
+                      "s3rver")
+
+
+def test_s3_store_round_trip_on_a_stand_in():
+    """The s3 store against s3rver (a stand-in for an S3-compatible store
+    on loopback, started here; it does not check signatures), on a stack
+    of its own: snapshot, list, export, restore, fork, delete."""
+    import shutil
+    import subprocess
+    import time
+    from conftest import free_port, stack_down, stack_up
+
+    for tool in ("node", "npm"):
+        assert shutil.which(tool), "%s is missing: run deploy/deps" % tool
+    if not os.path.isdir(os.path.join(S3RVER, "node_modules", "s3rver")):
+        r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=S3RVER,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, "npm ci failed:\n%s%s" % (r.stdout, r.stderr)
+    data = tempfile_dir()
+    port = free_port()
+    s3 = subprocess.Popen([os.path.join(S3RVER, "node_modules", ".bin", "s3rver"), "-d", data,
+                           "-a", "127.0.0.1", "-p", str(port), "--configure-bucket", "snaps",
+                           "--silent"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    st = None
+    try:
+        for _ in range(100):
+            try:
+                import socket
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        st = stack_up(agents=1, overrides=[
+            "snapshots.store=s3", "snapshots.s3_endpoint=http://127.0.0.1:%d" % port,
+            "snapshots.s3_bucket=snaps", "snapshots.s3_access_key=S3RVER",
+            "snapshots.s3_secret_key=S3RVER-secret-never-logged"])
+        sid = new_box(st.api)
+        sh(st.api, sid, "mkdir -p /workspace/q && echo s3 > /workspace/q/f")
+        r = snap(st.api, sid)
+        assert r.status_code == 201, r.text
+        rec = r.json()
+        assert rec["store"] == "s3"
+        objects = [os.path.join(d, f) for d, _, fs in os.walk(data) for f in fs]
+        assert any(rec["id"] in o for o in objects), objects
+        got = st.api("GET", "/v1/sandboxes/%s/archive?snapshot=%s" % (sid, rec["id"]), timeout=60)
+        assert hashlib.sha256(got.content).hexdigest() == rec["digest"]
+        sh(st.api, sid, "rm -rf /workspace/q")
+        assert restore(st.api, sid, snapshot=rec["id"]).status_code == 200
+        assert sh(st.api, sid, "cat /workspace/q/f") == "s3\n"
+        r = st.api("PUT", "/v1/sandboxes/s3-fork", json={"fromSnapshot": rec["id"]}, timeout=60)
+        assert r.status_code == 201, r.text
+        assert sh(st.api, "s3-fork", "cat /workspace/q/f") == "s3\n"
+        assert st.api("DELETE", "/v1/snapshots/" + rec["id"]).status_code == 204
+        objects = [f for _, _, fs in os.walk(data) for f in fs]
+        assert not any(rec["id"] in o for o in objects), objects
+        # the secret is in no log
+        for d, _, fs in os.walk(os.path.join(st.dir, "logs")):
+            for f in fs:
+                with open(os.path.join(d, f), errors="replace") as fh:
+                    assert "S3RVER-secret-never-logged" not in fh.read()
+    finally:
+        if st:
+            stack_down(st)
+        s3.kill()
+        s3.wait()
+        import shutil as sh_
+        sh_.rmtree(data, ignore_errors=True)
+
+
+def tempfile_dir():
+    import tempfile
+    return tempfile.mkdtemp(prefix="sbx-s3-")
