@@ -496,3 +496,34 @@ def test_s3_store_round_trip_on_a_stand_in():
 def tempfile_dir():
     import tempfile
     return tempfile.mkdtemp(prefix="sbx-s3-")
+
+
+def test_interrupted_snapshot_leaves_no_entry(api, stack):
+    """The sandbox is deleted while a snapshot of it is being made: either
+    the snapshot finished first (a whole record and archive), or there is
+    neither a record nor an archive (nor a temporary file) of it."""
+    import threading
+    sid = new_box(api, resources={"diskMiB": 256, "memoryMiB": 512})
+    sh(api, sid, "head -c 120000000 /dev/urandom > /workspace/big")
+    store = os.path.join(stack.dir, "snapshots", "dev")
+
+    def listing():
+        return set(os.listdir(store)) if os.path.isdir(store) else set()
+
+    before = listing()
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", snap(api, sid, name="cut")))
+    t.start()
+    stack.wait("the snapshot to start writing", lambda: any(
+        ".tmp-" in f for f in listing()), timeout=30)
+    api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+    t.join(60)
+    r = out["r"]
+    mine = [s for s in api("GET", "/v1/snapshots?sandbox=" + sid).json()["snapshots"]
+            if s.get("name") == "cut"]
+    if r.status_code == 201:
+        assert [s["id"] for s in mine] == [r.json()["id"]]
+    else:
+        assert r.status_code >= 500 or r.status_code == 404, r.text
+        assert mine == []
+        stack.wait("no archive of it stays", lambda: listing() == before)
