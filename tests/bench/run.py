@@ -46,6 +46,7 @@ from conftest import stack_down, stack_up  # noqa: E402
 import sandbox_figs  # noqa: E402
 import tunnel_figs  # noqa: E402
 import files_figs  # noqa: E402
+import snapshot_figs  # noqa: E402
 import terminal_figs  # noqa: E402
 from benchlib import Harness  # noqa: E402
 
@@ -462,6 +463,8 @@ def main():
             sandbox_figs.teardown_exec_sandboxes(st, ctx)
             # 1 GiB up and down through nginx beside cat; nginx/agent peak RSS.
             run_fig("files", files_figs.fig_files, st, ctx)
+            # 200 MiB snapshot / restore beside tar | zstd; persisted wakes.
+            run_fig("snapshots", snapshot_figs.fig_snapshots, st, ctx)
             run_fig("streams", sandbox_figs.fig_streams, st, ctx)
             # The node's capacity is 500: every other sandbox is gone by now.
             run_fig("live-memory", sandbox_figs.fig_live_memory, st, ctx)
