@@ -283,6 +283,12 @@ json_t *lifecycle_record_json(const json_t *f)
 		json_object_set_new(o, "restoreFrom", json_string(fstr(f, "restoreFrom")));
 	if (fstr(f, "persist") && *fstr(f, "persist"))
 		json_object_set_new(o, "persist", fjson(f, "persist"));
+	if (fint(f, "persistedAt", 0) > 0) {
+		char when[32];
+
+		util_iso8601(fint(f, "persistedAt", 0), when);
+		json_object_set_new(o, "persistedAt", json_string(when));
+	}
 	return o;
 }
 

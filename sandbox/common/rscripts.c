@@ -251,7 +251,7 @@ static const char *const sources[RSCRIPT__COUNT] = {
 		"redis.call('SET', KEYS[1], used - oldsize + tonumber(ARGV[1]))\n"
 		"redis.call('HSET', KEYS[2], unpack(ARGV, 7))\n"
 		"redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])\n"
-		"redis.call('HSET', KEYS[4], 'restoreFrom', ARGV[4])\n"
+		"redis.call('HSET', KEYS[4], 'restoreFrom', ARGV[4], 'persistedAt', ARGV[3])\n"
 		"return {1, oldloc}\n",
 };
 

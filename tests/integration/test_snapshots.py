@@ -324,7 +324,9 @@ def test_persist_keeps_files_across_sleep_and_restart(api, stack):
         sh(api, sid, "mkdir -p /workspace/d && echo one > /workspace/d/a && echo r > /root/r")
         assert api("POST", "/v1/sandboxes/%s/sleep" % sid, timeout=60).status_code == 200
         # the stop is answered once the save is recorded
-        first = api("GET", "/v1/sandboxes/" + sid).json()["restoreFrom"]
+        rec = api("GET", "/v1/sandboxes/" + sid).json()
+        first = rec["restoreFrom"]
+        assert rec["persistedAt"] == api("GET", "/v1/snapshots/" + first).json()["createdAt"]
         # the wake (this exec) restores both paths
         assert sh(api, sid, "cat /workspace/d/a /root/r") == "one\nr\n"
         sh(api, sid, "echo two > /workspace/b")
