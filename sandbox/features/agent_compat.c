@@ -91,6 +91,8 @@ enum cf_kind {
 	CF_PORT_WATCH,
 	CF_WATCH,
 	CF_GIT,
+	CF_BACKUP_CREATE,
+	CF_BACKUP_RESTORE,
 };
 
 /* One compat request: what the answer filter needs to know. */
@@ -437,6 +439,13 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 				"exitCode", 0);
 		break;
 	case CF_EXEC:              /* its result is typed (cf_exec_result) */
+	case CF_BACKUP_CREATE:
+		res = json_pack("{s:O*, s:O*}", "sizeBytes", json_object_get(body, "size"),
+				"archivePath", json_object_get(body, "archivePath"));
+		break;
+	case CF_BACKUP_RESTORE:
+		res = json_pack("{s:s}", "dir", c->path ? c->path : "");
+		break;
 	case CF_EXEC_STREAM:
 	case CF_PROC_STREAM:
 	case CF_READ_STREAM:
@@ -1634,6 +1643,38 @@ static int map_pty(struct httpd_req *r, struct cf_req *c, json_t *body, struct s
 	return 0;
 }
 
+/* /api/backup/create and …/restore {dir, archivePath, excludes?}: the
+ * archive is sbx's (a zstd tar, snapshots' rules) under the SDK's file
+ * name. Excludes that are plain names are kept; glob patterns are not
+ * supported and are left out. */
+static int map_backup(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	const char *dir, *archive;
+	json_t *b, *ex = json_array(), *v;
+	size_t i;
+
+	(void)r;
+	if (!ex)
+		return err_sys(e, ENOMEM, "body");
+	if (cf_req_str(body, "dir", &dir, e) < 0 || cf_req_str(body, "archivePath", &archive, e) < 0) {
+		json_decref(ex);
+		return -1;
+	}
+	json_array_foreach(json_object_get(body, "excludes"), i, v) {
+		const char *x = json_string_value(v);
+
+		if (x && *x && !strpbrk(x, "/*?[") && strcmp(x, ".") != 0 && strcmp(x, "..") != 0)
+			json_array_append_new(ex, json_string(x));
+	}
+	c->path = strdup(dir);
+	b = json_pack("{s:s, s:s, s:o}", "dir", dir, "archivePath", archive, "exclude", ex);
+	if (!c->path) {
+		json_decref(b);
+		return err_sys(e, ENOMEM, "body");
+	}
+	return cf_set_body(c, b, e);
+}
+
 static const struct cf_route cf_routes[] = {
 	{ "POST", "/api/execute", CF_EXEC, CF_BODY, map_exec, &agent_call_exec },
 	{ "POST", "/api/execute/stream", CF_EXEC_STREAM, CF_BODY, map_exec, &agent_call_exec },
@@ -1672,6 +1713,10 @@ static const struct cf_route cf_routes[] = {
 	{ "GET", "/ws/pty", CF_PLAIN, 0, map_pty, &agent_call_term_cf_pty },
 	{ "GET", "/api/commands", CF_COMMANDS, 0, map_commands, &agent_call_exec },
 	{ "POST", "/api/port-watch", CF_PORT_WATCH, CF_BODY, map_port_watch, &agent_call_proc_wait },
+	{ "POST", "/api/backup/create", CF_BACKUP_CREATE, CF_BODY, map_backup,
+	  &agent_call_snap_to_file },
+	{ "POST", "/api/backup/restore", CF_BACKUP_RESTORE, CF_BODY, map_backup,
+	  &agent_call_snap_from_file },
 };
 
 static const struct cf_route *cf_route_find(const char *method, const char *tail,

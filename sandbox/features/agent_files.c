@@ -1333,3 +1333,22 @@ int agent_move(struct agent_call *c, struct sbx_err *e)
 		return err_set(e, SBX_E_VALIDATION, "cannot move '/'");
 	return run_helper(c, FW_COLLECT, FW_META_TIMEOUT_S, child_move, &o, e);
 }
+
+/* --- for the other helpers of a sandbox (agent_snapshots.c) --- */
+
+int files_fs_allowed(int fd, int write)
+{
+	return fs_allowed(fd, write);
+}
+
+int files_remove_tree(int pdir, const char *name)
+{
+	size_t budget = FILES_RM_MAX;
+	int err = 0;
+
+	if (remove_tree(pdir, name, 0, &budget, &err) < 0) {
+		errno = err;
+		return -1;
+	}
+	return 0;
+}

@@ -50,4 +50,12 @@ struct files_utf8 {
 };
 void files_utf8_feed(struct files_utf8 *u, const char *s, size_t n, int last);
 
+/* In a helper of the sandbox: may the filesystem of fd be read (write =
+ * 0) or written (write = 1) — the Files API's rule (the header of
+ * agent_files.c). 1 or 0. */
+int files_fs_allowed(int fd, int write);
+/* In a helper: remove name in pdir and everything below it, never
+ * following a symlink nor crossing a mount. 0, or -1 with errno. */
+int files_remove_tree(int pdir, const char *name);
+
 #endif

@@ -201,9 +201,10 @@ ssize_t fw_recv(int chan, char *buf, size_t max)
 static void child_main(struct rt_sandbox *rsb, const struct rt_helper *h, int chan, int proc,
 		       const struct fw_spec *spec)
 {
-	struct fw_env env = { 3, 4, 5 };
+	struct fw_env env = { 3, 4, 5, spec->xfd > 0 ? 6 : -1 };
 	sigset_t none;
-	int fds[3];
+	int fds[4] = { -1, -1, -1, -1 };
+	int nfd = spec->xfd > 0 ? 4 : 3;
 
 	for (int s = 1; s < NSIG; s++)
 		signal(s, SIG_DFL);
@@ -230,16 +231,16 @@ static void child_main(struct rt_sandbox *rsb, const struct rt_helper *h, int ch
 		    setsockopt(chan, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
 			_exit(125);
 	}
-	/* the three fds on 3, 4, 5 and nothing else but stdio */
+	/* the fds on 3, 4, 5 (6: xfd) and nothing else but stdio */
 	fds[0] = fcntl(rt_root_fd(rsb), F_DUPFD_CLOEXEC, 64);
 	fds[1] = fcntl(chan, F_DUPFD_CLOEXEC, 64);
 	fds[2] = fcntl(proc, F_DUPFD_CLOEXEC, 64);
-	if (fds[0] < 0 || fds[1] < 0 || fds[2] < 0)
-		_exit(125);
-	for (int i = 0; i < 3; i++)
-		if (dup2(fds[i], 3 + i) < 0)
+	if (nfd == 4)
+		fds[3] = fcntl(spec->xfd, F_DUPFD_CLOEXEC, 64);
+	for (int i = 0; i < nfd; i++)
+		if (fds[i] < 0 || dup2(fds[i], 3 + i) < 0)
 			_exit(125);
-	if (syscall(SYS_close_range, 6, ~0U, 0) < 0)
+	if (syscall(SYS_close_range, 3 + nfd, ~0U, 0) < 0)
 		_exit(125);
 	_exit(spec->fn(spec->arg, &env) & 0x7f);
 }
@@ -269,6 +270,8 @@ static void call_free(struct fw_call *c)
 	if (c->pidfd >= 0)
 		close(c->pidfd);
 	collect_bytes -= c->counted;
+	if (c->spec.ctx_free)
+		c->spec.ctx_free(c->spec.ctx);
 	buf_release(&c->body);
 	buf_release(&c->pend);
 	free(c->rec);
@@ -363,6 +366,17 @@ static void answer_json(struct fw_call *c)
 	if (!agent_stream_lease_held(c->a, &c->live)) {
 		err_set(&e, SBX_E_NODE_UNAVAILABLE, "this node lost its lease during the file call");
 		answer_err(c, &e);
+		return;
+	}
+	if (c->spec.on_json) {
+		body = c->body.len ? json_loadb(c->body.data, c->body.len, 0, NULL) : NULL;
+		if (c->body.len && !body) {
+			err_set(&e, SBX_E_INTERNAL, "file helper of '%s' sent bad JSON", c->key);
+			answer_err(c, &e);
+			return;
+		}
+		c->answered = 1;
+		c->spec.on_json(c->r, c->head.status, body, c->spec.ctx);
 		return;
 	}
 	if (c->head.status == 204 && !c->body.len) {
@@ -774,6 +788,84 @@ fail:
 	calls = c;
 	call_free(c);
 	return -1;
+}
+
+/* The helper of a call the agent waits for (fw_run): no request, no loop. */
+int fw_run(struct agent_sb *sb, const struct fw_spec *spec, json_t **answer, struct sbx_err *e)
+{
+	struct rt_sandbox *rsb = agent_sb_container(sb);
+	struct rt_helper h = { .mnt_fd = -1, .user_fd = -1 };
+	int sv[2] = { -1, -1 }, proc = -1, status = 0, rc = -1, ended = 0;
+	struct fw_result head;
+	struct buf body;
+	char *rec = NULL;
+	pid_t pid = -1;
+
+	*answer = NULL;
+	memset(&head, 0, sizeof(head));
+	buf_init(&body, FW_COLLECT_MAX);
+	if (!rsb)
+		return err_set(e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
+	if (rt_helper_open(rsb, &h, e) < 0)
+		return -1;
+	rec = malloc(FW_BUF);
+	if (!rec || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 ||
+	    (proc = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		err_sys(e, errno, "helper");
+		goto out;
+	}
+	pid = fork();
+	if (pid < 0) {
+		err_sys(e, errno, "fork of a helper");
+		goto out;
+	}
+	if (pid == 0) {
+		close(sv[0]);
+		child_main(rsb, &h, sv[1], proc, spec);
+	}
+	close(sv[1]);
+	sv[1] = -1;
+	for (;;) {
+		int fd;
+		ssize_t n = recv_rec(sv[0], rec, FW_BUF, &fd);
+
+		if (fd >= 0)
+			close(fd);
+		if (n <= 0)
+			break;
+		if (rec[0] == 'R' && (size_t)n == 1 + sizeof(head)) {
+			memcpy(&head, rec + 1, sizeof(head));
+			head.msg[sizeof(head.msg) - 1] = '\0';
+		} else if (rec[0] == 'D' && buf_add(&body, rec + 1, (size_t)n - 1) < 0) {
+			break;
+		} else if (rec[0] == 'E') {
+			ended = 1;
+			break;
+		}
+	}
+	close(sv[0]);
+	sv[0] = -1;
+	kill(pid, SIGKILL);   /* done with it: a helper that lingers goes */
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (head.status == 0 && head.code > SBX_E_NONE && head.code < SBX_E__COUNT) {
+		err_set(e, (enum sbx_ecode)head.code, "%s", head.msg);
+	} else if (!ended || head.status == 0) {
+		err_set(e, SBX_E_INTERNAL, "helper of '%s' ended without an answer", sb->key);
+	} else {
+		*answer = json_loadb(body.data ? body.data : "", body.len, 0, NULL);
+		rc = *answer ? 0 : err_set(e, SBX_E_INTERNAL, "helper of '%s' sent bad JSON", sb->key);
+	}
+out:
+	rt_helper_release(&h);
+	for (int i = 0; i < 2; i++)
+		if (sv[i] >= 0)
+			close(sv[i]);
+	if (proc >= 0)
+		close(proc);
+	free(rec);
+	buf_release(&body);
+	return rc;
 }
 
 /* The container of sb is gone: its helpers die with it (they are in its

@@ -51,6 +51,7 @@ import sandbox_figs  # noqa: E402
 import tunnel_figs  # noqa: E402
 import files_figs  # noqa: E402
 import interp_figs  # noqa: E402
+import snapshot_figs  # noqa: E402
 import terminal_figs  # noqa: E402
 import watch_figs  # noqa: E402
 from benchlib import Harness  # noqa: E402
@@ -471,6 +472,8 @@ def main():
             run_fig("files", files_figs.fig_files, st, ctx)
             # write in a sandbox → its watch event at a client.
             run_fig("watch", watch_figs.fig_watch, st, ctx)
+            # 200 MiB snapshot / restore beside tar | zstd; persisted wakes.
+            run_fig("snapshots", snapshot_figs.fig_snapshots, st, ctx)
             run_fig("streams", sandbox_figs.fig_streams, st, ctx)
             # The node's capacity is 500: every other sandbox is gone by now.
             run_fig("live-memory", sandbox_figs.fig_live_memory, st, ctx)
