@@ -30,6 +30,9 @@ int api_tunnels_list(struct http_req *r, struct sbx_err *e);         /* GET …/
 int api_tunnels_delete(struct http_req *r, struct sbx_err *e);       /* DELETE …/{id}/tunnels/{port} */
 int api_tenants_limits_get(struct http_req *r, struct sbx_err *e);   /* GET /v1/tenants/{tenant}/limits */
 int api_tenants_limits_put(struct http_req *r, struct sbx_err *e);   /* PUT /v1/tenants/{tenant}/limits */
+int api_snapshots_list(struct http_req *r, struct sbx_err *e);       /* GET /v1/snapshots */
+int api_snapshots_get(struct http_req *r, struct sbx_err *e);        /* GET /v1/snapshots/{sid} */
+int api_snapshots_delete(struct http_req *r, struct sbx_err *e);     /* DELETE /v1/snapshots/{sid} */
 /* The /_sbx_preview decision for a tunnel host "t-<tunnel_id>": 0 with
  * forward (host:port of the agent's forwarder, 128 bytes) filled, or -1
  * with e (404 INVALID_TOKEN, 410 STALE_PREVIEW_URL). */

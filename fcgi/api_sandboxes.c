@@ -89,6 +89,11 @@ int api_sandboxes_patch(struct http_req *r, struct sbx_err *e)
 
 	if (read_spec(r, &s, e) < 0)
 		return -1;
+	if (s.has & (LC_HAS_FROM_SNAPSHOT | LC_HAS_PERSIST)) {
+		lifecycle_spec_release(&s);
+		return err_set(e, SBX_E_VALIDATION,
+			       "fromSnapshot and persist are for PUT, when it creates the sandbox");
+	}
 	rc = lifecycle_update(r->tenant, id, &s, e);
 	lifecycle_spec_release(&s);
 	if (rc < 0)

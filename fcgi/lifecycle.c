@@ -9,6 +9,7 @@
 #include "placement.h"
 #include "preview.h"
 #include "scripts.h"
+#include "snapstore.h"
 #include "spec.h"
 #include "store.h"
 #include "util.h"
@@ -37,8 +38,51 @@ static const struct jsonv_field spec_fields[] = {
 	{ "image", JV_STRING, 0 },
 	{ "resources", JV_OBJECT, 0 },
 	{ "network", JV_STRING, 0 },
+	{ "fromSnapshot", JV_STRING, 0 },
+	{ "persist", JV_OBJECT, 0 },
 	{ NULL, 0, 0 },
 };
+
+static const struct jsonv_field persist_fields[] = {
+	{ "paths", JV_ARRAY, 1 },
+	{ "intervalS", JV_INTEGER, 0 },
+	{ NULL, 0, 0 },
+};
+
+#define PERSIST_PATHS_MAX 16
+
+/* persist {paths, intervalS?}: 1-16 absolute paths below /, none with
+ * "." or ".." parts (the agent normalises them further). A canonical copy
+ * into s, or -1 with e. */
+static int parse_persist(const json_t *v, struct lc_spec *s, struct sbx_err *e)
+{
+	const json_t *paths = json_object_get(v, "paths"), *p;
+	size_t i;
+
+	if (jsonv_check(v, persist_fields, "persist", e) < 0)
+		return -1;
+	if (json_object_get(v, "intervalS"))
+		return err_set(e, SBX_E_NOT_IMPLEMENTED,
+			       "persist.intervalS (saves in the background) is not in this build");
+	if (json_array_size(paths) == 0 || json_array_size(paths) > PERSIST_PATHS_MAX)
+		return err_set(e, SBX_E_VALIDATION, "persist.paths must hold 1-%d paths",
+			       PERSIST_PATHS_MAX);
+	json_array_foreach(paths, i, p) {
+		const char *x = json_string_value(p);
+
+		if (!x || x[0] != '/' || !x[1] || strlen(x) > 4096 || strstr(x, "/../") ||
+		    strstr(x, "/./") || strstr(x, "//") ||
+		    (strlen(x) >= 3 && strcmp(x + strlen(x) - 3, "/..") == 0) ||
+		    (strlen(x) >= 2 && strcmp(x + strlen(x) - 2, "/.") == 0))
+			return err_set(e, SBX_E_VALIDATION,
+				       "persist.paths holds absolute directories below /");
+	}
+	s->persist = json_pack("{s:O}", "paths", paths);
+	if (!s->persist)
+		return err_set(e, SBX_E_INTERNAL, "out of memory");
+	s->has |= LC_HAS_PERSIST;
+	return 0;
+}
 
 json_t *lifecycle_resources_json(int64_t memory_mib, int64_t cpus_milli, int64_t pids,
 				 int64_t disk_mib)
@@ -110,6 +154,16 @@ int lifecycle_parse_spec(const json_t *body, const struct sbx_conf *c, struct lc
 		s->keep_alive = json_is_true(v);
 		s->has |= LC_HAS_KEEP_ALIVE;
 	}
+	if ((v = json_object_get(body, "fromSnapshot"))) {
+		if (!snapstore_id_valid(json_string_value(v))) {
+			err_set(e, SBX_E_VALIDATION, "fromSnapshot must be a snapshot id (sn-…)");
+			goto fail;
+		}
+		snprintf(s->from_snapshot, sizeof(s->from_snapshot), "%s", json_string_value(v));
+		s->has |= LC_HAS_FROM_SNAPSHOT;
+	}
+	if ((v = json_object_get(body, "persist")) && parse_persist(v, s, e) < 0)
+		goto fail;
 	if (((s->has & LC_HAS_LABELS) && !s->labels) || ((s->has & LC_HAS_ENV) && !s->env)) {
 		err_set(e, SBX_E_INTERNAL, "out of memory");
 		goto fail;
@@ -125,7 +179,8 @@ void lifecycle_spec_release(struct lc_spec *s)
 	json_decref(s->labels);
 	json_decref(s->env);
 	json_decref(s->resources);
-	s->labels = s->env = s->resources = NULL;
+	json_decref(s->persist);
+	s->labels = s->env = s->resources = s->persist = NULL;
 	s->has = 0;
 }
 
@@ -224,6 +279,16 @@ json_t *lifecycle_record_json(const json_t *f)
 	json_object_set_new(o, "createdAt", str_or_null(fstr(f, "createdAt")));
 	json_object_set_new(o, "startedAt", str_or_null(fstr(f, "startedAt")));
 	json_object_set_new(o, "lastActiveAt", str_or_null(fstr(f, "lastActiveAt")));
+	if (fstr(f, "restoreFrom") && *fstr(f, "restoreFrom"))
+		json_object_set_new(o, "restoreFrom", json_string(fstr(f, "restoreFrom")));
+	if (fstr(f, "persist") && *fstr(f, "persist"))
+		json_object_set_new(o, "persist", fjson(f, "persist"));
+	if (fint(f, "persistedAt", 0) > 0) {
+		char when[32];
+
+		util_iso8601(fint(f, "persistedAt", 0), when);
+		json_object_set_new(o, "persistedAt", json_string(when));
+	}
 	return o;
 }
 
@@ -330,8 +395,9 @@ static int agent_code_is(const struct agentc_reply *rep, const char *code)
 static json_t *start_body(const json_t *rec)
 {
 	const char *keep = fstr(rec, "keepAlive");
+	const char *from = fstr(rec, "restoreFrom"), *persist = fstr(rec, "persist");
 
-	return json_pack("{s:I,s:I,s:s,s:s,s:o,s:o,s:o,s:I,s:b}",
+	return json_pack("{s:I,s:I,s:s,s:s,s:o,s:o,s:o,s:I,s:b,s:s*,s:o*}",
 			 "generation", (json_int_t)fint(rec, "generation", 1),
 			 "epoch", (json_int_t)fint(rec, "epoch", 0),
 			 "image", fstr(rec, "image") ? fstr(rec, "image") : "default",
@@ -340,7 +406,9 @@ static json_t *start_body(const json_t *rec)
 			 "env", fjson(rec, "env"),
 			 "labels", fjson(rec, "labels"),
 			 "sleepAfter", (json_int_t)fint(rec, "sleepAfter", 600000),
-			 "keepAlive", keep && strcmp(keep, "1") == 0);
+			 "keepAlive", keep && strcmp(keep, "1") == 0,
+			 "restoreFrom", from && *from ? from : NULL,
+			 "persist", persist && *persist ? fjson(rec, "persist") : NULL);
 }
 
 /* Tell the agent at address to run the record's generation. 0 running,
@@ -892,7 +960,7 @@ static int create_record(const struct sbx_conf *c, const char *tenant, const cha
 			 char epoch[32], struct sbx_err *e)
 {
 	char now[32], sleep_ms[32], quota[32];
-	auto_free char *labels = NULL, *resources = NULL, *env = NULL;
+	auto_free char *labels = NULL, *resources = NULL, *env = NULL, *persist = NULL;
 	auto_json json_t *defres = NULL;
 	auto_reply redisReply *r = NULL;
 
@@ -901,19 +969,31 @@ static int create_record(const struct sbx_conf *c, const char *tenant, const cha
 	labels = s->labels ? json_dumps(s->labels, JSON_COMPACT | JSON_SORT_KEYS) : strdup("{}");
 	env = s->env ? json_dumps(s->env, JSON_COMPACT | JSON_SORT_KEYS) : strdup("{}");
 	resources = json_dumps(s->resources ? s->resources : defres, JSON_COMPACT | JSON_SORT_KEYS);
-	if (!labels || !env || !resources)
+	persist = s->persist ? json_dumps(s->persist, JSON_COMPACT) : strdup("");
+	if (!labels || !env || !resources || !persist)
 		return err_set(e, SBX_E_INTERNAL, "out of memory");
 	now_iso(now);
 	snprintf(sleep_ms, sizeof(sleep_ms), "%lld",
 		 (long long)((s->has & LC_HAS_SLEEP_AFTER) ? s->sleep_after_ms : c->sandbox.sleep_after_ms));
 	util_xsnprintf(quota, sizeof(quota), "%lld", (long long)quota_sandboxes);
-	r = run_indexed(RSCRIPT_CREATE, tenant, id, 12,
+	if (s->has & LC_HAS_FROM_SNAPSHOT) {
+		/* the snapshot is the tenant's, and there: else nothing is made */
+		auto_reply redisReply *x = store_command(e, "HEXISTS %s id",
+							 RK_SNAPSHOT(tenant, s->from_snapshot));
+
+		if (!x)
+			return -1;
+		if (x->type != REDIS_REPLY_INTEGER || x->integer != 1)
+			return err_set(e, SBX_E_SNAPSHOT_NOT_FOUND, "no snapshot '%s'",
+				       s->from_snapshot);
+	}
+	r = run_indexed(RSCRIPT_CREATE, tenant, id, 14,
 			(const char *[]){ tenant, id, node, sleep_ms,
 					  (s->has & LC_HAS_KEEP_ALIVE) && s->keep_alive ? "1" : "0",
 					  labels, resources,
 					  (s->has & LC_HAS_NETWORK) ? s->network : "none",
 					  (s->has & LC_HAS_IMAGE) ? s->image : "default", env, now,
-					  quota },
+					  quota, s->from_snapshot, persist },
 			e);
 	if (!r)
 		return -1;

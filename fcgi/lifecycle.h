@@ -40,6 +40,8 @@ enum lc_has {
 	LC_HAS_NETWORK = 1 << 4,
 	LC_HAS_SLEEP_AFTER = 1 << 5,
 	LC_HAS_KEEP_ALIVE = 1 << 6,
+	LC_HAS_FROM_SNAPSHOT = 1 << 7,   /* create only: PATCH refuses it */
+	LC_HAS_PERSIST = 1 << 8,         /* likewise */
 	LC_HAS_CONTAINER = LC_HAS_LABELS | LC_HAS_ENV | LC_HAS_RESOURCES | LC_HAS_IMAGE | LC_HAS_NETWORK,
 };
 
@@ -54,6 +56,8 @@ struct lc_spec {
 	char network[8];          /* "none" | "egress" */
 	int64_t sleep_after_ms;
 	int keep_alive;
+	char from_snapshot[24];   /* a snapshot id (snapstore.h) */
+	json_t *persist;          /* {paths: [abs path…]} */
 };
 
 /* Who serves a sandbox right now (the answer of /_sbx_route). */

@@ -38,6 +38,7 @@ struct agent_sb {
 	struct rt_limits limits;
 	json_t *labels;              /* owned */
 	json_t *env;                 /* owned: the sandbox's env object */
+	json_t *persist;             /* owned: the paths to save before a stop, or NULL */
 	char **base_env;             /* owned: NULL-terminated "K=V" (defaults + env) */
 	int64_t created_at;          /* wall ms */
 	int64_t started_at;

@@ -30,6 +30,7 @@
 #include "agent.h"
 #include "agent_metrics.h"
 #include "agent_lifecycle.h"
+#include "module.h"
 #include "rkeys.h"
 #include "rscripts.h"
 #include "ids.h"
@@ -257,6 +258,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 	struct agent_lc *lc = arg;
 	struct agent *a = lc->a;
 	int64_t now = util_wall_ms();
+	char saved[24];
 
 	if (a->shutting_down)
 		return;
@@ -267,6 +269,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 			continue;
 		log_info("sandbox '%s' idle for %lld ms: sleeping (generation %lld)", sb->key,
 			 (long long)(now - sb->last_active_at), (long long)sb->generation);
+		agent_persist_save(a, sb, saved);
 		agent_sb_stop(a, sb);
 		agent_lc_report_stopped(a, sb, "slept");
 	}

@@ -3,6 +3,8 @@
  * control routes sbx-api calls (/agent/v1/sandboxes/...).
  */
 #include "agent_sandboxes.h"
+#include "module.h"
+#include "snapstore.h"
 #include "agent_metrics.h"
 #include "registry.h"
 #include "ids.h"
@@ -11,6 +13,8 @@
 #include "pool.h"
 #include "spec.h"
 #include "util.h"
+
+#include <hiredis/hiredis.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -150,7 +154,7 @@ static const char *network_name(enum rt_network n)
 	return n == RT_NET_EGRESS ? "egress" : "none";
 }
 
-static json_t *agent_sb_json(const struct agent_sb *sb)
+json_t *agent_sb_json(const struct agent_sb *sb)
 {
 	char created[32], started[32], active[32];
 	int running = sb->rt && !sb->dead;
@@ -177,6 +181,7 @@ static void sb_free(struct agent_sb *sb)
 {
 	json_decref(sb->labels);
 	json_decref(sb->env);
+	json_decref(sb->persist);
 	agent_env_free(sb->base_env);
 	free(sb);
 }
@@ -237,6 +242,8 @@ struct put_req {
 	json_t *env, *labels;  /* borrowed from the body */
 	int64_t sleep_after_ms; /* -1: not given */
 	int keep_alive;         /* -1: not given */
+	json_t *persist;        /* borrowed from the body */
+	const char *restore_from; /* a snapshot to restore once started, or NULL */
 };
 
 /* sleepAfter and keepAlive of a create or patch body into p (-1 = absent).
@@ -294,6 +301,12 @@ static int parse_put(const struct sbx_conf *conf, json_t *body, struct put_req *
 	p->labels = json_object_get(body, "labels");
 	if (p->labels && spec_labels(p->labels, e) < 0)
 		return -1;
+	p->persist = json_object_get(body, "persist");
+	if (p->persist && !json_is_array(json_object_get(p->persist, "paths")))
+		return err_set(e, SBX_E_VALIDATION, "persist must be {paths: [...]}");
+	p->restore_from = json_string_value(json_object_get(body, "restoreFrom"));
+	if (p->restore_from && !snapstore_id_valid(p->restore_from))
+		return err_set(e, SBX_E_VALIDATION, "restoreFrom must be a snapshot id");
 	return 0;
 }
 
@@ -322,6 +335,8 @@ const struct jsonv_field agent_sandbox_put_fields[] = {
 	{ "labels", JV_OBJECT, 0 },
 	{ "sleepAfter", JV_INTEGER | JV_STRING, 0 },
 	{ "keepAlive", JV_BOOL, 0 },
+	{ "restoreFrom", JV_STRING, 0 },
+	{ "persist", JV_OBJECT, 0 },
 	{ NULL, 0, 0 },
 };
 
@@ -338,6 +353,7 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	struct agent_sb *sb = c->sb, *fresh = NULL;
 	struct rt_spec spec;
 	unsigned running = 0;
+	char saved[24] = "";
 
 	if (parse_put(a->conf, c->body, &p, e) < 0 || agent_lease_check(a, e) < 0 ||
 	    agent_fence(a, c->key, p.epoch, e) < 0)
@@ -380,9 +396,19 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 		sb->sleep_after_ms = p.sleep_after_ms;
 	if (p.keep_alive >= 0)
 		sb->keep_alive = p.keep_alive;
+	if (sb->rt && !sb->dead) {
+		/* a restart of a persisting sandbox starts from what it had; the
+		 * record is at the new start's epoch already (fenced above) */
+		sb->epoch = p.epoch;
+		agent_persist_save(a, sb, saved);
+		if (saved[0])
+			p.restore_from = saved;
+	}
 	agent_sb_stop(a, sb);
 	json_decref(sb->labels);
 	json_decref(sb->env);
+	json_decref(sb->persist);
+	sb->persist = p.persist ? json_deep_copy(p.persist) : NULL;
 	agent_env_free(sb->base_env);
 	sb->labels = p.labels ? json_deep_copy(p.labels) : json_object();
 	sb->env = p.env ? json_deep_copy(p.env) : json_object();
@@ -419,6 +445,16 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	}
 	log_info("sandbox '%s' started (generation %lld, epoch %lld)", sb->key,
 		 (long long)sb->generation, (long long)sb->epoch);
+	if (p.restore_from) {
+		/* a module restores the snapshot into the new container and
+		 * answers; a failed restore stops it again */
+		if (!agent_restore_on_start)
+			err_set(e, SBX_E_NOT_IMPLEMENTED, "this agent cannot restore snapshots");
+		else if (agent_restore_on_start(c->r, sb, p.restore_from, e) == 0)
+			return 0;
+		agent_sb_stop(a, sb);
+		return -1;
+	}
 	httpd_reply_json(c->r, 201, agent_sb_json(sb));
 	return 0;
 fail:
@@ -453,13 +489,60 @@ int agent_sandbox_list(struct agent_call *c, struct sbx_err *e)
 	return 0;
 }
 
+/* A stop answered once Redis has applied what came before it. */
+struct stop_answer {
+	struct httpd_req *r;       /* NULL once the request is over */
+	json_t *body;
+};
+
+static void stop_answer_closed(void *arg, int failed)
+{
+	struct stop_answer *q = arg;
+
+	(void)failed;
+	q->r = NULL;
+}
+
+static void stop_answer_reply(void *arg, struct redisReply *reply)
+{
+	struct stop_answer *q = arg;
+
+	(void)reply;
+	if (q->r) {
+		httpd_on_close(q->r, NULL, NULL);
+		httpd_reply_json(q->r, 200, q->body);
+	} else {
+		json_decref(q->body);
+	}
+	free(q);
+}
+
 int agent_sandbox_stop(struct agent_call *c, struct sbx_err *e)
 {
+	struct stop_answer *q;
+	char saved[24];
+	json_t *body;
+
 	if (!found(c, e))
 		return -1;
+	agent_persist_save(c->a, c->sb, saved);
 	agent_sb_stop(c->a, c->sb);
 	log_info("sandbox '%s' stopped", c->key);
-	httpd_reply_json(c->r, 200, agent_sb_json(c->sb));
+	body = agent_sb_json(c->sb);
+	/* A save is recorded by a command already queued on the registry's
+	 * connection: answer after a PING behind it, so the next start (which
+	 * sbx-api may ask for as soon as it has this answer) reads the save's
+	 * restoreFrom. */
+	q = saved[0] ? calloc(1, sizeof(*q)) : NULL;
+	if (q && registry_command(c->a->reg, stop_answer_reply, q, "PING") == 0) {
+		q->r = c->r;
+		q->body = body;
+		httpd_on_close(c->r, stop_answer_closed, q);
+		httpd_defer(c->r);
+		return 0;
+	}
+	free(q);
+	httpd_reply_json(c->r, 200, body);
 	return 0;
 }
 
@@ -512,4 +595,20 @@ int agent_lease_check(struct agent *a, struct sbx_err *e)
 		return err_set(e, SBX_E_NODE_UNAVAILABLE,
 			       "this node's lease in the registry has lapsed; retry");
 	return 0;
+}
+
+void agent_persist_save(struct agent *a, struct agent_sb *sb, char sid[24])
+{
+	struct sbx_err e;
+
+	sid[0] = '\0';
+	if (!sb->persist || !agent_persist_before_stop || !agent_sb_container(sb))
+		return;
+	err_clear(&e);
+	if (agent_persist_before_stop(a, sb, sid, &e) < 0) {
+		sid[0] = '\0';
+		log_warn("sandbox '%s': cannot save its persisted paths: %s", sb->key, e.msg);
+		return;
+	}
+	log_info("sandbox '%s': persisted paths saved as %s", sb->key, sid);
 }

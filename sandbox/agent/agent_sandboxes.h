@@ -19,6 +19,9 @@ int agent_sandbox_get(struct agent_call *c, struct sbx_err *e);
 int agent_sandbox_list(struct agent_call *c, struct sbx_err *e);
 /* POST …/stop: stop the container, keep the entry. */
 int agent_sandbox_stop(struct agent_call *c, struct sbx_err *e);
+/* The control routes' JSON of sb (new reference). */
+json_t *agent_sb_json(const struct agent_sb *sb);
+
 /* DELETE: destroy and forget; 204 also when absent. */
 int agent_sandbox_delete(struct agent_call *c, struct sbx_err *e);
 

@@ -12,6 +12,8 @@
 
 struct agent;
 struct agent_sb;
+struct httpd_req;
+struct sbx_err;
 
 #define AGENT_MODULES_MAX 16
 
@@ -24,6 +26,28 @@ struct agent_module {
 
 /* Every module, NULL-terminated, at most AGENT_MODULES_MAX. */
 extern const struct agent_module *const agent_modules[];
+
+/* The container of sb was just started for the control request r, whose
+ * body names snapshot sid to restore into it (restoreFrom): put it in and
+ * answer r (201 with the sandbox, agent_sb_json) and return 0, or return
+ * -1 with e without answering. Set with agent_modules[] (the snapshots
+ * feature); NULL: this agent cannot. */
+typedef int (*agent_restore_fn)(struct httpd_req *r, struct agent_sb *sb, const char *sid,
+				struct sbx_err *e);
+extern const agent_restore_fn agent_restore_on_start;
+
+/* The container of sb (whose persist paths are set) is about to stop for
+ * a sleep or a restart: save the paths as a snapshot, recorded as the
+ * sandbox's restoreFrom, and put its id into sid (24 bytes). Waits for
+ * the save. 0, or -1 with e (the stop goes on: the last save stays).
+ * Set with agent_modules[]; NULL: none. */
+typedef int (*agent_persist_fn)(struct agent *a, struct agent_sb *sb, char sid[24],
+				struct sbx_err *e);
+extern const agent_persist_fn agent_persist_before_stop;
+
+/* agent_persist_before_stop when sb persists and runs, with the outcome
+ * logged; sid as there ("" when nothing was saved). */
+void agent_persist_save(struct agent *a, struct agent_sb *sb, char sid[24]);
 
 /* The per-container state slot of module m in sb (NULL until the module
  * stores something). m must be listed in agent_modules[]. */

@@ -100,6 +100,17 @@ static const struct conf_entry entries[] = {
 	{ "sandbox", "max_cpus_milli", T_INT, OFF(sandbox.max_cpus_milli), "2000", 10, 256000, NULL },
 	{ "sandbox", "max_pids", T_INT, OFF(sandbox.max_pids), "1024", 8, 1000000, NULL },
 	{ "sandbox", "max_disk_mib", T_INT, OFF(sandbox.max_disk_mib), "2048", 1, 1048576, NULL },
+
+	{ "snapshots", "store", T_ENUM, OFF(snapshots.store), "dir", 0, 0, "dir|s3" },
+	{ "snapshots", "dir", T_STR, OFF(snapshots.dir), "/var/lib/sbx/snapshots", 0, 0, NULL },
+	{ "snapshots", "s3_endpoint", T_STR, OFF(snapshots.s3_endpoint), "", 0, 0, NULL },
+	{ "snapshots", "s3_bucket", T_STR, OFF(snapshots.s3_bucket), "", 0, 0, NULL },
+	{ "snapshots", "s3_region", T_STR, OFF(snapshots.s3_region), "us-east-1", 0, 0, NULL },
+	{ "snapshots", "s3_style", T_ENUM, OFF(snapshots.s3_style), "path", 0, 0, "path|virtual" },
+	{ "snapshots", "s3_access_key", T_STR, OFF(snapshots.s3_access_key), "", 0, 0, NULL },
+	{ "snapshots", "s3_secret_key", T_STR, OFF(snapshots.s3_secret_key), "", 0, 0, NULL },
+	{ "snapshots", "tenant_quota_mib", T_INT, OFF(snapshots.tenant_quota_mib), "10240", 1, 1073741824, NULL },
+	{ "snapshots", "max_entries", T_INT, OFF(snapshots.max_entries), "200000", 1, 10000000, NULL },
 };
 
 int conf_parse_duration(const char *s, int64_t *ms)
@@ -344,7 +355,7 @@ void conf_print(const struct sbx_conf *c, FILE *out)
 			fprintf(out, "%s = %lld\n", en->key, (long long)*(const int64_t *)field);
 		else if (en->type == T_DURATION)
 			fprintf(out, "%s = %lldms\n", en->key, (long long)*(const int64_t *)field);
-		else if (strcmp(en->key, "secret") == 0)
+		else if (strcmp(en->key, "secret") == 0 || strcmp(en->key, "s3_secret_key") == 0)
 			fprintf(out, "%s = <%zu bytes>\n", en->key, strlen(field));
 		else
 			fprintf(out, "%s = %s\n", en->key, field);

@@ -102,6 +102,18 @@ struct sbx_conf {
 		int64_t max_pids;
 		int64_t max_disk_mib;
 	} sandbox;
+	struct {
+		char store[CONF_STR_MAX];       /* dir | s3 (snapstore.h) */
+		char dir[CONF_STR_MAX];         /* the dir store's root; s3: the spool */
+		char s3_endpoint[CONF_STR_MAX]; /* http(s)://host[:port] */
+		char s3_bucket[CONF_STR_MAX];
+		char s3_region[CONF_STR_MAX];
+		char s3_style[CONF_STR_MAX];    /* path | virtual */
+		char s3_access_key[CONF_STR_MAX];
+		char s3_secret_key[CONF_STR_MAX];
+		int64_t tenant_quota_mib;       /* archive bytes a tenant may keep */
+		int64_t max_entries;            /* entries of one archive */
+	} snapshots;
 };
 
 /* Defaults of every key. */

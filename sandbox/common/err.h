@@ -21,6 +21,7 @@ enum sbx_ecode {
 	SBX_E_IS_DIRECTORY,
 	SBX_E_NOT_DIRECTORY,
 	SBX_E_NOT_REGULAR_FILE,
+	SBX_E_INVALID_ARCHIVE,     /* 400: a corrupt, truncated or unsafe archive */
 	SBX_E_INVALID_PORT,
 	SBX_E_LIMIT_EXCEEDED,      /* 400: above an operator ceiling */
 	SBX_E_UNAUTHORIZED,        /* 401 */
@@ -32,6 +33,7 @@ enum sbx_ecode {
 	SBX_E_SESSION_NOT_FOUND,
 	SBX_E_CONTEXT_NOT_FOUND,
 	SBX_E_TERMINAL_NOT_FOUND,
+	SBX_E_SNAPSHOT_NOT_FOUND,
 	SBX_E_INVALID_TOKEN,
 	SBX_E_METHOD_NOT_ALLOWED,  /* 405 */
 	SBX_E_PROCESS_READY_TIMEOUT, /* 408 */
@@ -52,6 +54,13 @@ enum sbx_ecode {
 	SBX_E_NODE_UNAVAILABLE,
 	SBX_E_NO_SPACE,            /* 507 */
 	SBX_E_NOT_IMPLEMENTED,     /* 501: a feature this build does not have */
+	/* git checkout (features/agent_git.c): what git's stderr says */
+	SBX_E_GIT_REPOSITORY_NOT_FOUND, /* 404 */
+	SBX_E_GIT_BRANCH_NOT_FOUND,     /* 404 */
+	SBX_E_GIT_AUTH_FAILED,          /* 403 */
+	SBX_E_GIT_NETWORK_ERROR,        /* 502 */
+	SBX_E_GIT_TIMEOUT,              /* 504 */
+	SBX_E_GIT_CLONE_FAILED,         /* 422: any other failure of git */
 	SBX_E__COUNT
 };
 

@@ -76,3 +76,8 @@ char *rkeys_ticket(char out[RKEYS_MAX], const char *ticket)
 {
 	return key(out, "sbx:ticket:%s", ticket);
 }
+
+char *rkeys_snapshot(char out[RKEYS_MAX], const char *tenant, const char *sid)
+{
+	return key(out, "sbx:snap:{%s}:%s", tenant, sid);
+}

@@ -49,11 +49,16 @@ char *rkeys_tunnel(char out[RKEYS_MAX], const char *tid);
 /* sbx:ticket:<ticket> — a terminal's WebSocket ticket (tk_ + 32 hex). */
 char *rkeys_ticket(char out[RKEYS_MAX], const char *ticket);
 
+/* sbx:snap:{tenant}:<sid> — a snapshot's record (a hash); its tenant's
+ * index is rkeys_tenant(t, "snapshots") (a zset by creation time). */
+char *rkeys_snapshot(char out[RKEYS_MAX], const char *tenant, const char *sid);
+
 #define RK_BUF ((char[RKEYS_MAX]){ 0 })
 #define RK_SANDBOX(t, id) rkeys_sandbox(RK_BUF, (t), (id))
 #define RK_SANDBOX_SUB(t, id, sub) rkeys_sandbox_sub(RK_BUF, (t), (id), (sub))
 #define RK_TENANT(t, sub) rkeys_tenant(RK_BUF, (t), (sub))
 #define RK_NODE(n, sub) rkeys_node(RK_BUF, (n), (sub))
+#define RK_SNAPSHOT(t, sid) rkeys_snapshot(RK_BUF, (t), (sid))
 
 /* SCAN patterns of the key families the reconciler walks, and the parts
  * around the names in them. */

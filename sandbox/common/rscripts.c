@@ -45,7 +45,8 @@ static const char *const sources[RSCRIPT__COUNT] = {
 		"  'node', ARGV[3], 'epoch', epoch, 'generation', '1', 'sleepAfter', ARGV[4],\n"
 		"  'keepAlive', ARGV[5], 'labels', ARGV[6], 'resources', ARGV[7], 'network', ARGV[8],\n"
 		"  'image', ARGV[9], 'env', ARGV[10], 'pending', '{}', 'createdAt', ARGV[11],\n"
-		"  'startedAt', '', 'lastActiveAt', ARGV[11])\n"
+		"  'startedAt', '', 'lastActiveAt', ARGV[11], 'restoreFrom', ARGV[13] or '',\n"
+		"  'persist', ARGV[14] or '')\n"
 		"redis.call('ZADD', KEYS[2], 0, ARGV[2])\n"
 		"label_index('ZADD', ARGV[1], ARGV[2], ARGV[6])\n"
 		"node_set('SADD', ARGV[3], ARGV[1] .. '/' .. ARGV[2])\n"
@@ -269,6 +270,44 @@ static const char *const sources[RSCRIPT__COUNT] = {
 		"  return {1, type(t.id) == 'string' and t.id or ''}\n"
 		"end\n"
 		"return {0, ''}\n",
+	[RSCRIPT_SNAPSHOT_ADD] =
+		"local used = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
+		"if used + tonumber(ARGV[1]) > tonumber(ARGV[2]) then return {0, used} end\n"
+		"redis.call('INCRBY', KEYS[1], ARGV[1])\n"
+		"redis.call('HSET', KEYS[2], unpack(ARGV, 5))\n"
+		"redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])\n"
+		"return {1, used}\n",
+	[RSCRIPT_SNAPSHOT_DEL] =
+		"local v = redis.call('HMGET', KEYS[2], 'location', 'size')\n"
+		"if not v[1] then return false end\n"
+		"redis.call('DEL', KEYS[2])\n"
+		"redis.call('ZREM', KEYS[3], ARGV[1])\n"
+		"if tonumber(redis.call('DECRBY', KEYS[1], tonumber(v[2]) or 0)) < 0 then\n"
+		"  redis.call('SET', KEYS[1], 0)\n"
+		"end\n"
+		"return v[1]\n",
+	[RSCRIPT_SNAPSHOT_PERSIST] =
+		"local cur = redis.call('HMGET', KEYS[4], 'epoch', 'restoreFrom')\n"
+		"if cur[1] ~= ARGV[5] then return {-1, ''} end\n"
+		"local used = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
+		"local oldkey, oldloc, oldsize = nil, '', 0\n"
+		"if cur[2] and cur[2] ~= '' then\n"
+		"  oldkey = string.sub(KEYS[2], 1, #KEYS[2] - #ARGV[4]) .. cur[2]\n"
+		"  local o = redis.call('HMGET', oldkey, 'name', 'sandbox', 'location', 'size')\n"
+		"  if o[1] == 'persist' and o[2] == ARGV[6] then\n"
+		"    oldloc = o[3]; oldsize = tonumber(o[4]) or 0\n"
+		"  else oldkey = nil end\n"
+		"end\n"
+		"if used - oldsize + tonumber(ARGV[1]) > tonumber(ARGV[2]) then return {0, ''} end\n"
+		"if oldkey then\n"
+		"  redis.call('DEL', oldkey)\n"
+		"  redis.call('ZREM', KEYS[3], cur[2])\n"
+		"end\n"
+		"redis.call('SET', KEYS[1], used - oldsize + tonumber(ARGV[1]))\n"
+		"redis.call('HSET', KEYS[2], unpack(ARGV, 7))\n"
+		"redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])\n"
+		"redis.call('HSET', KEYS[4], 'restoreFrom', ARGV[4], 'persistedAt', ARGV[3])\n"
+		"return {1, oldloc}\n",
 };
 
 static const char *const names[RSCRIPT__COUNT] = {
@@ -279,7 +318,8 @@ static const char *const names[RSCRIPT__COUNT] = {
 	[RSCRIPT_TUNNEL_COMMIT] = "tunnel_commit", [RSCRIPT_TENANT_USAGE] = "tenant_usage",
 	[RSCRIPT_AUTH_RATE] = "auth_rate",
 	[RSCRIPT_AGENT_SLEEP] = "agent_sleep", [RSCRIPT_AGENT_LOST] = "agent_lost",
-	[RSCRIPT_TUNNEL_EVICT] = "tunnel_evict",
+	[RSCRIPT_TUNNEL_EVICT] = "tunnel_evict", [RSCRIPT_SNAPSHOT_ADD] = "snapshot_add",
+	[RSCRIPT_SNAPSHOT_DEL] = "snapshot_del", [RSCRIPT_SNAPSHOT_PERSIST] = "snapshot_persist",
 };
 
 const char *rscripts_source(enum rscript_id id)

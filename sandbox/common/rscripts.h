@@ -95,6 +95,23 @@ enum rscript_id {
 	 * port url: compare-and-delete on url -> {1, tunnel id} deleted, {0,
 	 * ''} the record is another one (or gone). */
 	RSCRIPT_TUNNEL_EVICT,
+	/* sbx-agent, a snapshot made. KEYS snapbytes-counter record index;
+	 * ARGV size quota-bytes created-ms sid field value…: within the quota,
+	 * count it, write the record, index it -> {1, used before}; else
+	 * {0, used} and nothing changes. */
+	RSCRIPT_SNAPSHOT_ADD,
+	/* sbx-api, DELETE /v1/snapshots/{sid}. KEYS snapbytes-counter record
+	 * index; ARGV sid: -> its location (record gone, bytes uncounted), or
+	 * false when there is no record. */
+	RSCRIPT_SNAPSHOT_DEL,
+	/* sbx-agent, a persisted sandbox saved before a stop. KEYS
+	 * snapbytes-counter record index sandbox-record; ARGV size quota
+	 * created-ms sid epoch sandbox-id field value…: while the sandbox's
+	 * epoch is still epoch and within the quota (less the save it
+	 * replaces), record it and make it the sandbox's restoreFrom; the
+	 * previous save (name "persist", same sandbox) goes -> {1, its
+	 * location or ''}; {0, ''} over the quota, {-1, ''} epoch moved. */
+	RSCRIPT_SNAPSHOT_PERSIST,
 	RSCRIPT__COUNT
 };
 

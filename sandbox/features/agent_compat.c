@@ -30,7 +30,9 @@
  *      a code run) are framed as `data: {"type":…}` into the call's own
  *      event buffer; readFileStream's file comes typed (struct
  *      agent_files_fd) and is sent as metadata/chunk/complete events. No
- *      answer of a call is read back.
+ *      answer of a call is read back, except a file watch's events: its
+ *      helper writes sbx frames over the file channel, which the filter's
+ *      stream hook re-frames (cf_reframe).
  * So exec, sessions, processes and files keep one code path each.
  *
  * The SDK's bodies are parsed strictly as JSON, but fields sbx does not map
@@ -44,6 +46,7 @@
 #include "agent_exec.h"
 #include "agent_routes.h"
 #include "agent_files.h"
+#include "agent_git.h"
 #include "agent_interp.h"
 #include "agent_processes.h"
 #include "agent_sessions.h"
@@ -60,6 +63,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#define CF_SSE_IN_MAX (8 * 1024 * 1024)     /* one frame of a file watch */
 #define CF_SSE_OUT_MAX (16 * 1024 * 1024)
 #define CF_FILE_CHUNK (48 * 1024)           /* a multiple of 3: clean base64 */
 #define CF_SNIFF 8192
@@ -102,6 +106,10 @@ enum cf_kind {
 	CF_CODE_RUN,
 	CF_COMMANDS,
 	CF_PORT_WATCH,
+	CF_WATCH,
+	CF_GIT,
+	CF_BACKUP_CREATE,
+	CF_BACKUP_RESTORE,
 };
 
 /* One compat request: what the answer filter needs to know. */
@@ -126,7 +134,15 @@ struct cf_req {
 	char q_port[8], q_status[16], q_interval[16];
 	char *q_path;
 	int port;
-	/* the SDK's events, before they go to the call's own event buffer */
+	/* watch: the joined patterns of the query, the event types asked for */
+	char *exclude, *include;
+	unsigned watch_types;      /* 1 << CF_WT_*; 0: all */
+	char watch_id[17];
+	/* re-framed event stream (a file watch) */
+	httpd_read_fn inner;
+	void *inner_arg;
+	int inner_done;
+	struct buf in;
 	struct buf out;
 	size_t out_off;
 	/* file stream */
@@ -164,10 +180,13 @@ static void cf_free(void *arg)
 	free(c->path);
 	free(c->new_path);
 	free(c->proc_id);
+	free(c->exclude);
+	free(c->include);
 	free(c->tail);
 	free(c->q_path);
 	json_decref(c->args.body);
 	buf_release(&c->content);
+	buf_release(&c->in);
 	buf_release(&c->out);
 	if (c->fd >= 0)
 		close(c->fd);
@@ -322,6 +341,13 @@ static json_t *cf_files_result(struct cf_req *c, const json_t *body)
 	}
 	case CF_EXISTS:
 		res = json_pack("{s:s, s:b}", "path", c->path, "exists", 1);
+		break;
+	case CF_BACKUP_CREATE:     /* a snapshot job run by the file helper */
+		res = json_pack("{s:O*, s:O*}", "sizeBytes", json_object_get(body, "size"),
+				"archivePath", json_object_get(body, "archivePath"));
+		break;
+	case CF_BACKUP_RESTORE:
+		res = json_pack("{s:s}", "dir", c->path ? c->path : "");
 		break;
 	default:
 		res = json_object();
@@ -600,12 +626,22 @@ static int cf_commands_result(struct cf_req *c, struct httpd_req *r,
 	return 1;
 }
 
+/* git/checkout: its typed result. */
+static int cf_git_result(struct httpd_req *r, const struct agent_git_result *g)
+{
+	cf_ok(r, json_pack("{s:s, s:s, s:s, s:s, s:i}", "repoUrl", g->url, "branch", g->branch,
+			   "targetDir", g->target, "commit", g->commit, "exitCode", 0));
+	return 1;
+}
+
 /* The typed answers of the native calls: results, an error. */
 static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, const void *result)
 {
 	struct cf_req *c = arg;
 	const struct httpd_error *he = result;
 
+	if (strcmp(type, AGENT_GIT_RESULT) == 0)
+		return c->kind == CF_GIT && cf_git_result(r, result);
 	if (strcmp(type, AGENT_INTERP_EVENT) == 0)
 		return c->kind == CF_CODE_RUN && cf_interp_event(c, result);
 	if (strcmp(type, AGENT_EXEC_EVENT) == 0)
@@ -686,6 +722,54 @@ static json_t *cf_code_event(const char *name, const json_t *d)
 	return ev;
 }
 
+/* The SDK's watch event types (FileWatchEventType), as a mask. */
+static const char *const cf_watch_types[] = { "create", "modify", "delete", "move_from",
+					      "move_to", "attrib" };
+
+/* One watch event of sbx (agent_watch.c) as the SDK's: ready → watching,
+ * create/modify/delete → event, move → move_from + move_to, overflow and
+ * error → error (an error ends the stream, an overflow does not). */
+static void cf_watch_translate(struct cf_req *c, const char *name, const json_t *d)
+{
+	const char *type[2] = { name, NULL };
+	const json_t *path[2] = { json_object_get(d, "path"), NULL };
+	char ts[32];
+
+	cf_now(ts);
+	if (strcmp(name, "ready") == 0) {
+		cf_emit(c, json_pack("{s:s, s:O*, s:s}", "type", "watching", "path", path[0],
+				     "watchId", c->watch_id));
+		return;
+	}
+	if (strcmp(name, "error") == 0 || strcmp(name, "overflow") == 0) {
+		json_t *ev = json_pack("{s:s, s:O*}", "type", "error", "error",
+				       json_object_get(d, "message"));
+
+		if (ev && strcmp(name, "overflow") == 0)
+			json_object_set_new(ev, "overflow", json_true());
+		cf_emit(c, ev);
+		return;
+	}
+	if (strcmp(name, "move") == 0) {
+		type[0] = "move_from";
+		path[0] = json_object_get(d, "from");
+		type[1] = "move_to";
+		path[1] = json_object_get(d, "to");
+	}
+	for (int i = 0; i < 2 && type[i]; i++) {
+		unsigned bit = 0;
+
+		for (size_t k = 0; k < ARRAY_SIZE(cf_watch_types); k++)
+			if (strcmp(type[i], cf_watch_types[k]) == 0)
+				bit = 1u << k;
+		if (!bit || (c->watch_types && !(c->watch_types & bit)))
+			continue;
+		cf_emit(c, json_pack("{s:s, s:s, s:O*, s:O*, s:s}", "type", "event", "eventType",
+				     type[i], "path", path[i], "isDirectory",
+				     json_object_get(d, "isDirectory"), "timestamp", ts));
+	}
+}
+
 /* One sbx event (name, its JSON data d) as the SDK's event. */
 static void cf_translate(struct cf_req *c, const char *name, const json_t *d)
 {
@@ -693,6 +777,10 @@ static void cf_translate(struct cf_req *c, const char *name, const json_t *d)
 	json_t *ev, *v;
 	char ts[32];
 
+	if (c->kind == CF_WATCH) {
+		cf_watch_translate(c, name, d);
+		return;
+	}
 	if (c->kind == CF_CODE_RUN) {
 		if ((ev = cf_code_event(name, d)))
 			cf_emit(c, ev);
@@ -799,6 +887,61 @@ static int cf_interp_event(struct cf_req *c, const struct agent_interp_event *ev
 	return cf_events_to(c, ev->out);
 }
 
+/* Re-frame the complete frames in c->in (at the end: all of it). */
+static void cf_reframe(struct cf_req *c, int at_end)
+{
+	size_t off = 0;
+
+	for (;;) {
+		const char *start = c->in.data ? c->in.data + off : "";
+		size_t avail = c->in.len - off;
+		const char *endp = avail ? memmem(start, avail, "\n\n", 2) : NULL;
+		size_t flen = endp ? (size_t)(endp - start) : (at_end ? avail : 0);
+		char name[16] = "";
+		const char *data = NULL;
+		size_t dlen = 0, pos = 0;
+		int comment = 0;
+
+		if (flen == 0 && !endp)
+			break;
+		while (pos < flen) {
+			const char *line = start + pos;
+			const char *nl = memchr(line, '\n', flen - pos);
+			size_t llen = nl ? (size_t)(nl - line) : flen - pos;
+
+			if (llen > 7 && memcmp(line, "event: ", 7) == 0 && llen - 7 < sizeof(name)) {
+				memcpy(name, line + 7, llen - 7);
+				name[llen - 7] = '\0';
+			} else if (llen > 6 && memcmp(line, "data: ", 6) == 0) {
+				data = line + 6;
+				dlen = llen - 6;
+			} else if (llen && line[0] == ':') {
+				comment = 1;
+			}
+			pos += llen + 1;
+		}
+		if (data && *name) {
+			struct sbx_err e;
+			json_t *d = jsonv_parse(data, dlen, &e);
+
+			if (d)
+				cf_translate(c, name, d);
+			json_decref(d);
+		} else if (comment) {
+			buf_adds(&c->out, ": keep-alive\n\n");
+		}
+		off += flen + (endp ? 2 : 0);
+		if (!endp)
+			break;
+	}
+	if (off >= c->in.len) {
+		buf_reset(&c->in);
+	} else if (off) {
+		memmove(c->in.data, c->in.data + off, c->in.len - off);
+		c->in.len -= off;
+	}
+}
+
 static ssize_t cf_take_out(struct cf_req *c, char *buf, size_t max)
 {
 	size_t n = c->out.len - c->out_off;
@@ -812,6 +955,48 @@ static ssize_t cf_take_out(struct cf_req *c, char *buf, size_t max)
 		c->out_off = 0;
 	}
 	return (ssize_t)n;
+}
+
+/* httpd's reader of a re-framed stream: pulls from the sbx reader. */
+static ssize_t cf_sse_read(void *arg, char *buf, size_t max)
+{
+	struct cf_req *c = arg;
+	char tmp[16 * 1024];
+
+	for (;;) {
+		ssize_t n;
+
+		if (c->out.len > c->out_off)
+			return cf_take_out(c, buf, max);
+		if (c->inner_done)
+			return -1;
+		n = c->inner(c->inner_arg, tmp, sizeof(tmp));
+		if (n == 0)
+			return 0;
+		if (n < 0) {
+			c->inner_done = 1;
+			cf_reframe(c, 1);
+			continue;
+		}
+		if (buf_add(&c->in, tmp, (size_t)n) < 0) {
+			log_error("compat: an event larger than %d bytes was dropped", CF_SSE_IN_MAX);
+			buf_reset(&c->in);
+			continue;
+		}
+		cf_reframe(c, 0);
+	}
+}
+
+static void cf_filter_stream(void *arg, httpd_read_fn *read, void **read_arg)
+{
+	struct cf_req *c = arg;
+
+	if (c->kind != CF_WATCH)
+		return;
+	c->inner = *read;
+	c->inner_arg = *read_arg;
+	*read = cf_sse_read;
+	*read_arg = c;
 }
 
 /* --- file streams: the file sbx would send raw, as metadata/chunk/complete --- */
@@ -917,6 +1102,7 @@ static int cf_file_stream(struct cf_req *c, struct httpd_req *r, const struct ag
 }
 
 static const struct httpd_filter cf_filter = {
+	.stream = cf_filter_stream,
 	.typed = cf_filter_typed,
 	.free = cf_free,
 };
@@ -938,6 +1124,7 @@ static struct cf_req *cf_begin(struct httpd_req *r, enum cf_kind kind)
 	c->kind = kind;
 	c->fd = -1;
 	c->t0 = util_now_ms();
+	buf_init(&c->in, CF_SSE_IN_MAX);
 	buf_init(&c->out, CF_SSE_OUT_MAX);
 	/* The SDK's routes take no query, nor a range: the call reads only
 	 * c->args. */
@@ -1413,6 +1600,94 @@ static int map_code_run(struct httpd_req *r, struct cf_req *c, json_t *body, str
 	return cf_body_of(c, body, fields, e);
 }
 
+/* An optional array of strings without ',' of body joined by ',' into
+ * *out (NULL when absent). 0 or -1 (400). */
+static int cf_join(const json_t *body, const char *name, char **out, struct sbx_err *e)
+{
+	const json_t *arr = json_object_get(body, name), *v;
+	struct buf b;
+	size_t i;
+
+	*out = NULL;
+	if (!arr || json_is_null(arr))
+		return 0;
+	if (!json_is_array(arr))
+		return err_set(e, SBX_E_VALIDATION, "'%s' must be an array of strings", name);
+	buf_init(&b, 64 * 1024);
+	json_array_foreach(arr, i, v) {
+		if (!json_is_string(v) || strchr(json_string_value(v), ',') ||
+		    (i && buf_adds(&b, ",") < 0) || buf_adds(&b, json_string_value(v)) < 0) {
+			buf_release(&b);
+			return err_set(e, SBX_E_VALIDATION,
+				       "'%s' must be an array of patterns without ','", name);
+		}
+	}
+	*out = b.data ? buf_steal(&b, NULL) : strdup("");
+	return *out ? 0 : err_sys(e, ENOMEM, "%s", name);
+}
+
+/* watch: the SDK's body as the native query (path, recursive, exclude,
+ * include); the SDK's default exclude when it names none; events as a
+ * filter of the translation. */
+static int map_watch(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	const json_t *types = json_object_get(body, "events"), *v, *rec;
+	unsigned char rnd[8];
+	size_t i;
+
+	if (cf_file_paths(c, body, "path", NULL, e) < 0 || cf_join(body, "exclude", &c->exclude, e) < 0 ||
+	    cf_join(body, "include", &c->include, e) < 0)
+		return -1;
+	rec = json_object_get(body, "recursive");
+	if (rec && !json_is_boolean(rec))
+		return err_set(e, SBX_E_VALIDATION, "'recursive' must be a boolean");
+	if (types && !json_is_array(types))
+		return err_set(e, SBX_E_VALIDATION, "'events' must be an array");
+	json_array_foreach(types, i, v) {
+		unsigned bit = 0;
+
+		for (size_t k = 0; k < ARRAY_SIZE(cf_watch_types); k++)
+			if (json_is_string(v) && strcmp(json_string_value(v), cf_watch_types[k]) == 0)
+				bit = 1u << k;
+		if (!bit)
+			return err_set(e, SBX_E_VALIDATION, "'events' holds an unknown event type");
+		c->watch_types |= bit;
+	}
+	if (!c->exclude && !c->include && !(c->exclude = strdup(".git,node_modules,.DS_Store")))
+		return err_sys(e, ENOMEM, "exclude");
+	if (util_random(rnd, sizeof(rnd)) < 0)
+		return err_sys(e, errno, "watch id");
+	util_hex(rnd, sizeof(rnd), c->watch_id);
+	cf_query(c, "path", c->path);
+	cf_query(c, "recursive", json_is_false(rec) ? "false" : "true");
+	if (c->exclude)
+		cf_query(c, "exclude", c->exclude);
+	if (c->include)
+		cf_query(c, "include", c->include);
+	return 0;
+}
+
+/* git/checkout: repoUrl → url; the SDK always sends its targetDir. */
+static int map_git(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	const char *url;
+	json_t *b;
+
+	if (cf_req_str(body, "repoUrl", &url, e) < 0)
+		return -1;
+	b = json_pack("{s:s}", "url", url);
+	if (!b)
+		return err_sys(e, ENOMEM, "body");
+	if (cf_copy(b, body, "branch", "branch", JV_STRING, e) < 0 ||
+	    cf_copy(b, body, "targetDir", "targetDir", JV_STRING, e) < 0 ||
+	    cf_copy(b, body, "depth", "depth", JV_INTEGER, e) < 0 ||
+	    cf_copy(b, body, "timeoutMs", "timeoutMs", JV_INTEGER, e) < 0) {
+		json_decref(b);
+		return -1;
+	}
+	return cf_set_body(c, b, e);
+}
+
 /* ping and version: answered here, for a running sandbox (a call of
  * AGENT_CALL_DATA, as every native one). */
 static int cf_ping(struct agent_call *c, struct sbx_err *e)
@@ -1442,6 +1717,38 @@ static int map_pty(struct httpd_req *r, struct cf_req *c, json_t *body, struct s
 		if (httpd_query(r, names[i]))
 			cf_query(c, names[i], httpd_query(r, names[i]));
 	return 0;
+}
+
+/* /api/backup/create and …/restore {dir, archivePath, excludes?}: the
+ * archive is sbx's (a zstd tar, snapshots' rules) under the SDK's file
+ * name. Excludes that are plain names are kept; glob patterns are not
+ * supported and are left out. */
+static int map_backup(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	const char *dir, *archive;
+	json_t *b, *ex = json_array(), *v;
+	size_t i;
+
+	(void)r;
+	if (!ex)
+		return err_sys(e, ENOMEM, "body");
+	if (cf_req_str(body, "dir", &dir, e) < 0 || cf_req_str(body, "archivePath", &archive, e) < 0) {
+		json_decref(ex);
+		return -1;
+	}
+	json_array_foreach(json_object_get(body, "excludes"), i, v) {
+		const char *x = json_string_value(v);
+
+		if (x && *x && !strpbrk(x, "/*?[") && strcmp(x, ".") != 0 && strcmp(x, "..") != 0)
+			json_array_append_new(ex, json_string(x));
+	}
+	c->path = strdup(dir);
+	b = json_pack("{s:s, s:s, s:o}", "dir", dir, "archivePath", archive, "exclude", ex);
+	if (!c->path) {
+		json_decref(b);
+		return err_sys(e, ENOMEM, "body");
+	}
+	return cf_set_body(c, b, e);
 }
 
 static const struct cf_route cf_routes[] = {
@@ -1475,11 +1782,17 @@ static const struct cf_route cf_routes[] = {
 	{ "DELETE", "/api/contexts/{id}", CF_CTX_DELETE, CF_PROC_ID, NULL, &agent_call_interp_delete },
 	{ "POST", "/api/execute/code", CF_CODE_RUN, CF_BODY | CF_ACCEPT_SSE, map_code_run,
 	  &agent_call_interp_run },
+	{ "POST", "/api/watch", CF_WATCH, CF_BODY | CF_ACCEPT_SSE, map_watch, &agent_call_watch },
+	{ "POST", "/api/git/checkout", CF_GIT, CF_BODY, map_git, &agent_call_git_checkout },
 	{ "GET", "/api/ping", CF_PLAIN, 0, NULL, &cf_call_ping },
 	{ "GET", "/api/version", CF_PLAIN, 0, NULL, &cf_call_version },
 	{ "GET", "/ws/pty", CF_PLAIN, 0, map_pty, &agent_call_term_cf_pty },
 	{ "GET", "/api/commands", CF_COMMANDS, 0, map_commands, &agent_call_exec },
 	{ "POST", "/api/port-watch", CF_PORT_WATCH, CF_BODY, map_port_watch, &agent_call_proc_wait },
+	{ "POST", "/api/backup/create", CF_BACKUP_CREATE, CF_BODY, map_backup,
+	  &agent_call_snap_to_file },
+	{ "POST", "/api/backup/restore", CF_BACKUP_RESTORE, CF_BODY, map_backup,
+	  &agent_call_snap_from_file },
 };
 
 static const struct cf_route *cf_route_find(const char *method, const char *tail,

@@ -37,6 +37,17 @@ struct agent_files_fd {
 	const char *name;
 };
 
+/* For other helpers that work inside a sandbox (files_worker.h):
+ * openat2 of rel (an fspath rel path) from the sandbox's root fd with
+ * RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS, O_CLOEXEC added: an fd or -1
+ * with errno. And errno err of operation what on the client's path as the
+ * error contract (never a host path); returns -1. */
+int files_open_in_root(int root, const char *rel, int flags, unsigned mode);
+int files_errno(struct sbx_err *e, int err, const char *what, const char *path);
+/* The boolean query parameter name of c: absent → 0, "true"/"1" → 1,
+ * "false"/"0" → 0, else -1 (400). */
+int files_query_bool(const struct agent_call *c, const char *name, int *out, struct sbx_err *e);
+
 /* Pure helpers of ?encoding= (unit-tested). */
 /* Append s[0..n) to b as the inside of a JSON string (what jansson writes:
  * \" \\ \b \f \n \r \t, \u00XX for the other control bytes). 0 or -1. */
@@ -51,5 +62,13 @@ struct files_utf8 {
 	int valid;
 };
 void files_utf8_feed(struct files_utf8 *u, const char *s, size_t n, int last);
+
+/* In a helper of the sandbox: may the filesystem of fd be read (write =
+ * 0) or written (write = 1) — the Files API's rule (the header of
+ * agent_files.c). 1 or 0. */
+int files_fs_allowed(int fd, int write);
+/* In a helper: remove name in pdir and everything below it, never
+ * following a symlink nor crossing a mount. 0, or -1 with errno. */
+int files_remove_tree(int pdir, const char *name);
 
 #endif

@@ -9,7 +9,10 @@
 #include "agent_ports.h"
 #include "agent_processes.h"
 #include "agent_sessions.h"
+#include "agent_snapshots.h"
 #include "agent_terminals.h"
+#include "agent_watch.h"
+#include "agent_git.h"
 #include "agent_routes.h"
 #include "tunnel.h"
 
@@ -52,6 +55,19 @@ const struct agent_call_spec agent_call_term_delete = { agent_term_delete, DATA,
 const struct agent_call_spec agent_call_term_ws = { agent_term_ws, DATA, NULL };
 const struct agent_call_spec agent_call_term_ticket = { agent_term_ticket, DATA, NULL };
 const struct agent_call_spec agent_call_term_cf_pty = { agent_term_cf_pty, DATA, NULL };
+const struct agent_call_spec agent_call_watch = { agent_watch_get, DATA, NULL };
+const struct agent_call_spec agent_call_git_checkout = { agent_git_checkout, DATA_JSON,
+							 agent_git_checkout_fields };
+const struct agent_call_spec agent_call_snap_create = { agent_snap_create, DATA_JSON,
+							agent_snap_create_fields };
+const struct agent_call_spec agent_call_snap_restore = { agent_snap_restore, DATA_JSON,
+							 agent_snap_restore_fields };
+const struct agent_call_spec agent_call_snap_import = { agent_snap_import, DATA, NULL };
+const struct agent_call_spec agent_call_snap_export = { agent_snap_export, DATA, NULL };
+const struct agent_call_spec agent_call_snap_to_file = { agent_snap_to_file, DATA_JSON,
+							 agent_snap_file_fields };
+const struct agent_call_spec agent_call_snap_from_file = { agent_snap_from_file, DATA_JSON,
+							   agent_snap_file_fields };
 
 const struct httpd_route agent_routes[] = {
 	{ "GET", "/agent/v1/sandboxes", AGENT_CALL(agent_sandbox_list, 0, NULL) },
@@ -125,6 +141,14 @@ const struct httpd_route agent_routes[] = {
 	{ "GET", "/v1/sandboxes/{id}/terminals/{terminal}/ws", AGENT_CALL_OF(agent_call_term_ws) },
 	{ "POST", "/v1/sandboxes/{id}/terminals/{terminal}/ticket",
 	  AGENT_CALL_OF(agent_call_term_ticket) },
+	{ "GET", "/v1/sandboxes/{id}/watch", AGENT_CALL_OF(agent_call_watch) },
+	{ "POST", "/v1/sandboxes/{id}/git/checkout", AGENT_CALL_OF(agent_call_git_checkout) },
+	/* Snapshots (agent_snapshots.c; their records: fcgi/api_snapshots.c). */
+	{ "POST", "/v1/sandboxes/{id}/snapshots", AGENT_CALL_OF(agent_call_snap_create) },
+	{ "POST", "/v1/sandboxes/{id}/restore", AGENT_CALL_OF(agent_call_snap_restore) },
+	{ "PUT", "/v1/sandboxes/{id}/archive", AGENT_CALL_OF(agent_call_snap_import),
+	  .flags = HTTPD_ROUTE_STREAM_BODY },
+	{ "GET", "/v1/sandboxes/{id}/archive", AGENT_CALL_OF(agent_call_snap_export) },
 	/* The Cloudflare Sandbox SDK's container API (agent_compat.c). */
 	{ "GET", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },
 	{ "POST", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch,

@@ -37,5 +37,14 @@ extern const struct agent_call_spec agent_call_term_delete;
 extern const struct agent_call_spec agent_call_term_ws;
 extern const struct agent_call_spec agent_call_term_ticket;
 extern const struct agent_call_spec agent_call_term_cf_pty;
+extern const struct agent_call_spec agent_call_watch;
+extern const struct agent_call_spec agent_call_git_checkout;
+extern const struct agent_call_spec agent_call_snap_create;
+extern const struct agent_call_spec agent_call_snap_restore;
+extern const struct agent_call_spec agent_call_snap_import;
+extern const struct agent_call_spec agent_call_snap_export;
+/* Compat only (no route of its own): the SDK's backup archives. */
+extern const struct agent_call_spec agent_call_snap_to_file;
+extern const struct agent_call_spec agent_call_snap_from_file;
 
 #endif

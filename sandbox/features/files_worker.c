@@ -8,6 +8,7 @@
  */
 #include "files_worker.h"
 #include "agent_lifecycle.h"
+#include "agent_sse.h"
 #include "buf.h"
 #include "log.h"
 #include "runtime.h"
@@ -53,10 +54,12 @@ struct fw_call {
 	size_t rec_len, rec_off;
 	struct buf pend;           /* FW_UPLOAD: body bytes not yet sent */
 	int body_end, end_sent, paused;
+	int ended;                 /* FW_EVENTS: the closing `error` event is out */
 };
 
 static struct fw_call *calls;
 static unsigned ncalls;
+static unsigned nevents;           /* of ncalls, FW_EVENTS streams */
 static size_t collect_bytes;
 
 /* --- records (both sides) --- */
@@ -198,9 +201,10 @@ ssize_t fw_recv(int chan, char *buf, size_t max)
 static void child_main(struct rt_sandbox *rsb, const struct rt_helper *h, int chan, int proc,
 		       const struct fw_spec *spec)
 {
-	struct fw_env env = { 3, 4, 5 };
+	struct fw_env env = { 3, 4, 5, spec->xfd > 0 ? 6 : -1 };
 	sigset_t none;
-	int fds[3];
+	int fds[4] = { -1, -1, -1, -1 };
+	int nfd = spec->xfd > 0 ? 4 : 3;
 
 	for (int s = 1; s < NSIG; s++)
 		signal(s, SIG_DFL);
@@ -227,16 +231,16 @@ static void child_main(struct rt_sandbox *rsb, const struct rt_helper *h, int ch
 		    setsockopt(chan, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
 			_exit(125);
 	}
-	/* the three fds on 3, 4, 5 and nothing else but stdio */
+	/* the fds on 3, 4, 5 (6: xfd) and nothing else but stdio */
 	fds[0] = fcntl(rt_root_fd(rsb), F_DUPFD_CLOEXEC, 64);
 	fds[1] = fcntl(chan, F_DUPFD_CLOEXEC, 64);
 	fds[2] = fcntl(proc, F_DUPFD_CLOEXEC, 64);
-	if (fds[0] < 0 || fds[1] < 0 || fds[2] < 0)
-		_exit(125);
-	for (int i = 0; i < 3; i++)
-		if (dup2(fds[i], 3 + i) < 0)
+	if (nfd == 4)
+		fds[3] = fcntl(spec->xfd, F_DUPFD_CLOEXEC, 64);
+	for (int i = 0; i < nfd; i++)
+		if (fds[i] < 0 || dup2(fds[i], 3 + i) < 0)
 			_exit(125);
-	if (syscall(SYS_close_range, 6, ~0U, 0) < 0)
+	if (syscall(SYS_close_range, 3 + nfd, ~0U, 0) < 0)
 		_exit(125);
 	_exit(spec->fn(spec->arg, &env) & 0x7f);
 }
@@ -251,6 +255,7 @@ static void call_free(struct fw_call *c)
 		if (*pp == c) {
 			*pp = c->next;
 			ncalls--;
+			nevents -= !!(c->spec.flags & FW_EVENTS);
 			break;
 		}
 	}
@@ -265,6 +270,8 @@ static void call_free(struct fw_call *c)
 	if (c->pidfd >= 0)
 		close(c->pidfd);
 	collect_bytes -= c->counted;
+	if (c->spec.ctx_free)
+		c->spec.ctx_free(c->spec.ctx);
 	buf_release(&c->body);
 	buf_release(&c->pend);
 	free(c->rec);
@@ -315,28 +322,33 @@ static void answer_err(struct fw_call *c, const struct sbx_err *e)
 	httpd_reply_err(c->r, e);
 }
 
-/* The helper ended (its channel closed) without a complete answer. */
+/* Why the helper ended (its channel closed) without a complete answer. */
+static void failure_err(struct fw_call *c, struct sbx_err *e)
+{
+	reap(c, 1);
+	if (c->gone && c->a->shutting_down)
+		err_set(e, SBX_E_NODE_UNAVAILABLE, "the node is shutting down");
+	else if (c->gone)
+		err_set(e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
+	else if (c->wstatus == 128 + SIGALRM)
+		err_set(e, SBX_E_NO_CAPACITY, "the file call took longer than %u s", c->spec.timeout_s);
+	else if (c->wstatus == 128 + SIGKILL && c->spec.mode == FW_UPLOAD)
+		err_set(e, SBX_E_FILE_TOO_LARGE,
+			"the upload does not fit in the sandbox's memory limit");
+	else if (c->wstatus == 128 + SIGKILL)
+		err_set(e, SBX_E_NO_CAPACITY, "the file call ran out of the sandbox's memory");
+	else
+		err_set(e, SBX_E_INTERNAL, "file helper of '%s' ended with status %d", c->key,
+			c->wstatus);
+}
+
 static void helper_failed(struct fw_call *c)
 {
 	struct sbx_err e;
 
 	if (c->answered || !c->r)
 		return;
-	reap(c, 1);
-	if (c->gone && c->a->shutting_down)
-		err_set(&e, SBX_E_NODE_UNAVAILABLE, "the node is shutting down");
-	else if (c->gone)
-		err_set(&e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
-	else if (c->wstatus == 128 + SIGALRM)
-		err_set(&e, SBX_E_NO_CAPACITY, "the file call took longer than %u s", c->spec.timeout_s);
-	else if (c->wstatus == 128 + SIGKILL && c->spec.mode == FW_UPLOAD)
-		err_set(&e, SBX_E_FILE_TOO_LARGE,
-			"the upload does not fit in the sandbox's memory limit");
-	else if (c->wstatus == 128 + SIGKILL)
-		err_set(&e, SBX_E_NO_CAPACITY, "the file call ran out of the sandbox's memory");
-	else
-		err_set(&e, SBX_E_INTERNAL, "file helper of '%s' ended with status %d", c->key,
-			c->wstatus);
+	failure_err(c, &e);
 	answer_err(c, &e);
 }
 
@@ -354,6 +366,17 @@ static void answer_json(struct fw_call *c)
 	if (!agent_stream_lease_held(c->a, &c->live)) {
 		err_set(&e, SBX_E_NODE_UNAVAILABLE, "this node lost its lease during the file call");
 		answer_err(c, &e);
+		return;
+	}
+	if (c->spec.on_json) {
+		body = c->body.len ? json_loadb(c->body.data, c->body.len, 0, NULL) : NULL;
+		if (c->body.len && !body) {
+			err_set(&e, SBX_E_INTERNAL, "file helper of '%s' sent bad JSON", c->key);
+			answer_err(c, &e);
+			return;
+		}
+		c->answered = 1;
+		c->spec.on_json(c->r, c->head.status, body, c->spec.ctx);
 		return;
 	}
 	if (c->head.status == 204 && !c->body.len) {
@@ -456,6 +479,8 @@ static void on_head(struct fw_call *c, const char *rec, size_t n, int fd)
 	if (c->spec.mode == FW_STREAM) {
 		c->answered = 1;
 		event_del(c->ev_read);
+		if (c->spec.flags & FW_EVENTS)
+			httpd_add_header(c->r, "Cache-Control", "no-store");
 		httpd_reply_stream(c->r, c->head.status, c->spec.content_type, stream_read, c);
 	}
 }
@@ -524,8 +549,35 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* FW_EVENTS: the helper ended without its 'E': the `error` event that
+ * ends the stream, as the reader's next bytes (it is one short event). */
+static ssize_t end_event(struct fw_call *c, char *out, size_t max)
+{
+	struct sbx_err e;
+	struct buf b;
+	json_t *ev;
+	char *text;
+	ssize_t n = -2;
+
+	c->ended = 1;
+	failure_err(c, &e);
+	if (e.code == SBX_E_INTERNAL)
+		log_error("%s", e.msg);
+	ev = json_pack("{s:s, s:s}", "code", err_name(e.code), "message", err_public_message(&e));
+	text = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+	json_decref(ev);
+	buf_init(&b, FW_BUF);
+	if (text && agent_sse_event(&b, "error", text) == 0 && b.len <= max) {
+		memcpy(out, b.data, b.len);
+		n = (ssize_t)b.len;
+	}
+	free(text);
+	buf_release(&b);
+	return n;
+}
+
 /* FW_STREAM's reader: the 'D' records as they come; 'E' ends it; a helper
- * that dies first aborts the answer. */
+ * that dies first aborts the answer (FW_EVENTS: ends it with end_event). */
 static ssize_t stream_read(void *arg, char *out, size_t max)
 {
 	struct fw_call *c = arg;
@@ -540,6 +592,8 @@ static ssize_t stream_read(void *arg, char *out, size_t max)
 			event_add(c->ev_read, NULL);
 			return 0;
 		}
+		if (n <= 0 && (c->spec.flags & FW_EVENTS))
+			return c->ended ? -1 : end_event(c, out, max);
 		if (n <= 0)
 			return -2;
 		if (c->rec[0] == 'E')
@@ -649,11 +703,20 @@ int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spe
 
 	if (!rsb)
 		return err_set(e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
-	for (c = calls; c; c = c->next)
-		mine += c->r && strcmp(c->key, sb->key) == 0;   /* requests in progress */
-	if (ncalls >= FW_NODE_MAX || mine >= FW_SANDBOX_MAX)
+	for (c = calls; c; c = c->next)   /* requests in progress of the same kind */
+		mine += c->r && strcmp(c->key, sb->key) == 0 &&
+			(c->spec.flags & FW_EVENTS) == (spec->flags & FW_EVENTS);
+	if (spec->flags & FW_EVENTS) {
+		if (mine >= FW_EVENTS_SANDBOX_MAX)
+			return err_set(e, SBX_E_QUOTA_EXCEEDED,
+				       "this sandbox has %d watches open already (the most there can be)",
+				       FW_EVENTS_SANDBOX_MAX);
+		if (nevents >= FW_EVENTS_NODE_MAX)
+			return err_set(e, SBX_E_NO_CAPACITY, "too many watches open on this node");
+	} else if (ncalls - nevents >= FW_NODE_MAX || mine >= FW_SANDBOX_MAX) {
 		return err_set(e, SBX_E_NO_CAPACITY, "too many file calls in progress %s",
 			       mine >= FW_SANDBOX_MAX ? "in this sandbox" : "on this node");
+	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return err_sys(e, ENOMEM, "file call");
@@ -722,6 +785,7 @@ int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spe
 	c->next = calls;
 	calls = c;
 	ncalls++;
+	nevents += !!(spec->flags & FW_EVENTS);
 	agent_sb_stream_begin(sb, &c->live);
 	httpd_on_close(r, call_close, c);
 	if (spec->mode == FW_UPLOAD)
@@ -739,10 +803,89 @@ fail:
 	if (proc >= 0)
 		close(proc);
 	ncalls++;   /* call_free counts it out */
+	nevents += !!(spec->flags & FW_EVENTS);
 	c->next = calls;
 	calls = c;
 	call_free(c);
 	return -1;
+}
+
+/* The helper of a call the agent waits for (fw_run): no request, no loop. */
+int fw_run(struct agent_sb *sb, const struct fw_spec *spec, json_t **answer, struct sbx_err *e)
+{
+	struct rt_sandbox *rsb = agent_sb_container(sb);
+	struct rt_helper h = { .mnt_fd = -1, .user_fd = -1 };
+	int sv[2] = { -1, -1 }, proc = -1, status = 0, rc = -1, ended = 0;
+	struct fw_result head;
+	struct buf body;
+	char *rec = NULL;
+	pid_t pid = -1;
+
+	*answer = NULL;
+	memset(&head, 0, sizeof(head));
+	buf_init(&body, FW_COLLECT_MAX);
+	if (!rsb)
+		return err_set(e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
+	if (rt_helper_open(rsb, &h, e) < 0)
+		return -1;
+	rec = malloc(FW_BUF);
+	if (!rec || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 ||
+	    (proc = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		err_sys(e, errno, "helper");
+		goto out;
+	}
+	pid = fork();
+	if (pid < 0) {
+		err_sys(e, errno, "fork of a helper");
+		goto out;
+	}
+	if (pid == 0) {
+		close(sv[0]);
+		child_main(rsb, &h, sv[1], proc, spec);
+	}
+	close(sv[1]);
+	sv[1] = -1;
+	for (;;) {
+		int fd;
+		ssize_t n = recv_rec(sv[0], rec, FW_BUF, &fd);
+
+		if (fd >= 0)
+			close(fd);
+		if (n <= 0)
+			break;
+		if (rec[0] == 'R' && (size_t)n == 1 + sizeof(head)) {
+			memcpy(&head, rec + 1, sizeof(head));
+			head.msg[sizeof(head.msg) - 1] = '\0';
+		} else if (rec[0] == 'D' && buf_add(&body, rec + 1, (size_t)n - 1) < 0) {
+			break;
+		} else if (rec[0] == 'E') {
+			ended = 1;
+			break;
+		}
+	}
+	close(sv[0]);
+	sv[0] = -1;
+	kill(pid, SIGKILL);   /* done with it: a helper that lingers goes */
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (head.status == 0 && head.code > SBX_E_NONE && head.code < SBX_E__COUNT) {
+		err_set(e, (enum sbx_ecode)head.code, "%s", head.msg);
+	} else if (!ended || head.status == 0) {
+		err_set(e, SBX_E_INTERNAL, "helper of '%s' ended without an answer", sb->key);
+	} else {
+		*answer = json_loadb(body.data ? body.data : "", body.len, 0, NULL);
+		rc = *answer ? 0 : err_set(e, SBX_E_INTERNAL, "helper of '%s' sent bad JSON", sb->key);
+	}
+out:
+	rt_helper_release(&h);
+	for (int i = 0; i < 2; i++)
+		if (sv[i] >= 0)
+			close(sv[i]);
+	if (proc >= 0)
+		close(proc);
+	free(rec);
+	buf_release(&body);
+	return rc;
 }
 
 /* The container of sb is gone: its helpers die with it (they are in its

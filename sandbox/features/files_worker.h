@@ -45,6 +45,8 @@
 #define FW_META_TIMEOUT_S 60                   /* list, delete, stat, move, mkdir, open */
 #define FW_TRANSFER_TIMEOUT_S 3600             /* an encoded read, an upload */
 #define FW_IDLE_TIMEOUT_S 120                  /* a transfer that makes no progress */
+#define FW_EVENTS_SANDBOX_MAX 8                /* event streams (watches) per sandbox */
+#define FW_EVENTS_NODE_MAX 256                 /* event streams on the node */
 
 struct fw_result {
 	int32_t status;            /* HTTP status of a success; 0 for an error */
@@ -59,6 +61,7 @@ struct fw_env {
 	int root;
 	int chan;
 	int proc;
+	int xfd;                   /* fw_spec.xfd's copy, or -1 */
 };
 
 /* The work of a helper; runs in the child, its return value is the exit
@@ -90,15 +93,35 @@ enum fw_mode {
 /* FW_FD: the file the helper opened (fd stolen); answer r. */
 typedef void (*fw_fd_fn)(struct httpd_req *r, struct agent_sb *sb, int fd, uint64_t size,
 			 void *arg);
+/* FW_COLLECT / FW_UPLOAD with on_json: the helper's success answer (body
+ * stolen, NULL for none) goes here instead of to r; answer r. */
+typedef void (*fw_json_fn)(struct httpd_req *r, int status, json_t *body, void *ctx);
+
+/* FW_STREAM with FW_EVENTS: a text/event-stream that lasts until the
+ * client leaves (a watch). It is counted apart from file calls (at most
+ * FW_EVENTS_SANDBOX_MAX per sandbox, else 429 QUOTA_EXCEEDED, and
+ * FW_EVENTS_NODE_MAX per node), has no deadline (timeout_s 0), and a
+ * helper that ends without its 'E' (the sandbox stopped, the helper was
+ * killed) ends the stream with an `error` event {code, message} rather
+ * than a cut. */
+#define FW_EVENTS 0x1u
 
 struct fw_spec {
 	enum fw_mode mode;
-	unsigned timeout_s;
+	unsigned flags;            /* FW_EVENTS */
+	unsigned timeout_s;        /* 0: none */
 	const char *content_type;  /* FW_STREAM */
 	fw_fd_fn on_fd;            /* FW_FD */
 	void *fd_arg;
 	fw_child_fn fn;
 	void *arg;                 /* for fn (read by the child only) */
+	int xfd;                   /* > 0: an fd the child gets as env->xfd (the
+				    * caller keeps and closes its own) */
+	fw_json_fn on_json;
+	void *ctx;                 /* the agent's, for on_json; freed with
+				    * ctx_free when the call ends, answered or not,
+				    * and when fw_start fails */
+	void (*ctx_free)(void *ctx);
 };
 
 /* Start the helper of request r on sandbox sb; the call answers r (every
@@ -108,6 +131,13 @@ struct fw_spec {
  * caller answers). */
 int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spec,
 	     struct sbx_err *e);
+
+/* Run the helper of spec (fn, arg, xfd, timeout_s; the mode is ignored)
+ * on sb and wait for it: the agent's loop is held meanwhile, so only for
+ * work the agent must finish before it goes on (a persisted workspace
+ * saved before its container stops). 0 with *answer its success JSON (new
+ * reference), or -1 with e. */
+int fw_run(struct agent_sb *sb, const struct fw_spec *spec, json_t **answer, struct sbx_err *e);
 
 extern const struct agent_module fw_module;
 

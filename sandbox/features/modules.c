@@ -7,6 +7,7 @@
 #include "agent_interp.h"
 #include "agent_processes.h"
 #include "agent_sessions.h"
+#include "agent_snapshots.h"
 #include "agent_terminals.h"
 #include "files_worker.h"
 #include "forward.h"
@@ -25,3 +26,6 @@ const struct agent_module *const agent_modules[] = {
 	&fw_module,
 	NULL,
 };
+
+const agent_restore_fn agent_restore_on_start = agent_snap_restore_on_start;
+const agent_persist_fn agent_persist_before_stop = agent_snap_persist;

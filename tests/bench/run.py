@@ -19,6 +19,8 @@ file upload/download figures in files_figs.py; the terminal figures
 (keystroke echo over the WebSocket, terminal creation) in terminal_figs.py; the
 code-context figures in interp_figs.py (which also runs alone:
 `python3 tests/bench/interp_figs.py`); shared
+file upload/download figures in files_figs.py; the watch latency in
+watch_figs.py; shared
 helpers and the C spawn harness in benchlib.py.
 docs/PERFORMANCE.md is regenerated except what follows NOTES_MARKER, which
 is hand-written and kept.
@@ -49,7 +51,9 @@ import sandbox_figs  # noqa: E402
 import tunnel_figs  # noqa: E402
 import files_figs  # noqa: E402
 import interp_figs  # noqa: E402
+import snapshot_figs  # noqa: E402
 import terminal_figs  # noqa: E402
+import watch_figs  # noqa: E402
 from benchlib import Harness  # noqa: E402
 
 DURATION = int(os.environ.get("BENCH_DURATION", "5"))
@@ -466,6 +470,10 @@ def main():
             sandbox_figs.teardown_exec_sandboxes(st, ctx)
             # 1 GiB up and down through nginx beside cat; nginx/agent peak RSS.
             run_fig("files", files_figs.fig_files, st, ctx)
+            # write in a sandbox → its watch event at a client.
+            run_fig("watch", watch_figs.fig_watch, st, ctx)
+            # 200 MiB snapshot / restore beside tar | zstd; persisted wakes.
+            run_fig("snapshots", snapshot_figs.fig_snapshots, st, ctx)
             run_fig("streams", sandbox_figs.fig_streams, st, ctx)
             # The node's capacity is 500: every other sandbox is gone by now.
             run_fig("live-memory", sandbox_figs.fig_live_memory, st, ctx)

@@ -218,7 +218,7 @@ test('errors carry the SDK error classes and codes', async () => {
   assert.equal(err.path, '/workspace/missing.txt');
   await rejectsWith(client.processes.getProcess('no-such-proc'), 'ProcessNotFoundError', 'PROCESS_NOT_FOUND');
   await rejectsWith(client.files.readFile('/workspace/../etc/passwd', undefined), 'ValidationFailedError', 'VALIDATION_FAILED');
-  await rejectsWith(client.git.checkout('https://example.invalid/x.git', undefined, {}), 'SandboxError', 'NOT_FOUND');
+  await rejectsWith(client.watch.checkChanges({ path: '/workspace' }), 'SandboxError', 'NOT_FOUND');
   // Directories: missing, a directory where a file is expected, a file where a directory is.
   await rejectsWith(client.files.listFiles('/workspace/no-such-dir', undefined), 'FileNotFoundError', 'FILE_NOT_FOUND');
   await client.files.mkdir('/workspace/errdir', undefined, { recursive: true });
@@ -395,4 +395,72 @@ test('interpreter: contexts, runCode with results and errors, runCodeStream', as
   await interp.deleteCodeContext(js.id);
   assert.ok(!(await interp.listCodeContexts()).some((c) => c.id === js.id));
   await rejectsWith(client.interpreter.deleteCodeContext(js.id), 'ContextNotFoundError', 'CONTEXT_NOT_FOUND');
+});
+
+test('watch: watching first, then create, modify, move and delete events', async () => {
+  await client.commands.execute('mkdir -p /workspace/cfw', undefined);
+  const stream = await client.watch.watch({ path: '/workspace/cfw', recursive: true });
+  const seen = [];
+  const ac = new AbortController();
+  const reading = (async () => {
+    for await (const ev of parseSSEStream(stream, ac.signal)) {
+      seen.push(ev);
+      if (ev.type === 'event' && ev.eventType === 'delete') break;
+    }
+  })();
+  const step = (cmd) => client.commands.execute(cmd, undefined);
+  const until = async (pred) => {
+    for (let i = 0; i < 100 && !seen.some(pred); i++) await new Promise((r) => setTimeout(r, 100));
+    assert.ok(seen.some(pred), `no such event in ${JSON.stringify(seen)}`);
+  };
+  await until((e) => e.type === 'watching');
+  assert.equal(seen[0].type, 'watching');
+  assert.equal(seen[0].path, '/workspace/cfw');
+  assert.equal(typeof seen[0].watchId, 'string');
+  await step('echo a > /workspace/cfw/x');
+  await until((e) => e.eventType === 'create' && e.path === '/workspace/cfw/x');
+  await step('echo b >> /workspace/cfw/x');
+  await until((e) => e.eventType === 'modify' && e.path === '/workspace/cfw/x');
+  await step('mv /workspace/cfw/x /workspace/cfw/y');
+  await until((e) => e.eventType === 'move_to' && e.path === '/workspace/cfw/y');
+  assert.ok(seen.some((e) => e.eventType === 'move_from' && e.path === '/workspace/cfw/x'));
+  await step('rm /workspace/cfw/y');
+  await reading;
+  const del = seen.at(-1);
+  assert.equal(del.path, '/workspace/cfw/y');
+  assert.equal(del.isDirectory, false);
+  assert.equal(typeof del.timestamp, 'string');
+  ac.abort();
+});
+
+test('git checkout: clone a branch, and the SDK error classes', async () => {
+  const made = await client.commands.execute(
+    'set -e; g() { git -c user.name=t -c user.email=t@e -c init.defaultBranch=main "$@"; };' +
+      ' g init -q --bare /tmp/cfsrc.git; g init -q /tmp/cfw2; cd /tmp/cfw2; echo 1 > f; g add f;' +
+      ' g commit -qm one; g checkout -qb dev; echo d > d; g add d; g commit -qm dev;' +
+      ' g push -q /tmp/cfsrc.git main dev',
+    undefined,
+  );
+  assert.equal(made.exitCode, 0, made.stderr);
+  const r = await client.git.checkout('file:///tmp/cfsrc.git', undefined, {
+    branch: 'dev',
+    targetDir: '/workspace/cfclone',
+    depth: 1,
+  });
+  assert.equal(r.success, true);
+  assert.equal(r.branch, 'dev');
+  assert.equal(r.repoUrl, 'file:///tmp/cfsrc.git');
+  assert.equal(r.targetDir, '/workspace/cfclone');
+  const d = await client.commands.execute('cat /workspace/cfclone/d', undefined);
+  assert.equal(d.stdout, 'd\n');
+  await rejectsWith(
+    client.git.checkout('file:///tmp/none.git', undefined, { targetDir: '/tmp/cfnone' }),
+    'GitRepositoryNotFoundError',
+    'GIT_REPOSITORY_NOT_FOUND',
+  );
+  await rejectsWith(
+    client.git.checkout('file:///tmp/cfsrc.git', undefined, { branch: 'nope', targetDir: '/tmp/cfnb' }),
+    'GitBranchNotFoundError',
+    'GIT_BRANCH_NOT_FOUND',
+  );
 });

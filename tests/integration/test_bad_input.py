@@ -31,6 +31,8 @@ JSON_ROUTES = [
     ("POST", "/v1/sandboxes/{id}/terminals"),
     ("POST", "/v1/sandboxes/{id}/ports/3000"),
     ("POST", "/v1/sandboxes/{id}/tunnels/3000"),
+    ("POST", "/v1/sandboxes/{id}/snapshots"),
+    ("POST", "/v1/sandboxes/{id}/restore"),
 ]
 
 # Every route of docs/API.md (method, path), for methods and URL tests.
@@ -53,6 +55,8 @@ ALL_ROUTES = JSON_ROUTES + [
     ("GET", "/v1/nodes/agent-1/sandboxes"),
     ("GET", "/v1/events"),
     ("GET", "/v1/tenants/dev/limits"),
+    ("GET", "/v1/snapshots"),
+    ("GET", "/v1/snapshots/sn-0000000000000000"),
     ("GET", "/healthz"),
 ]
 

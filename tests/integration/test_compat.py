@@ -113,8 +113,8 @@ def test_bad_background_execute_is_a_400_not_a_500(api, box):
 
 
 def test_unsupported_routes_are_a_404_in_the_sdks_shape(api, box):
-    for method, route in (("POST", "git/checkout"), ("POST", "expose-port"),
-                          ("POST", "backup/create"), ("POST", "backup/restore")):
+    for method, route in (("POST", "watch/check"), ("POST", "expose-port"),
+                          ("POST", "backup/upload-parts")):
         r = cf(api, box, method, route, json={})
         assert r.status_code == 404, (route, r.text)
         assert r.json()["code"] == "NOT_FOUND"

@@ -84,7 +84,7 @@ def test_shipped_config_matches_the_table(stack):
             m = re.match(r"^\[(\w+)\]", line)
             if m:
                 section = m.group(1)
-            m = re.match(r"^([a-z_]+)\s*=", line)
+            m = re.match(r"^([a-z0-9_]+)\s*=", line)
             if m:
                 shipped.add("%s.%s" % (section, m.group(1)))
     for binary in ("sbx-api", "sbx-agent"):

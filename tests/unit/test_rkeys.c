@@ -20,6 +20,7 @@ TEST(rkeys_names)
 	CHECK_STR(rkeys_preview(k, "cd34"), "sbx:preview:cd34");
 	CHECK_STR(rkeys_tunnel(k, "t1"), "sbx:tunnel:t1");
 	CHECK_STR(rkeys_ticket(k, "tk_00ff"), "sbx:ticket:tk_00ff");
+	CHECK_STR(rkeys_snapshot(k, "t1", "sn-00ff00ff00ff00ff"), "sbx:snap:{t1}:sn-00ff00ff00ff00ff");
 	CHECK_STR(RK_SANDBOX_SUB("t", "i", "ports"), "sbx:sb:{t/i}:ports");
 	CHECK_STR(RKEYS_XADD_EVENT, "XADD sbx:events MAXLEN ~ 10000 * ");
 }
