@@ -1,5 +1,6 @@
 /* spec.c — see spec.h. */
 #include "spec.h"
+#include "imgref.h"
 
 #include <math.h>
 #include <string.h>
@@ -54,9 +55,10 @@ int spec_env(const json_t *env, int allow_null, struct sbx_err *e)
 
 int spec_image(const json_t *image, struct sbx_err *e)
 {
-	if (!ids_valid_image(json_string_value(image)))
-		return err_set(e, SBX_E_VALIDATION, "'image' must match [a-z0-9][a-z0-9._-]{0,62}");
-	return 0;
+	struct imgref r;
+
+	/* a local image's name (ids_valid_image) is a reference too */
+	return imgref_parse(json_string_value(image), "docker.io", 1, &r, e);
 }
 
 int spec_network(const json_t *network, int *egress, struct sbx_err *e)
