@@ -14,7 +14,7 @@
 #   make shellcheck       lint every shell script
 
 CC      ?= cc
-PKGS    := jansson hiredis libcurl libevent libmicrohttpd libseccomp
+PKGS    := jansson hiredis libcurl libevent libmicrohttpd libseccomp libarchive
 PYTHON  := /usr/bin/python3
 
 ifdef SANITIZE

@@ -74,6 +74,9 @@ int agentc_error(const char *address, const struct agentc_reply *rep, const char
 
 	if (ours && s >= 400 && s < 500 && s != 401 && s != 403 && s != 404 && s != 405)
 		return err_set(e, c, "%.200s", msg ? msg : "refused by the node");
+	/* an image the node could not pull: the registry's answer, relayed */
+	if (ours && c >= SBX_E_IMAGE_NOT_FOUND && c <= SBX_E_IMAGE_TOO_LARGE)
+		return err_set(e, c, "%.200s", msg ? msg : "image pull failed");
 	if (ours && (c == SBX_E_NO_CAPACITY || c == SBX_E_NODE_UNAVAILABLE || c == SBX_E_NO_SPACE))
 		return err_set(e, c, "node %s: %.150s", address, msg ? msg : "refused");
 	log_warn("agent %s answered %ld %s: %.200s", address, s, code ? code : "-", msg ? msg : "");

@@ -90,6 +90,10 @@ static const struct conf_entry entries[] = {
 	{ "sandbox", "max_cpus_milli", T_INT, OFF(sandbox.max_cpus_milli), "2000", 10, 256000, NULL },
 	{ "sandbox", "max_pids", T_INT, OFF(sandbox.max_pids), "1024", 8, 1000000, NULL },
 	{ "sandbox", "max_disk_mib", T_INT, OFF(sandbox.max_disk_mib), "2048", 1, 1048576, NULL },
+	{ "images", "default_registry", T_STR, OFF(images.default_registry), "docker.io", 0, 0, NULL },
+	{ "images", "library_prefix", T_INT, OFF(images.library_prefix), "1", 0, 1, NULL },
+	{ "images", "max_image_mib", T_INT, OFF(images.max_image_mib), "4096", 0, 1048576, NULL },
+	{ "images", "pull_timeout", T_DURATION, OFF(images.pull_timeout_ms), "5m", 1000, 3600000, NULL },
 };
 
 int conf_parse_duration(const char *s, int64_t *ms)

@@ -92,6 +92,12 @@ struct sbx_conf {
 		int64_t max_pids;
 		int64_t max_disk_mib;
 	} sandbox;
+	struct {
+		char default_registry[CONF_STR_MAX]; /* of a reference without one */
+		int64_t library_prefix;         /* docker.io "x" means "library/x" */
+		int64_t max_image_mib;          /* compressed layers of one image; 0 = no limit */
+		int64_t pull_timeout_ms;        /* sbx-api waits this long for a create that pulls */
+	} images;
 };
 
 /* Defaults of every key. */
