@@ -359,7 +359,8 @@ static int agent_start(const char *tenant, const char *id, const json_t *rec,
 	for (int round = 0; round < 2; round++) {
 		struct agentc_reply rep = { 0 };
 
-		if (agentc_call("PUT", address, path, body, epoch, &rep, e) < 0)
+		if (agentc_call_timeout("PUT", address, path, body, epoch,
+					agentc_pull_timeout_ms(fstr(rec, "image")), &rep, e) < 0)
 			return -1;
 		if (rep.status == 200 || rep.status == 201) {
 			agentc_reply_release(&rep);

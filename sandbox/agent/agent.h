@@ -35,6 +35,8 @@ struct agent_sb {
 	int64_t generation;
 	int64_t epoch;
 	char image[512];             /* a local image's name, or a canonical reference (imgref.h) */
+	int image_lock_fd;           /* > 0: the image record's flock while the container runs
+				      * (agent_images.h); 0 none (fd 0 is never one) */
 	enum rt_network network;
 	struct rt_limits limits;
 	json_t *labels;              /* owned */

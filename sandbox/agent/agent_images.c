@@ -157,16 +157,21 @@ void agent_image_release(struct agent_image *img)
 {
 	agent_env_free(img->env);
 	img->env = NULL;
+	if (img->lock_fd >= 0)
+		close(img->lock_fd);
+	img->lock_fd = -1;
 }
 
 int agent_image_get(struct agent *a, const struct imgref *ref, struct agent_image *out,
 		    struct sbx_err *e)
 {
-	json_t *rec = oci_record(a->conf->agent.images_dir, ref, 1, e);
+	json_t *rec;
 	json_t *l, *env;
 	size_t i, n, at = 0;
 
 	memset(out, 0, sizeof(*out));
+	out->lock_fd = -1;
+	rec = oci_record(a->conf->agent.images_dir, ref, 1, &out->lock_fd, e);
 	if (!rec)
 		return -1;
 	if (imgref_format(ref, out->canon, sizeof(out->canon)) < 0)
@@ -204,6 +209,7 @@ int agent_image_get(struct agent *a, const struct imgref *ref, struct agent_imag
 	return 0;
 bad:
 	json_decref(rec);
+	agent_image_release(out);
 	return err_set(e, SBX_E_INTERNAL, "the record of image '%s' is damaged", out->canon);
 }
 
@@ -360,7 +366,7 @@ static void pull_route_closed(void *arg, int failed)
 
 static json_t *image_json(struct agent *a, const struct imgref *ref, struct sbx_err *e)
 {
-	json_t *rec = oci_record(a->conf->agent.images_dir, ref, 0, e);
+	json_t *rec = oci_record(a->conf->agent.images_dir, ref, 0, NULL, e);
 	json_t *j;
 
 	if (!rec)
@@ -443,9 +449,7 @@ int agent_images_delete_route(struct agent_call *c, struct sbx_err *e)
 			 &ref, e) < 0 ||
 	    imgref_format(&ref, canon, sizeof(canon)) < 0)
 		return -1;
-	for (struct agent_sb *sb = c->a->sandboxes; sb; sb = sb->next)
-		if (sb->rt && strcmp(sb->image, canon) == 0)
-			return err_set(e, SBX_E_CONFLICT, "image '%s' is in use by sandbox '%s'", canon, sb->id);
+	/* a running sandbox of the image holds its record's lock: CONFLICT */
 	if (oci_remove(c->a->conf->agent.images_dir, &ref, e) < 0)
 		return -1;
 	httpd_reply_empty(c->r, 204);

@@ -21,6 +21,7 @@ struct agent_image {
 	char layers[8192];       /* ':'-joined layer dirs, top first (rt_spec.layers) */
 	char workdir[256];       /* "" = none */
 	char **env;              /* the image's Env as "K=V" (agent_env_free), or NULL */
+	int lock_fd;             /* shared flock on its record (oci_record), or -1 */
 };
 
 int agent_images_init(struct agent *a, struct sbx_err *e);
@@ -30,7 +31,8 @@ void agent_images_release(struct agent *a);
  * directory)? 1 with ref filled, 0 no, -1 with e (VALIDATION). */
 int agent_image_is_remote(struct agent *a, const char *name, struct imgref *ref, struct sbx_err *e);
 
-/* The pulled image of ref into out (lastUsed touched); -1 with
+/* The pulled image of ref into out (lastUsed touched, its record locked
+ * until agent_image_release or until the lock_fd is stolen); -1 with
  * IMAGE_NOT_FOUND when this node does not hold it. */
 int agent_image_get(struct agent *a, const struct imgref *ref, struct agent_image *out,
 		    struct sbx_err *e);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int agent_key(char *out, size_t outsz, const char *tenant, const char *id)
 {
@@ -200,6 +201,9 @@ void agent_container_gone(struct agent *a, struct agent_sb *sb)
 
 void agent_sb_stop(struct agent *a, struct agent_sb *sb)
 {
+	if (sb->image_lock_fd > 0)
+		close(sb->image_lock_fd);
+	sb->image_lock_fd = 0;
 	if (sb->rt) {
 		struct rt_sandbox *rsb = sb->rt;
 		sb->rt = NULL;
@@ -363,7 +367,7 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	struct rt_spec spec;
 	unsigned running = 0;
 	struct imgref ref;
-	struct agent_image img = { 0 };
+	struct agent_image img = { .lock_fd = -1 };
 	int remote;
 
 	if (parse_put(a->conf, c->body, &p, e) < 0 || agent_lease_check(a, e) < 0 ||
@@ -459,6 +463,8 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	}
 	log_info("sandbox '%s' started (generation %lld, epoch %lld)", sb->key,
 		 (long long)sb->generation, (long long)sb->epoch);
+	if (img.lock_fd > 0)
+		sb->image_lock_fd = steal_fd(&img.lock_fd);
 	httpd_reply_json(c->r, 201, agent_sb_json(sb));
 	agent_image_release(&img);
 	return 0;

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -671,14 +672,6 @@ static const char *pick_platform(json_t *index, const char *arch)
 	return NULL;
 }
 
-static int64_t wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int oci_pull(const struct oci_pull_opts *o, const struct imgref *ref, struct sbx_err *e)
 {
 	struct client c = { .ref = ref };
@@ -769,8 +762,8 @@ int oci_pull(const struct oci_pull_opts *o, const struct imgref *ref, struct sbx
 			goto out;
 	}
 	ccfg = json_object_get(cfg, "config");
-	record = json_pack("{s:s, s:s, s:O, s:I, s:I, s:O?, s:s?, s:s?}", "ref", canon, "digest", mdigest,
-			   "layers", layers, "size", (json_int_t)total, "lastUsed", (json_int_t)wall_ms(),
+	record = json_pack("{s:s, s:s, s:O, s:I, s:O?, s:s?, s:s?}", "ref", canon, "digest", mdigest,
+			   "layers", layers, "size", (json_int_t)total,
 			   "env", json_object_get(ccfg, "Env"),
 			   "workingDir", json_string_value(json_object_get(ccfg, "WorkingDir")),
 			   "user", json_string_value(json_object_get(ccfg, "User")));
@@ -792,26 +785,40 @@ out:
 	return rc;
 }
 
-json_t *oci_record(const char *images_dir, const struct imgref *ref, int touch, struct sbx_err *e)
+/* lastUsed: a record's mtime in wall ms. */
+static json_t *mtime_json(const struct stat *st)
+{
+	return json_integer((json_int_t)st->st_mtim.tv_sec * 1000 + st->st_mtim.tv_nsec / 1000000);
+}
+
+json_t *oci_record(const char *images_dir, const struct imgref *ref, int touch, int *lock_fd,
+		   struct sbx_err *e)
 {
 	char rec[PATH_MAX];
+	auto_close int fd = -1;
+	struct stat st;
 	json_t *j;
 
 	if (record_path(images_dir, ref, rec, sizeof(rec)) < 0)
 		return err_set(e, SBX_E_VALIDATION, "image reference too long"), NULL;
-	j = json_load_file(rec, 0, NULL);
+	fd = open(rec, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return err_set(e, SBX_E_IMAGE_NOT_FOUND, "image not pulled"), NULL;
+	if (lock_fd && flock(fd, LOCK_SH) < 0)
+		return err_sys(e, errno, "cannot lock an image record"), NULL;
+	j = json_loadfd(fd, 0, NULL);
 	if (!j || !json_is_array(json_object_get(j, "layers"))) {
 		json_decref(j);
 		return err_set(e, SBX_E_IMAGE_NOT_FOUND, "image not pulled"), NULL;
 	}
-	if (touch) {
-		auto_free char *text = NULL;
-
-		json_object_set_new(j, "lastUsed", json_integer(wall_ms()));
-		text = json_dumps(j, JSON_COMPACT);
-		if (text)
-			(void)util_write_file(rec, text, strlen(text), 0600);
-	}
+	/* lastUsed is the record's mtime: rewriting the file would make a
+	 * new inode and drop the lock holders' flock */
+	if (touch)
+		(void)futimens(fd, NULL);
+	if (fstat(fd, &st) == 0)
+		json_object_set_new(j, "lastUsed", mtime_json(&st));
+	if (lock_fd)
+		*lock_fd = steal_fd(&fd);
 	return j;
 }
 
@@ -845,7 +852,10 @@ static void each_record(const char *images_dir, int (*fn)(void *, const char *, 
 
 static int list_one(void *arg, const char *path, json_t *j)
 {
-	(void)path;
+	struct stat st;
+
+	if (stat(path, &st) == 0)
+		json_object_set_new(j, "lastUsed", mtime_json(&st));
 	json_array_append_new(arg, json_pack("{s:O?, s:O?, s:O?, s:O?}", "ref", json_object_get(j, "ref"),
 					     "digest", json_object_get(j, "digest"), "size",
 					     json_object_get(j, "size"), "lastUsed",
@@ -881,8 +891,14 @@ int oci_remove(const char *images_dir, const struct imgref *ref, struct sbx_err 
 	DIR *d;
 	struct dirent *de;
 
+	auto_close int fd = -1;
+
 	if (record_path(images_dir, ref, rec, sizeof(rec)) < 0)
 		return err_set(e, SBX_E_VALIDATION, "image reference too long");
+	fd = open(rec, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0)
+		return errno == EWOULDBLOCK ? err_set(e, SBX_E_CONFLICT, "the image is in use by a sandbox")
+					    : err_sys(e, errno, "cannot lock the image record");
 	if (unlink(rec) < 0)
 		return errno == ENOENT ? err_set(e, SBX_E_IMAGE_NOT_FOUND, "image not pulled on this node")
 				       : err_sys(e, errno, "cannot remove the image record");

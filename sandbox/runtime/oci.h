@@ -41,13 +41,18 @@ struct oci_pull_opts {
 int oci_pull(const struct oci_pull_opts *o, const struct imgref *ref, struct sbx_err *e);
 
 /* The record of ref (a new reference, caller json_decref), or NULL with
- * IMAGE_NOT_FOUND when it is not stored. With touch, lastUsed is set. */
-json_t *oci_record(const char *images_dir, const struct imgref *ref, int touch, struct sbx_err *e);
+ * IMAGE_NOT_FOUND when it is not stored. With touch, lastUsed is set.
+ * With lock_fd, *lock_fd gets an fd (the caller's) holding a shared flock
+ * on the record: while it is open, oci_remove of ref (by any process
+ * sharing images_dir) is refused. */
+json_t *oci_record(const char *images_dir, const struct imgref *ref, int touch, int *lock_fd,
+		   struct sbx_err *e);
 
 /* Every record (a new array of objects {ref, digest, size, lastUsed}). */
 json_t *oci_list(const char *images_dir);
 
-/* Forget ref's record, then remove the layers no record names. */
+/* Forget ref's record (CONFLICT while a sandbox holds its lock), then
+ * remove the layers no record names. */
 int oci_remove(const char *images_dir, const struct imgref *ref, struct sbx_err *e);
 
 /* Unpack the tar (gzip, zstd or plain) at fd into the new directory dir

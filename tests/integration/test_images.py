@@ -228,3 +228,132 @@ def test_image_layers_whiteouts_env_workdir(stack, reg):
     digest = sha(reg.base_layer[0])[7:]
     dirs = [os.path.basename(d) for d in layer_dirs(stack)]
     assert dirs.count(digest) == 1 and len(dirs) == 2, dirs
+
+
+def admin(st, method, path, **kw):
+    return st.api(method, path, key=st.admin_key, timeout=120, **kw)
+
+
+def store_of(st):
+    r = admin(st, "GET", "/v1/images")
+    assert r.status_code == 200, r.text
+    return {n["node"]: n["store"] for n in r.json()["results"]}
+
+
+def left_behind(st):
+    return os.listdir(os.path.join(st.dir, "images", "tmp"))
+
+
+def test_concurrent_creates_pull_once(stack, reg):
+    layers = [reg.base_layer, layer([("etc/many.txt", "file", b"many")])]
+    reg.image("test/many", "1", layers, env=["PATH=/bin"])
+    ref = "%s/test/many:1" % reg.host
+    before = {n: s["pullsStarted"] for n, s in store_of(stack).items()}
+    with concurrent.futures.ThreadPoolExecutor(20) as ex:
+        sids = list(ex.map(lambda _: create(stack, ref), range(20)))
+    try:
+        after = {n: s["pullsStarted"] for n, s in store_of(stack).items()}
+        # single flight: at most one pull per node, however many creates
+        assert all(after[n] - before[n] <= 1 for n in after), (before, after)
+        assert sum(after[n] - before[n] for n in after) >= 1
+        assert "file /etc/many.txt many" in probe(stack, sids[-1], "/etc/many.txt")
+        listed = [i["ref"] for s in store_of(stack).values() for i in s["images"]]
+        assert ref in listed
+    finally:
+        for sid in sids:
+            stack.api("DELETE", "/v1/sandboxes/" + sid)
+
+
+def test_errors_have_stable_codes(stack, reg):
+    r = create(stack, "%s/test/nothere:1" % reg.host, expect=404)
+    assert r.json()["error"]["code"] == "IMAGE_NOT_FOUND"
+    r = create(stack, "127.0.0.1:%d/test/app:1" % free_port(), expect=503)
+    assert r.json()["error"]["code"] == "REGISTRY_UNAVAILABLE"
+    assert r.headers.get("Retry-After")
+    r = create(stack, "Bad//ref", expect=400)
+    assert r.json()["error"]["code"] == "VALIDATION_FAILED"
+    # an index without this node's platform
+    cb = json.dumps({"architecture": "s390x", "os": "linux", "config": {}}).encode()
+    man = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                      "digest": reg.blob("test/multi", cb), "size": len(cb)},
+           "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                       "digest": reg.blob("test/multi", reg.base_layer[0]),
+                       "size": len(reg.base_layer[0])}]}
+    md = reg.manifest("test/multi", "s390x-only", man)
+    body = json.dumps(man).encode()
+    index = {"schemaVersion": 2, "mediaType": OCI_INDEX,
+             "manifests": [{"mediaType": OCI_MANIFEST, "digest": md, "size": len(body),
+                            "platform": {"os": "linux", "architecture": "s390x"}}]}
+    reg.manifest("test/multi", "other", index, media=OCI_INDEX)
+    r = create(stack, "%s/test/multi:other" % reg.host, expect=400)
+    assert r.json()["error"]["code"] == "IMAGE_PLATFORM_UNSUPPORTED"
+    # the same index with this node's platform too: that one is run
+    index["manifests"].append({"mediaType": OCI_MANIFEST,
+                               "digest": reg.manifest("test/multi", "amd64", man),
+                               "size": len(body), "platform": {"os": "linux", "architecture": "amd64"}})
+    reg.manifest("test/multi", "both", index, media=OCI_INDEX)
+    sid = create(stack, "%s/test/multi:both" % reg.host)
+    try:
+        assert "file /etc/base.txt from base" in probe(stack, sid, "/etc/base.txt")
+    finally:
+        stack.api("DELETE", "/v1/sandboxes/" + sid)
+
+
+def test_tampered_blob_is_refused_and_leaves_nothing(stack, reg):
+    bad = layer([("etc/tampered.txt", "file", b"original")])
+    reg.image("test/tampered", "1", [bad])
+    with open(reg.blob_file(sha(bad[0])), "wb") as f:
+        f.write(layer([("etc/tampered.txt", "file", b"evil")])[0])
+    r = create(stack, "%s/test/tampered:1" % reg.host, expect=502)
+    assert r.json()["error"]["code"] == "IMAGE_DIGEST_MISMATCH"
+    assert not os.path.exists(os.path.join(stack.dir, "images", "layers", sha(bad[0])[7:]))
+    assert left_behind(stack) == []
+
+
+@pytest.mark.parametrize("name,entries", [
+    ("dotdot", [("../../escaped.txt", "file", b"x")]),
+    ("absolute", [("/escaped.txt", "file", b"x")]),
+    ("symlink", [("esc", "sym", "/tmp"), ("esc/escaped.txt", "file", b"x")]),
+    ("relsymlink", [("esc", "sym", "../../../../../../tmp"), ("esc/escaped.txt", "file", b"x")]),
+    ("hardlink", [("h", "link", "../../../../etc/passwd")]),
+    ("device", [("dev-null", "chr", None)]),
+])
+def test_crafted_layer_is_refused(stack, reg, name, entries):
+    blob = layer([("etc", "dir", None), ("etc/ok.txt", "file", b"ok")] + entries)
+    reg.image("test/crafted-" + name, "1", [blob])
+    r = create(stack, "%s/test/crafted-%s:1" % (reg.host, name), expect=422)
+    assert r.json()["error"]["code"] == "IMAGE_LAYER_REFUSED", r.text
+    assert not os.path.exists(os.path.join(stack.dir, "images", "layers", sha(blob[0])[7:]))
+    assert not os.path.exists("/tmp/escaped.txt")
+    assert not os.path.exists(os.path.join(stack.dir, "escaped.txt"))
+    assert left_behind(stack) == []
+
+
+def test_zstd_layer_and_admin_routes(stack, reg):
+    z = layer([("etc/zstd.txt", "file", b"zstd layer")], compress="zstd")
+    reg.image("test/zstd", "1", [reg.base_layer, z], media="zstd")
+    ref = "%s/test/zstd:1" % reg.host
+    r = admin(stack, "POST", "/v1/images/pull", json={"ref": ref})
+    assert r.status_code == 200, r.text
+    res = r.json()["results"]
+    assert res and all(x["image"]["ref"] == ref and x["image"]["digest"].startswith("sha256:")
+                       for x in res), res
+    sid = create(stack, ref)
+    try:
+        assert "file /etc/zstd.txt zstd layer" in probe(stack, sid, "/etc/zstd.txt")
+        # in use: refused
+        r = admin(stack, "DELETE", "/v1/images/" + ref)
+        assert r.status_code == 200
+        assert all(x.get("error", {}).get("code") == "CONFLICT" for x in r.json()["results"]), r.text
+    finally:
+        stack.api("DELETE", "/v1/sandboxes/" + sid)
+    zdir = os.path.join(stack.dir, "images", "layers", sha(z[0])[7:])
+    assert os.path.isdir(zdir)
+    r = admin(stack, "DELETE", "/v1/images/" + ref)
+    assert r.status_code == 200, r.text
+    assert not os.path.exists(zdir)
+    # the shared base layer stays: other images use it
+    assert os.path.isdir(os.path.join(stack.dir, "images", "layers", sha(reg.base_layer[0])[7:]))
+    assert ref not in [i["ref"] for s in store_of(stack).values() for i in s["images"]]
+    assert stack.api("GET", "/v1/images").status_code in (401, 403)
