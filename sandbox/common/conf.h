@@ -97,6 +97,8 @@ struct sbx_conf {
 		int64_t library_prefix;         /* docker.io "x" means "library/x" */
 		int64_t max_image_mib;          /* compressed layers of one image; 0 = no limit */
 		int64_t pull_timeout_ms;        /* sbx-api waits this long for a create that pulls */
+		int64_t disk_budget_mib;        /* unpacked layers kept; LRU images beyond are removed; 0 = no GC */
+		char registry_auth[CONF_STR_MAX]; /* "registry=user:password ..." */
 	} images;
 };
 

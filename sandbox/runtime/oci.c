@@ -8,6 +8,8 @@
  */
 #include "oci.h"
 #include "buf.h"
+#include "conf.h"
+#include "log.h"
 #include "sha256.h"
 #include "util.h"
 
@@ -67,7 +69,28 @@ struct client {
 	CURL *curl;
 	const struct imgref *ref;
 	char token[4096];        /* "Authorization: Bearer ..." or "" */
+	char userpwd[CONF_STR_MAX]; /* "user:password" of ref's registry, or "" */
 };
+
+/* The "user:password" of registry in auth ("reg=user:pw reg2=..."). */
+static void find_credentials(const char *auth, const char *registry, char *out, size_t size)
+{
+	size_t rl = strlen(registry);
+
+	out[0] = '\0';
+	for (const char *p = auth ? auth : ""; *p;) {
+		size_t n = strcspn(p, " \t");
+
+		if (n > rl + 1 && strncmp(p, registry, rl) == 0 && p[rl] == '=' &&
+		    memchr(p + rl + 1, ':', n - rl - 1) && n - rl - 1 < size) {
+			memcpy(out, p + rl + 1, n - rl - 1);
+			out[n - rl - 1] = '\0';
+			return;
+		}
+		p += n;
+		p += strspn(p, " \t");
+	}
+}
 
 struct reply {
 	long status;
@@ -119,7 +142,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 /* One GET of url into r (memory of at most max bytes, or r->sink). A
  * transport failure is REGISTRY_UNAVAILABLE. */
 static int http_get(struct client *c, const char *url, const char *accept, const char *auth,
-		    struct reply *r, struct sbx_err *e)
+		    const char *userpwd, struct reply *r, struct sbx_err *e)
 {
 	struct curl_slist *h = NULL;
 	CURLcode rc;
@@ -145,6 +168,10 @@ static int http_get(struct client *c, const char *url, const char *accept, const
 	curl_easy_setopt(c->curl, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(c->curl, CURLOPT_HEADERDATA, r);
 	curl_easy_setopt(c->curl, CURLOPT_USERAGENT, "sbx-agent");
+	if (userpwd && userpwd[0]) {
+		curl_easy_setopt(c->curl, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+		curl_easy_setopt(c->curl, CURLOPT_USERPWD, userpwd);
+	}
 	rc = curl_easy_perform(c->curl);
 	curl_slist_free_all(h);
 	curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &r->status);
@@ -193,7 +220,8 @@ static int fetch_token(struct client *c, const char *challenge, struct sbx_err *
 	char *es, *esc;
 	int n, rc;
 
-	if (strncasecmp(challenge, "Bearer ", 7) != 0 || auth_param(challenge, "realm", realm, sizeof(realm)) < 0)
+	if (strncasecmp(challenge, "Bearer ", 7) != 0 || auth_param(challenge, "realm", realm, sizeof(realm)) < 0 ||
+	    strncasecmp(realm, "http", 4) != 0)
 		return err_set(e, SBX_E_REGISTRY_AUTH_FAILED,
 			       "registry '%s' asks for authentication sbx cannot give", c->ref->registry);
 	auth_param(challenge, "service", service, sizeof(service));
@@ -208,10 +236,11 @@ static int fetch_token(struct client *c, const char *challenge, struct sbx_err *
 	if (n < 0 || (size_t)n >= sizeof(url))
 		return err_set(e, SBX_E_REGISTRY_AUTH_FAILED, "token realm too long");
 	buf_init(&r.body, TOKEN_MAX);
-	rc = http_get(c, url, NULL, NULL, &r, e);
+	rc = http_get(c, url, NULL, NULL, c->userpwd, &r, e);
 	if (rc == 0 && r.status != 200)
-		rc = err_set(e, SBX_E_REGISTRY_AUTH_FAILED, "registry '%s' refused a token (HTTP %ld)",
-			     c->ref->registry, r.status);
+		rc = err_set(e, SBX_E_REGISTRY_AUTH_FAILED, "registry '%s' refused a token (HTTP %ld)%s",
+			     c->ref->registry, r.status,
+			     c->userpwd[0] ? "" : ": no credentials for it in [images] registry_auth");
 	if (rc == 0) {
 		j = json_loadb(r.body.data ? r.body.data : "", r.body.len, 0, NULL);
 		tok = json_string_value(json_object_get(j, "token"));
@@ -238,13 +267,20 @@ static int registry_get(struct client *c, const char *kind, const char *what, co
 	if (snprintf(url, sizeof(url), "%s://%s/v2/%s/%s/%s", c->ref->loopback ? "http" : "https",
 		     c->ref->host, c->ref->repo, kind, what) >= (int)sizeof(url))
 		return err_set(e, SBX_E_VALIDATION, "image reference too long");
-	for (int attempt = 0;; attempt++) {
-		if (http_get(c, url, accept, c->token, r, e) < 0)
+	for (int attempt = 0, basic = 0;; attempt++) {
+		if (http_get(c, url, accept, c->token, basic ? c->userpwd : NULL, r, e) < 0)
 			return -1;
 		if (r->status != 401 || attempt > 0 || !r->www_auth[0])
 			break;
-		if (fetch_token(c, r->www_auth, e) < 0)
+		if (strncasecmp(r->www_auth, "Basic", 5) == 0) {
+			if (!c->userpwd[0])
+				return err_set(e, SBX_E_REGISTRY_AUTH_FAILED,
+					       "registry '%s' needs credentials: none in [images] registry_auth",
+					       c->ref->registry);
+			basic = 1;
+		} else if (fetch_token(c, r->www_auth, e) < 0) {
 			return -1;
+		}
 		buf_reset(&r->body);
 		r->got = 0;
 		r->www_auth[0] = '\0';
@@ -613,6 +649,24 @@ static int tmp_name(const char *images_dir, const char *what, char *out, size_t 
 	return snprintf(out, size, "%s/tmp/%s-%s", images_dir, what, hex) >= (int)size ? -1 : 0;
 }
 
+/* Open images_dir/lock, the store's lock: pulls hold it shared while they
+ * add layers not yet named by a record; the sweep of unused layers takes
+ * it exclusive (and skips its work while a pull holds it). */
+static int store_lock(const char *images_dir, int how)
+{
+	char p[PATH_MAX];
+	int fd;
+
+	if (snprintf(p, sizeof(p), "%s/lock", images_dir) >= (int)sizeof(p))
+		return -1;
+	fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd >= 0 && flock(fd, how) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 /* Download blob digest into a temp file, verify it, unpack it into a temp
  * dir, rename that to layers/<hex>. A layer already there is kept. */
 static int pull_layer(struct client *c, const struct oci_pull_opts *o, const char *digest,
@@ -685,7 +739,7 @@ int oci_pull(const struct oci_pull_opts *o, const struct imgref *ref, struct sbx
 	int64_t total = 0;
 	struct stat st;
 	size_t i;
-	int rc = -1;
+	int rc = -1, store_fd = -1;
 
 	if (record_path(o->images_dir, ref, rec, sizeof(rec)) < 0 || imgref_format(ref, canon, sizeof(canon)) < 0)
 		return err_set(e, SBX_E_VALIDATION, "image reference too long");
@@ -703,6 +757,7 @@ int oci_pull(const struct oci_pull_opts *o, const struct imgref *ref, struct sbx
 	}
 	if (!layers || !(c.curl = curl_easy_init()))
 		return err_sys(e, ENOMEM, "cannot start a pull");
+	find_credentials(o->auth, ref->registry, c.userpwd, sizeof(c.userpwd));
 	if (get_json(&c, "manifests", ref->digest[0] ? ref->digest : ref->tag, ref->digest, MANIFEST_MAX,
 		     &man, mdigest, e) < 0)
 		goto out;
@@ -754,6 +809,11 @@ int oci_pull(const struct oci_pull_opts *o, const struct imgref *ref, struct sbx
 		}
 		json_array_append_new(layers, json_string(d + 7));
 	}
+	store_fd = store_lock(o->images_dir, LOCK_SH);
+	if (store_fd < 0) {
+		err_sys(e, errno, "cannot lock the image store");
+		goto out;
+	}
 	json_array_foreach(layers, i, l) {
 		char d[IMGREF_DIGEST_LEN + 1];
 
@@ -781,7 +841,15 @@ int oci_pull(const struct oci_pull_opts *o, const struct imgref *ref, struct sbx
 	}
 	rc = 0;
 out:
+	if (store_fd >= 0)
+		close(store_fd);
 	curl_easy_cleanup(c.curl);
+	if (rc == 0 && o->budget_bytes > 0) {
+		int n = oci_gc(o->images_dir, o->budget_bytes, rec);
+
+		if (n > 0)
+			log_info("image store: %d least recently used image(s) removed for the disk budget", n);
+	}
 	return rc;
 }
 
@@ -884,34 +952,148 @@ static int mark_layers(void *arg, const char *path, json_t *j)
 	return 0;
 }
 
-int oci_remove(const char *images_dir, const struct imgref *ref, struct sbx_err *e)
+
+/* Remove the layers no record names. */
+static void sweep_layers(const char *images_dir)
 {
-	char rec[PATH_MAX], p[PATH_MAX];
 	json_auto_t *used = json_object();
+	auto_close int lock = store_lock(images_dir, LOCK_EX | LOCK_NB);
+	char p[PATH_MAX];
 	DIR *d;
 	struct dirent *de;
 
-	auto_close int fd = -1;
-
-	if (record_path(images_dir, ref, rec, sizeof(rec)) < 0)
-		return err_set(e, SBX_E_VALIDATION, "image reference too long");
-	fd = open(rec, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0)
-		return errno == EWOULDBLOCK ? err_set(e, SBX_E_CONFLICT, "the image is in use by a sandbox")
-					    : err_sys(e, errno, "cannot lock the image record");
-	if (unlink(rec) < 0)
-		return errno == ENOENT ? err_set(e, SBX_E_IMAGE_NOT_FOUND, "image not pulled on this node")
-				       : err_sys(e, errno, "cannot remove the image record");
-	if (!used)
-		return 0;
+	if (!used || lock < 0)
+		return;
 	each_record(images_dir, mark_layers, used);
 	if (snprintf(p, sizeof(p), "%s/layers", images_dir) >= (int)sizeof(p) || !(d = opendir(p)))
-		return 0;
+		return;
 	while ((de = readdir(d))) {
 		if (de->d_name[0] == '.' || json_object_get(used, de->d_name))
 			continue;
 		rm_tree_at(dirfd(d), de->d_name);
 	}
 	closedir(d);
+}
+
+/* Unlink the record at rec unless a sandbox holds its lock. */
+static int remove_record(const char *rec, struct sbx_err *e)
+{
+	auto_close int fd = open(rec, O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0)
+		return errno == EWOULDBLOCK ? err_set(e, SBX_E_CONFLICT, "the image is in use by a sandbox")
+					    : err_sys(e, errno, "cannot lock the image record");
+	if (unlink(rec) < 0)
+		return errno == ENOENT ? err_set(e, SBX_E_IMAGE_NOT_FOUND, "image not pulled on this node")
+				       : err_sys(e, errno, "cannot remove the image record");
 	return 0;
+}
+
+int oci_remove(const char *images_dir, const struct imgref *ref, struct sbx_err *e)
+{
+	char rec[PATH_MAX];
+
+	if (record_path(images_dir, ref, rec, sizeof(rec)) < 0)
+		return err_set(e, SBX_E_VALIDATION, "image reference too long");
+	if (remove_record(rec, e) < 0)
+		return -1;
+	sweep_layers(images_dir);
+	return 0;
+}
+
+/* Bytes on disk under the directory dfd/name (blocks, not lengths). */
+static int64_t tree_bytes(int dfd, const char *name)
+{
+	auto_close int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct dirent *de;
+	int64_t sum = 0;
+	struct stat st;
+	DIR *d;
+
+	if (fd < 0 || !(d = fdopendir(fd)))
+		return 0;
+	fd = -1;
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+			sum += (int64_t)st.st_blocks * 512;
+		if (de->d_type == DT_DIR)
+			sum += tree_bytes(dirfd(d), de->d_name);
+	}
+	closedir(d);
+	return sum;
+}
+
+static int64_t store_bytes(const char *images_dir)
+{
+	char p[PATH_MAX];
+
+	if (snprintf(p, sizeof(p), "%s/layers", images_dir) >= (int)sizeof(p))
+		return 0;
+	return tree_bytes(AT_FDCWD, p);
+}
+
+struct lru {
+	char path[PATH_MAX];
+	int64_t mtime;
+};
+
+struct lru_list {
+	struct lru *v;
+	size_t n, cap;
+	const char *keep;   /* the record path not to evict */
+};
+
+static int lru_add(void *arg, const char *path, json_t *j)
+{
+	struct lru_list *l = arg;
+	struct stat st;
+
+	(void)j;
+	if (strcmp(path, l->keep) == 0 || stat(path, &st) < 0)
+		return 0;
+	if (l->n == l->cap) {
+		size_t nc = l->cap ? l->cap * 2 : 16;
+		struct lru *nv = realloc(l->v, nc * sizeof(*nv));
+
+		if (!nv)
+			return -1;
+		l->v = nv;
+		l->cap = nc;
+	}
+	snprintf(l->v[l->n].path, sizeof(l->v[l->n].path), "%s", path);
+	l->v[l->n++].mtime = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+	return 0;
+}
+
+static int lru_cmp(const void *a, const void *b)
+{
+	const struct lru *x = a, *y = b;
+
+	return x->mtime < y->mtime ? -1 : x->mtime > y->mtime;
+}
+
+int oci_gc(const char *images_dir, int64_t budget, const char *keep_record)
+{
+	struct lru_list l = { .keep = keep_record ? keep_record : "" };
+	int64_t used = store_bytes(images_dir);
+	int removed = 0;
+
+	if (budget <= 0 || used <= budget)
+		return 0;
+	each_record(images_dir, lru_add, &l);
+	if (l.n)
+		qsort(l.v, l.n, sizeof(*l.v), lru_cmp);
+	for (size_t i = 0; i < l.n && used > budget; i++) {
+		struct sbx_err e = { 0 };
+
+		if (remove_record(l.v[i].path, &e) < 0)
+			continue;   /* in use: kept whatever the budget */
+		removed++;
+		sweep_layers(images_dir);
+		used = store_bytes(images_dir);
+	}
+	free(l.v);
+	return removed;
 }

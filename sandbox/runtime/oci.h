@@ -31,6 +31,8 @@ struct oci_pull_opts {
 	uid_t owner;              /* host uid of the image's id 0 (agent.uid_base, or 0) */
 	int64_t max_image_bytes;  /* compressed layers of one image; 0 = no limit */
 	const char *arch;         /* "amd64", "arm64": the platform picked from an index */
+	const char *auth;         /* [images] registry_auth: "registry=user:password ..." */
+	int64_t budget_bytes;     /* [images] disk_budget_mib: GC after a pull; 0 = none */
 };
 
 /* Pull ref unless its record exists: manifest (index → this platform),
@@ -54,6 +56,11 @@ json_t *oci_list(const char *images_dir);
 /* Forget ref's record (CONFLICT while a sandbox holds its lock), then
  * remove the layers no record names. */
 int oci_remove(const char *images_dir, const struct imgref *ref, struct sbx_err *e);
+
+/* Remove least recently used images (record mtime) not in use and not
+ * keep_record's until the layers take at most budget bytes on disk; the
+ * number removed. A pull ends with it when budget_bytes is set. */
+int oci_gc(const char *images_dir, int64_t budget, const char *keep_record);
 
 /* Unpack the tar (gzip, zstd or plain) at fd into the new directory dir
  * under the extraction rules (SECURITY.md): no absolute or ".." names, no

@@ -22,7 +22,7 @@ import uuid
 import pytest
 import requests
 
-from conftest import free_port
+from conftest import free_port, stack_down, stack_down_cleanup, stack_up
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REGISTRY = "/usr/bin/docker-registry"
@@ -90,23 +90,33 @@ def layer(entries, compress="gzip"):
 
 
 class Registry:
-    def __init__(self, root):
+    def __init__(self, root, auth=""):
+        """auth: an extra "auth:" section of the registry's config."""
         self.root = root
         self.port = free_port()
         self.host = "127.0.0.1:%d" % self.port
+        self.session = requests.Session()
         cfg = os.path.join(root, "config.yml")
         with open(cfg, "w") as f:
             f.write("version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: %s/data\n"
-                    "  delete:\n    enabled: true\nhttp:\n  addr: %s\n" % (root, self.host))
+                    "  delete:\n    enabled: true\nhttp:\n  addr: %s\n%s" % (root, self.host, auth))
         self.log = open(os.path.join(root, "registry.log"), "w")
         self.proc = subprocess.Popen([REGISTRY, "serve", cfg], stdout=self.log, stderr=self.log)
         for _ in range(100):
             try:
-                if requests.get("http://%s/v2/" % self.host, timeout=1).status_code == 200:
+                if requests.get("http://%s/v2/" % self.host, timeout=1).status_code in (200, 401):
                     return
             except requests.ConnectionError:
                 time.sleep(0.1)
         raise RuntimeError("the registry did not start")
+
+    def req(self, method, url, **kw):
+        """A request, with a pushing token when the registry asks for one."""
+        r = self.session.request(method, url, timeout=30, **kw)
+        if r.status_code == 401 and hasattr(self, "push_token"):
+            kw.setdefault("headers", {})["Authorization"] = "Bearer " + self.push_token(url)
+            r = self.session.request(method, url, timeout=30, **kw)
+        return r
 
     def stop(self):
         self.proc.terminate()
@@ -115,19 +125,19 @@ class Registry:
 
     def blob(self, repo, data):
         u = "http://%s/v2/%s/blobs/uploads/" % (self.host, repo)
-        r = requests.post(u, timeout=10)
+        r = self.req("POST", u)
         assert r.status_code == 202, r.text
         loc = r.headers["Location"]
         loc = loc if loc.startswith("http") else "http://%s%s" % (self.host, loc)
-        r = requests.put(loc + ("&" if "?" in loc else "?") + "digest=" + sha(data), data=data,
-                         headers={"Content-Type": "application/octet-stream"}, timeout=30)
+        r = self.req("PUT", loc + ("&" if "?" in loc else "?") + "digest=" + sha(data), data=data,
+                     headers={"Content-Type": "application/octet-stream"})
         assert r.status_code == 201, r.text
         return sha(data)
 
     def manifest(self, repo, ref, doc, media=OCI_MANIFEST):
         body = json.dumps(doc).encode()
-        r = requests.put("http://%s/v2/%s/manifests/%s" % (self.host, repo, ref), data=body,
-                         headers={"Content-Type": media}, timeout=10)
+        r = self.req("PUT", "http://%s/v2/%s/manifests/%s" % (self.host, repo, ref), data=body,
+                     headers={"Content-Type": media})
         assert r.status_code == 201, r.text
         return sha(body)
 
@@ -357,3 +367,133 @@ def test_zstd_layer_and_admin_routes(stack, reg):
     assert os.path.isdir(os.path.join(stack.dir, "images", "layers", sha(reg.base_layer[0])[7:]))
     assert ref not in [i["ref"] for s in store_of(stack).values() for i in s["images"]]
     assert stack.api("GET", "/v1/images").status_code in (401, 403)
+
+
+class TokenServer:
+    """The registry's token service (distribution's "token" auth): RS256
+    JWTs with the signing certificate in x5c. "test/public" is anonymous;
+    any other repository needs Basic user:secret."""
+
+    def __init__(self, root):
+        import base64
+        import datetime
+        import http.server
+        import threading
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import padding, rsa
+        from cryptography.x509.oid import NameOID
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sbx-test-token")])
+        now = datetime.datetime.utcnow()
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                .public_key(key.public_key()).serial_number(1)
+                .not_valid_before(now - datetime.timedelta(days=1))
+                .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+        self.cert = os.path.join(root, "token.pem")
+        with open(self.cert, "wb") as f:
+            f.write(cert.public_bytes(serialization.Encoding.PEM))
+        der = base64.b64encode(cert.public_bytes(serialization.Encoding.DER)).decode()
+
+        def b64(b):
+            return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+        def token(names, actions):
+            t = int(time.time())
+            head = {"alg": "RS256", "typ": "JWT", "x5c": [der]}
+            claims = {"iss": "sbx-test", "sub": "x", "aud": "sbx-registry", "exp": t + 600,
+                      "nbf": t - 60, "iat": t, "jti": uuid.uuid4().hex,
+                      "access": [{"type": "repository", "name": n, "actions": actions} for n in names]}
+            msg = (b64(json.dumps(head).encode()) + "." + b64(json.dumps(claims).encode())).encode()
+            return msg.decode() + "." + b64(key.sign(msg, padding.PKCS1v15(), hashes.SHA256()))
+
+        self.token = token
+        good = "Basic " + base64.b64encode(b"user:secret").decode()
+        self.requests = []
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(h):
+                from urllib.parse import parse_qs, urlparse
+                q = parse_qs(urlparse(h.path).query)
+                scope = q.get("scope", [""])[0]
+                repo = scope.split(":")[1] if scope.count(":") >= 2 else ""
+                authed = h.headers.get("Authorization") == good
+                self.requests.append((repo, authed))
+                if repo != "test/public" and not authed:
+                    h.send_response(401)
+                    h.end_headers()
+                    return
+                body = json.dumps({"token": token([repo], ["pull"])}).encode()
+                h.send_response(200)
+                h.send_header("Content-Type", "application/json")
+                h.end_headers()
+                h.wfile.write(body)
+
+            def log_message(h, *a):
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.realm = "http://127.0.0.1:%d/token" % self.srv.server_address[1]
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.srv.shutdown()
+
+
+@pytest.fixture(scope="module")
+def token_reg(reg):
+    root = tempfile.mkdtemp(prefix="sbx-registry-token-")
+    ts = TokenServer(root)
+    r = Registry(root, auth="auth:\n  token:\n    realm: %s\n    service: sbx-registry\n"
+                 "    issuer: sbx-test\n    rootcertbundle: %s\n" % (ts.realm, ts.cert))
+    r.push_token = lambda url: ts.token(["test/public", "test/private"], ["pull", "push"])
+    for repo in ("test/public", "test/private"):
+        r.image(repo, "1", [reg.base_layer], env=["PATH=/bin"])
+    r.tokens = ts
+    yield r
+    r.stop()
+    ts.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def stack_auth(token_reg):
+    """One agent with credentials for token_reg and a small disk budget."""
+    st = stack_up(agents=1, overrides=["images.registry_auth=%s=user:secret" % token_reg.host,
+                                       "images.disk_budget_mib=2"])
+    yield st
+    stack_down(st)
+    stack_down_cleanup(st)
+
+
+def test_token_auth_with_and_without_credentials(stack, stack_auth, token_reg):
+    # anonymous token: public pulls, private is refused
+    sid = create(stack, "%s/test/public:1" % token_reg.host)
+    stack.api("DELETE", "/v1/sandboxes/" + sid)
+    r = create(stack, "%s/test/private:1" % token_reg.host, expect=403)
+    assert r.json()["error"]["code"] == "REGISTRY_AUTH_FAILED"
+    assert ("test/private", False) in token_reg.tokens.requests
+    # with [images] registry_auth the agent's token request carries them
+    sid = create(stack_auth, "%s/test/private:1" % token_reg.host)
+    try:
+        assert "file /etc/base.txt from base" in probe(stack_auth, sid, "/etc/base.txt")
+    finally:
+        stack_auth.api("DELETE", "/v1/sandboxes/" + sid)
+    assert ("test/private", True) in token_reg.tokens.requests
+
+
+def test_gc_keeps_the_store_within_its_budget(stack_auth, reg):
+    small = "%s/test/base:1" % reg.host
+    big_layer = layer([("big.bin", "file", os.urandom(1536 * 1024))])
+    reg.image("test/big", "1", [big_layer])
+    big = "%s/test/big:1" % reg.host
+    for ref in (small, big):
+        r = admin(stack_auth, "POST", "/v1/images/pull", json={"ref": ref})
+        assert r.status_code == 200 and "image" in r.json()["results"][0], r.text
+    listed = [i["ref"] for s in store_of(stack_auth).values() for i in s["images"]]
+    # 2 MiB: the base (~0.8 MiB) and big (1.5 MiB) do not both fit; the
+    # least recently used one goes, with its layers
+    assert big in listed and small not in listed, listed
+    dirs = [os.path.basename(d) for d in layer_dirs(stack_auth)]
+    assert sha(reg.base_layer[0])[7:] not in dirs and sha(big_layer[0])[7:] in dirs
