@@ -7,7 +7,6 @@
  */
 #include "agent_images.h"
 #include "httpd.h"
-#include "ids.h"
 #include "log.h"
 #include "oci.h"
 #include "runtime.h"
@@ -20,7 +19,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 struct waiter {
@@ -137,15 +135,10 @@ void agent_images_release(struct agent *a)
 
 int agent_image_is_remote(struct agent *a, const char *name, struct imgref *ref, struct sbx_err *e)
 {
-	char dir[PATH_MAX];
-	struct stat st;
-
-	if (strcmp(name, "default") == 0)
-		return 0;
-	/* a bare name of a local image directory stays what it was */
-	if (ids_valid_image(name) &&
-	    snprintf(dir, sizeof(dir), "%s/%s/usr", a->conf->agent.images_dir, name) < (int)sizeof(dir) &&
-	    stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+	/* a bare name ("deb12", "default") is a local image: a registry
+	 * image is named with a tag, a digest or a registry ("python:latest"),
+	 * so a typo never turns into a pull */
+	if (!strpbrk(name, ":/@"))
 		return 0;
 	if (imgref_parse(name, a->conf->images.default_registry, (int)a->conf->images.library_prefix, ref,
 			 e) < 0)

@@ -27,8 +27,9 @@ struct agent_image {
 int agent_images_init(struct agent *a, struct sbx_err *e);
 void agent_images_release(struct agent *a);
 
-/* name is a registry reference (not "default" nor a local image
- * directory)? 1 with ref filled, 0 no, -1 with e (VALIDATION). */
+/* name is a registry reference (it has a registry, a tag or a digest; a
+ * bare name is a local image)? 1 with ref filled, 0 no, -1 with e
+ * (VALIDATION). */
 int agent_image_is_remote(struct agent *a, const char *name, struct imgref *ref, struct sbx_err *e);
 
 /* The pulled image of ref into out (lastUsed touched, its record locked

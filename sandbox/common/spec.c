@@ -57,8 +57,17 @@ int spec_image(const json_t *image, struct sbx_err *e)
 {
 	struct imgref r;
 
-	/* a local image's name (ids_valid_image) is a reference too */
-	return imgref_parse(json_string_value(image), "docker.io", 1, &r, e);
+	const char *s = json_string_value(image);
+
+	/* a bare name is a local image's (agent_image_is_remote) */
+	if (s && !strpbrk(s, ":/@")) {
+		if (!ids_valid_image(s))
+			return err_set(e, SBX_E_VALIDATION,
+				       "'image' must be a local image name [a-z0-9][a-z0-9._-]{0,62} or a "
+				       "registry reference [registry/]repo[:tag][@digest]");
+		return 0;
+	}
+	return imgref_parse(s, "docker.io", 1, &r, e);
 }
 
 int spec_network(const json_t *network, int *egress, struct sbx_err *e)

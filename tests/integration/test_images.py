@@ -22,7 +22,8 @@ import uuid
 import pytest
 import requests
 
-from conftest import free_port, stack_down, stack_down_cleanup, stack_up
+from conftest import (free_port, sanitizer_findings, stack_down, stack_down_cleanup,
+                      stack_up)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REGISTRY = "/usr/bin/docker-registry"
@@ -462,9 +463,13 @@ def stack_auth(token_reg):
     """One agent with credentials for token_reg and a small disk budget."""
     st = stack_up(agents=1, overrides=["images.registry_auth=%s=user:secret" % token_reg.host,
                                        "images.disk_budget_mib=2"])
-    yield st
-    stack_down(st)
+    try:
+        yield st
+    finally:
+        stack_down(st, keep=True)
+    errors, _ = sanitizer_findings(st.dir)
     stack_down_cleanup(st)
+    assert not errors, "sanitizer reports: %r" % errors[:20]
 
 
 def test_token_auth_with_and_without_credentials(stack, stack_auth, token_reg):
