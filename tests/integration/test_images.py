@@ -460,9 +460,11 @@ def token_reg(reg):
 
 @pytest.fixture(scope="module")
 def stack_auth(token_reg):
-    """One agent with credentials for token_reg and a small disk budget."""
+    """One agent with credentials for token_reg and a small disk budget,
+    without a user namespace (the session stack has one where the host
+    allows it): images run in both modes."""
     st = stack_up(agents=1, overrides=["images.registry_auth=%s=user:secret" % token_reg.host,
-                                       "images.disk_budget_mib=2"])
+                                       "images.disk_budget_mib=2", "agent.userns=off"])
     try:
         yield st
     finally:
