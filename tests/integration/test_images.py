@@ -504,3 +504,67 @@ def test_gc_keeps_the_store_within_its_budget(stack_auth, reg):
     assert big in listed and small not in listed, listed
     dirs = [os.path.basename(d) for d in layer_dirs(stack_auth)]
     assert sha(reg.base_layer[0])[7:] not in dirs and sha(big_layer[0])[7:] in dirs
+
+
+class CuttingProxy:
+    """A registry front that forwards to reg, and while cut is set sends
+    only the first half of each blob and then drops the connection: a
+    registry that goes away mid-pull."""
+
+    def __init__(self, reg):
+        import http.server
+        import threading
+
+        self.cut = True
+        proxy = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(h):
+                up = requests.get("http://%s%s" % (reg.host, h.path), stream=True, timeout=30,
+                                  headers={k: v for k, v in h.headers.items() if k.lower() == "accept"})
+                body = up.content
+                h.send_response(up.status_code)
+                for k in ("Content-Type", "Docker-Content-Digest"):
+                    if k in up.headers:
+                        h.send_header(k, up.headers[k])
+                h.send_header("Content-Length", str(len(body)))
+                h.end_headers()
+                if proxy.cut and "/blobs/" in h.path and len(body) > 1024:
+                    h.wfile.write(body[:len(body) // 2])
+                    h.wfile.flush()
+                    h.close_connection = True
+                    return
+                h.wfile.write(body)
+
+            def log_message(h, *a):
+                pass
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.host = "127.0.0.1:%d" % self.srv.server_address[1]
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.srv.shutdown()
+
+
+def test_registry_gone_mid_pull_then_retry(stack, reg):
+    blob = layer([("etc/cut.txt", "file", os.urandom(256 * 1024))])
+    reg.image("test/cut", "1", [reg.base_layer, blob])
+    px = CuttingProxy(reg)
+    try:
+        ref = "%s/test/cut:1" % px.host
+        r = create(stack, ref, expect=503)
+        assert r.json()["error"]["code"] == "REGISTRY_UNAVAILABLE", r.text
+        assert r.headers.get("Retry-After")
+        assert left_behind(stack) == []
+        assert not os.path.exists(os.path.join(stack.dir, "images", "layers", sha(blob[0])[7:]))
+        px.cut = False
+        sid = create(stack, ref)
+        try:
+            assert "file /etc/cut.txt" in probe(stack, sid, "/etc/cut.txt")
+        finally:
+            stack.api("DELETE", "/v1/sandboxes/" + sid)
+    finally:
+        px.stop()
