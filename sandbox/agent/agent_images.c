@@ -9,6 +9,8 @@
 #include "httpd.h"
 #include "log.h"
 #include "oci.h"
+#include "registry.h"
+#include "rkeys.h"
 #include "runtime.h"
 #include "util.h"
 
@@ -46,6 +48,15 @@ struct agent_images {
 	int64_t started;          /* pulls started so far (GET /agent/v1/images) */
 };
 
+/* Tell placement (sbx:node:{name}:images) that this node holds canon
+ * (add 1) or not (0). Best effort: a lost update only costs a preference. */
+static void advertise(struct agent *a, const char *canon, int add)
+{
+	if (a->reg)
+		(void)registry_command(a->reg, NULL, NULL, add ? "SADD %s %s" : "SREM %s %s",
+				       RK_NODE(a->conf->agent.name, "images"), canon);
+}
+
 static void *pull_main(void *arg)
 {
 	struct pull *p = arg;
@@ -71,10 +82,12 @@ static void on_pull_done(evutil_socket_t fd, short what, void *arg)
 			pp = &(*pp)->next;
 		if (*pp)
 			*pp = p->next;
-		if (p->rc < 0)
+		if (p->rc < 0) {
 			log_warn("image '%s': pull failed: %s", p->canon, p->err.msg);
-		else
+		} else {
 			log_info("image '%s' pulled", p->canon);
+			advertise(a, p->canon, 1);
+		}
 		while ((w = p->waiters)) {
 			p->waiters = w->next;
 			w->done(w->arg, p->rc < 0 ? &p->err : NULL);
@@ -199,6 +212,7 @@ int agent_image_get(struct agent *a, const struct imgref *ref, struct agent_imag
 		}
 	}
 	json_decref(rec);
+	advertise(a, out->canon, 1);
 	return 0;
 bad:
 	json_decref(rec);
@@ -447,6 +461,7 @@ int agent_images_delete_route(struct agent_call *c, struct sbx_err *e)
 	/* a running sandbox of the image holds its record's lock: CONFLICT */
 	if (oci_remove(c->a->conf->agent.images_dir, &ref, e) < 0)
 		return -1;
+	advertise(c->a, canon, 0);
 	httpd_reply_empty(c->r, 204);
 	return 0;
 }

@@ -568,3 +568,17 @@ def test_registry_gone_mid_pull_then_retry(stack, reg):
             stack.api("DELETE", "/v1/sandboxes/" + sid)
     finally:
         px.stop()
+
+
+def test_placement_prefers_nodes_with_the_image(stack, reg):
+    reg.image("test/placed", "1", [reg.base_layer, layer([("etc/placed.txt", "file", b"p")])])
+    ref = "%s/test/placed:1" % reg.host
+    r = admin(stack, "POST", "/v1/images/pull", json={"ref": ref, "nodes": ["agent-2"]})
+    assert [x["node"] for x in r.json()["results"]] == ["agent-2"], r.text
+    sids = [create(stack, ref) for _ in range(6)]
+    try:
+        nodes = [stack.redis_cli("HGET", "sbx:sb:{dev/%s}" % sid, "node") for sid in sids]
+        assert nodes == ["agent-2"] * 6, nodes
+    finally:
+        for sid in sids:
+            stack.api("DELETE", "/v1/sandboxes/" + sid)
