@@ -210,8 +210,10 @@ def layer_dirs(st):
 
 
 def test_image_layers_whiteouts_env_workdir(stack, reg):
-    sid = create(stack, "%s/test/app:1" % reg.host)
+    ref = "%s/test/app:1" % reg.host
+    sid = create(stack, ref)
     try:
+        assert stack.api("GET", "/v1/sandboxes/" + sid).json()["image"] == ref
         out = probe(stack, sid, "/etc/base.txt", "/etc/app.txt", "/etc/gone.txt", "/etc/hard.txt",
                     "/opt/old/a.txt", "/opt/old/b.txt")
         assert "file /etc/base.txt from base" in out
@@ -464,7 +466,8 @@ def stack_auth(token_reg):
     without a user namespace (the session stack has one where the host
     allows it): images run in both modes."""
     st = stack_up(agents=1, overrides=["images.registry_auth=%s=user:secret" % token_reg.host,
-                                       "images.disk_budget_mib=2", "agent.userns=off"])
+                                       "images.disk_budget_mib=2", "images.max_image_mib=2",
+                                       "agent.userns=off"])
     try:
         yield st
     finally:
@@ -488,6 +491,14 @@ def test_token_auth_with_and_without_credentials(stack, stack_auth, token_reg):
     finally:
         stack_auth.api("DELETE", "/v1/sandboxes/" + sid)
     assert ("test/private", True) in token_reg.tokens.requests
+
+
+def test_image_above_the_size_limit_is_refused(stack_auth, reg):
+    huge = layer([("huge.bin", "file", os.urandom(2600 * 1024))])
+    reg.image("test/huge", "1", [huge])
+    r = create(stack_auth, "%s/test/huge:1" % reg.host, expect=507)
+    assert r.json()["error"]["code"] == "IMAGE_TOO_LARGE", r.text
+    assert left_behind(stack_auth) == []
 
 
 def test_gc_keeps_the_store_within_its_budget(stack_auth, reg):
