@@ -119,6 +119,7 @@ int agent_images_init(struct agent *a, struct sbx_err *e)
 		return err_sys(e, ENOMEM, "images event");
 	}
 	a->images = im;
+	oci_clean_tmp(a->conf->agent.images_dir, 3600);
 	return 0;
 }
 

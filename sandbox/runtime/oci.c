@@ -70,6 +70,7 @@ struct client {
 	const struct imgref *ref;
 	char token[4096];        /* "Authorization: Bearer ..." or "" */
 	char userpwd[CONF_STR_MAX]; /* "user:password" of ref's registry, or "" */
+	int basic;               /* the registry asked for Basic auth: send userpwd */
 };
 
 /* The "user:password" of registry in auth ("reg=user:pw reg2=..."). */
@@ -267,8 +268,8 @@ static int registry_get(struct client *c, const char *kind, const char *what, co
 	if (snprintf(url, sizeof(url), "%s://%s/v2/%s/%s/%s", c->ref->loopback ? "http" : "https",
 		     c->ref->host, c->ref->repo, kind, what) >= (int)sizeof(url))
 		return err_set(e, SBX_E_VALIDATION, "image reference too long");
-	for (int attempt = 0, basic = 0;; attempt++) {
-		if (http_get(c, url, accept, c->token, basic ? c->userpwd : NULL, r, e) < 0)
+	for (int attempt = 0;; attempt++) {
+		if (http_get(c, url, accept, c->token, c->basic ? c->userpwd : NULL, r, e) < 0)
 			return -1;
 		if (r->status != 401 || attempt > 0 || !r->www_auth[0])
 			break;
@@ -277,7 +278,7 @@ static int registry_get(struct client *c, const char *kind, const char *what, co
 				return err_set(e, SBX_E_REGISTRY_AUTH_FAILED,
 					       "registry '%s' needs credentials: none in [images] registry_auth",
 					       c->ref->registry);
-			basic = 1;
+			c->basic = 1;
 		} else if (fetch_token(c, r->www_auth, e) < 0) {
 			return -1;
 		}
@@ -999,6 +1000,24 @@ int oci_remove(const char *images_dir, const struct imgref *ref, struct sbx_err 
 		return -1;
 	sweep_layers(images_dir);
 	return 0;
+}
+
+void oci_clean_tmp(const char *images_dir, int64_t older_than_s)
+{
+	char p[PATH_MAX];
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+
+	if (snprintf(p, sizeof(p), "%s/tmp", images_dir) >= (int)sizeof(p) || !(d = opendir(p)))
+		return;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.' || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    st.st_mtime > time(NULL) - older_than_s)
+			continue;
+		rm_tree_at(dirfd(d), de->d_name);
+	}
+	closedir(d);
 }
 
 /* Bytes on disk under the directory dfd/name (blocks, not lengths). */

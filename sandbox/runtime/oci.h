@@ -62,6 +62,10 @@ int oci_remove(const char *images_dir, const struct imgref *ref, struct sbx_err 
  * number removed. A pull ends with it when budget_bytes is set. */
 int oci_gc(const char *images_dir, int64_t budget, const char *keep_record);
 
+/* Remove what a pull killed half-way left in tmp/ (older than
+ * older_than_s: a pull of another agent sharing images_dir may be busy). */
+void oci_clean_tmp(const char *images_dir, int64_t older_than_s);
+
 /* Unpack the tar (gzip, zstd or plain) at fd into the new directory dir
  * under the extraction rules (SECURITY.md): no absolute or ".." names, no
  * entry through a symlink, hard links only to earlier entries, no device
