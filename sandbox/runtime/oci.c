@@ -429,6 +429,9 @@ static uid_t shift(uid_t owner, int64_t id)
 	return owner + (uid_t)(id >= 0 && id < ID_RANGE ? id : ID_RANGE - 2);
 }
 
+/* Create the entry en (read from ar) under root, its ids shifted by owner.
+ * 0, 1 when the stream ends with this entry (no end blocks), or -1 with e
+ * (IMAGE_LAYER_REFUSED for an entry the rules refuse). */
 static int unpack_entry(struct archive *ar, struct archive_entry *en, int root, uid_t owner,
 			struct sbx_err *e)
 {
@@ -530,13 +533,17 @@ static int unpack_entry(struct archive *ar, struct archive_entry *en, int root, 
 				return err_sys(e, errno, "cannot write '%.200s'", name);
 			at = off + (la_int64_t)len;
 		}
-		if (r != ARCHIVE_EOF)
+		/* Some writers (umoci 0.4) end the stream right after the last
+		 * file's data, without its padding or the end blocks: a file
+		 * whose bytes are all there ends the layer (its digest was
+		 * checked, so this is what the image's author made). */
+		if (r != ARCHIVE_EOF && at < archive_entry_size(en))
 			return err_set(e, SBX_E_IMAGE_LAYER_REFUSED, "layer is corrupt at '%.200s': %s", name,
 				       archive_error_string(ar) ? archive_error_string(ar) : "read error");
 		if (ftruncate(fd, archive_entry_size(en)) < 0 || fchown(fd, uid, gid) < 0 ||
 		    fchmod(fd, mode) < 0)
 			return err_sys(e, errno, "cannot finish '%.200s'", name);
-		return 0;
+		return r == ARCHIVE_EOF ? 0 : 1;
 	}
 	case AE_IFLNK: {
 		const char *target = archive_entry_symlink(en);
@@ -586,8 +593,12 @@ int oci_unpack(int fd, const char *dir, uid_t owner, struct sbx_err *e)
 		return rc;
 	}
 	while ((r = archive_read_next_header(ar, &en)) == ARCHIVE_OK || r == ARCHIVE_WARN) {
-		if (unpack_entry(ar, en, root, owner, e) < 0) {
+		int u = unpack_entry(ar, en, root, owner, e);
+
+		if (u < 0)
 			rc = -1;
+		if (u != 0) {
+			r = ARCHIVE_EOF;   /* an error, or the stream's end (see unpack_entry) */
 			break;
 		}
 	}

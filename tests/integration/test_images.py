@@ -1,8 +1,9 @@
 """Images from OCI registries (issue 20), against a real registry on
 loopback: Debian's docker-registry with a temp config. The images are
-built here from local files (a static probe compiled with -static, layers
-made with tarfile) and pushed with the registry's HTTP API; one is copied
-by skopeo with zstd layers. Sandboxes then run them through the API.
+built here from local files (a static probe compiled with -static): most
+with tarfile and pushed with the registry's HTTP API (crafted layers need
+that), one with umoci and pushed by skopeo, gzip and zstd. Sandboxes then
+run them through the API.
 """
 
 import concurrent.futures
@@ -592,4 +593,42 @@ def test_placement_prefers_nodes_with_the_image(stack, reg):
         assert nodes == ["agent-2"] * 6, nodes
     finally:
         for sid in sids:
+            stack.api("DELETE", "/v1/sandboxes/" + sid)
+
+
+@pytest.mark.skipif(not shutil.which("umoci") or not shutil.which("skopeo"),
+                    reason="needs umoci and skopeo")
+def test_image_built_by_umoci_pushed_by_skopeo_zstd(stack, reg, tmp_path):
+    """Real image tools: umoci builds the image from local files (a layer
+    per insert, one a whiteout), skopeo pushes it as is and once more with
+    zstd layers."""
+    lay = str(tmp_path / "layout")
+    probe_path = tmp_path / "probe"
+    probe_path.write_bytes(reg.probe)
+    probe_path.chmod(0o755)
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "umoci.txt").write_text("by umoci")
+    (tmp_path / "etc" / "old.txt").write_text("whited out")
+
+    def run(*args):
+        subprocess.run(args, check=True, capture_output=True, timeout=120)
+
+    run("umoci", "init", "--layout", lay)
+    run("umoci", "new", "--image", lay + ":t")
+    run("umoci", "insert", "--image", lay + ":t", str(probe_path), "/bin/probe")
+    run("umoci", "insert", "--image", lay + ":t", str(tmp_path / "etc"), "/etc")
+    run("umoci", "insert", "--image", lay + ":t", "--whiteout", "/etc/old.txt")
+    run("umoci", "config", "--image", lay + ":t", "--config.workingdir", "/etc",
+        "--config.env", "BUILT_BY=umoci")
+    refs = ["%s/test/umoci:gzip" % reg.host, "%s/test/umoci:zstd" % reg.host]
+    run("skopeo", "copy", "--dest-tls-verify=false", "oci:%s:t" % lay, "docker://" + refs[0])
+    run("skopeo", "copy", "--dest-tls-verify=false", "--format", "oci", "--dest-compress-format",
+        "zstd", "oci:%s:t" % lay, "docker://" + refs[1])
+    for ref in refs:
+        sid = create(stack, ref)
+        try:
+            out = probe(stack, sid, "/etc/umoci.txt", "/etc/old.txt")
+            assert "file /etc/umoci.txt by umoci" in out and "file /etc/old.txt missing" in out, out
+            assert "env BUILT_BY=umoci" in out and "cwd=/etc" in out, out
+        finally:
             stack.api("DELETE", "/v1/sandboxes/" + sid)
