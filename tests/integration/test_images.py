@@ -71,6 +71,8 @@ def layer(entries, compress="gzip"):
             name, kind, val = e[0], e[1], e[2]
             ti = tarfile.TarInfo(name)
             ti.mode = e[3] if len(e) > 3 else 0o644
+            if len(e) > 4:
+                ti.pax_headers = e[4]
             if kind == "file":
                 ti.size = len(val)
                 t.addfile(ti, io.BytesIO(val))
@@ -178,7 +180,10 @@ def reg():
                   ("etc", "dir", None), ("etc/base.txt", "file", b"from base"),
                   ("etc/gone.txt", "file", b"to be removed"),
                   ("opt/old", "dir", None), ("opt/old/a.txt", "file", b"old"),
-                  ("etc/hard.txt", "link", "etc/base.txt")])
+                  ("etc/hard.txt", "link", "etc/base.txt"),
+                  # setuid kept; a file capability (an xattr of the tar) dropped
+                  ("bin/suid", "file", b"#!/bin/true\n", 0o4755,
+                   {"SCHILY.xattr.security.capability": "\x01\x00\x00\x02" + "\x00" * 16})])
     r.base_layer = base
     r.image("test/base", "1", [base], env=["PATH=/bin", "FROM_IMAGE=base"])
     top = layer([("etc/app.txt", "file", b"from app"), ("etc/.wh.gone.txt", "file", b""),
@@ -242,6 +247,9 @@ def test_image_layers_whiteouts_env_workdir(stack, reg):
     digest = sha(reg.base_layer[0])[7:]
     dirs = [os.path.basename(d) for d in layer_dirs(stack)]
     assert dirs.count(digest) == 1 and len(dirs) == 2, dirs
+    suid = os.path.join(stack.dir, "images", "layers", digest, "bin", "suid")
+    assert os.stat(suid).st_mode & 0o7777 == 0o4755
+    assert "security.capability" not in os.listxattr(suid)
 
 
 def admin(st, method, path, **kw):
