@@ -259,6 +259,8 @@ int agent_image_pull(struct agent *a, const struct imgref *ref, agent_pull_done_
 	p->opts.max_image_bytes = a->conf->images.max_image_mib * 1024 * 1024;
 	p->opts.arch = oci_host_arch();
 	p->opts.auth = a->conf->images.registry_auth;
+	p->opts.ca = a->conf->images.registry_ca;
+	p->opts.plain_http = a->conf->images.plain_http;
 	p->opts.budget_bytes = a->conf->images.disk_budget_mib * 1024 * 1024;
 	p->notify_fd = im->pipe[1];
 	p->waiters = w;

@@ -96,6 +96,8 @@ static const struct conf_entry entries[] = {
 	{ "images", "pull_timeout", T_DURATION, OFF(images.pull_timeout_ms), "5m", 1000, 3600000, NULL },
 	{ "images", "disk_budget_mib", T_INT, OFF(images.disk_budget_mib), "0", 0, 1073741824, NULL },
 	{ "images", "registry_auth", T_STR, OFF(images.registry_auth), "", 0, 0, NULL },
+	{ "images", "registry_ca", T_STR, OFF(images.registry_ca), "", 0, 0, NULL },
+	{ "images", "plain_http", T_STR, OFF(images.plain_http), "", 0, 0, NULL },
 };
 
 int conf_parse_duration(const char *s, int64_t *ms)

@@ -99,6 +99,8 @@ struct sbx_conf {
 		int64_t pull_timeout_ms;        /* sbx-api waits this long for a create that pulls */
 		int64_t disk_budget_mib;        /* unpacked layers kept; LRU images beyond are removed; 0 = no GC */
 		char registry_auth[CONF_STR_MAX]; /* "registry=user:password ..." */
+		char registry_ca[CONF_STR_MAX];   /* "registry=/path/ca.pem ...": a private CA */
+		char plain_http[CONF_STR_MAX];    /* "registry ...": plain HTTP though not loopback */
 	} images;
 };
 

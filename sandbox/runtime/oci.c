@@ -2,8 +2,9 @@
  * oci.c — see oci.h. The registry HTTP API (distribution spec): GET
  * /v2/<repo>/manifests/<tag|digest> and /v2/<repo>/blobs/<digest>, a 401
  * with "WWW-Authenticate: Bearer realm=...,service=...,scope=..." answered
- * by fetching an anonymous token from the realm. A loopback registry is
- * spoken to over plain HTTP, any other over verified HTTPS; libcurl honours
+ * by fetching a token from the realm. A loopback registry (or one named in
+ * [images] plain_http) is spoken to over plain HTTP, any other over
+ * verified HTTPS (with its [images] registry_ca when given); libcurl honours
  * HTTP(S)_PROXY from the environment.
  */
 #include "oci.h"
@@ -70,27 +71,33 @@ struct client {
 	const struct imgref *ref;
 	char token[4096];        /* "Authorization: Bearer ..." or "" */
 	char userpwd[CONF_STR_MAX]; /* "user:password" of ref's registry, or "" */
+	char cafile[CONF_STR_MAX];  /* its CA bundle, or "": the system's */
 	int basic;               /* the registry asked for Basic auth: send userpwd */
+	int plain;               /* plain HTTP: loopback, or named in [images] plain_http */
 };
 
-/* The "user:password" of registry in auth ("reg=user:pw reg2=..."). */
-static void find_credentials(const char *auth, const char *registry, char *out, size_t size)
+/* In list ("reg=value reg2 ..."), the word for registry: its value into
+ * out (may be NULL) and 1, or 0 when registry is not listed. */
+static int find_registry(const char *list, const char *registry, char *out, size_t size)
 {
 	size_t rl = strlen(registry);
 
-	out[0] = '\0';
-	for (const char *p = auth ? auth : ""; *p;) {
+	if (out)
+		out[0] = '\0';
+	for (const char *p = list ? list : ""; *p;) {
 		size_t n = strcspn(p, " \t");
 
-		if (n > rl + 1 && strncmp(p, registry, rl) == 0 && p[rl] == '=' &&
-		    memchr(p + rl + 1, ':', n - rl - 1) && n - rl - 1 < size) {
-			memcpy(out, p + rl + 1, n - rl - 1);
-			out[n - rl - 1] = '\0';
-			return;
+		if (n >= rl && strncmp(p, registry, rl) == 0 && (n == rl || p[rl] == '=')) {
+			if (out && n > rl + 1 && n - rl - 1 < size) {
+				memcpy(out, p + rl + 1, n - rl - 1);
+				out[n - rl - 1] = '\0';
+			}
+			return 1;
 		}
 		p += n;
 		p += strspn(p, " \t");
 	}
+	return 0;
 }
 
 struct reply {
@@ -158,8 +165,10 @@ static int http_get(struct client *c, const char *url, const char *accept, const
 	curl_easy_setopt(c->curl, CURLOPT_FOLLOWLOCATION, 1L);   /* blobs redirect to storage */
 	curl_easy_setopt(c->curl, CURLOPT_MAXREDIRS, 5L);
 	curl_easy_setopt(c->curl, CURLOPT_UNRESTRICTED_AUTH, 0L);
-	curl_easy_setopt(c->curl, CURLOPT_PROTOCOLS_STR, c->ref->loopback ? "http,https" : "https");
-	curl_easy_setopt(c->curl, CURLOPT_REDIR_PROTOCOLS_STR, c->ref->loopback ? "http,https" : "https");
+	curl_easy_setopt(c->curl, CURLOPT_PROTOCOLS_STR, c->plain ? "http,https" : "https");
+	curl_easy_setopt(c->curl, CURLOPT_REDIR_PROTOCOLS_STR, c->plain ? "http,https" : "https");
+	if (c->cafile[0])
+		curl_easy_setopt(c->curl, CURLOPT_CAINFO, c->cafile);
 	curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT, 10L);
 	curl_easy_setopt(c->curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(c->curl, CURLOPT_LOW_SPEED_TIME, 30L);
@@ -265,7 +274,7 @@ static int registry_get(struct client *c, const char *kind, const char *what, co
 {
 	char url[1024];
 
-	if (snprintf(url, sizeof(url), "%s://%s/v2/%s/%s/%s", c->ref->loopback ? "http" : "https",
+	if (snprintf(url, sizeof(url), "%s://%s/v2/%s/%s/%s", c->plain ? "http" : "https",
 		     c->ref->host, c->ref->repo, kind, what) >= (int)sizeof(url))
 		return err_set(e, SBX_E_VALIDATION, "image reference too long");
 	for (int attempt = 0;; attempt++) {
@@ -769,7 +778,10 @@ int oci_pull(const struct oci_pull_opts *o, const struct imgref *ref, struct sbx
 	}
 	if (!layers || !(c.curl = curl_easy_init()))
 		return err_sys(e, ENOMEM, "cannot start a pull");
-	find_credentials(o->auth, ref->registry, c.userpwd, sizeof(c.userpwd));
+	if (find_registry(o->auth, ref->registry, c.userpwd, sizeof(c.userpwd)) && !strchr(c.userpwd, ':'))
+		c.userpwd[0] = '\0';
+	find_registry(o->ca, ref->registry, c.cafile, sizeof(c.cafile));
+	c.plain = ref->loopback || find_registry(o->plain_http, ref->registry, NULL, 0);
 	if (get_json(&c, "manifests", ref->digest[0] ? ref->digest : ref->tag, ref->digest, MANIFEST_MAX,
 		     &man, mdigest, e) < 0)
 		goto out;

@@ -32,6 +32,8 @@ struct oci_pull_opts {
 	int64_t max_image_bytes;  /* compressed layers of one image; 0 = no limit */
 	const char *arch;         /* "amd64", "arm64": the platform picked from an index */
 	const char *auth;         /* [images] registry_auth: "registry=user:password ..." */
+	const char *ca;           /* [images] registry_ca: "registry=/path/ca.pem ..." */
+	const char *plain_http;   /* [images] plain_http: "registry ..." */
 	int64_t budget_bytes;     /* [images] disk_budget_mib: GC after a pull; 0 = none */
 };
 

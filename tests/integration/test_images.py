@@ -6,6 +6,7 @@ that), one with umoci and pushed by skopeo, gzip and zstd. Sandboxes then
 run them through the API.
 """
 
+import atexit
 import concurrent.futures
 import glob
 import gzip
@@ -94,45 +95,55 @@ def layer(entries, compress="gzip"):
 
 
 class Registry:
-    def __init__(self, root, auth=""):
-        """auth: an extra "auth:" section of the registry's config."""
+    def __init__(self, root, auth="", tls=None, name="127.0.0.1"):
+        """auth: an extra "auth:" section of the registry's config; tls:
+        (cert, key) files to serve HTTPS; name: the host in references."""
         self.root = root
         self.port = free_port()
-        self.host = "127.0.0.1:%d" % self.port
+        self.host = "%s:%d" % (name, self.port)
+        self.url = ("https://" if tls else "http://") + self.host
         self.session = requests.Session()
+        self.verify = tls[0] if tls else True   # per request: REQUESTS_CA_BUNDLE beats a session's
         cfg = os.path.join(root, "config.yml")
         with open(cfg, "w") as f:
             f.write("version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: %s/data\n"
-                    "  delete:\n    enabled: true\nhttp:\n  addr: %s\n%s" % (root, self.host, auth))
+                    "  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:%d\n%s%s" %
+                    (root, self.port, "  tls:\n    certificate: %s\n    key: %s\n" % tls if tls else "",
+                     auth))
         self.log = open(os.path.join(root, "registry.log"), "w")
         self.proc = subprocess.Popen([REGISTRY, "serve", cfg], stdout=self.log, stderr=self.log)
-        for _ in range(100):
+        atexit.register(self.stop)   # also when a fixture fails after this
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
             try:
-                if requests.get("http://%s/v2/" % self.host, timeout=1).status_code in (200, 401):
+                if requests.get(self.url + "/v2/", timeout=5,
+                                verify=self.verify).status_code in (200, 401):
                     return
-            except requests.ConnectionError:
-                time.sleep(0.1)
+            except requests.RequestException:
+                time.sleep(0.2)
+        self.stop()
         raise RuntimeError("the registry did not start")
 
     def req(self, method, url, **kw):
         """A request, with a pushing token when the registry asks for one."""
-        r = self.session.request(method, url, timeout=30, **kw)
+        r = self.session.request(method, url, timeout=30, verify=self.verify, **kw)
         if r.status_code == 401 and hasattr(self, "push_token"):
             kw.setdefault("headers", {})["Authorization"] = "Bearer " + self.push_token(url)
-            r = self.session.request(method, url, timeout=30, **kw)
+            r = self.session.request(method, url, timeout=30, verify=self.verify, **kw)
         return r
 
     def stop(self):
-        self.proc.terminate()
-        self.proc.wait(10)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
         self.log.close()
 
     def blob(self, repo, data):
-        u = "http://%s/v2/%s/blobs/uploads/" % (self.host, repo)
+        u = "%s/v2/%s/blobs/uploads/" % (self.url, repo)
         r = self.req("POST", u)
         assert r.status_code == 202, r.text
         loc = r.headers["Location"]
-        loc = loc if loc.startswith("http") else "http://%s%s" % (self.host, loc)
+        loc = loc if loc.startswith("http") else self.url + loc
         r = self.req("PUT", loc + ("&" if "?" in loc else "?") + "digest=" + sha(data), data=data,
                      headers={"Content-Type": "application/octet-stream"})
         assert r.status_code == 201, r.text
@@ -140,7 +151,7 @@ class Registry:
 
     def manifest(self, repo, ref, doc, media=OCI_MANIFEST):
         body = json.dumps(doc).encode()
-        r = self.req("PUT", "http://%s/v2/%s/manifests/%s" % (self.host, repo, ref), data=body,
+        r = self.req("PUT", "%s/v2/%s/manifests/%s" % (self.url, repo, ref), data=body,
                      headers={"Content-Type": media})
         assert r.status_code == 201, r.text
         return sha(body)
@@ -469,12 +480,65 @@ def token_reg(reg):
     shutil.rmtree(root, ignore_errors=True)
 
 
+def loopback_name():
+    """A host name (not an address) of this machine that resolves to
+    127.0.0.1, or None."""
+    import socket
+    name = socket.gethostname()
+    try:
+        return name if socket.gethostbyname(name) == "127.0.0.1" and name != "localhost" else None
+    except OSError:
+        return None
+
+
 @pytest.fixture(scope="module")
-def stack_auth(token_reg):
-    """One agent with credentials for token_reg and a small disk budget,
-    without a user namespace (the session stack has one where the host
-    allows it): images run in both modes."""
+def tls_reg(reg):
+    """A registry serving HTTPS with a private CA's certificate for a host
+    name of this machine (so the loopback rule does not apply to it)."""
+    import datetime
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    name = loopback_name()
+    if not name:
+        pytest.skip("no host name of this machine resolves to 127.0.0.1")
+    root = tempfile.mkdtemp(prefix="sbx-registry-tls-")
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.utcnow()
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(2)
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    crt, pem = os.path.join(root, "ca.pem"), os.path.join(root, "key.pem")
+    with open(crt, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(pem, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    r = Registry(root, tls=(crt, pem), name=name)
+    r.image("test/tls", "1", [reg.base_layer], env=["PATH=/bin"])
+    r.ca = crt
+    r.plain_name = "%s:%d" % (name, reg.port)   # reg, plain HTTP, by a host name
+    yield r
+    r.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def stack_auth(token_reg, tls_reg):
+    """One agent with credentials for token_reg, tls_reg's CA, plain HTTP
+    to reg by a host name, and a small disk budget; without a user
+    namespace (the session stack has one where the host allows it):
+    images run in both modes."""
     st = stack_up(agents=1, overrides=["images.registry_auth=%s=user:secret" % token_reg.host,
+                                       "images.registry_ca=%s=%s" % (tls_reg.host, tls_reg.ca),
+                                       "images.plain_http=%s" % tls_reg.plain_name,
                                        "images.disk_budget_mib=2", "images.max_image_mib=2",
                                        "agent.userns=off"])
     try:
@@ -640,3 +704,19 @@ def test_image_built_by_umoci_pushed_by_skopeo_zstd(stack, reg, tmp_path):
             assert "env BUILT_BY=umoci" in out and "cwd=/etc" in out, out
         finally:
             stack.api("DELETE", "/v1/sandboxes/" + sid)
+
+
+def test_tls_with_a_private_ca_and_explicit_plain_http(stack, stack_auth, tls_reg):
+    # HTTPS is verified: without the CA the certificate is refused
+    r = create(stack, "%s/test/tls:1" % tls_reg.host, expect=503)
+    assert r.json()["error"]["code"] == "REGISTRY_UNAVAILABLE", r.text
+    # a registry named by a host name is not loopback: HTTPS, refused by the plain server
+    r = create(stack, "%s/test/base:1" % tls_reg.plain_name, expect=503)
+    assert r.json()["error"]["code"] == "REGISTRY_UNAVAILABLE", r.text
+    # with [images] registry_ca and plain_http both work
+    for ref in ("%s/test/tls:1" % tls_reg.host, "%s/test/base:1" % tls_reg.plain_name):
+        sid = create(stack_auth, ref)
+        try:
+            assert "file /etc/base.txt from base" in probe(stack_auth, sid, "/etc/base.txt")
+        finally:
+            stack_auth.api("DELETE", "/v1/sandboxes/" + sid)
