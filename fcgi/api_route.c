@@ -4,8 +4,10 @@
  *
  * /_sbx_route answers 200 with X-Sbx-Agent / X-Sbx-Epoch / X-Sbx-Generation
  * / X-Sbx-Tenant, or refuses with 403 + X-Sbx-Status / X-Sbx-Code /
- * X-Sbx-Message (http_respond_error under HTTP_F_AUTHREQ); nginx sends the
- * refusal to /_sbx_error, which renders the JSON error with the real status.
+ * X-Sbx-Message (http_respond_error under HTTP_F_AUTHREQ; a rate limit
+ * refusal adds X-Sbx-Rate, ratelimit.h); nginx sends the refusal to
+ * /_sbx_error, which renders the JSON error with the real status (and the
+ * rate limit's headers).
  */
 #include "agentc.h"
 #include "api.h"
@@ -201,5 +203,9 @@ int api_route_error(struct http_req *r, struct sbx_err *e)
 	    c == SBX_E_INTERNAL || err_status(c) != status)
 		return err_set(e, SBX_E_INTERNAL, "/_sbx_error with status '%.8s' code '%.40s'",
 			       st ? st : "", code ? code : "");
+	/* A rate limit refusal carries its headers (ratelimit.h) along. */
+	if (c == SBX_E_RATE_LIMITED &&
+	    ratelimit_relay_parse(http_param(r, "SBX_ERROR_RATE"), &r->rate) < 0)
+		r->rate.set = 0;
 	return err_set(e, c, "%s", msg ? msg : "request refused");
 }

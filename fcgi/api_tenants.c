@@ -6,6 +6,7 @@
 #include "api.h"
 #include "ids.h"
 #include "ceilings.h"
+#include "util.h"
 
 #include <jansson.h>
 
@@ -39,6 +40,18 @@ static json_t *triple(int64_t sandboxes, int64_t memory_mib, int64_t cpus_milli,
 	return o;
 }
 
+/* Add the rate limits of lim in mask to o (borrowed, may be NULL); o. */
+static json_t *with_rates(json_t *o, const struct ceilings_tenant *lim, unsigned mask)
+{
+	static const unsigned bits[] = { CEILINGS_RPS, CEILINGS_BURST, CEILINGS_CREATES };
+
+	for (size_t i = 0; o && i < ARRAY_SIZE(bits); i++)
+		if (mask & bits[i])
+			json_object_set_new(o, ceilings_rate_member(bits[i]),
+					    json_integer(ceilings_rate_value(lim, bits[i])));
+	return o;
+}
+
 /* Answer 200 with the tenant's limits, overrides and usage. */
 static int respond_limits(struct http_req *r, const char *tenant, struct sbx_err *e)
 {
@@ -51,8 +64,10 @@ static int respond_limits(struct http_req *r, const char *tenant, struct sbx_err
 	    ceilings_tenant_usage(tenant, &u, e) < 0)
 		return -1;
 	body = json_pack("{s:s,s:o,s:o,s:o}", "tenant", tenant,
-			 "limits", triple(lim.sandboxes, lim.memory_mib, lim.cpus_milli, ~0u),
-			 "overrides", triple(lim.sandboxes, lim.memory_mib, lim.cpus_milli, overridden),
+			 "limits", with_rates(triple(lim.sandboxes, lim.memory_mib, lim.cpus_milli, ~0u),
+					      &lim, ~0u),
+			 "overrides", with_rates(triple(lim.sandboxes, lim.memory_mib, lim.cpus_milli,
+							overridden), &lim, overridden),
 			 "usage", triple(u.sandboxes, u.memory_mib, u.cpus_milli, ~0u));
 	if (!body)
 		return err_set(e, SBX_E_INTERNAL, "out of memory");

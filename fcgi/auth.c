@@ -4,6 +4,8 @@
 #include "ids.h"
 #include "keycache.h"
 #include "log.h"
+#include "ratelimit.h"
+#include "router.h"
 #include "sha256.h"
 #include "store.h"
 #include "util.h"
@@ -65,29 +67,6 @@ int auth_key_create(const char *tenant, int admin, char out[AUTH_KEY_LEN + 1], s
 static struct keycache key_cache;
 static int key_cache_ready;
 
-/* Look the key record up in Redis: 1 valid (tenant/admin filled), 0 no such
- * key (or an unusable record), -1 with e (REDIS_UNAVAILABLE). */
-static int key_lookup(const char *name, char tenant[64], int *admin, const char *request_id,
-		      struct sbx_err *e)
-{
-	auto_reply redisReply *rep = store_command(e, "HGETALL %s", name);
-	const char *t, *a;
-
-	if (!rep)
-		return -1;
-	t = store_hash_get(rep, "tenant");
-	a = store_hash_get(rep, "admin");
-	if (!t)
-		return 0;
-	if (!ids_valid_tenant(t)) {
-		log_warn("api key record %.24s… holds an invalid tenant (request %s)", name, request_id);
-		return 0;
-	}
-	snprintf(tenant, 64, "%s", t);
-	*admin = a && strcmp(a, "1") == 0;
-	return 1;
-}
-
 /* "Sbx-Tenant: T": an admin key acts on tenant T's sandboxes (r->tenant
  * becomes T); a tenant key may only name its own tenant. */
 static int act_as(struct http_req *r, struct sbx_err *e)
@@ -109,12 +88,13 @@ int auth_request(struct http_req *r, struct sbx_err *e)
 {
 	const char *h = http_param(r, "HTTP_AUTHORIZATION");
 	const char *key;
-	char name[RKEYS_MAX], hexd[2 * SHA256_DIGEST_LEN + 1], tenant[64] = "";
+	char name[RKEYS_MAX], hexd[2 * SHA256_DIGEST_LEN + 1];
 	uint8_t digest[SHA256_DIGEST_LEN];
 	struct sha256_ctx sc;
 	struct keycache_entry hit;
 	int64_t now;
-	int admin = 0, rc;
+	struct ratelimit_auth ra;
+	int create, rc;
 
 	if (!h || !*h)
 		return err_set(e, SBX_E_UNAUTHORIZED, "missing Authorization header");
@@ -134,24 +114,47 @@ int auth_request(struct http_req *r, struct sbx_err *e)
 		key_cache_ready = 1;
 	}
 	now = util_now_ms();
+	util_hex(digest, sizeof(digest), hexd);
+	rkeys_apikey(name, hexd);
+	create = r->match.route && (r->match.route->flags & ROUTE_CREATE);
 	if (keycache_get(&key_cache, digest, now, &hit)) {
 		if (!hit.valid)
 			return err_set(e, SBX_E_UNAUTHORIZED, "invalid API key");
-		memcpy(r->tenant, hit.tenant, sizeof(r->tenant));
-		r->admin = hit.admin;
-		r->authed = 1;
-		return act_as(r, e);
+		if (hit.unlimited) {
+			/* No limit applied to the tenant a moment ago: no round trip. */
+			memcpy(r->tenant, hit.tenant, sizeof(r->tenant));
+			r->admin = hit.admin;
+			r->authed = 1;
+			return act_as(r, e);
+		}
+		rc = ratelimit_auth_check(r->conf, name, hit.tenant, hit.admin, create, &ra, e);
+		if (rc == 0 && !ra.limited)
+			keycache_set_unlimited(&key_cache, digest, 1);
+	} else {
+		/* One round trip checks the key and counts the call. */
+		rc = ratelimit_auth_check(r->conf, name, NULL, 0, create, &ra, e);
+		if (rc == 0 && ra.found && !ids_valid_tenant(ra.tenant)) {
+			log_warn("api key record %.24s… holds an invalid tenant (request %s)", name,
+				 r->request_id);
+			ra.found = 0;
+		}
+		if (rc == 0) {   /* Redis trouble is never cached */
+			keycache_put(&key_cache, digest, ra.found, ra.tenant, ra.admin, now);
+			keycache_set_unlimited(&key_cache, digest, !ra.limited);
+		}
 	}
-	util_hex(digest, sizeof(digest), hexd);
-	rkeys_apikey(name, hexd);
-	rc = key_lookup(name, tenant, &admin, r->request_id, e);
 	if (rc < 0)
-		return -1;   /* Redis trouble is never cached */
-	keycache_put(&key_cache, digest, rc, tenant, admin, now);
-	if (rc == 0)
+		return -1;
+	if (!ra.found)
 		return err_set(e, SBX_E_UNAUTHORIZED, "invalid API key");
-	snprintf(r->tenant, sizeof(r->tenant), "%s", tenant);
-	r->admin = admin;
+	snprintf(r->tenant, sizeof(r->tenant), "%s", ra.tenant);
+	r->admin = ra.admin;
 	r->authed = 1;
+	r->rate = ra.rate;
+	if (ra.rate.retry_s > 0)
+		return err_set(e, SBX_E_RATE_LIMITED,
+			       "tenant '%s' is over its %s rate limit (%lld at once); retry in %lld s",
+			       ra.tenant, create ? "create or request" : "request",
+			       (long long)ra.rate.limit, (long long)ra.rate.retry_s);
 	return act_as(r, e);
 }

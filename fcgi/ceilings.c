@@ -6,6 +6,7 @@
 #include "store.h"
 #include "util.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -101,8 +102,44 @@ static const struct jsonv_field tenant_fields[] = {
 	{ "sandboxes", JV_INTEGER | JV_NULL, 0 },
 	{ "memoryMiB", JV_INTEGER | JV_NULL, 0 },
 	{ "cpus", JV_NUMBER | JV_NULL, 0 },
+	{ "requestsPerSecond", JV_INTEGER | JV_NULL, 0 },
+	{ "requestsBurst", JV_INTEGER | JV_NULL, 0 },
+	{ "createsPerMinute", JV_INTEGER | JV_NULL, 0 },
 	{ NULL, 0, 0 },
 };
+
+/* The rate limit fields: JSON member, config key, field of the struct,
+ * bit, hash field (the same name: the auth_rate script reads them). */
+static const struct {
+	const char *member, *key;
+	size_t off;
+	unsigned bit;
+} rate_fields[] = {
+	{ "requestsPerSecond", "requests_per_second", offsetof(struct ceilings_tenant, requests_per_second), CEILINGS_RPS },
+	{ "requestsBurst", "requests_burst", offsetof(struct ceilings_tenant, requests_burst), CEILINGS_BURST },
+	{ "createsPerMinute", "creates_per_minute", offsetof(struct ceilings_tenant, creates_per_minute), CEILINGS_CREATES },
+};
+
+static int64_t *rate_field(struct ceilings_tenant *t, size_t i)
+{
+	return (int64_t *)(void *)((char *)t + rate_fields[i].off);
+}
+
+int64_t ceilings_rate_value(const struct ceilings_tenant *t, unsigned bit)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(rate_fields); i++)
+		if (rate_fields[i].bit == bit)
+			return *(const int64_t *)(const void *)((const char *)t + rate_fields[i].off);
+	return 0;
+}
+
+const char *ceilings_rate_member(unsigned bit)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(rate_fields); i++)
+		if (rate_fields[i].bit == bit)
+			return rate_fields[i].member;
+	return NULL;
+}
 
 int ceilings_tenant_parse(const json_t *body, struct ceilings_tenant *out, unsigned *set,
 			  struct sbx_err *e)
@@ -137,6 +174,15 @@ int ceilings_tenant_parse(const json_t *body, struct ceilings_tenant *out, unsig
 			return -1;
 		*set |= CEILINGS_CPUS;
 	}
+	for (size_t i = 0; i < ARRAY_SIZE(rate_fields); i++) {
+		if (!json_is_integer(json_object_get(body, rate_fields[i].member)))
+			continue;
+		if (conf_bounds("api", rate_fields[i].key, &lo, &hi) < 0)
+			return err_set(e, SBX_E_INTERNAL, "no bounds of %s", rate_fields[i].key);
+		if (jsonv_int(body, rate_fields[i].member, lo, hi, rate_field(out, i), e) < 0)
+			return -1;
+		*set |= rate_fields[i].bit;
+	}
 	return 0;
 }
 
@@ -146,25 +192,33 @@ int ceilings_tenant_load(const char *tenant, struct ceilings_tenant *out, unsign
 			 struct sbx_err *e)
 {
 	auto_reply redisReply *r = NULL;
-	int64_t *vals[] = { &out->sandboxes, &out->memory_mib, &out->cpus_milli };
-	unsigned bits[] = { CEILINGS_SANDBOXES, CEILINGS_MEMORY, CEILINGS_CPUS };
+	int64_t *vals[] = { &out->sandboxes, &out->memory_mib, &out->cpus_milli,
+			    &out->requests_per_second, &out->requests_burst, &out->creates_per_minute };
+	unsigned bits[] = { CEILINGS_SANDBOXES, CEILINGS_MEMORY, CEILINGS_CPUS,
+			    CEILINGS_RPS, CEILINGS_BURST, CEILINGS_CREATES };
 
 	out->sandboxes = conf->api.quota_sandboxes;
 	out->memory_mib = conf->api.tenant_memory_mib;
 	out->cpus_milli = conf->api.tenant_cpus_milli;
+	out->requests_per_second = conf->api.requests_per_second;
+	out->requests_burst = conf->api.requests_burst;
+	out->creates_per_minute = conf->api.creates_per_minute;
 	if (overridden)
 		*overridden = 0;
-	r = store_command(e, "HMGET %s sandboxes memoryMiB cpusMilli", RK_TENANT(tenant, "limits"));
+	r = store_command(e, "HMGET %s sandboxes memoryMiB cpusMilli requestsPerSecond requestsBurst "
+			  "createsPerMinute", RK_TENANT(tenant, "limits"));
 	if (!r)
 		return -1;
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != ARRAY_SIZE(vals))
 		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: HMGET of tenant limits gave no array");
-	for (size_t i = 0; i < 3; i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(vals); i++) {
 		int64_t v;
 		if (r->element[i]->type != REDIS_REPLY_STRING)
 			continue;
-		/* A value no admin PUT could have written is ignored: the default holds. */
-		if (util_parse_i64(r->element[i]->str, 1, INT64_MAX / 4, &v) < 0)
+		/* A value no admin PUT could have written is ignored: the default
+		 * holds. A rate limit may be 0 (none for this tenant). */
+		if (util_parse_i64(r->element[i]->str, i < 3 ? 1 : 0, i < 3 ? INT64_MAX / 4 : 1000000,
+				   &v) < 0)
 			continue;
 		*vals[i] = v;
 		if (overridden)
@@ -184,9 +238,9 @@ int ceilings_tenant_store(const char *tenant, const struct ceilings_tenant *v, u
 		return -1;
 	n = 2;
 	if (set) {
-		char s[24] = "", m[24] = "", c[24] = "";
-		const char *argv[8] = { "HSET", NULL };
-		size_t lens[8];
+		char s[24] = "", m[24] = "", c[24] = "", rv[ARRAY_SIZE(rate_fields)][24];
+		const char *argv[14] = { "HSET", NULL };
+		size_t lens[14];
 		char key[RKEYS_MAX];
 		int argc = 2;
 
@@ -206,6 +260,14 @@ int ceilings_tenant_store(const char *tenant, const struct ceilings_tenant *v, u
 		if (set & CEILINGS_CPUS) {
 			argv[argc++] = "cpusMilli";
 			argv[argc++] = c;
+		}
+		for (size_t i = 0; i < ARRAY_SIZE(rate_fields); i++) {
+			if (!(set & rate_fields[i].bit))
+				continue;
+			util_xsnprintf(rv[i], sizeof(rv[i]), "%lld",
+				       (long long)ceilings_rate_value(v, rate_fields[i].bit));
+			argv[argc++] = rate_fields[i].member;
+			argv[argc++] = rv[i];
 		}
 		for (int i = 0; i < argc; i++)
 			lens[i] = strlen(argv[i]);

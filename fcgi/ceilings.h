@@ -33,6 +33,10 @@ struct ceilings_tenant {
 	int64_t sandboxes;
 	int64_t memory_mib;
 	int64_t cpus_milli;
+	/* rate limits (ratelimit.h); 0 = no limit */
+	int64_t requests_per_second;
+	int64_t requests_burst;
+	int64_t creates_per_minute;
 };
 
 /* What a tenant holds: sandboxes in its set, and the sums of their usage. */
@@ -46,6 +50,9 @@ enum ceilings_field {
 	CEILINGS_SANDBOXES = 1 << 0,
 	CEILINGS_MEMORY = 1 << 1,
 	CEILINGS_CPUS = 1 << 2,
+	CEILINGS_RPS = 1 << 3,
+	CEILINGS_BURST = 1 << 4,
+	CEILINGS_CREATES = 1 << 5,
 };
 
 /* Remember the configuration (borrowed) for the Redis-side calls. */
@@ -69,11 +76,17 @@ void ceilings_resources_need(const json_t *resources, struct placement_need *nee
  * (a start applies them), else its resources. */
 void ceilings_record_need(const json_t *rec, struct placement_need *need);
 
-/* Validate an admin PUT body {sandboxes?, memoryMiB?, cpus?} (null or
- * absent: no override). 0 with out and *set (enum ceilings_field) filled, or
+/* Validate an admin PUT body {sandboxes?, memoryMiB?, cpus?,
+ * requestsPerSecond?, requestsBurst?, createsPerMinute?} (null or absent:
+ * no override; each held to the bounds of its config key). 0 with out and *set (enum ceilings_field) filled, or
  * -1 with e = VALIDATION. */
 int ceilings_tenant_parse(const json_t *body, struct ceilings_tenant *out, unsigned *set,
 			  struct sbx_err *e);
+
+/* The rate limit of t named by bit (CEILINGS_RPS, _BURST, _CREATES), and
+ * its JSON member ("requestsPerSecond", …); 0 / NULL for another bit. */
+int64_t ceilings_rate_value(const struct ceilings_tenant *t, unsigned bit);
+const char *ceilings_rate_member(unsigned bit);
 
 /* The limits of tenant: its overrides over the config defaults; *overridden
  * (may be NULL) says which came from an override. 0 or -1 with e. */

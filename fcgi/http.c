@@ -217,6 +217,16 @@ static int respond(struct http_req *r, int status, const char *ctype, const char
 		rc = -1;
 	if (r->headers.len && FCGX_PutStr(r->headers.data, (int)r->headers.len, out) < 0)
 		rc = -1;
+	if (r->rate.set && !(r->flags & HTTP_F_AUTHREQ)) {
+		char lines[160];
+		struct ratelimit_state rs = r->rate;
+
+		if (status != 429)
+			rs.retry_s = 0;
+		if (ratelimit_format_headers(&rs, lines, sizeof(lines)) == 0 &&
+		    FCGX_PutS(lines, out) < 0)
+			rc = -1;
+	}
 	if (FCGX_PutS("\r\n", out) < 0)
 		rc = -1;
 	if (body && len && FCGX_PutStr(body, (int)len, out) < 0)
@@ -254,7 +264,7 @@ void http_respond_error(struct http_req *r, const struct sbx_err *e)
 {
 	int status = err_status(e->code);
 	const char *code = err_name(e->code);
-	char msg[sizeof(e->msg)], num[16];
+	char msg[sizeof(e->msg)], num[64];
 	json_t *body;
 	auto_free char *text = NULL;
 
@@ -274,6 +284,10 @@ void http_respond_error(struct http_req *r, const struct sbx_err *e)
 		    http_add_header(r, "X-Sbx-Code", code) < 0 ||
 		    http_add_header(r, "X-Sbx-Message", msg) < 0)
 			log_error("cannot add the refusal headers (request %s)", r->request_id);
+		if (e->code == SBX_E_RATE_LIMITED && r->rate.set &&
+		    (ratelimit_relay_format(&r->rate, num, sizeof(num)) < 0 ||
+		     http_add_header(r, "X-Sbx-Rate", num) < 0))
+			log_error("cannot add the rate limit header (request %s)", r->request_id);
 		respond(r, 403, NULL, NULL, 0);
 		return;
 	}

@@ -14,6 +14,7 @@
 #include "buf.h"
 #include "conf.h"
 #include "err.h"
+#include "ratelimit.h"
 #include "router.h"
 
 #include <fcgiapp.h>
@@ -45,6 +46,9 @@ struct http_req {
 	int authed;
 	int admin;
 	char tenant[64];
+	/* the tenant's rate limit, set by auth_request(): its RateLimit-*
+	 * headers (and Retry-After on a 429) go out with the answer */
+	struct ratelimit_state rate;
 };
 
 /* Prepare r for an accepted request (no I/O). -1 with e when the path is

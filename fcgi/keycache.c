@@ -52,3 +52,13 @@ void keycache_put(struct keycache *c, const uint8_t digest[SHA256_DIGEST_LEN], i
 	if (s->expires_ms <= 0)
 		s->expires_ms = 1;   /* 0 means empty */
 }
+
+void keycache_set_unlimited(struct keycache *c, const uint8_t digest[SHA256_DIGEST_LEN],
+			    int unlimited)
+{
+	struct keycache_entry *s = &c->slot[slot_of(digest)];
+
+	if (c->ttl_ms > 0 && s->expires_ms && s->valid &&
+	    memcmp(s->digest, digest, SHA256_DIGEST_LEN) == 0)
+		s->unlimited = unlimited ? 1 : 0;
+}

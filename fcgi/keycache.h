@@ -25,6 +25,7 @@ struct keycache_entry {
 	int64_t expires_ms;      /* monotonic; 0 = empty slot */
 	int valid;               /* 0: Redis had no such key (a refusal) */
 	int admin;
+	int unlimited;           /* no rate limit applied to the tenant at the check */
 	char tenant[64];
 };
 
@@ -44,5 +45,10 @@ int keycache_get(const struct keycache *c, const uint8_t digest[SHA256_DIGEST_LE
  * (valid 0, tenant ignored). A tenant too long for the entry is not stored. */
 void keycache_put(struct keycache *c, const uint8_t digest[SHA256_DIGEST_LEN], int valid,
 		  const char *tenant, int admin, int64_t now);
+
+/* Remember whether the tenant of digest's live entry had no rate limit
+ * (ratelimit.h); nothing when there is no such entry. */
+void keycache_set_unlimited(struct keycache *c, const uint8_t digest[SHA256_DIGEST_LEN],
+			    int unlimited);
 
 #endif

@@ -380,7 +380,7 @@ int master_run(const struct master_opts *o, struct sbx_conf *c)
 
 	err_clear(&e);
 	if (store_init(c, &e) < 0) {
-		log_error("redis.url: %s", e.msg);
+		log_error("%s", e.msg);   /* names redis.url or redis.sentinels */
 		return 1;
 	}
 	rc = store_probe(&e);

@@ -22,7 +22,7 @@ const struct route router_routes[] = {
 	{ "GET", "/v1/tenants/{tenant}/limits", api_tenants_limits_get, ROUTE_AUTH | ROUTE_ADMIN },
 	{ "PUT", "/v1/tenants/{tenant}/limits", api_tenants_limits_put, ROUTE_AUTH | ROUTE_ADMIN },
 	{ "GET", "/v1/sandboxes", api_sandboxes_list, ROUTE_AUTH },
-	{ "PUT", "/v1/sandboxes/{id}", api_sandboxes_put, ROUTE_AUTH },
+	{ "PUT", "/v1/sandboxes/{id}", api_sandboxes_put, ROUTE_AUTH | ROUTE_CREATE },
 	{ "GET", "/v1/sandboxes/{id}", api_sandboxes_get, ROUTE_AUTH },
 	{ "PATCH", "/v1/sandboxes/{id}", api_sandboxes_patch, ROUTE_AUTH },
 	{ "DELETE", "/v1/sandboxes/{id}", api_sandboxes_delete, ROUTE_AUTH },

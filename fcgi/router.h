@@ -26,6 +26,7 @@ enum route_flags {
 	ROUTE_ADMIN = 1 << 1,     /* needs an admin key (implies AUTH) */
 	ROUTE_INTERNAL = 1 << 2,  /* only through nginx internal locations (SBX_INTERNAL=1) */
 	ROUTE_AUTHREQ = 1 << 3,   /* an auth_request subrequest: refusals are 403 + X-Sbx-* headers */
+	ROUTE_CREATE = 1 << 4,    /* counts against the tenant's creates per minute (ratelimit.h) */
 };
 
 struct route {

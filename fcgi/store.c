@@ -2,8 +2,8 @@
 #include "apimetrics.h"
 #include "buf.h"
 #include "log.h"
-#include "redisurl.h"
 #include "rerror.h"
+#include "sentinel.h"
 #include "util.h"
 
 #include <errno.h>
@@ -12,7 +12,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 
 #define RETRY_AFTER_FAILED_CONNECT_MS 100
 /* After Redis let a command time out (paused, overloaded, a host that
@@ -31,7 +30,8 @@
 #define BATCH_COPY_MAX 65536
 
 static struct {
-	struct redisurl addr;
+	struct sentinel_conf where;  /* redis.url, or the sentinels (sentinel.h) */
+	int next_sentinel;          /* the sentinel asked first */
 	int64_t connect_timeout_ms;
 	int64_t command_timeout_ms;
 	int ready;
@@ -45,13 +45,15 @@ static struct {
 	/* The batch being built, for one resend on a fresh connection. */
 	struct buf batch;           /* the formatted commands */
 	int batch_readonly;         /* every command is a read (store_readonly_cmd) */
+	int batch_resendable;       /* this batch may be sent twice anyway */
+	int next_resendable;        /* store_next_batch_resendable() was called */
 	int batch_reused;           /* sent on a connection older than the batch */
 } st;
 
 int store_init(const struct sbx_conf *c, struct sbx_err *e)
 {
 	store_release();
-	if (redisurl_parse(c->redis.url, &st.addr, e) < 0)
+	if (sentinel_conf_init(c, &st.where, e) < 0)
 		return -1;
 	st.connect_timeout_ms = c->redis.connect_timeout_ms;
 	st.command_timeout_ms = c->redis.command_timeout_ms;
@@ -73,12 +75,6 @@ void store_release(void)
 {
 	drop();
 	buf_release(&st.batch);
-}
-
-static struct timeval tv_ms(int64_t ms)
-{
-	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
-	return tv;
 }
 
 /* Does the server keep every key (maxmemory-policy noeviction)? 1 yes,
@@ -109,31 +105,13 @@ static int policy_ok(redisContext *c, struct sbx_err *e)
 	return ok;
 }
 
-/* Open a connection with the timeouts; NULL with e (REDIS_UNAVAILABLE). */
+/* Open a connection with the timeouts (to the primary the sentinels name,
+ * checked with ROLE, when there are sentinels); NULL with e
+ * (REDIS_UNAVAILABLE). */
 static redisContext *connect_now(struct sbx_err *e)
 {
-	redisContext *c;
-	struct timeval ct = tv_ms(st.connect_timeout_ms);
-
-	if (st.addr.is_unix)
-		c = redisConnectUnixWithTimeout(st.addr.path, ct);
-	else
-		c = redisConnectWithTimeout(st.addr.host, st.addr.port, ct);
-	if (!c) {
-		err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: cannot allocate a context");
-		return NULL;
-	}
-	if (c->err) {
-		err_set(e, SBX_E_REDIS_UNAVAILABLE, "cannot connect to redis: %s", c->errstr);
-		redisFree(c);
-		return NULL;
-	}
-	if (util_set_cloexec(c->fd) < 0 || redisSetTimeout(c, tv_ms(st.command_timeout_ms)) != REDIS_OK) {
-		err_set(e, SBX_E_REDIS_UNAVAILABLE, "cannot configure the redis socket");
-		redisFree(c);
-		return NULL;
-	}
-	return c;
+	return sentinel_connect(&st.where, st.connect_timeout_ms, st.command_timeout_ms,
+				&st.next_sentinel, NULL, e);
 }
 
 int store_probe(struct sbx_err *e)
@@ -223,6 +201,11 @@ static int recheck_policy(int64_t now, struct sbx_err *e)
 	return -1;
 }
 
+void store_next_batch_resendable(int on)
+{
+	st.next_resendable = on;
+}
+
 /* Make sure a connection exists; respects the back-off after a failure.
  * 1 when it opened a new one, 0 when the one it had is kept, -1 with e. */
 static int ensure(struct sbx_err *e)
@@ -276,6 +259,8 @@ static int batch_begin(struct sbx_err *e)
 		return -1;
 	buf_reset(&st.batch);
 	st.batch_readonly = 1;
+	st.batch_resendable = st.next_resendable;
+	st.next_resendable = 0;
 	st.batch_reused = rc == 0;
 	return 0;
 }
@@ -295,7 +280,7 @@ static int batch_add(struct sbx_err *e, char *cmd, long long len)
 		/* The command name is the first bulk string: "*N\r\n$L\r\nNAME\r\n". */
 		const char *p = strchr(cmd, '$'), *name = p ? strchr(p, '\n') : NULL;
 		nlen = name ? strcspn(name + 1, "\r") : 0;
-		if (!name || !store_readonly_cmd(name + 1, nlen) ||
+		if (!name || !(st.batch_resendable || store_readonly_cmd(name + 1, nlen)) ||
 		    buf_add(&st.batch, cmd, (size_t)len) < 0)
 			st.batch_readonly = 0;
 	}
@@ -430,6 +415,15 @@ static int collect(redisReply **replies, size_t n, unsigned flags, int *kind, st
 	}
 	st.pending = 0;
 	st.last_used_ms = util_now_ms();
+	for (i = 0; i < n; i++) {
+		/* A demoted primary (a failover): the next command connects to
+		 * the one the sentinels name now. */
+		if (sentinel_reply_demoted(replies[i])) {
+			log_warn("redis answered %.100s: reconnecting", replies[i]->str);
+			drop();
+			break;
+		}
+	}
 	if (!(flags & STORE_RAW_ERRORS)) {
 		for (i = 0; i < n; i++) {
 			if (replies[i]->type == REDIS_REPLY_ERROR) {

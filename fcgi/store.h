@@ -9,6 +9,9 @@
  * failure, error replies included, is SBX_E_REDIS_UNAVAILABLE (503) with
  * the detail logged; a refused write (rerror.h: NOREPLICAS, READONLY,
  * MISCONF, OOM, …) says so in its message.
+ * With redis.sentinels the connection is to the primary the sentinels
+ * name (sentinel.h), checked with ROLE when it is made; a READONLY answer
+ * drops it: the next call connects to the new primary.
  *
  * Pipelining: store_append() N commands, then store_collect() N replies.
  *
@@ -58,6 +61,12 @@ redisReply *store_command(struct sbx_err *e, const char *fmt, ...);
 /* 1 when the command name (len bytes, any case) only reads, so a batch of
  * such commands may be sent twice. */
 int store_readonly_cmd(const char *cmd, size_t len);
+
+/* on: the next batch begun may be sent twice whatever its commands (what
+ * they write tolerates being applied twice, like a rate limit's count): it
+ * is resent on a fresh connection like a batch of reads. Call with 0 right
+ * after, so that nothing else inherits it. */
+void store_next_batch_resendable(int on);
 
 void store_free_replies(redisReply **replies, size_t n);
 void store_replyp(redisReply **r);

@@ -207,6 +207,7 @@ int main(int argc, char **argv)
 		rt_free(agent.rt);
 		return 1;
 	}
+	httpd_set_big_body_budget(httpd, (uint64_t)conf.agent.big_bodies_node_bytes);
 	reg = registry_new(base, &conf, AGENT_VERSION, stats, &agent, &e);
 	if (!reg) {
 		log_error("%s", e.msg);

@@ -39,3 +39,26 @@ int agent_sse_chunk(struct buf *out, const char *name, const char *data, size_t 
 	free(text);
 	return rc;
 }
+
+#define SSE_COMPACT_AT (64 * 1024)
+
+ssize_t agent_sse_take(struct buf *b, size_t *off, int end, char *out, size_t max)
+{
+	size_t n = b->len - *off;
+
+	if (n == 0)
+		return end ? -1 : 0;
+	if (n > max)
+		n = max;
+	memcpy(out, b->data + *off, n);
+	*off += n;
+	if (*off == b->len) {
+		buf_reset(b);
+		*off = 0;
+	} else if (*off > SSE_COMPACT_AT) {
+		memmove(b->data, b->data + *off, b->len - *off);
+		b->len -= *off;
+		*off = 0;
+	}
+	return (ssize_t)n;
+}

@@ -44,7 +44,7 @@ enum agent_call_flags {
 /* What a view over the routes (agent_compat.c) passes a call instead of
  * what the request carries: the typed arguments of the call it maps its
  * own request to. */
-#define AGENT_CALL_QUERY_MAX 4
+#define AGENT_CALL_QUERY_MAX 6
 struct agent_call_args {
 	json_t *body;                /* AGENT_CALL_JSON: the body, checked against the fields */
 	const char *tail;            /* a "{path*}" route's raw tail */

@@ -244,8 +244,7 @@ static void *ns_socket_thread(void *arg)
 	return NULL;
 }
 
-/* A non-blocking TCP socket that lives in netns_fd's namespace; -1 with errno. */
-static int socket_in_netns(int netns_fd)
+int fwd_socket_in_netns(int netns_fd)
 {
 	struct ns_socket s = { .netns_fd = netns_fd, .fd = -1, .err = 0 };
 	pthread_t t;
@@ -403,7 +402,7 @@ static void conn_start(struct fwd_conn *c, const char *head, size_t len)
 		conn_refuse(c, SBX_E_NODE_UNAVAILABLE, NULL, "the sandbox is not running");
 		return;
 	}
-	upfd = socket_in_netns(rt_netns_fd(f->sb->rt));
+	upfd = fwd_socket_in_netns(rt_netns_fd(f->sb->rt));
 	if (upfd < 0) {
 		log_warn("forwarder %s port %d: no socket in the sandbox: %s", f->key, f->port,
 			 strerror(errno));

@@ -56,6 +56,10 @@
 int fwd_open(struct agent *a, struct agent_sb *sb, int port, int local, char *address,
 	     size_t addrsz, int *created, struct sbx_err *e);
 
+/* A non-blocking TCP (IPv4) socket that lives in netns_fd's network
+ * namespace (made by a short-lived thread that joins it). -1 with errno. */
+int fwd_socket_in_netns(int netns_fd);
+
 /* Close the forwarder of key's container for port, with its connections.
  * 1 closed, 0 there was none. */
 int fwd_close(struct agent *a, const char *key, int port);

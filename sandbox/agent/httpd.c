@@ -40,6 +40,8 @@ struct httpd {
 	unsigned nconns;           /* open client connections (MHD's count) */
 	int at_limit;              /* past max_conns (logged once) */
 	int at_hard_limit;         /* MHD's own limit: it stopped accepting */
+	uint64_t big_budget;       /* HTTPD_ROUTE_BIG_BODY bodies buffered at once, */
+	uint64_t big_held;         /* and how many bytes they hold now */
 	int open;                  /* no node secret asked (httpd_new with secret NULL) */
 	httpd_observe_fn observe;  /* told of every finished request, or NULL */
 	struct httpd_upgrade *upgrades; /* upgraded connections still open */
@@ -69,7 +71,8 @@ struct httpd_req {
 	int64_t started_ms;
 	int64_t started_us;        /* metrics_now_us() at the request's start */
 	int dispatched;            /* the handler ran */
-	int too_large;             /* body exceeded the bound */
+	int too_large;             /* body exceeded the bound (2: the node's budget) */
+	uint64_t big_held;         /* bytes of h->big_held that are this body's */
 	int suspended;
 	int deferred;
 	int replied;               /* an answer exists (queued or pending) */
@@ -88,6 +91,8 @@ struct httpd_req {
 	void *sink_arg;
 	int sink_done;             /* the sink refused more, or saw the end */
 	int body_paused;           /* the sink asked for a pause (HTTPD_BODY_PAUSE) */
+	const char *feed;          /* httpd_feed_body: the body being fed, */
+	size_t feed_len, feed_off; /* its length and how much the sink took */
 	struct event *peer_ev;     /* watches the client socket while suspended */
 	struct event *file_ev;     /* a file answer: checks the file's size */
 	int file_fd;               /* borrowed: MHD owns it with the answer */
@@ -276,9 +281,88 @@ void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *a
 	r->filter_arg = arg;
 }
 
+int httpd_filter_typed(struct httpd_req *r, const char *type, const void *result)
+{
+	if (!r->filter || !r->filter->typed || r->replied)
+		return 0;
+	return r->filter->typed(r->filter_arg, r, type, result) == 1;
+}
+
+int httpd_body_too_large(const struct httpd_req *r)
+{
+	return r->too_large;
+}
+
+void httpd_set_big_body_budget(struct httpd *h, uint64_t bytes)
+{
+	h->big_budget = bytes;
+}
+
+/* Drop r's buffered body and its share of the big-body budget. */
+static void body_drop(struct httpd_req *r)
+{
+	r->h->big_held -= r->big_held;
+	r->big_held = 0;
+	buf_release(&r->body);
+}
+
+/* Buffer n more bytes of r's body: 0, or -1 (r->too_large set). */
+static int body_add(struct httpd_req *r, const char *data, size_t n)
+{
+	int big = r->route && (r->route->flags & HTTPD_ROUTE_BIG_BODY);
+
+	if (big && r->h->big_held + n > r->h->big_budget) {
+		r->too_large = 2;
+		body_drop(r);
+		return -1;
+	}
+	if (buf_add(&r->body, data, n) < 0) {
+		r->too_large = 1;
+		body_drop(r);
+		return -1;
+	}
+	if (big) {
+		r->big_held += n;
+		r->h->big_held += n;
+	}
+	return 0;
+}
+
 int httpd_json_filtered(const struct httpd_req *r)
 {
 	return r->filter && r->filter->json;
+}
+
+#define FEED_CHUNK (64 * 1024)
+
+/* Feed the rest of r->feed in chunks until the sink pauses, refuses or
+ * has it all (then its end). */
+static void feed_step(struct httpd_req *r)
+{
+	while (r->feed_off < r->feed_len) {
+		size_t n = r->feed_len - r->feed_off;
+		int rc;
+
+		if (n > FEED_CHUNK)
+			n = FEED_CHUNK;
+		if (r->replied)
+			return;
+		rc = r->sink(r->sink_arg, r->feed + r->feed_off, n);
+		r->feed_off += n;
+		if (rc < 0) {
+			r->feed = NULL;   /* refused: the sink has answered or will */
+			return;
+		}
+		if (rc == HTTPD_BODY_PAUSE) {
+			/* the rest comes on httpd_body_resume: the answer later */
+			r->body_paused = 1;
+			r->deferred = 1;
+			return;
+		}
+	}
+	r->feed = NULL;
+	if (!r->replied)
+		r->sink(r->sink_arg, NULL, 0);
 }
 
 void httpd_feed_body(struct httpd_req *r, const char *data, size_t len)
@@ -286,10 +370,10 @@ void httpd_feed_body(struct httpd_req *r, const char *data, size_t len)
 	if (!r->sink || r->sink_done || r->replied)
 		return;
 	r->sink_done = 1;
-	if (len && r->sink(r->sink_arg, data, len) < 0)
-		return;
-	if (!r->replied)
-		r->sink(r->sink_arg, NULL, 0);
+	r->feed = data;
+	r->feed_len = len;
+	r->feed_off = 0;
+	feed_step(r);
 }
 
 /* --- answers --- */
@@ -597,8 +681,12 @@ void httpd_body_sink(struct httpd_req *r, httpd_body_fn fn, void *arg)
 
 void httpd_body_resume(struct httpd_req *r)
 {
-	if (r->body_paused)
+	if (r->body_paused && r->feed) {
+		r->body_paused = 0;
+		feed_step(r);
+	} else if (r->body_paused) {
 		resume_req(r);
+	}
 }
 
 void httpd_stream_wake(struct httpd_req *r)
@@ -611,6 +699,7 @@ void httpd_stream_wake(struct httpd_req *r)
 
 static void req_free(struct httpd_req *r)
 {
+	body_drop(r);
 	if (r->prev)
 		r->prev->next = r->next;
 	else
@@ -843,6 +932,8 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 			}
 			return MHD_YES;
 		}
+		if (!r->replied && r->route && (r->route->flags & HTTPD_ROUTE_BIG_BODY))
+			r->body.max = HTTPD_MAX_BIG_BODY;
 		if (!r->replied && clen) {
 			int64_t n;
 			/* Too large: drop the body as it arrives and answer 413 once
@@ -850,7 +941,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 			 * while the proxy in front still sends the body: nginx then
 			 * sees a reset instead of our answer (a 502, or its own HTML
 			 * 413) depending on who wins the race. */
-			if (util_parse_i64(clen, 0, INT64_MAX, &n) == 0 && n > HTTPD_MAX_JSON_BODY)
+			if (util_parse_i64(clen, 0, INT64_MAX, &n) == 0 && (uint64_t)n > r->body.max)
 				r->too_large = 1;
 		}
 		if (r->replied)
@@ -873,8 +964,8 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 				r->body_paused = 1;
 				return MHD_YES;
 			}
-		} else if (!r->too_large && buf_add(&r->body, upload_data, *upload_data_size) < 0) {
-			r->too_large = 1;
+		} else if (!r->too_large) {
+			body_add(r, upload_data, *upload_data_size);
 		}
 		*upload_data_size = 0;
 		return MHD_YES;
@@ -898,10 +989,12 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 		return MHD_YES;
 	if (!r->dispatched) {
 		r->dispatched = 1;
-		if (r->too_large) {
+		if (r->too_large && !(r->route->flags & HTTPD_ROUTE_BIG_BODY)) {
 			error_answer(r, SBX_E_PAYLOAD_TOO_LARGE, "request body larger than 1 MiB");
 			return queue_answer(r);
 		}
+		if (r->too_large)
+			body_drop(r);
 		r->route->fn(r);
 		if (r->resp)
 			return queue_answer(r);

@@ -63,6 +63,18 @@ struct httpd_route {
  * buffered and not bounded) and either answers at once or registers a
  * body sink with httpd_body_sink(). */
 #define HTTPD_ROUTE_STREAM_BODY 0x1u
+/* The body is buffered up to HTTPD_MAX_BIG_BODY (not HTTPD_MAX_JSON_BODY),
+ * and a larger one is not refused here: the handler runs without it and
+ * answers in its own shape (httpd_body_too_large). */
+#define HTTPD_ROUTE_BIG_BODY 0x2u
+#define HTTPD_MAX_BIG_BODY (48 * 1024 * 1024)
+/* 1 when r's body was over its route's bound (and dropped); 2 when it
+ * was dropped because the bodies of HTTPD_ROUTE_BIG_BODY routes buffered
+ * at once reached the budget of httpd_set_big_body_budget. */
+int httpd_body_too_large(const struct httpd_req *r);
+/* The bytes of HTTPD_ROUTE_BIG_BODY bodies h buffers at once (default 0:
+ * no such body is buffered). */
+void httpd_set_big_body_budget(struct httpd *h, uint64_t bytes);
 
 /* A streamed request body, chunk by chunk as it arrives; called once more
  * with (NULL, 0) at its end, where the handler must answer (or defer).
@@ -197,17 +209,26 @@ struct httpd_filter {
 	/* A file answer (httpd_reply_fd): return 1 when the filter answered r
 	 * itself (fd is then its own), 0 to send the file as it is. */
 	int (*fd)(void *arg, struct httpd_req *r, int fd, uint64_t offset, uint64_t len);
+	/* A typed result, handed over by a source before it answers (the
+	 * source's own struct, named by type): return 1 when the filter
+	 * answered r from it, 0 to let the source answer as usual. */
+	int (*typed)(void *arg, struct httpd_req *r, const char *type, const void *result);
 	/* arg is freed with the request (after the close callback). */
 	void (*free)(void *arg);
 };
 void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *arg);
+/* Offer r's filter the typed result of its answer: 1 when the filter
+ * answered r, 0 when the source answers (no filter, no hook, declined). */
+int httpd_filter_typed(struct httpd_req *r, const char *type, const void *result);
 /* 1 when a filter with a json hook rewrites r's JSON answers (a streamed
  * answer would bypass it). */
 int httpd_json_filtered(const struct httpd_req *r);
 
-/* Feed data (borrowed) to the sink a HTTPD_ROUTE_STREAM_BODY handler
- * registered while it was called on a buffered request (a view's call),
- * as the whole body, then its end. No-op without a sink. */
+/* Feed data to the sink a HTTPD_ROUTE_STREAM_BODY handler registered
+ * while it was called on a buffered request (a view's call), as the whole
+ * body in chunks, then its end; a sink that pauses gets the rest when it
+ * calls httpd_body_resume. data is borrowed and must live as long as r.
+ * No-op without a sink. */
 void httpd_feed_body(struct httpd_req *r, const char *data, size_t len);
 
 #endif

@@ -4,8 +4,8 @@
 #include "ids.h"
 #include "httpd.h"
 #include "log.h"
-#include "redisurl.h"
 #include "rerror.h"
+#include "sentinel.h"
 #include "util.h"
 
 #include <hiredis/hiredis.h>
@@ -35,7 +35,15 @@
 struct registry {
 	struct event_base *base;
 	const struct sbx_conf *conf;
-	struct redisurl url;
+	struct sentinel_conf where;  /* redis.url, or the sentinels (sentinel.h) */
+	struct redisurl url;       /* the address connected to (the primary) */
+	int next_sentinel;         /* the sentinel the loop asks first */
+	redisAsyncContext *sq;     /* the sentinel being asked for the primary */
+	int sq_tries;              /* sentinels asked in this round */
+	int64_t sq_started;
+	redisAsyncContext *sub;    /* a sentinel's +switch-master messages */
+	int sub_next;
+	struct event *sub_ev;      /* subscribe again after a lost subscription */
 	char version[64];
 	char hash_key[RKEYS_MAX];
 	char alive_key[RKEYS_MAX];
@@ -86,6 +94,19 @@ struct registry {
 
 static void schedule_reconnect(struct registry *reg);
 static void start_connect(struct registry *reg);
+static void drop_connection(struct registry *reg);
+
+/* A demoted primary answered (READONLY, after a failover): connect again
+ * to the one the sentinels name now. Safe inside a reply callback. */
+static void check_demoted(struct registry *reg, const redisReply *reply)
+{
+	if (!reg->where.n || !sentinel_reply_demoted(reply) || !reg->ac)
+		return;
+	log_warn("registry: redis answered %.100s: asking the sentinels again", reply->str);
+	drop_connection(reg);
+	reg->backoff_ms = BACKOFF_MIN_MS;
+	schedule_reconnect(reg);
+}
 
 /* The answer to an alive SET: a refused write (NOREPLICAS, READONLY,
  * MISCONF, OOM, …) is Redis trouble like a lost connection — the lease is
@@ -120,6 +141,7 @@ static void reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	if (reply->type == REDIS_REPLY_ERROR && !rerror_unavailable(reply->str))
 		log_warn("registry: redis answered %s: %.200s", privdata ? (const char *)privdata : "",
 			 reply->str);
+	check_demoted(reg, reply);
 }
 
 void registry_lease_extend(struct registry_lease *l, int64_t sent, int64_t ttl_ms)
@@ -154,6 +176,7 @@ static void alive_cb(redisAsyncContext *ac, void *r, void *privdata)
 	if (reply->type == REDIS_REPLY_ERROR) {
 		if (!rerror_unavailable(reply->str))
 			log_warn("registry: redis answered SET of the alive key: %.200s", reply->str);
+		check_demoted(reg, reply);
 		return;
 	}
 	registry_lease_extend(reg->lease, sent, reg->conf->cluster.node_ttl_ms);
@@ -315,25 +338,16 @@ int registry_loop_may_hold_lease(int64_t loop_idle_ms, int64_t node_ttl_ms)
 	return loop_idle_ms <= REGISTRY_STALL_TTLS * node_ttl_ms;
 }
 
-static redisContext *hb_connect(const struct registry *reg)
+/* The thread's own connection: to redis.url, or to the primary the
+ * sentinels name (checked with ROLE). NULL when there is none now. */
+static redisContext *hb_connect(const struct registry *reg, int *next)
 {
-	int64_t ms = reg->conf->redis.connect_timeout_ms;
-	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
-	redisContext *c;
+	struct sbx_err e;
+	redisContext *c = sentinel_connect(&reg->where, reg->conf->redis.connect_timeout_ms,
+					   reg->conf->redis.command_timeout_ms, next, NULL, &e);
 
-	if (reg->url.is_unix)
-		c = redisConnectUnixWithTimeout(reg->url.path, tv);
-	else
-		c = redisConnectWithTimeout(reg->url.host, reg->url.port, tv);
-	if (!c || c->err) {
-		if (c)
-			redisFree(c);
-		return NULL;
-	}
-	util_set_cloexec(c->fd);
-	ms = reg->conf->redis.command_timeout_ms;
-	tv = (struct timeval){ (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
-	redisSetTimeout(c, tv);
+	if (!c)
+		log_debug("registry: heartbeat thread: %s", e.msg);
 	return c;
 }
 
@@ -352,6 +366,11 @@ static int hb_command(redisContext **c, struct registry *reg, const char *fmt, .
 	ok = r && r->type != REDIS_REPLY_ERROR;
 	if (reg && r)
 		note_alive_reply(reg, r);
+	/* A demoted primary (READONLY): connect again, to the new one. */
+	if (r && sentinel_reply_demoted(r)) {
+		freeReplyObject(r);
+		r = NULL;
+	}
 	if (r)
 		freeReplyObject(r);
 	if (!r) {
@@ -373,7 +392,7 @@ static void *heartbeat_main(void *arg)
 	int64_t probe_ms = conf->cluster.node_ttl_ms / 3;
 	redisContext *c = NULL;
 	const char *last = "";
-	int failed = 0;
+	int failed = 0, next = 0;
 
 	if (probe_ms > PROBE_TIMEOUT_MS)
 		probe_ms = PROBE_TIMEOUT_MS;
@@ -400,7 +419,7 @@ static void *heartbeat_main(void *arg)
 		/* The lease first: the probe may take up to probe_ms. */
 		if (!__atomic_load_n(&reg->may_set, __ATOMIC_ACQUIRE))
 			continue;
-		if (!c && !(c = hb_connect(reg)))
+		if (!c && !(c = hb_connect(reg, &next)))
 			continue;
 		idle = util_now_ms() - __atomic_load_n(&reg->loop_seen, __ATOMIC_ACQUIRE);
 		if (registry_loop_may_hold_lease(idle, conf->cluster.node_ttl_ms)) {
@@ -457,10 +476,57 @@ static void stamp_cb(evutil_socket_t fd, short what, void *arg)
 	__atomic_store_n(&reg->loop_seen, util_now_ms(), __ATOMIC_RELEASE);
 }
 
+/* The connection is usable (and, with sentinels, ROLE said master): the
+ * node may be announced. */
+static void connected_now(struct registry *reg)
+{
+	char a[300];
+	int first;
+
+	reg->connected = 1;
+	reg->backoff_ms = BACKOFF_MIN_MS;
+	reg->down_logged = 0;
+	reg->last_reply = util_now_ms();
+	log_info("registry: connected to redis at %s as '%s' at %s",
+		 sentinel_addr_str(&reg->url, a, sizeof(a)), reg->conf->agent.name,
+		 reg->conf->agent.listen);
+	reg->announced = 0;
+	__atomic_store_n(&reg->may_set, 0, __ATOMIC_RELEASE);
+	first = !reg->ever_connected;
+	reg->ever_connected = 1;
+	if (reg->on_connect)
+		reg->on_connect(reg->on_connect_arg, first);
+	else
+		registry_announce(reg);
+}
+
+/* ROLE of a primary the sentinels named: nothing else is sent before it
+ * says master (a replica not yet promoted, or an old primary). */
+static void role_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct registry *reg = ac->data;
+	char a[300];
+
+	if (!reg || reg->ac != ac)
+		return;
+	if (reg->pending > 0)
+		reg->pending--;
+	if (!r)
+		return;
+	if (sentinel_parse_role(r) == 1) {
+		connected_now(reg);
+		return;
+	}
+	log_warn("registry: redis at %s is not the master (yet); asking the sentinels again",
+		 sentinel_addr_str(&reg->url, a, sizeof(a)));
+	reg->next_sentinel = (reg->next_sentinel + 1) % reg->where.n;
+	drop_connection(reg);
+	schedule_reconnect(reg);
+}
+
 static void connect_cb(const redisAsyncContext *ac, int status)
 {
 	struct registry *reg = ac->data;
-	int first;
 
 	if (!reg || reg->ac != ac)
 		return;
@@ -472,21 +538,14 @@ static void connect_cb(const redisAsyncContext *ac, int status)
 		schedule_reconnect(reg);
 		return;
 	}
-	reg->connected = 1;
-	reg->backoff_ms = BACKOFF_MIN_MS;
-	reg->down_logged = 0;
-	reg->last_reply = util_now_ms();
 	reg->pending = 0;
-	log_info("registry: connected to redis as '%s' at %s", reg->conf->agent.name,
-		 reg->conf->agent.listen);
-	reg->announced = 0;
-	__atomic_store_n(&reg->may_set, 0, __ATOMIC_RELEASE);
-	first = !reg->ever_connected;
-	reg->ever_connected = 1;
-	if (reg->on_connect)
-		reg->on_connect(reg->on_connect_arg, first);
-	else
-		registry_announce(reg);
+	if (reg->where.n) {
+		/* connect_cb gets a const context; the registry owns it. */
+		if (redisAsyncCommand(reg->ac, role_cb, NULL, "ROLE") == REDIS_OK)
+			reg->pending++;
+		return;
+	}
+	connected_now(reg);
 }
 
 void registry_announce(struct registry *reg)
@@ -534,23 +593,22 @@ static void drop_connection(struct registry *reg)
 	redisAsyncFree(ac);
 }
 
-static void start_connect(struct registry *reg)
+/* An asynchronous connection to u on the loop, CLOEXEC, with the two
+ * callbacks; ac->data is reg. NULL (logged when log_fail) on failure. */
+static redisAsyncContext *async_open(struct registry *reg, const struct redisurl *u,
+				     redisConnectCallback *on_connect,
+				     redisDisconnectCallback *on_disconnect, int log_fail)
 {
-	redisAsyncContext *ac;
+	redisAsyncContext *ac = u->is_unix ? redisAsyncConnectUnix(u->path)
+					   : redisAsyncConnect(u->host, u->port);
 
-	if (reg->url.is_unix)
-		ac = redisAsyncConnectUnix(reg->url.path);
-	else
-		ac = redisAsyncConnect(reg->url.host, reg->url.port);
 	if (!ac || ac->err) {
-		if (!reg->down_logged)
+		if (log_fail)
 			log_warn("registry: cannot connect to redis (%s); retrying",
 				 ac ? ac->errstr : "out of memory");
-		reg->down_logged = 1;
 		if (ac)
 			redisAsyncFree(ac);
-		schedule_reconnect(reg);
-		return;
+		return NULL;
 	}
 	/* hiredis sets no CLOEXEC: sandbox processes must never inherit it. */
 	util_set_cloexec(ac->c.fd);
@@ -558,21 +616,232 @@ static void start_connect(struct registry *reg)
 	if (redisLibeventAttach(ac, reg->base) != REDIS_OK) {
 		ac->data = NULL;
 		redisAsyncFree(ac);
+		return NULL;
+	}
+	redisAsyncSetConnectCallback(ac, on_connect);
+	redisAsyncSetDisconnectCallback(ac, on_disconnect);
+	return ac;
+}
+
+/* Connect to reg->url (the primary); the callbacks take it from there. */
+static void connect_master(struct registry *reg)
+{
+	redisAsyncContext *ac = async_open(reg, &reg->url, connect_cb, disconnect_cb,
+					   !reg->down_logged);
+
+	if (!ac) {
+		reg->down_logged = 1;
 		schedule_reconnect(reg);
 		return;
 	}
-	redisAsyncSetConnectCallback(ac, connect_cb);
-	redisAsyncSetDisconnectCallback(ac, disconnect_cb);
 	reg->ac = ac;
 	reg->connected = 0;
 	reg->connect_started = util_now_ms();
+}
+
+/* --- Sentinel (sentinel.h): the primary's address, asked on the loop --- */
+
+static void ask_sentinel(struct registry *reg);
+
+/* Stop asking the sentinel in reg->sq (safe inside its callbacks). */
+static void sq_drop(struct registry *reg)
+{
+	redisAsyncContext *ac = reg->sq;
+
+	if (!ac)
+		return;
+	reg->sq = NULL;
+	ac->data = NULL;
+	redisAsyncFree(ac);
+}
+
+/* This sentinel gave no address: the next one. */
+static void sq_next(struct registry *reg, const char *why)
+{
+	char a[300];
+
+	log_debug("registry: sentinel %s: %s",
+		  sentinel_addr_str(&reg->where.s[reg->next_sentinel], a, sizeof(a)), why);
+	sq_drop(reg);
+	reg->next_sentinel = (reg->next_sentinel + 1) % reg->where.n;
+	reg->sq_tries++;
+	ask_sentinel(reg);
+}
+
+static void sq_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct registry *reg = ac->data;
+	struct redisurl addr;
+	int rc;
+
+	if (!reg || reg->sq != ac)
+		return;
+	rc = sentinel_parse_master(r, &addr);
+	if (rc <= 0) {
+		sq_next(reg, !r ? "connection lost" : rc == 0 ? "does not know the master" : "bad answer");
+		return;
+	}
+	sq_drop(reg);
+	reg->url = addr;
+	connect_master(reg);
+}
+
+static void sq_connect_cb(const redisAsyncContext *ac, int status)
+{
+	struct registry *reg = ac->data;
+
+	if (!reg || reg->sq != ac || status == REDIS_OK)
+		return;
+	reg->sq = NULL;   /* hiredis frees it after this callback */
+	sq_next(reg, "cannot connect");
+}
+
+static void sq_disconnect_cb(const redisAsyncContext *ac, int status)
+{
+	struct registry *reg = ac->data;
+
+	if (!reg || reg->sq != ac)
+		return;
+	reg->sq = NULL;
+	sq_next(reg, "connection lost");
+}
+
+/* Ask the sentinel at next_sentinel for the primary; after a round of
+ * every sentinel without an answer, back off. */
+static void ask_sentinel(struct registry *reg)
+{
+	redisAsyncContext *ac;
+
+	if (reg->shutting_down)
+		return;
+	if (reg->sq_tries >= reg->where.n) {
+		if (!reg->down_logged)
+			log_warn("registry: no sentinel names the master '%s'; retrying",
+				 reg->where.master);
+		reg->down_logged = 1;
+		schedule_reconnect(reg);
+		return;
+	}
+	ac = async_open(reg, &reg->where.s[reg->next_sentinel], sq_connect_cb, sq_disconnect_cb, 0);
+	if (!ac) {
+		reg->sq_tries++;
+		reg->next_sentinel = (reg->next_sentinel + 1) % reg->where.n;
+		ask_sentinel(reg);
+		return;
+	}
+	reg->sq = ac;
+	reg->sq_started = util_now_ms();
+	if (redisAsyncCommand(ac, sq_reply_cb, NULL, "SENTINEL get-master-addr-by-name %s",
+			      reg->where.master) != REDIS_OK)
+		sq_next(reg, "cannot send");
+}
+
+static void sub_drop(struct registry *reg)
+{
+	redisAsyncContext *ac = reg->sub;
+
+	if (!ac)
+		return;
+	reg->sub = NULL;
+	ac->data = NULL;
+	redisAsyncFree(ac);
+}
+
+/* The subscription is gone: another sentinel in a second. */
+static void sub_lost(struct registry *reg)
+{
+	struct timeval tv = { 1, 0 };
+
+	reg->sub_next = (reg->sub_next + 1) % reg->where.n;
+	if (!reg->shutting_down)
+		evtimer_add(reg->sub_ev, &tv);
+}
+
+/* A message of +switch-master: the sentinels promoted another primary. */
+static void sub_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct registry *reg = ac->data;
+	struct redisurl addr;
+	char a[300];
+
+	if (!reg || reg->sub != ac || !r)
+		return;
+	if (sentinel_parse_switch(r, reg->where.master, &addr) != 1)
+		return;
+	log_warn("registry: the sentinels switched master '%s' to %s", reg->where.master,
+		 sentinel_addr_str(&addr, a, sizeof(a)));
+	if (reg->sq || (reg->ac && !reg->connected))
+		return;   /* resolving or connecting already */
+	drop_connection(reg);
+	event_del(reg->reconnect_ev);
+	reg->backoff_ms = BACKOFF_MIN_MS;
+	start_connect(reg);
+}
+
+static void sub_connect_cb(const redisAsyncContext *ac, int status)
+{
+	struct registry *reg = ac->data;
+
+	if (!reg || reg->sub != ac || status == REDIS_OK)
+		return;
+	reg->sub = NULL;
+	sub_lost(reg);
+}
+
+static void sub_disconnect_cb(const redisAsyncContext *ac, int status)
+{
+	struct registry *reg = ac->data;
+
+	if (!reg || reg->sub != ac)
+		return;
+	reg->sub = NULL;
+	sub_lost(reg);
+}
+
+/* Subscribe to +switch-master on one sentinel (another after each loss). */
+static void subscribe_start(struct registry *reg)
+{
+	redisAsyncContext *ac;
+
+	if (!reg->where.n || reg->sub || reg->shutting_down)
+		return;
+	ac = async_open(reg, &reg->where.s[reg->sub_next], sub_connect_cb, sub_disconnect_cb, 0);
+	if (!ac) {
+		sub_lost(reg);
+		return;
+	}
+	reg->sub = ac;
+	if (redisAsyncCommand(ac, sub_cb, NULL, "SUBSCRIBE +switch-master") != REDIS_OK) {
+		sub_drop(reg);
+		sub_lost(reg);
+	}
+}
+
+static void sub_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	subscribe_start(arg);
+}
+
+/* Connect to Redis: to redis.url, or first ask the sentinels where the
+ * primary is. */
+static void start_connect(struct registry *reg)
+{
+	if (!reg->where.n) {
+		reg->url = reg->where.direct;
+		connect_master(reg);
+		return;
+	}
+	if (reg->sq)
+		return;
+	reg->sq_tries = 0;
+	ask_sentinel(reg);
 }
 
 static void reconnect_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct registry *reg = arg;
 
-	if (!reg->shutting_down && !reg->ac)
+	if (!reg->shutting_down && !reg->ac && !reg->sq)
 		start_connect(reg);
 }
 
@@ -603,6 +872,9 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 	 * loop that kept up. */
 	if (stalled)
 		reg->last_reply = now;
+	if (!reg->shutting_down && reg->sq &&
+	    now - reg->sq_started > reg->conf->redis.connect_timeout_ms + reg->conf->cluster.heartbeat_ms)
+		sq_next(reg, "no answer in time");
 	if (reg->shutting_down || !reg->ac)
 		return;
 	if (!reg->connected) {
@@ -693,7 +965,7 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 	}
 	rkeys_node(reg->hash_key, conf->agent.name, NULL);
 	rkeys_node(reg->alive_key, conf->agent.name, "alive");
-	if (redisurl_parse(conf->redis.url, &reg->url, e) < 0) {
+	if (sentinel_conf_init(conf, &reg->where, e) < 0) {
 		munmap(reg->lease, sizeof(*reg->lease));
 		free(reg);
 		return NULL;
@@ -701,6 +973,7 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 	reg->reconnect_ev = evtimer_new(base, reconnect_cb, reg);
 	reg->tick_ev = event_new(base, -1, EV_PERSIST, tick_cb, reg);
 	reg->stamp_ev = event_new(base, -1, EV_PERSIST, stamp_cb, reg);
+	reg->sub_ev = evtimer_new(base, sub_timer_cb, reg);
 	{
 		pthread_condattr_t ca;
 
@@ -711,7 +984,7 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 		pthread_condattr_destroy(&ca);
 	}
 	reg->loop_seen = util_now_ms();
-	if (!reg->reconnect_ev || !reg->tick_ev || !reg->stamp_ev) {
+	if (!reg->reconnect_ev || !reg->tick_ev || !reg->stamp_ev || !reg->sub_ev) {
 		registry_free(reg);
 		err_sys(e, ENOMEM, "registry events");
 		return NULL;
@@ -723,7 +996,13 @@ struct registry *registry_new(struct event_base *base, const struct sbx_conf *co
 	tv.tv_usec = STAMP_MS * 1000;
 	event_add(reg->stamp_ev, &tv);
 	start_connect(reg);
+	subscribe_start(reg);
 	return reg;
+}
+
+const struct redisurl *registry_redis_addr(const struct registry *reg)
+{
+	return reg->url.is_unix || reg->url.host[0] ? &reg->url : NULL;
 }
 
 int registry_connected(const struct registry *reg)
@@ -761,6 +1040,8 @@ static void user_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	if (uc->fn)
 		uc->fn(uc->arg, reply);
 	free(uc);
+	if (reg && reply)
+		check_demoted(reg, reply);
 }
 
 int registry_command(struct registry *reg, registry_reply_fn fn, void *arg, const char *fmt, ...)
@@ -827,6 +1108,9 @@ void registry_shutdown(struct registry *reg, int timeout_ms, void (*done)(void *
 	reg->done_arg = arg;
 	event_del(reg->reconnect_ev);
 	event_del(reg->tick_ev);
+	event_del(reg->sub_ev);
+	sq_drop(reg);
+	sub_drop(reg);
 	reg->done_ev = evtimer_new(reg->base, done_cb, reg);
 	if (!reg->done_ev) {
 		done(arg);
@@ -853,6 +1137,10 @@ void registry_free(struct registry *reg)
 	heartbeat_stop(reg);
 	reg->shutting_down = 1;
 	drop_connection(reg);
+	sq_drop(reg);
+	sub_drop(reg);
+	if (reg->sub_ev)
+		event_free(reg->sub_ev);
 	if (reg->reconnect_ev)
 		event_free(reg->reconnect_ev);
 	if (reg->tick_ev)

@@ -52,6 +52,12 @@ void registry_leave(struct registry *reg);
  * at once (from the loop). */
 void registry_shutdown(struct registry *reg, int timeout_ms, void (*done)(void *arg), void *arg);
 
+/* Where the agent's other Redis connections go (its event streams): the
+ * primary this registry connected to last — redis.url, or the one the
+ * sentinels named. Borrowed from reg; NULL before the first connect. */
+struct redisurl;
+const struct redisurl *registry_redis_addr(const struct registry *reg);
+
 /* 1 while the connection is up and registered and Redis takes writes
  * (its last answer to the alive SET was no refusal, rerror.h). */
 int registry_connected(const struct registry *reg);

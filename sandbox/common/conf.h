@@ -23,6 +23,8 @@ struct sbx_conf {
 		char url[CONF_STR_MAX];         /* redis://host:port or unix:/path */
 		int64_t connect_timeout_ms;
 		int64_t command_timeout_ms;
+		char sentinels[CONF_STR_MAX];   /* host:port,... of Redis Sentinels; "" = use url */
+		char master_name[CONF_STR_MAX]; /* the primary's name in the sentinels */
 	} redis;
 	struct {
 		char secret[CONF_STR_MAX];      /* node secret: nginx + api -> agent */
@@ -43,6 +45,9 @@ struct sbx_conf {
 		int64_t tenant_cpus_milli;      /* default total cpus of a tenant's sandboxes */
 		int64_t reconcile_interval_ms;  /* index repair pass of the master; 0 = off */
 		char metrics_listen[CONF_STR_MAX]; /* host:port of the master's /metrics; "" = off */
+		int64_t requests_per_second;    /* per tenant, all API calls; 0 = no limit */
+		int64_t requests_burst;         /* calls at once above that rate; 0 = requests_per_second */
+		int64_t creates_per_minute;     /* per tenant, PUT /v1/sandboxes/{id}; 0 = no limit */
 	} api;
 	struct {
 		char name[CONF_STR_MAX];
@@ -50,6 +55,7 @@ struct sbx_conf {
 		char state_dir[CONF_STR_MAX];
 		char images_dir[CONF_STR_MAX];
 		char init_path[CONF_STR_MAX];   /* the sbx-init binary */
+		char interp_dir[CONF_STR_MAX];  /* the code contexts' drivers (driver.py, driver.js) */
 		int64_t capacity;               /* sandboxes this node takes */
 		char userns[CONF_STR_MAX];      /* auto | on | off */
 		int64_t uid_base;               /* first host uid of the sandbox ranges */
@@ -57,6 +63,9 @@ struct sbx_conf {
 		char cgroup_parent[CONF_STR_MAX];
 		char dns[CONF_STR_MAX];         /* nameserver written into /etc/resolv.conf */
 		int64_t max_exec_output_bytes;  /* JSON exec answers cap each stream here */
+		int64_t max_run_output_bytes;   /* JSON code-run answers (held in memory) */
+		int64_t big_bodies_node_bytes;  /* /cf request bodies (to 48 MiB each) buffered at once */
+		int64_t exec_spill_node_bytes;  /* of that, on disk for all JSON execs of the node */
 		char egress_subnet[CONF_STR_MAX];    /* IPv4 CIDR of egress sandboxes; "" = no egress */
 		char egress_interface[CONF_STR_MAX]; /* egress only out of this link; "" = any */
 		char egress_allow[CONF_STR_MAX];     /* IPv4 CIDRs exempt from the block list; "" = none */
@@ -80,6 +89,7 @@ struct sbx_conf {
 		int64_t proc_logs_node_bytes;   /* ... of every sandbox of the node */
 		int64_t proc_stdin_bytes;       /* stdin queued for one background process */
 		char metrics_listen[CONF_STR_MAX]; /* host:port of the agent's /metrics; "" = off */
+		int64_t max_execs_per_sandbox;  /* exec commands running at once in one sandbox */
 	} agent;
 	struct {
 		int64_t memory_mib;

@@ -30,6 +30,7 @@ enum sbx_ecode {
 	SBX_E_FILE_NOT_FOUND,
 	SBX_E_PROCESS_NOT_FOUND,
 	SBX_E_SESSION_NOT_FOUND,
+	SBX_E_CONTEXT_NOT_FOUND,
 	SBX_E_TERMINAL_NOT_FOUND,
 	SBX_E_INVALID_TOKEN,
 	SBX_E_METHOD_NOT_ALLOWED,  /* 405 */
@@ -45,11 +46,19 @@ enum sbx_ecode {
 	SBX_E_UNSUPPORTED_MEDIA_TYPE, /* 415 */
 	SBX_E_RANGE_NOT_SATISFIABLE, /* 416 */
 	SBX_E_QUOTA_EXCEEDED,      /* 429 */
+	SBX_E_RATE_LIMITED,        /* 429: the tenant's request rate */
 	SBX_E_NO_CAPACITY,         /* 503 */
 	SBX_E_REDIS_UNAVAILABLE,
 	SBX_E_NODE_UNAVAILABLE,
 	SBX_E_NO_SPACE,            /* 507 */
 	SBX_E_NOT_IMPLEMENTED,     /* 501: a feature this build does not have */
+	/* git checkout (features/agent_git.c): what git's stderr says */
+	SBX_E_GIT_REPOSITORY_NOT_FOUND, /* 404 */
+	SBX_E_GIT_BRANCH_NOT_FOUND,     /* 404 */
+	SBX_E_GIT_AUTH_FAILED,          /* 403 */
+	SBX_E_GIT_NETWORK_ERROR,        /* 502 */
+	SBX_E_GIT_TIMEOUT,              /* 504 */
+	SBX_E_GIT_CLONE_FAILED,         /* 422: any other failure of git */
 	SBX_E_IMAGE_NOT_FOUND,     /* 404: no such image or tag in its registry */
 	SBX_E_REGISTRY_AUTH_FAILED, /* 403: the registry refused the credentials */
 	SBX_E_REGISTRY_UNAVAILABLE, /* 503: the registry cannot be reached (Retry-After) */

@@ -66,3 +66,46 @@ int redisurl_parse(const char *s, struct redisurl *u, struct sbx_err *e)
 	u->port = (int)port;
 	return 0;
 }
+
+int redisurl_parse_list(const char *s, struct redisurl *out, int max, int *n, struct sbx_err *e)
+{
+	const char *p = s ? s : "";
+
+	*n = 0;
+	while (*p) {
+		char item[300];
+		size_t len = strcspn(p, ",");
+		const char *a = p, *b = p + len;
+
+		while (a < b && *a == ' ')
+			a++;
+		while (b > a && b[-1] == ' ')
+			b--;
+		if (a == b && !p[len] && *n > 0)
+			break;  /* a trailing comma */
+		if (a == b || (size_t)(b - a) >= sizeof(item) - 8)
+			return err_set(e, SBX_E_VALIDATION, "redis.sentinels: item %d is empty or too long",
+				       *n + 1);
+		if (*n == max)
+			return err_set(e, SBX_E_VALIDATION, "redis.sentinels: more than %d sentinels", max);
+		memcpy(item, "redis://", 8);
+		memcpy(item + 8, a, (size_t)(b - a));
+		item[8 + (b - a)] = '\0';
+		/* The port is required: the last ':' follows the host (or its ']'). */
+		{
+			const char *colon = strrchr(item + 8, ':'), *rb = strrchr(item + 8, ']');
+			if (!colon || (rb && colon < rb))
+				return err_set(e, SBX_E_VALIDATION,
+					       "redis.sentinels: '%.200s' must be host:port", item + 8);
+		}
+		if (redisurl_parse(item, &out[*n], e) < 0) {
+			err_set(e, SBX_E_VALIDATION, "redis.sentinels: '%.200s' is not host:port", item + 8);
+			return -1;
+		}
+		(*n)++;
+		p += len;
+		if (*p == ',')
+			p++;
+	}
+	return 0;
+}

@@ -18,4 +18,10 @@ struct redisurl {
 /* Parse s into u; 0, or -1 with e = VALIDATION_FAILED. */
 int redisurl_parse(const char *s, struct redisurl *u, struct sbx_err *e);
 
+/* Parse a redis.sentinels list "host:port,host:port" (hosts as in a URL,
+ * IPv6 bracketed; the port is required; spaces around items ignored) into
+ * out[0..max). *n is the count (0 for an empty list). 0, or -1 with e =
+ * VALIDATION_FAILED (a bad item, more than max). */
+int redisurl_parse_list(const char *s, struct redisurl *out, int max, int *n, struct sbx_err *e);
+
 #endif

@@ -71,5 +71,9 @@ char *rkeys_ticket(char out[RKEYS_MAX], const char *ticket);
 #define RKEYS_LABEL_MID "}:label:"
 #define RKEYS_SANDBOXES_TAIL "}:sandboxes"
 #define RKEYS_USAGE_TAIL "}:usage"
+/* The keys of the auth_rate script, built from the tenant of an API key. */
+#define RKEYS_LIMITS_TAIL "}:limits"
+#define RKEYS_RATE_REQUESTS_TAIL "}:rate:requests"
+#define RKEYS_RATE_CREATES_TAIL "}:rate:creates"
 
 #endif

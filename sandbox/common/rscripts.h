@@ -70,6 +70,16 @@ enum rscript_id {
 	 * in the zset, -2 memory or -3 cpus over the limit (a resize that does
 	 * not grow is always recorded). */
 	RSCRIPT_TENANT_USAGE,
+	/* The key check and the tenant's rate limits of one API call (GCRA,
+	 * one bucket per tenant and kind). KEYS apikey; ARGV tenant admin
+	 * (tenant '': read both from the apikey hash) defaultRps defaultBurst
+	 * defaultCreatesPerMinute create(0|1) -> {status, tenant, admin,
+	 * limit, remaining, resetMs, retryMs, limited}: status 0 no such key, 1
+	 * allowed (the buckets advanced), -1 refused (nothing written); limit
+	 * 0: no limit applies to this call; limited 0: none to any call of the
+	 * tenant. Overrides: the requestsPerSecond, requestsBurst and
+	 * createsPerMinute fields of the tenant's limits hash. */
+	RSCRIPT_AUTH_RATE,
 	/* sbx-agent. KEYS record; ARGV node epoch lastActiveAt (ISO, or ""):
 	 * set the record sleeping when it still names node at epoch and is
 	 * running or starting (lastActiveAt only moves forward) -> 1 done, 0

@@ -19,6 +19,9 @@
  *      into the SDK's shape: JSON results with success/timestamp,
  *      the SDK's error object {code, message, context, httpStatus,
  *      timestamp}, and event streams re-framed as `data: {"type":…}`.
+ *      An exec's result comes typed (struct agent_exec_result, the
+ *      filter's typed hook) and is rendered as the SDK's ExecResult by the
+ *      exec engine's streamed writer, so large output is never held whole.
  * So exec, sessions, processes and files keep one code path each.
  *
  * The SDK's bodies are parsed strictly as JSON, but fields sbx does not map
@@ -29,6 +32,7 @@
 #include "call.h"
 #include "codec.h"
 #include "agent_compat.h"
+#include "agent_exec.h"
 #include "agent_routes.h"
 #include "agent_sse.h"
 #include "buf.h"
@@ -47,7 +51,15 @@
 #define CF_FILE_CHUNK (48 * 1024)           /* a multiple of 3: clean base64 */
 #define CF_SNIFF 8192
 #define CF_LIST_LIMIT "10000"
+#define CF_FILE_MAX (32 * 1024 * 1024)      /* writeFile / readFile content, as Cloudflare */
 #define CF_VERSION "sbx-" AGENT_VERSION
+#define CF_API_VERSION "0.12.10"            /* the SDK's container API served here */
+#define CF_DEFAULT_SESSION "default"
+#define CF_NO_SESSION "__DISABLE_SESSION__"
+/* utils.getCommands: the executables on the sandbox's PATH */
+#define CF_COMMANDS_SCRIPT                                                              \
+	"IFS=:; for d in $PATH; do for f in \"$d\"/*; do "                               \
+	"[ -f \"$f\" ] && [ -x \"$f\" ] && printf '%s\\n' \"${f##*/}\"; done; done 2>/dev/null | sort -u"
 
 enum cf_kind {
 	CF_PLAIN,          /* errors only (ping, version, unsupported) */
@@ -71,10 +83,19 @@ enum cf_kind {
 	CF_SESS_CREATE,
 	CF_SESS_LIST,
 	CF_SESS_DELETE,
+	CF_CTX_CREATE,
+	CF_CTX_LIST,
+	CF_CTX_DELETE,
+	CF_CODE_RUN,
+	CF_COMMANDS,
+	CF_PORT_WATCH,
+	CF_WATCH,
+	CF_GIT,
 };
 
 /* One compat request: what the answer filter needs to know. */
 struct cf_req {
+	struct httpd_req *r;
 	enum cf_kind kind;
 	const struct agent_call_spec *call;   /* the call that serves the request */
 	struct agent_call_args args;          /* its arguments (body, tail, content owned) */
@@ -89,6 +110,15 @@ struct cf_req {
 	char *proc_id;
 	int recursive;
 	int auto_encoding;         /* read without encoding: text or base64 */
+	int64_t timeout_ms;        /* the exec's timeoutMs (0: none) */
+	/* port watch: the values of the wait's query */
+	char q_port[8], q_status[16], q_interval[16];
+	char *q_path;
+	int port;
+	/* watch: the joined patterns of the query, the event types asked for */
+	char *exclude, *include;
+	unsigned watch_types;      /* 1 << CF_WT_*; 0: all */
+	char watch_id[17];
 	/* re-framed event stream */
 	httpd_read_fn inner;
 	void *inner_arg;
@@ -104,6 +134,8 @@ struct cf_req {
 	char carry[4];
 	size_t ncarry;
 };
+
+static void cf_emit(struct cf_req *c, json_t *ev);
 
 /* --- small helpers --- */
 
@@ -126,7 +158,10 @@ static void cf_free(void *arg)
 	free(c->path);
 	free(c->new_path);
 	free(c->proc_id);
+	free(c->exclude);
+	free(c->include);
 	free(c->tail);
+	free(c->q_path);
 	json_decref(c->args.body);
 	buf_release(&c->content);
 	buf_release(&c->in);
@@ -250,13 +285,31 @@ static void cf_read_auto(json_t *res)
 
 	if (json_is_true(json_object_get(res, "isBinary")) || !b64)
 		return;
-	buf_init(&raw, FSPATH_MAX * 4096);
+	buf_init(&raw, CF_FILE_MAX);
 	if (codec_base64_decode(b64, strlen(b64), &raw) == 0 &&
 	    codec_utf8_valid(raw.data ? raw.data : "", raw.len)) {
 		json_object_set_new(res, "content", json_stringn(raw.data ? raw.data : "", raw.len));
 		json_object_set_new(res, "encoding", json_string("utf-8"));
 	}
 	buf_release(&raw);
+}
+
+/* The exec answer of CF_COMMANDS_SCRIPT as {availableCommands, count}. */
+static json_t *cf_commands(const json_t *body)
+{
+	const char *out = json_string_value(json_object_get(body, "stdout"));
+	json_t *arr = json_array();
+
+	for (const char *p = out ? out : ""; arr && *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t n = nl ? (size_t)(nl - p) : strlen(p);
+
+		if (n)
+			json_array_append_new(arr, json_stringn(p, n));
+		p += n + (nl ? 1 : 0);
+	}
+	return json_pack("{s:o*, s:I}", "availableCommands", arr, "count",
+			 (json_int_t)json_array_size(arr));
 }
 
 /* The sbx answer (body stolen, maybe NULL for an empty one) as the SDK's
@@ -271,19 +324,6 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 	switch (c->kind) {
 	case CF_PLAIN:
 		res = body ? json_incref(body) : json_object();
-		break;
-	case CF_EXEC:
-		res = json_pack("{s:O*, s:O*, s:O*, s:s, s:I}", "exitCode",
-				json_object_get(body, "exitCode"), "stdout", json_object_get(body, "stdout"),
-				"stderr", json_object_get(body, "stderr"), "command",
-				c->command ? c->command : "", "duration",
-				(json_int_t)(util_now_ms() - c->t0));
-		if (res && json_is_boolean(json_object_get(body, "success")))
-			json_object_set(res, "success", json_object_get(body, "success"));
-		if (res && c->session)
-			json_object_set_new(res, "sessionId", json_string(c->session));
-		if (res && json_is_true(json_object_get(body, "timedOut")))
-			json_object_set_new(res, "timedOut", json_true());
 		break;
 	case CF_PROC_START:
 		res = json_pack("{s:O*, s:O*}", "processId", json_object_get(body, "id"), "command",
@@ -367,9 +407,42 @@ static json_t *cf_result(struct cf_req *c, int *status, json_t *body)
 	case CF_SESS_DELETE:
 		res = json_pack("{s:s}", "sessionId", c->session ? c->session : "");
 		break;
+	case CF_CTX_CREATE:
+		res = json_pack("{s:O*, s:O*, s:O*}", "contextId", json_object_get(body, "id"),
+				"language", json_object_get(body, "language"), "cwd",
+				json_object_get(body, "cwd"));
+		break;
+	case CF_CTX_LIST: {
+		json_t *arr = json_array(), *x;
+		size_t i;
+
+		json_array_foreach(json_object_get(body, "contexts"), i, x)
+			json_array_append_new(arr, json_pack("{s:O*, s:O*, s:O*}", "id",
+							     json_object_get(x, "id"), "language",
+							     json_object_get(x, "language"), "cwd",
+							     json_object_get(x, "cwd")));
+		res = json_pack("{s:o*}", "contexts", arr);
+		break;
+	}
+	case CF_CTX_DELETE:
+		res = json_pack("{s:s}", "contextId", c->proc_id ? c->proc_id : "");
+		break;
+	case CF_COMMANDS:
+		res = cf_commands(body);
+		break;
+	case CF_GIT:
+		res = json_pack("{s:O*, s:O*, s:O*, s:O*, s:i}", "repoUrl", json_object_get(body, "url"),
+				"branch", json_object_get(body, "branch"), "targetDir",
+				json_object_get(body, "targetDir"), "commit", json_object_get(body, "commit"),
+				"exitCode", 0);
+		break;
+	case CF_EXEC:              /* its result is typed (cf_exec_result) */
 	case CF_EXEC_STREAM:
 	case CF_PROC_STREAM:
 	case CF_READ_STREAM:
+	case CF_PORT_WATCH:
+	case CF_CODE_RUN:
+	case CF_WATCH:
 		/* A stream route answered with JSON: only errors get here. */
 		res = body ? json_incref(body) : json_object();
 		break;
@@ -390,10 +463,115 @@ static int error_code_is(const json_t *body, const char *code)
 	return c && strcmp(c, code) == 0;
 }
 
+/* The message of a command that ran out of time in a session. */
+static void cf_timeout_text(const struct cf_req *c, char *out, size_t n)
+{
+	util_xsnprintf(out, n, "Failed to execute command in session '%s': Command timeout after %lld ms",
+		       c->session ? c->session : "", (long long)c->timeout_ms);
+}
+
+/* A JSON string of s (NULL: null) as compact JSON text; NULL on ENOMEM. */
+static char *cf_json_text(const char *s)
+{
+	json_t *v = s ? json_string(s) : json_null();
+	char *t = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+
+	json_decref(v);
+	return t;
+}
+
+/* execute: the exec's typed result as the SDK's ExecResult, streamed by
+ * the engine (stdout and stderr are never in memory whole). A timeout is
+ * reported as Cloudflare does: in a session a 500 COMMAND_EXECUTION_ERROR
+ * (the SDK raises CommandError), sessionless exit code 124 with "Command
+ * timed out after <N>ms" at the end of stderr. */
+static int cf_exec_result(struct cf_req *c, struct httpd_req *r, const struct agent_exec_result *res)
+{
+	auto_free char *cmd = cf_json_text(c->command ? c->command : "");
+	auto_free char *sid = cf_json_text(c->session);
+	auto_free char *tail = NULL;
+	char head[96], note[96] = "", ts[32], msg[256];
+	size_t n;
+
+	if (res->timed_out && c->session) {
+		cf_timeout_text(c, msg, sizeof(msg));
+		httpd_reply_json(r, 500,
+				 json_pack("{s:{s:s, s:s, s:{s:s, s:i}}}", "error", "code",
+					   "COMMAND_EXECUTION_ERROR", "message", msg, "details",
+					   "command", c->command ? c->command : "", "exitCode", 124));
+		return 1;
+	}
+	if (res->timed_out)
+		util_xsnprintf(note, sizeof(note), "%sCommand timed out after %lldms\\n",
+			       res->stderr_last >= 0 && res->stderr_last != '\n' ? "\\n" : "",
+			       (long long)c->timeout_ms);
+	cf_now(ts);
+	util_xsnprintf(head, sizeof(head), "{\"success\":%s,\"exitCode\":%lld,\"stdout\":\"",
+		       res->exit_code == 0 && !res->timed_out ? "true" : "false",
+		       (long long)res->exit_code);
+	n = strlen(cmd ? cmd : "") + strlen(sid ? sid : "") + 256;
+	tail = malloc(n);
+	if (!cmd || !sid || !tail)
+		return 0;   /* out of memory: the engine answers in its own shape */
+	util_xsnprintf(tail, n,
+		       "%s\",\"command\":%s,\"duration\":%lld,\"timestamp\":\"%s\"%s%s%s%s}", note, cmd,
+		       (long long)(util_now_ms() - c->t0), ts, c->session ? ",\"sessionId\":" : "",
+		       c->session ? sid : "", res->timed_out ? ",\"timedOut\":true" : "",
+		       res->truncated ? ",\"truncated\":true" : "");
+	agent_exec_reply_text(res->x, "application/json", head, "\",\"stderr\":\"", tail);
+	return 1;
+}
+
+static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, const void *result)
+{
+	struct cf_req *c = arg;
+
+	if (c->kind != CF_EXEC || strcmp(type, AGENT_EXEC_RESULT) != 0)
+		return 0;
+	return cf_exec_result(c, r, result);
+}
+
+/* ports.watchPort: the wait's answer (body stolen) as the SDK's event
+ * stream: watching, then ready, process_exited or error. A refusal of the
+ * request itself (no such process, bad arguments) stays an HTTP error:
+ * NULL, body given back in *body. */
+static int cf_port_watch_answer(struct cf_req *c, int status, json_t **body)
+{
+	const json_t *err = json_object_get(*body, "error");
+	const char *code = json_string_value(json_object_get(err, "code"));
+	char ts[32];
+
+	if (status >= 400 && (!code || (strcmp(code, "PROCESS_EXITED_BEFORE_READY") != 0 &&
+					 strcmp(code, "PROCESS_READY_TIMEOUT") != 0)))
+		return 0;
+	cf_now(ts);
+	cf_emit(c, json_pack("{s:s, s:i, s:s}", "type", "watching", "port", c->port, "timestamp", ts));
+	if (status < 400)
+		cf_emit(c, json_pack("{s:s, s:i, s:O*, s:s}", "type", "ready", "port", c->port,
+					"statusCode", json_object_get(*body, "status"), "timestamp", ts));
+	else if (strcmp(code, "PROCESS_EXITED_BEFORE_READY") == 0)
+		cf_emit(c, json_pack("{s:s, s:i, s:O*, s:s}", "type", "process_exited", "port",
+					c->port, "exitCode",
+					json_object_get(json_object_get(err, "details"), "exitCode"),
+					"timestamp", ts));
+	else
+		cf_emit(c, json_pack("{s:s, s:i, s:O*, s:s}", "type", "error", "port", c->port,
+					"error", json_object_get(err, "message"), "timestamp", ts));
+	json_decref(*body);
+	*body = NULL;
+	httpd_add_header(c->r, "Cache-Control", "no-store");
+	httpd_reply_bytes(c->r, 200, "text/event-stream", c->out.data ? c->out.data : "", c->out.len);
+	buf_reset(&c->out);
+	return 1;
+}
+
 static json_t *cf_filter_json(void *arg, int *status, json_t *body)
 {
 	struct cf_req *c = arg;
 
+	/* answered here as a stream: the empty answer httpd sends next is dropped */
+	if (c->kind == CF_PORT_WATCH && cf_port_watch_answer(c, *status, &body))
+		return NULL;
 	if (*status >= 400) {
 		if (c->kind == CF_EXISTS &&
 		    (error_code_is(body, "FILE_NOT_FOUND") || error_code_is(body, "NOT_DIRECTORY"))) {
@@ -448,13 +626,100 @@ static json_t *cf_output_text(const json_t *d)
 	return v;
 }
 
+/* One event of a code run (name, its data d) as the SDK's interpreter
+ * event: stdout/stderr {text}, result {data, isMainResult}, error {ename,
+ * evalue, traceback} (an agent error: its code and message), then
+ * execution_complete. New reference, or NULL for none. */
+static json_t *cf_code_event(const char *name, const json_t *d)
+{
+	json_t *ev;
+
+	if (strcmp(name, "error") == 0) {
+		const json_t *ename = json_object_get(d, "name");
+		const json_t *evalue = json_object_get(d, "value");
+		const json_t *tb = json_object_get(d, "traceback");
+
+		return json_pack("{s:s, s:O, s:O, s:O}", "type", "error", "ename",
+				 ename ? ename : json_object_get(d, "code"), "evalue",
+				 evalue ? evalue : json_object_get(d, "message"), "traceback",
+				 tb ? tb : json_array());
+	}
+	if (strcmp(name, "end") == 0)
+		return json_pack("{s:s, s:O*}", "type", "execution_complete", "execution_count",
+				 json_object_get(d, "executionCount"));
+	if (strcmp(name, "stdout") && strcmp(name, "stderr") && strcmp(name, "result"))
+		return NULL;
+	ev = json_deep_copy(d);
+	if (ev)
+		json_object_set_new(ev, "timestamp", json_integer(util_wall_ms()));
+	return ev;
+}
+
+/* The SDK's watch event types (FileWatchEventType), as a mask. */
+static const char *const cf_watch_types[] = { "create", "modify", "delete", "move_from",
+					      "move_to", "attrib" };
+
+/* One watch event of sbx (agent_watch.c) as the SDK's: ready → watching,
+ * create/modify/delete → event, move → move_from + move_to, overflow and
+ * error → error (an error ends the stream, an overflow does not). */
+static void cf_watch_translate(struct cf_req *c, const char *name, const json_t *d)
+{
+	const char *type[2] = { name, NULL };
+	const json_t *path[2] = { json_object_get(d, "path"), NULL };
+	char ts[32];
+
+	cf_now(ts);
+	if (strcmp(name, "ready") == 0) {
+		cf_emit(c, json_pack("{s:s, s:O*, s:s}", "type", "watching", "path", path[0],
+				     "watchId", c->watch_id));
+		return;
+	}
+	if (strcmp(name, "error") == 0 || strcmp(name, "overflow") == 0) {
+		json_t *ev = json_pack("{s:s, s:O*}", "type", "error", "error",
+				       json_object_get(d, "message"));
+
+		if (ev && strcmp(name, "overflow") == 0)
+			json_object_set_new(ev, "overflow", json_true());
+		cf_emit(c, ev);
+		return;
+	}
+	if (strcmp(name, "move") == 0) {
+		type[0] = "move_from";
+		path[0] = json_object_get(d, "from");
+		type[1] = "move_to";
+		path[1] = json_object_get(d, "to");
+	}
+	for (int i = 0; i < 2 && type[i]; i++) {
+		unsigned bit = 0;
+
+		for (size_t k = 0; k < ARRAY_SIZE(cf_watch_types); k++)
+			if (strcmp(type[i], cf_watch_types[k]) == 0)
+				bit = 1u << k;
+		if (!bit || (c->watch_types && !(c->watch_types & bit)))
+			continue;
+		cf_emit(c, json_pack("{s:s, s:s, s:O*, s:O*, s:s}", "type", "event", "eventType",
+				     type[i], "path", path[i], "isDirectory",
+				     json_object_get(d, "isDirectory"), "timestamp", ts));
+	}
+}
+
 /* One sbx event (name, its JSON data d) as the SDK's event. */
 static void cf_translate(struct cf_req *c, const char *name, const json_t *d)
 {
 	int proc = c->kind == CF_PROC_STREAM;
-	json_t *ev = json_object(), *v;
+	json_t *ev, *v;
 	char ts[32];
 
+	if (c->kind == CF_WATCH) {
+		cf_watch_translate(c, name, d);
+		return;
+	}
+	if (c->kind == CF_CODE_RUN) {
+		if ((ev = cf_code_event(name, d)))
+			cf_emit(c, ev);
+		return;
+	}
+	ev = json_object();
 	if (!ev)
 		return;
 	cf_now(ts);
@@ -462,6 +727,8 @@ static void cf_translate(struct cf_req *c, const char *name, const json_t *d)
 		json_object_set_new(ev, "type", json_string(proc ? "process_info" : "start"));
 		if (c->command)
 			json_object_set_new(ev, "command", json_string(c->command));
+		else if ((v = json_object_get(d, "command")))
+			json_object_set(ev, "command", v);
 		if ((v = json_object_get(d, "pid")))
 			json_object_set(ev, "pid", v);
 		if (proc)
@@ -469,6 +736,25 @@ static void cf_translate(struct cf_req *c, const char *name, const json_t *d)
 	} else if (strcmp(name, "stdout") == 0 || strcmp(name, "stderr") == 0) {
 		json_object_set_new(ev, "type", json_string(name));
 		json_object_set_new(ev, "data", cf_output_text(d));
+	} else if (strcmp(name, "exit") == 0 && !proc && json_is_true(json_object_get(d, "timedOut"))) {
+		char msg[256];
+
+		if (c->session) {
+			cf_timeout_text(c, msg, sizeof(msg));
+			json_object_set_new(ev, "type", json_string("error"));
+			json_object_set_new(ev, "error", json_string(msg));
+			json_object_set_new(ev, "data", json_string(msg));
+			json_object_set_new(ev, "code", json_string("COMMAND_EXECUTION_ERROR"));
+		} else {
+			util_xsnprintf(msg, sizeof(msg), "Command timed out after %lldms\n",
+				       (long long)c->timeout_ms);
+			cf_emit(c, json_pack("{s:s, s:s, s:s}", "type", "stderr", "data", msg,
+					     "timestamp", ts));
+			json_object_set_new(ev, "type", json_string("complete"));
+			json_object_set_new(ev, "exitCode", json_integer(124));
+			json_object_set(ev, "duration", json_object_get(d, "durationMs"));
+			json_object_set_new(ev, "timedOut", json_true());
+		}
 	} else if (strcmp(name, "exit") == 0) {
 		json_int_t code = json_integer_value(json_object_get(d, "exitCode"));
 
@@ -610,7 +896,8 @@ static void cf_filter_stream(void *arg, httpd_read_fn *read, void **read_arg)
 {
 	struct cf_req *c = arg;
 
-	if (c->kind != CF_EXEC_STREAM && c->kind != CF_PROC_STREAM)
+	if (c->kind != CF_EXEC_STREAM && c->kind != CF_PROC_STREAM && c->kind != CF_CODE_RUN &&
+	    c->kind != CF_WATCH)
 		return;
 	c->inner = *read;
 	c->inner_arg = *read_arg;
@@ -729,6 +1016,7 @@ static const struct httpd_filter cf_filter = {
 	.json = cf_filter_json,
 	.stream = cf_filter_stream,
 	.fd = cf_filter_fd,
+	.typed = cf_filter_typed,
 	.free = cf_free,
 };
 
@@ -745,6 +1033,7 @@ static struct cf_req *cf_begin(struct httpd_req *r, enum cf_kind kind)
 		httpd_reply_err(r, &e);
 		return NULL;
 	}
+	c->r = r;
 	c->kind = kind;
 	c->fd = -1;
 	c->t0 = util_now_ms();
@@ -829,8 +1118,8 @@ static int cf_set_path(struct cf_req *c, const char *p, struct sbx_err *e)
 	return c->tail ? 0 : err_sys(e, ENOMEM, "path");
 }
 
-/* Add the query parameter name=value (both static, or the request's own)
- * for the native call. */
+/* Add the query parameter name=value (static, living in c, or the
+ * request's own) for the native call. */
 static void cf_query(struct cf_req *c, const char *name, const char *value)
 {
 	if (c->nquery < AGENT_CALL_QUERY_MAX) {
@@ -868,7 +1157,7 @@ typedef int (*cf_map_fn)(struct httpd_req *r, struct cf_req *c, json_t *body, st
 
 enum cf_route_flags {
 	CF_BODY = 1u << 0,         /* the SDK sends a JSON body: parsed for map */
-	CF_PROC_ID = 1u << 1,      /* the tail's {id} is a process id (param 1) */
+	CF_PROC_ID = 1u << 1,      /* the tail's {id} is param 1 of the call (a process, a context) */
 	CF_ACCEPT_SSE = 1u << 2,   /* the call answers an event stream (else JSON) */
 };
 
@@ -881,30 +1170,70 @@ struct cf_route {
 	const struct agent_call_spec *call;   /* the native call (the mapper may change it) */
 };
 
-/* execute / execute/stream: exec, in the session when sessionId is given;
- * background: true starts a process instead. */
-static int map_exec(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+/* The session of the SDK's call into c->session: its sessionId, the
+ * default session "default" when there is none, no session for
+ * __DISABLE_SESSION__ (getSandbox(…, {enableDefaultSession: false})). */
+static int cf_session(struct cf_req *c, const json_t *body, struct sbx_err *e)
 {
-	const char *command, *sid;
-	int stream = c->kind == CF_EXEC_STREAM;
-	json_t *b;
+	const char *sid;
 
-	if (cf_req_str(body, "command", &command, e) < 0 || cf_str(body, "sessionId", &sid, e) < 0)
+	if (cf_str(body, "sessionId", &sid, e) < 0)
 		return -1;
-	c->command = strdup(command);
-	if (!stream && json_is_true(json_object_get(body, "background"))) {
-		c->kind = CF_PROC_START;
-		c->call = &agent_call_proc_start;
-		return cf_set_body(c, cf_exec_body(body, command, 0, e), e);
-	}
-	c->session = sid && *sid ? strdup(sid) : NULL;
-	b = cf_exec_body(body, command, 1, e);
+	if (!sid || !*sid)
+		sid = CF_DEFAULT_SESSION;
+	if (strcmp(sid, CF_NO_SESSION) == 0)
+		return 0;
+	c->session = strdup(sid);
+	return c->session ? 0 : err_sys(e, ENOMEM, "session");
+}
+
+/* Put c->session into the native body b ("session"). */
+static int cf_body_session(struct cf_req *c, json_t *b, struct sbx_err *e)
+{
 	if (b && c->session && json_object_set_new(b, "session", json_string(c->session)) < 0) {
 		json_decref(b);
 		return err_sys(e, ENOMEM, "body");
 	}
+	return cf_set_body(c, b, e);
+}
+
+/* execute / execute/stream: exec in the session (cf_session); a stream
+ * runs in a subshell of it, as on Cloudflare (it sees the session's cwd
+ * and env, its cd/export do not persist, `exit` ends only the subshell);
+ * background: true starts a process instead. */
+static int map_exec(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	const char *command;
+	int stream = c->kind == CF_EXEC_STREAM;
+	json_t *b;
+
+	if (cf_req_str(body, "command", &command, e) < 0 || cf_session(c, body, e) < 0 ||
+	    jsonv_int(body, "timeoutMs", 1, 86400000, &c->timeout_ms, e) < 0)
+		return -1;
+	c->command = strdup(command);
+	if (!c->command)
+		return err_sys(e, ENOMEM, "command");
+	if (!stream && json_is_true(json_object_get(body, "background"))) {
+		c->kind = CF_PROC_START;
+		c->call = &agent_call_proc_start;
+		return cf_body_session(c, cf_exec_body(body, command, 0, e), e);
+	}
+	if (stream && c->session) {
+		struct buf sub;
+
+		buf_init(&sub, strlen(command) + 8);
+		if (buf_adds(&sub, "(\n") < 0 || buf_adds(&sub, command) < 0 ||
+		    buf_adds(&sub, "\n)") < 0 || buf_add(&sub, "", 1) < 0) {
+			buf_release(&sub);
+			return err_sys(e, ENOMEM, "command");
+		}
+		b = cf_exec_body(body, sub.data, 1, e);
+		buf_release(&sub);
+	} else {
+		b = cf_exec_body(body, command, 1, e);
+	}
 	c->args.sse = stream;
-	return b ? cf_set_body(c, b, e) : -1;
+	return cf_body_session(c, b, e);
 }
 
 /* The path fields of a file call: field (required) into c->path, and
@@ -967,15 +1296,18 @@ static int map_write(struct httpd_req *r, struct cf_req *c, json_t *body, struct
 		return -1;
 	if (!json_is_string(content))
 		return err_set(e, SBX_E_VALIDATION, "'content' must be a string");
-	buf_init(&raw, HTTPD_MAX_JSON_BODY);
+	buf_init(&raw, CF_FILE_MAX);
 	if (enc && (rc = cf_encoding(enc, e)) < 0) {
 		rc = -1;
 	} else if (rc == 1) {
 		rc = codec_base64_decode(json_string_value(content), json_string_length(content), &raw);
-		if (rc < 0)
+		if (rc < 0 && raw.len + 3 >= CF_FILE_MAX)
+			err_set(e, SBX_E_FILE_TOO_LARGE, "'content' is larger than %d bytes",
+				CF_FILE_MAX);
+		else if (rc < 0)
 			err_set(e, SBX_E_VALIDATION, "'content' is not valid base64");
 	} else if (buf_add(&raw, json_string_value(content), json_string_length(content)) < 0) {
-		rc = err_set(e, SBX_E_PAYLOAD_TOO_LARGE, "'content' is too large");
+		rc = err_set(e, SBX_E_FILE_TOO_LARGE, "'content' is larger than %d bytes", CF_FILE_MAX);
 	}
 	if (rc < 0) {
 		buf_release(&raw);
@@ -1039,30 +1371,104 @@ static int map_proc_start(struct httpd_req *r, struct cf_req *c, json_t *body, s
 	if (cf_req_str(body, "command", &command, e) < 0)
 		return -1;
 	c->command = strdup(command);
+	if (!c->command || cf_session(c, body, e) < 0)
+		return c->command ? -1 : err_sys(e, ENOMEM, "command");
 	b = cf_exec_body(body, command, 0, e);
 	if (b && cf_copy(b, body, "processId", "id", JV_STRING, e) < 0) {
 		json_decref(b);
 		return -1;
 	}
-	return b ? cf_set_body(c, b, e) : -1;
+	if (cf_body_session(c, b, e) < 0)
+		return -1;
+	/* the session is the process's start state only: errors do not name it */
+	free(c->session);
+	c->session = NULL;
+	return 0;
+}
+
+/* ports.watchPort {port, mode, path, statusMin, statusMax, processId,
+ * interval}: the wait of process processId (required in sbx) for port,
+ * in TCP or HTTP mode; the SDK applies its own timeout (the wait's is the
+ * longest, an hour). */
+static int map_port_watch(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	const char *mode, *path, *pid;
+	int64_t port, lo = 200, hi = 399, interval = 500;
+
+	if (jsonv_int(body, "port", 1, 65535, &port, e) < 0 || cf_str(body, "mode", &mode, e) < 0 ||
+	    cf_str(body, "path", &path, e) < 0 || cf_str(body, "processId", &pid, e) < 0 ||
+	    jsonv_int(body, "statusMin", 100, 599, &lo, e) < 0 ||
+	    jsonv_int(body, "statusMax", 100, 599, &hi, e) < 0 ||
+	    jsonv_int(body, "interval", 10, 60000, &interval, e) < 0)
+		return -1;
+	if (!json_object_get(body, "port"))
+		return err_set(e, SBX_E_VALIDATION, "'port' is required");
+	if (mode && strcmp(mode, "http") != 0 && strcmp(mode, "tcp") != 0)
+		return err_set(e, SBX_E_VALIDATION, "'mode' must be http or tcp");
+	if (!pid || !*pid)
+		return err_set(e, SBX_E_VALIDATION,
+			       "'processId' is required: sbx watches a port for a process it started");
+	if (hi < lo)
+		return err_set(e, SBX_E_VALIDATION, "'statusMax' is below 'statusMin'");
+	c->port = (int)port;
+	if (!(c->args.ref = c->proc_id = strdup(pid)))
+		return err_sys(e, ENOMEM, "process id");
+	util_xsnprintf(c->q_port, sizeof(c->q_port), "%d", (int)port);
+	util_xsnprintf(c->q_interval, sizeof(c->q_interval), "%lld", (long long)interval);
+	cf_query(c, "port", c->q_port);
+	cf_query(c, "timeoutMs", "3600000");
+	cf_query(c, "intervalMs", c->q_interval);
+	if (!mode || strcmp(mode, "http") == 0) {
+		if (!(c->q_path = strdup(path ? path : "/")))
+			return err_sys(e, ENOMEM, "path");
+		util_xsnprintf(c->q_status, sizeof(c->q_status), "%lld-%lld", (long long)lo,
+			       (long long)hi);
+		cf_query(c, "http", c->q_path);
+		cf_query(c, "status", c->q_status);
+	}
+	return 0;
+}
+
+/* utils.getCommands: the executables on PATH, listed by a sessionless exec. */
+static int map_commands(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	return cf_set_body(c, json_pack("{s:s}", "command", CF_COMMANDS_SCRIPT), e);
+}
+
+/* A field of the SDK's body and its name in the native call's body. */
+struct cf_field {
+	const char *name, *as;
+	unsigned types;
+};
+
+/* Make the native call's body the fields (NULL-terminated) copied from
+ * the SDK's body. 0 or -1 (400, ENOMEM). */
+static int cf_body_of(struct cf_req *c, const json_t *body, const struct cf_field *fields,
+		      struct sbx_err *e)
+{
+	json_t *b = json_object();
+
+	if (!b)
+		return err_sys(e, ENOMEM, "body");
+	for (const struct cf_field *f = fields; f->name; f++)
+		if (cf_copy(b, body, f->name, f->as, f->types, e) < 0) {
+			json_decref(b);
+			return -1;
+		}
+	return cf_set_body(c, b, e);
 }
 
 static int map_session_create(struct httpd_req *r, struct cf_req *c, json_t *body,
 			      struct sbx_err *e)
 {
-	json_t *b = json_object();
+	static const struct cf_field fields[] = {
+		{ "id", "id", JV_STRING }, { "env", "env", JV_OBJECT }, { "cwd", "cwd", JV_STRING },
+		{ NULL, NULL, 0 },
+	};
 
 	if (json_is_string(json_object_get(body, "id")))
 		c->session = strdup(json_string_value(json_object_get(body, "id")));
-	if (!b)
-		return err_sys(e, ENOMEM, "body");
-	if (cf_copy(b, body, "id", "id", JV_STRING, e) < 0 ||
-	    cf_copy(b, body, "env", "env", JV_OBJECT, e) < 0 ||
-	    cf_copy(b, body, "cwd", "cwd", JV_STRING, e) < 0) {
-		json_decref(b);
-		return -1;
-	}
-	return cf_set_body(c, b, e);
+	return cf_body_of(c, body, fields, e);
 }
 
 static int map_session_delete(struct httpd_req *r, struct cf_req *c, json_t *body,
@@ -1079,6 +1485,122 @@ static int map_session_delete(struct httpd_req *r, struct cf_req *c, json_t *bod
 	return 0;
 }
 
+static int map_ctx_create(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	static const struct cf_field fields[] = {
+		{ "language", "language", JV_STRING }, { "cwd", "cwd", JV_STRING },
+		{ "env_vars", "env", JV_OBJECT }, { NULL, NULL, 0 },
+	};
+
+	return cf_body_of(c, body, fields, e);
+}
+
+/* {context_id, code, language?, timeout_ms?} -> the run of context_id. */
+static int map_code_run(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	static const struct cf_field fields[] = {
+		{ "code", "code", JV_STRING }, { "timeout_ms", "timeoutMs", JV_INTEGER },
+		{ NULL, NULL, 0 },
+	};
+	const char *ctx;
+
+	if (cf_req_str(body, "context_id", &ctx, e) < 0)
+		return -1;
+	c->proc_id = strdup(ctx);
+	if (!c->proc_id || strlen(c->proc_id) >= HTTPD_PARAM_MAX)
+		return err_set(e, SBX_E_VALIDATION, "'context_id' must be 1-64 of [A-Za-z0-9_.-]");
+	c->args.ref = c->proc_id;
+	return cf_body_of(c, body, fields, e);
+}
+
+/* An optional array of strings without ',' of body joined by ',' into
+ * *out (NULL when absent). 0 or -1 (400). */
+static int cf_join(const json_t *body, const char *name, char **out, struct sbx_err *e)
+{
+	const json_t *arr = json_object_get(body, name), *v;
+	struct buf b;
+	size_t i;
+
+	*out = NULL;
+	if (!arr || json_is_null(arr))
+		return 0;
+	if (!json_is_array(arr))
+		return err_set(e, SBX_E_VALIDATION, "'%s' must be an array of strings", name);
+	buf_init(&b, 64 * 1024);
+	json_array_foreach(arr, i, v) {
+		if (!json_is_string(v) || strchr(json_string_value(v), ',') ||
+		    (i && buf_adds(&b, ",") < 0) || buf_adds(&b, json_string_value(v)) < 0) {
+			buf_release(&b);
+			return err_set(e, SBX_E_VALIDATION,
+				       "'%s' must be an array of patterns without ','", name);
+		}
+	}
+	*out = b.data ? buf_steal(&b, NULL) : strdup("");
+	return *out ? 0 : err_sys(e, ENOMEM, "%s", name);
+}
+
+/* watch: the SDK's body as the native query (path, recursive, exclude,
+ * include); the SDK's default exclude when it names none; events as a
+ * filter of the translation. */
+static int map_watch(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	const json_t *types = json_object_get(body, "events"), *v, *rec;
+	unsigned char rnd[8];
+	size_t i;
+
+	if (cf_file_paths(c, body, "path", NULL, e) < 0 || cf_join(body, "exclude", &c->exclude, e) < 0 ||
+	    cf_join(body, "include", &c->include, e) < 0)
+		return -1;
+	rec = json_object_get(body, "recursive");
+	if (rec && !json_is_boolean(rec))
+		return err_set(e, SBX_E_VALIDATION, "'recursive' must be a boolean");
+	if (types && !json_is_array(types))
+		return err_set(e, SBX_E_VALIDATION, "'events' must be an array");
+	json_array_foreach(types, i, v) {
+		unsigned bit = 0;
+
+		for (size_t k = 0; k < ARRAY_SIZE(cf_watch_types); k++)
+			if (json_is_string(v) && strcmp(json_string_value(v), cf_watch_types[k]) == 0)
+				bit = 1u << k;
+		if (!bit)
+			return err_set(e, SBX_E_VALIDATION, "'events' holds an unknown event type");
+		c->watch_types |= bit;
+	}
+	if (!c->exclude && !c->include && !(c->exclude = strdup(".git,node_modules,.DS_Store")))
+		return err_sys(e, ENOMEM, "exclude");
+	if (util_random(rnd, sizeof(rnd)) < 0)
+		return err_sys(e, errno, "watch id");
+	util_hex(rnd, sizeof(rnd), c->watch_id);
+	cf_query(c, "path", c->path);
+	cf_query(c, "recursive", json_is_false(rec) ? "false" : "true");
+	if (c->exclude)
+		cf_query(c, "exclude", c->exclude);
+	if (c->include)
+		cf_query(c, "include", c->include);
+	return 0;
+}
+
+/* git/checkout: repoUrl → url; the SDK always sends its targetDir. */
+static int map_git(struct httpd_req *r, struct cf_req *c, json_t *body, struct sbx_err *e)
+{
+	const char *url;
+	json_t *b;
+
+	if (cf_req_str(body, "repoUrl", &url, e) < 0)
+		return -1;
+	b = json_pack("{s:s}", "url", url);
+	if (!b)
+		return err_sys(e, ENOMEM, "body");
+	if (cf_copy(b, body, "branch", "branch", JV_STRING, e) < 0 ||
+	    cf_copy(b, body, "targetDir", "targetDir", JV_STRING, e) < 0 ||
+	    cf_copy(b, body, "depth", "depth", JV_INTEGER, e) < 0 ||
+	    cf_copy(b, body, "timeoutMs", "timeoutMs", JV_INTEGER, e) < 0) {
+		json_decref(b);
+		return -1;
+	}
+	return cf_set_body(c, b, e);
+}
+
 /* ping and version: answered here, for a running sandbox (a call of
  * AGENT_CALL_DATA, as every native one). */
 static int cf_ping(struct agent_call *c, struct sbx_err *e)
@@ -1093,7 +1615,8 @@ static int cf_ping(struct agent_call *c, struct sbx_err *e)
 static int cf_version(struct agent_call *c, struct sbx_err *e)
 {
 	(void)e;
-	httpd_reply_json(c->r, 200, json_pack("{s:s}", "version", CF_VERSION));
+	httpd_reply_json(c->r, 200, json_pack("{s:s, s:s}", "version", CF_API_VERSION, "sbxVersion",
+					      CF_VERSION));
 	return 0;
 }
 
@@ -1137,9 +1660,18 @@ static const struct cf_route cf_routes[] = {
 	{ "GET", "/api/session/list", CF_SESS_LIST, 0, NULL, &agent_call_session_list },
 	{ "POST", "/api/session/delete", CF_SESS_DELETE, CF_BODY, map_session_delete,
 	  &agent_call_session_delete },
+	{ "POST", "/api/contexts", CF_CTX_CREATE, CF_BODY, map_ctx_create, &agent_call_interp_create },
+	{ "GET", "/api/contexts", CF_CTX_LIST, 0, NULL, &agent_call_interp_list },
+	{ "DELETE", "/api/contexts/{id}", CF_CTX_DELETE, CF_PROC_ID, NULL, &agent_call_interp_delete },
+	{ "POST", "/api/execute/code", CF_CODE_RUN, CF_BODY | CF_ACCEPT_SSE, map_code_run,
+	  &agent_call_interp_run },
+	{ "POST", "/api/watch", CF_WATCH, CF_BODY | CF_ACCEPT_SSE, map_watch, &agent_call_watch },
+	{ "POST", "/api/git/checkout", CF_GIT, CF_BODY, map_git, &agent_call_git_checkout },
 	{ "GET", "/api/ping", CF_PLAIN, 0, NULL, &cf_call_ping },
 	{ "GET", "/api/version", CF_PLAIN, 0, NULL, &cf_call_version },
 	{ "GET", "/ws/pty", CF_PLAIN, 0, map_pty, &agent_call_term_cf_pty },
+	{ "GET", "/api/commands", CF_COMMANDS, 0, map_commands, &agent_call_exec },
+	{ "POST", "/api/port-watch", CF_PORT_WATCH, CF_BODY, map_port_watch, &agent_call_proc_wait },
 };
 
 static const struct cf_route *cf_route_find(const char *method, const char *tail,
@@ -1189,6 +1721,19 @@ void agent_cf_dispatch(struct httpd_req *r)
 	c = cf_begin(r, rt ? rt->kind : CF_PLAIN);
 	if (!c)
 		return;
+	if (httpd_body_too_large(r) == 2) {
+		err_set(&e, SBX_E_NO_CAPACITY,
+			"this node buffers too many large request bodies at once; retry");
+		httpd_reply_err(r, &e);
+		return;
+	}
+	if (httpd_body_too_large(r)) {
+		/* over the bound of the route's row (HTTPD_ROUTE_BIG_BODY) */
+		err_set(&e, rt && rt->kind == CF_WRITE ? SBX_E_FILE_TOO_LARGE : SBX_E_PAYLOAD_TOO_LARGE,
+			"the request body is larger than %d bytes", HTTPD_MAX_BIG_BODY);
+		httpd_reply_err(r, &e);
+		return;
+	}
 	if (cf_map(r, rt, c, params, &e) < 0) {
 		httpd_reply_err(r, &e);
 		return;

@@ -5,6 +5,7 @@
 #include "ids.h"
 #include "log.h"
 #include "redisurl.h"
+#include "registry.h"
 #include "rkeys.h"
 #include "util.h"
 
@@ -250,13 +251,18 @@ static void stream_close(void *arg, int failed)
 }
 
 /* A new Redis connection for s on base; 0 or -1 with e. */
-static int stream_connect(struct ev_stream *s, const struct sbx_conf *conf,
-			  struct event_base *base, struct sbx_err *e)
+static int stream_connect(struct ev_stream *s, const struct agent *a, struct sbx_err *e)
 {
+	const struct redisurl *known = a->reg ? registry_redis_addr(a->reg) : NULL;
+	struct event_base *base = a->base;
 	struct redisurl url;
 	redisAsyncContext *ac;
 
-	if (redisurl_parse(conf->redis.url, &url, e) < 0)
+	/* The primary the registry reached (with redis.sentinels, redis.url
+	 * is not where Redis is). */
+	if (known)
+		url = *known;
+	else if (redisurl_parse(a->conf->redis.url, &url, e) < 0)
 		return -1;
 	ac = url.is_unix ? redisAsyncConnectUnix(url.path) : redisAsyncConnect(url.host, url.port);
 	if (!ac || ac->err) {
@@ -315,7 +321,7 @@ int agent_events_get(struct agent_call *c, struct sbx_err *e)
 	if (!s)
 		return err_set(e, SBX_E_INTERNAL, "out of memory");
 	buf_init(&s->out, OUT_MAX);
-	if (stream_parse(c, s, e) < 0 || stream_connect(s, conf, c->a->base, e) < 0) {
+	if (stream_parse(c, s, e) < 0 || stream_connect(s, c->a, e) < 0) {
 		buf_release(&s->out);
 		free(s);
 		return -1;

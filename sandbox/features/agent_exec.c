@@ -9,13 +9,19 @@
  * pipe only while the pending stream buffer is below EXEC_SSE_SOFT_MAX, so
  * a slow reader blocks the process on its write (bounded memory). In JSON
  * mode each stream is kept up to agent.max_exec_output_bytes and drained
- * (and dropped) beyond it.
+ * (and dropped) beyond it: its first EXEC_MEM_KEEP bytes in memory, the
+ * rest spilled to an unlinked temp file under agent.state_dir/exec-spill
+ * (all of the node's at most agent.exec_spill_node_bytes), and the answer
+ * is streamed from there, escaped piece by piece, so the agent's memory
+ * does not grow with the output. Only a view that rewrites the JSON (a
+ * filter: the compat API) gets the answer as one JSON value.
  *
  * Lifetime: a struct agent_exec lives until both the request is over and
  * the process has exited (its on_exited callback ran, or the source called
  * agent_exec_exited / agent_exec_fail).
  */
 #include "agent_exec.h"
+#include "agent_files.h"
 #include "agent_lifecycle.h"
 #include "agent_sse.h"
 #include "buf.h"
@@ -30,6 +36,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define EXEC_SSE_SOFT_MAX (64 * 1024)      /* stop reading pipes above this */
@@ -40,11 +47,16 @@
 #define EXEC_FINAL_DRAIN_MAX (1024 * 1024) /* then take at most this much more */
 #define EXEC_MAX_ARGV 4096
 #define EXEC_MAX_PATH AGENT_EXEC_MAX_PATH
+#define EXEC_MEM_KEEP (64 * 1024)          /* JSON mode: in memory, then spilled */
+#define EXEC_JSON_CHUNK (48 * 1024)        /* the streamed answer reads this much at a time */
 
 struct exec_stream {
 	struct agent_exec *x;
 	const char *name;          /* "stdout" / "stderr" */
-	struct buf cap;            /* JSON mode: kept bytes */
+	struct buf cap;            /* JSON mode: the first bytes kept (EXEC_MEM_KEEP) */
+	int spill_fd;              /* JSON mode: the rest kept, in an unlinked file; -1 none */
+	uint64_t spilled;          /* bytes in spill_fd (counted in spill_node) */
+	uint64_t kept_max;         /* agent.max_exec_output_bytes */
 	int truncated;
 	char carry[4];             /* stream mode: an incomplete UTF-8 tail */
 	size_t ncarry;
@@ -75,12 +87,76 @@ struct agent_exec {
 	struct agent_stream live;  /* keeps the sandbox awake while the request lasts */
 	const struct agent_exec_src *src; /* pushed output (sessions, logs), or NULL */
 	void *src_arg;
+	char *command;             /* named by the start event, or NULL */
+	/* the streamed JSON answer: its fixed parts, the part being sent, where in it */
+	char *jhead, *jmid, *jtail;
+	int jpart;                 /* 0 head, 1 stdout, 2 mid, 3 stderr, 4 tail, 5 done */
+	uint64_t joff;
+	char jcarry[4];
+	size_t njcarry;
+	struct buf jout, jfix;     /* its escaped text; a chunk with U+FFFD in place */
+	size_t jout_off;
 	int failed;                /* answer with err (and err_details) instead */
 	struct sbx_err err;
 	json_t *err_details;
+	int64_t counted_run;       /* a command of agent_exec_run: counted in that run (0: not) */
 };
 
+/* The commands of agent_exec_run running in one container, held to
+ * agent.max_execs_per_sandbox: a count in the exec module's slot. */
+struct exec_count {
+	int running;
+};
+
+static void exec_container_gone(struct agent *a, struct agent_sb *sb)
+{
+	void **slot = agent_sb_slot(sb, &agent_exec_module);
+
+	free(*slot);
+	*slot = NULL;
+}
+
+const struct agent_module agent_exec_module = { "exec", exec_container_gone };
+
+/* Count a command of sb's container in: 0, or -1 with e = QUOTA_EXCEEDED
+ * at the cap. */
+static int count_in(struct agent *a, struct agent_sb *sb, struct agent_exec *x, struct sbx_err *e)
+{
+	void **slot = agent_sb_slot(sb, &agent_exec_module);
+	struct exec_count *n = *slot;
+
+	if (!n && !(n = *slot = calloc(1, sizeof(*n))))
+		return err_sys(e, ENOMEM, "exec");
+	if (n->running >= a->conf->agent.max_execs_per_sandbox)
+		return err_set(e, SBX_E_QUOTA_EXCEEDED,
+			       "a sandbox runs at most %lld commands at once (agent.max_execs_per_sandbox); "
+			       "wait for one to end", (long long)a->conf->agent.max_execs_per_sandbox);
+	n->running++;
+	x->counted_run = sb->run;
+	return 0;
+}
+
+/* The command of x ended: count it out of its container (if that still runs). */
+static void count_out(struct agent_exec *x)
+{
+	struct agent_sb *sb;
+	struct exec_count *n;
+	int64_t run = x->counted_run;
+
+	if (!run)
+		return;
+	x->counted_run = 0;
+	sb = agent_sb_find(x->a, x->key);
+	if (!sb || sb->run != run || !sb->rt)
+		return;
+	n = *agent_sb_slot(sb, &agent_exec_module);
+	if (n && n->running > 0)
+		n->running--;
+}
+
 static void exec_check_done(struct agent_exec *x);
+
+static uint64_t spill_node;   /* bytes in the spill files of all JSON execs */
 
 /* Stop reading stream i of x (its pipe closed). */
 static void stream_close(struct agent_exec *x, int i)
@@ -111,14 +187,25 @@ static void free_event(struct event **ev)
 
 static void exec_free(struct agent_exec *x)
 {
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 2; i++) {
 		buf_release(&x->out[i].cap);
+		if (x->out[i].spill_fd >= 0)
+			close(x->out[i].spill_fd);
+		spill_node -= x->out[i].spilled;
+	}
+	buf_release(&x->jout);
+	buf_release(&x->jfix);
+	free(x->jhead);
+	free(x->jmid);
+	free(x->jtail);
 	child_io_free(x->io);
 	free_event(&x->timeout_ev);
 	free_event(&x->keepalive_ev);
 	free_event(&x->grace_ev);
 	buf_release(&x->sse);
 	json_decref(x->err_details);
+	free(x->command);
+	count_out(x);
 	agent_sb_stream_end(x->a, &x->live);
 	free(x);
 }
@@ -177,16 +264,96 @@ static void sse_output(struct exec_stream *s, const char *data, size_t n, int fl
 	sse_wake(x);
 }
 
+/* An unlinked file for the spilled output of x: -1 (logged) when there
+ * is none to be had. */
+static int spill_open(struct agent_exec *x)
+{
+	char dir[CONF_STR_MAX + 16], tmpl[CONF_STR_MAX + 32];
+	int fd;
+
+	util_xsnprintf(dir, sizeof(dir), "%s/exec-spill", x->a->conf->agent.state_dir);
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		log_warn("exec '%s': cannot create '%s': %s (output truncated)", x->key, dir,
+			 strerror(errno));
+		return -1;
+	}
+	fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+		util_xsnprintf(tmpl, sizeof(tmpl), "%s/out-XXXXXX", dir);
+		fd = mkostemp(tmpl, O_CLOEXEC);
+		if (fd >= 0)
+			unlink(tmpl);
+	}
+	if (fd < 0)
+		log_warn("exec '%s': no spill file in '%s': %s (output truncated)", x->key, dir,
+			 strerror(errno));
+	return fd;
+}
+
+/* JSON mode: keep n more bytes of s, up to its bound (memory first, then
+ * the spill file); what does not fit is dropped and marks it truncated. */
 static void json_output(struct exec_stream *s, const char *data, size_t n)
 {
-	size_t room = s->cap.max - s->cap.len;
+	struct agent_exec *x = s->x;
+	uint64_t have = s->cap.len + s->spilled;
+	size_t k;
 
-	if (n > room) {
+	if (have + n > s->kept_max) {
 		s->truncated = 1;
-		n = room;
+		n = (size_t)(s->kept_max - have);
 	}
-	if (n)
-		buf_add(&s->cap, data, n);
+	k = s->spill_fd < 0 ? s->cap.max - s->cap.len : 0;
+	if (k > n)
+		k = n;
+	if (k && buf_add(&s->cap, data, k) == 0) {
+		data += k;
+		n -= k;
+	}
+	if (n == 0)
+		return;
+	if (spill_node + n > (uint64_t)x->a->conf->agent.exec_spill_node_bytes) {
+		s->truncated = 1;
+		return;
+	}
+	if (s->spill_fd < 0 && (s->spill_fd = spill_open(x)) < 0) {
+		s->spill_fd = -1;
+		s->truncated = 1;
+		s->kept_max = s->cap.len; /* nothing more is kept: no retry per read */
+		return;
+	}
+	if (util_write_all(s->spill_fd, data, n) < 0) {
+		log_warn("exec '%s': spill write: %s (output truncated)", x->key, strerror(errno));
+		s->truncated = 1;
+		s->kept_max = s->cap.len + s->spilled;
+		return;
+	}
+	s->spilled += n;
+	spill_node += n;
+}
+
+/* Up to n kept bytes of s from offset off: memory, then the spill file.
+ * The count, or -1 (errno). */
+static ssize_t stream_pread(const struct exec_stream *s, uint64_t off, char *out, size_t n)
+{
+	if (off < s->cap.len) {
+		size_t k = s->cap.len - (size_t)off;
+
+		if (k > n)
+			k = n;
+		memcpy(out, s->cap.data + off, k);
+		return (ssize_t)k;
+	}
+	for (;;) {
+		ssize_t r = pread(s->spill_fd, out, n, (off_t)(off - s->cap.len));
+
+		if (r >= 0 || errno != EINTR)
+			return r;
+	}
+}
+
+static uint64_t stream_kept(const struct exec_stream *s)
+{
+	return s->cap.len + s->spilled;
 }
 
 static void pause_reading(struct agent_exec *x)
@@ -249,25 +416,11 @@ static const struct child_io_ops exec_io_ops = { io_data, io_eof, NULL };
 static ssize_t sse_read(void *arg, char *buf, size_t max)
 {
 	struct agent_exec *x = arg;
-	size_t n = sse_pending(x);
+	ssize_t n = agent_sse_take(&x->sse, &x->sse_off, x->sse_end, buf, max);
 
-	if (n == 0)
-		return x->sse_end ? -1 : 0;
-	if (n > max)
-		n = max;
-	memcpy(buf, x->sse.data + x->sse_off, n);
-	x->sse_off += n;
-	if (x->sse_off == x->sse.len) {
-		buf_reset(&x->sse);
-		x->sse_off = 0;
-	} else if (x->sse_off > EXEC_SSE_SOFT_MAX) {
-		memmove(x->sse.data, x->sse.data + x->sse_off, sse_pending(x));
-		x->sse.len -= x->sse_off;
-		x->sse_off = 0;
-	}
 	if (x->paused && sse_pending(x) < EXEC_SSE_SOFT_MAX / 2)
 		resume_reading(x);
-	return (ssize_t)n;
+	return n;
 }
 
 static int64_t exit_code(const struct agent_exec *x)
@@ -285,19 +438,120 @@ static void start_error_text(const struct agent_exec *x, char *out, size_t n)
 		 strerror(x->ex.start_errno));
 }
 
+/* The whole kept text of s as a JSON string (for a filtered answer). */
 static json_t *json_stream_text(struct exec_stream *s)
 {
+	uint64_t total = stream_kept(s);
+	auto_free char *raw = malloc((size_t)total + 1);
 	struct buf fixed;
 	json_t *v;
 
-	buf_init(&fixed, s->cap.len * 3 + 16);
-	if (codec_utf8_fix(s->cap.data ? s->cap.data : "", s->cap.len, &fixed) < 0) {
+	if (!raw)
+		return NULL;
+	for (uint64_t off = 0; off < total;) {
+		ssize_t r = stream_pread(s, off, raw + off, (size_t)(total - off));
+
+		if (r <= 0)
+			return NULL;
+		off += (uint64_t)r;
+	}
+	buf_init(&fixed, (size_t)total * 3 + 16);
+	if (codec_utf8_fix(raw, (size_t)total, &fixed) < 0) {
 		buf_release(&fixed);
 		return NULL;
 	}
 	v = json_stringn_nocheck(fixed.data ? fixed.data : "", fixed.len);
 	buf_release(&fixed);
 	return v;
+}
+
+/* The next piece of the streamed JSON answer into x->jout: 0, or -1 on
+ * a read error of a spill file. */
+static int json_answer_step(struct agent_exec *x)
+{
+	char chunk[EXEC_JSON_CHUNK + sizeof(x->jcarry)];
+	struct exec_stream *s;
+	size_t len, send;
+	ssize_t r;
+	int rc;
+
+	switch (x->jpart) {
+	case 0:
+	case 2:
+	case 4:
+		rc = buf_adds(&x->jout, x->jpart == 0 ? x->jhead : x->jpart == 2 ? x->jmid : x->jtail);
+		x->jpart++;
+		return rc;
+	default:
+		break;
+	}
+	s = &x->out[x->jpart == 1 ? 0 : 1];
+	memcpy(chunk, x->jcarry, x->njcarry);
+	r = x->joff < stream_kept(s) ? stream_pread(s, x->joff, chunk + x->njcarry, EXEC_JSON_CHUNK)
+				     : 0;
+	if (r < 0) {
+		log_error("exec '%s': cannot read back its %s: %s", x->key, s->name, strerror(errno));
+		return -1;
+	}
+	x->joff += (uint64_t)r;
+	len = x->njcarry + (size_t)r;
+	/* hold back a UTF-8 sequence cut by the chunk; at the end, send all */
+	send = x->joff < stream_kept(s) ? codec_utf8_complete_len(chunk, len) : len;
+	x->njcarry = len - send;
+	memcpy(x->jcarry, chunk + send, x->njcarry);
+	/* both buffers are kept across steps: no allocation per chunk */
+	buf_reset(&x->jfix);
+	rc = codec_utf8_fix(chunk, send, &x->jfix) < 0 ||
+			     files_json_escape(&x->jout, x->jfix.data ? x->jfix.data : "", x->jfix.len) < 0
+		     ? -1
+		     : 0;
+	if (x->joff >= stream_kept(s) && x->njcarry == 0) {
+		x->jpart++;
+		x->joff = 0;
+	}
+	return rc;
+}
+
+/* httpd's reader of the streamed JSON answer. */
+static ssize_t json_answer_read(void *arg, char *buf, size_t max)
+{
+	struct agent_exec *x = arg;
+	size_t n;
+
+	while (x->jout.len == x->jout_off) {
+		buf_reset(&x->jout);
+		x->jout_off = 0;
+		if (x->jpart == 5)
+			return -1;
+		if (json_answer_step(x) < 0)
+			return -2;
+	}
+	n = x->jout.len - x->jout_off;
+	if (n > max)
+		n = max;
+	memcpy(buf, x->jout.data + x->jout_off, n);
+	x->jout_off += n;
+	return (ssize_t)n;
+}
+
+void agent_exec_reply_text(struct agent_exec *x, const char *content_type, const char *head,
+			   const char *mid, const char *tail)
+{
+	x->jhead = strdup(head);
+	x->jmid = strdup(mid);
+	x->jtail = strdup(tail);
+	if (!x->jhead || !x->jmid || !x->jtail) {
+		struct sbx_err e;
+
+		err_sys(&e, ENOMEM, "exec answer");
+		httpd_reply_err(x->r, &e);
+		return;
+	}
+	x->jpart = 0;
+	/* room for the longest fixed part next to a chunk's text */
+	x->jout.max += strlen(head) + strlen(mid) + strlen(tail);
+	httpd_add_header(x->r, "Cache-Control", "no-store");
+	httpd_reply_stream(x->r, 200, content_type, json_answer_read, x);
 }
 
 /* Answer with the error of e (+ details): JSON error or the SSE error event. */
@@ -326,6 +580,7 @@ static void finish_error(struct agent_exec *x, const struct sbx_err *e, const js
 static void exec_finish(struct agent_exec *x)
 {
 	int64_t dur = util_now_ms() - x->t0;
+	struct agent_exec_result res;
 	struct agent_sb *sb;
 	struct sbx_err e;
 	char msg[256];
@@ -375,6 +630,33 @@ static void exec_finish(struct agent_exec *x)
 		sse_wake(x);
 		return;
 	}
+	res = (struct agent_exec_result){ .x = x, .exit_code = exit_code(x),
+					  .timed_out = x->timed_out, .oom_killed = x->oom_killed,
+					  .truncated = x->out[0].truncated || x->out[1].truncated,
+					  .duration_ms = dur, .stderr_last = -1 };
+	if (stream_kept(&x->out[1])) {
+		char last;
+
+		if (stream_pread(&x->out[1], stream_kept(&x->out[1]) - 1, &last, 1) == 1)
+			res.stderr_last = (unsigned char)last;
+	}
+	if (httpd_filter_typed(x->r, AGENT_EXEC_RESULT, &res))
+		return;
+	if (!httpd_json_filtered(x->r)) {
+		char head[96], tail[160];
+
+		util_xsnprintf(head, sizeof(head), "{\"exitCode\":%lld,\"success\":%s,\"stdout\":\"",
+			       (long long)res.exit_code,
+			       res.exit_code == 0 && !res.timed_out ? "true" : "false");
+		util_xsnprintf(tail, sizeof(tail),
+			       "\",\"durationMs\":%lld,\"timedOut\":%s,\"oomKilled\":%s,"
+			       "\"truncated\":%s}",
+			       (long long)dur, res.timed_out ? "true" : "false",
+			       res.oom_killed ? "true" : "false", res.truncated ? "true" : "false");
+		agent_exec_reply_text(x, "application/json", head, "\",\"stderr\":\"", tail);
+		return;
+	}
+	/* a filter without the typed hook: the JSON whole */
 	httpd_reply_json(x->r, 200,
 			 json_pack("{s:I,s:b,s:o*,s:o*,s:I,s:b,s:b,s:b}", "exitCode",
 				   (json_int_t)exit_code(x), "success", exit_code(x) == 0 && !x->timed_out,
@@ -427,11 +709,21 @@ static void start_reading(struct agent_exec *x)
 	child_io_pause(x->io, 0);
 }
 
+void agent_exec_set_command(struct agent_exec *x, const char *command)
+{
+	free(x->command);
+	x->command = command ? strdup(command) : NULL;
+}
+
 void agent_exec_started(struct agent_exec *x, pid_t pid)
 {
 	x->started = 1;
 	if (x->stream_mode && x->r) {
-		sse_emit(x, "start", json_pack("{s:i}", "pid", (int)pid));
+		json_t *ev = json_pack("{s:i}", "pid", (int)pid);
+
+		if (ev && x->command)
+			json_object_set_new(ev, "command", json_string(x->command));
+		sse_emit(x, "start", ev);
 		start_reading(x);
 	}
 }
@@ -573,10 +865,14 @@ struct agent_exec *agent_exec_new(struct agent *a, struct httpd_req *r, struct a
 	snprintf(x->argv0, sizeof(x->argv0), "%s", argv0);
 	snprintf(x->cwd, sizeof(x->cwd), "%s", cwd);
 	buf_init(&x->sse, EXEC_SSE_HARD_MAX);
+	buf_init(&x->jout, EXEC_JSON_CHUNK * 6 + 256);
+	buf_init(&x->jfix, EXEC_JSON_CHUNK * 3 + 16);
 	for (int i = 0; i < 2; i++) {
 		x->out[i].x = x;
 		x->out[i].name = i ? "stderr" : "stdout";
-		buf_init(&x->out[i].cap, (size_t)a->conf->agent.max_exec_output_bytes);
+		x->out[i].spill_fd = -1;
+		x->out[i].kept_max = (uint64_t)a->conf->agent.max_exec_output_bytes;
+		buf_init(&x->out[i].cap, EXEC_MEM_KEEP);
 	}
 	agent_sb_stream_begin(sb, &x->live);
 	return x;
@@ -725,6 +1021,8 @@ void agent_exec_run(struct httpd_req *r, struct agent_sb *sb, int stream, const 
 		err_sys(&e, ENOMEM, "exec");
 		goto fail;
 	}
+	if (count_in(a, sb, x, &e) < 0)
+		goto fail;
 	ps = (struct rt_proc_spec){ .argv = c->argv, .env = env, .cwd = c->cwd };
 	x->oom_before = rt_oom_kills(sb->rt);
 	x->t0 = util_now_ms();

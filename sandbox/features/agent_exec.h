@@ -23,8 +23,13 @@
 
 #include "agent.h"
 #include "call.h"
+#include "module.h"
 
 #define AGENT_EXEC_MAX_PATH 4096
+
+/* Counts the commands of agent_exec_run per container (at most
+ * agent.max_execs_per_sandbox at once: 429 QUOTA_EXCEEDED beyond). */
+extern const struct agent_module agent_exec_module;
 
 struct agent_exec;
 
@@ -79,6 +84,30 @@ void agent_exec_begin(struct agent_exec *x);
 
 /* Arm the timeout (ms > 0) from now. */
 void agent_exec_arm_timeout(struct agent_exec *x, int64_t ms);
+
+/* The result of a JSON exec that has finished, offered to a filter of the
+ * request (httpd_filter_typed, type AGENT_EXEC_RESULT) before the engine
+ * answers with its own JSON. A filter that takes it answers with
+ * agent_exec_reply_text (the output never has to be in memory whole). */
+#define AGENT_EXEC_RESULT "exec"
+struct agent_exec_result {
+	struct agent_exec *x;
+	int64_t exit_code;          /* 124 on a timeout */
+	int timed_out, oom_killed;
+	int truncated;              /* either stream was cut at its bound */
+	int64_t duration_ms;
+	int stderr_last;            /* the last byte of stderr kept, -1 when empty */
+};
+
+/* Answer x's request with 200, content_type, streamed: head, the stdout
+ * kept as JSON string content (escaped, invalid UTF-8 as U+FFFD), mid,
+ * stderr the same way, tail (the three are copied). */
+void agent_exec_reply_text(struct agent_exec *x, const char *content_type, const char *head,
+			   const char *mid, const char *tail);
+
+/* The command text the start event of stream x names (copied), from the
+ * source of pushed output (a process's log stream). */
+void agent_exec_set_command(struct agent_exec *x, const char *command);
 
 /* Push events: the process started, output of stream 0 (stdout) / 1
  * (stderr), the end. agent_exec_exited may free x. */

@@ -57,7 +57,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define FILES_JSON_MAX (10 * 1024 * 1024)   /* ?encoding= answers */
+#define FILES_JSON_MAX (32 * 1024 * 1024)   /* ?encoding= answers (Cloudflare's readFile) */
 #define FILES_LIST_DEFAULT 1000
 #define FILES_LIST_MAX 10000
 #define FILES_WALK_MAX 100000               /* entries looked at per listing */
@@ -76,7 +76,7 @@
 
 /* openat2 inside the sandbox root: rel is an fspath rel path. Returns an
  * fd or -1 with errno. Retries the rare EAGAIN of a racing rename/mount. */
-static int open_in_root(int root, const char *rel, int flags, unsigned mode)
+int files_open_in_root(int root, const char *rel, int flags, unsigned mode)
 {
 	struct open_how how;
 	int fd;
@@ -116,7 +116,7 @@ static int fs_allowed(int fd, int write)
 /* Map errno of an operation on path (the sandbox path the client gave) to
  * the error contract. Never a host path; never a 500 for what the sandbox
  * can arrange. */
-static int files_errno(struct sbx_err *e, int err, const char *what, const char *path)
+int files_errno(struct sbx_err *e, int err, const char *what, const char *path)
 {
 	switch (err) {
 	case ENOENT:
@@ -175,7 +175,7 @@ static int open_parent(int root, const struct fspath *fp, struct sbx_err *e)
 		memcpy(parent, fp->rel, fp->parent_len);
 		parent[fp->parent_len] = '\0';
 	}
-	fd = open_in_root(root, parent, O_PATH | O_DIRECTORY, 0);
+	fd = files_open_in_root(root, parent, O_PATH | O_DIRECTORY, 0);
 	if (fd < 0)
 		return files_errno(e, errno, "open", fp->abs);
 	return fd;
@@ -194,7 +194,7 @@ static int make_dirs(int root, const char *rel, const char *abs, uid_t uid, int 
 	size_t n = strlen(rel), i = 0;
 
 	*created = 0;
-	cur = open_in_root(root, rel, O_PATH | O_DIRECTORY, 0);
+	cur = files_open_in_root(root, rel, O_PATH | O_DIRECTORY, 0);
 	if (cur >= 0)
 		return steal_fd(&cur);
 	if (errno != ENOENT) {
@@ -202,7 +202,7 @@ static int make_dirs(int root, const char *rel, const char *abs, uid_t uid, int 
 			return err_set(e, SBX_E_FILE_EXISTS, "a file is in the way of directory '%s'", abs);
 		return files_errno(e, errno, "open", abs);
 	}
-	cur = open_in_root(root, ".", O_PATH | O_DIRECTORY, 0);
+	cur = files_open_in_root(root, ".", O_PATH | O_DIRECTORY, 0);
 	if (cur < 0)
 		return files_errno(e, errno, "open", "/");
 	while (i < n) {
@@ -211,7 +211,7 @@ static int make_dirs(int root, const char *rel, const char *abs, uid_t uid, int 
 
 		memcpy(prefix, rel, i + len);
 		prefix[i + len] = '\0';
-		next = open_in_root(root, prefix, O_PATH | O_DIRECTORY, 0);
+		next = files_open_in_root(root, prefix, O_PATH | O_DIRECTORY, 0);
 		if (next < 0 && errno == ENOENT) {
 			char name[FSPATH_NAME_MAX + 1];
 
@@ -226,7 +226,7 @@ static int make_dirs(int root, const char *rel, const char *abs, uid_t uid, int 
 			} else if (errno != EEXIST) {
 				return files_errno(e, errno, "create directory", abs);
 			}
-			next = open_in_root(root, prefix, O_PATH | O_DIRECTORY, 0);
+			next = files_open_in_root(root, prefix, O_PATH | O_DIRECTORY, 0);
 			if (next < 0 && errno == ENOENT)
 				return err_set(e, SBX_E_FILE_EXISTS,
 					       "a dangling symlink is in the way of directory '%s'", abs);
@@ -286,7 +286,7 @@ static json_t *entry_json(const char *name, const char *abs, const struct stat *
 
 
 /* A boolean query parameter: absent → 0; "true"/"1" → 1; "false"/"0" → 0. */
-static int query_bool(const struct agent_call *c, const char *name, int *out, struct sbx_err *e)
+int files_query_bool(const struct agent_call *c, const char *name, int *out, struct sbx_err *e)
 {
 	const char *v = agent_call_query(c, name);
 
@@ -330,7 +330,7 @@ static int open_regular(const struct fw_env *env, const struct fspath *fp, struc
 	int fd;
 
 	/* O_PATH first: a FIFO or device is never opened for I/O. */
-	pfd = open_in_root(env->root, fp->rel, O_PATH, 0);
+	pfd = files_open_in_root(env->root, fp->rel, O_PATH, 0);
 	if (pfd < 0)
 		return files_errno(e, errno, "open", fp->abs);
 	if (fstat(pfd, st) < 0)
@@ -967,7 +967,7 @@ int agent_files_delete(struct agent_call *c, struct sbx_err *e)
 
 	memset(&o, 0, sizeof(o));
 	if (fspath_from_url(agent_call_tail(c), &o.fp, e) < 0 ||
-	    query_bool(c, "recursive", &o.recursive, e) < 0)
+	    files_query_bool(c, "recursive", &o.recursive, e) < 0)
 		return -1;
 	if (!*o.fp.name)
 		return err_set(e, SBX_E_VALIDATION, "cannot delete '/'");
@@ -1141,7 +1141,7 @@ static int child_list(void *arg, const struct fw_env *env)
 	err_clear(&e);
 	w.recursive = o->recursive;
 	w.hidden = o->hidden;
-	dfd = open_in_root(env->root, o->fp.rel, O_PATH | O_DIRECTORY, 0);
+	dfd = files_open_in_root(env->root, o->fp.rel, O_PATH | O_DIRECTORY, 0);
 	if (dfd < 0)
 		return child_fail(env, (files_errno(&e, errno, "list", o->fp.abs), &e));
 	if (!fs_allowed(dfd, 0))
@@ -1202,8 +1202,8 @@ int agent_dirs_get(struct agent_call *c, struct sbx_err *e)
 	o.limit = FILES_LIST_DEFAULT;
 	o.cursor = agent_call_query(c, "cursor");
 	if (fspath_from_url(agent_call_tail(c), &o.fp, e) < 0 ||
-	    query_bool(c, "recursive", &o.recursive, e) < 0 ||
-	    query_bool(c, "hidden", &o.hidden, e) < 0)
+	    files_query_bool(c, "recursive", &o.recursive, e) < 0 ||
+	    files_query_bool(c, "hidden", &o.hidden, e) < 0)
 		return -1;
 	if (lim && util_parse_i64(lim, 1, FILES_LIST_MAX, &o.limit) < 0)
 		return err_set(e, SBX_E_VALIDATION, "limit must be 1-%d", FILES_LIST_MAX);

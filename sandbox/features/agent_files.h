@@ -24,6 +24,17 @@ int agent_stat_get(struct agent_call *c, struct sbx_err *e);
 extern const struct jsonv_field agent_move_fields[];
 int agent_move(struct agent_call *c, struct sbx_err *e);
 
+/* For other helpers that work inside a sandbox (files_worker.h):
+ * openat2 of rel (an fspath rel path) from the sandbox's root fd with
+ * RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS, O_CLOEXEC added: an fd or -1
+ * with errno. And errno err of operation what on the client's path as the
+ * error contract (never a host path); returns -1. */
+int files_open_in_root(int root, const char *rel, int flags, unsigned mode);
+int files_errno(struct sbx_err *e, int err, const char *what, const char *path);
+/* The boolean query parameter name of c: absent → 0, "true"/"1" → 1,
+ * "false"/"0" → 0, else -1 (400). */
+int files_query_bool(const struct agent_call *c, const char *name, int *out, struct sbx_err *e);
+
 /* Pure helpers of ?encoding= (unit-tested). */
 /* Append s[0..n) to b as the inside of a JSON string (what jansson writes:
  * \" \\ \b \f \n \r \t, \u00XX for the other control bytes). 0 or -1. */

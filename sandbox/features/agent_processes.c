@@ -1,7 +1,8 @@
 /*
  * agent_processes.c — background processes of a sandbox.
  *
- *   POST   …/processes {command|argv, cwd?, env?, id?}  -> 201 record
+ *   POST   …/processes {command|argv, cwd?, env?, id?, session?}  -> 201 record
+ *          (session: start from that session's cwd and env, agent_sessions.h)
  *   GET    …/processes                                  -> {processes:[record…]}
  *   GET    …/processes/{p}                              -> record
  *   GET    …/processes/{p}/logs                         -> {stdout, stderr, truncated} | SSE
@@ -31,6 +32,7 @@
  * its last bytes in what it has (at least PLOG_MIN per stream).
  */
 #include "agent_processes.h"
+#include "agent_sessions.h"
 #include "call.h"
 #include "agent_exec.h"
 #include "agent_sse.h"
@@ -39,6 +41,7 @@
 #include "ids.h"
 #include "jsonv.h"
 #include "log.h"
+#include "port_probe.h"
 #include "util.h"
 
 #include <errno.h>
@@ -90,6 +93,10 @@ struct proc_wait {
 	char needle[PROC_NEEDLE_MAX + 1];
 	size_t nlen;
 	int port;
+	int64_t interval_ms;       /* between port checks */
+	char *http;                /* HTTP mode: the path to GET, or NULL (TCP) */
+	int status_min, status_max;
+	struct port_probe *probe;  /* the HTTP check in flight */
 	struct event *timer, *poll;
 };
 
@@ -505,6 +512,8 @@ static void wait_free(struct proc_wait *w)
 {
 	free_ev(&w->timer);
 	free_ev(&w->poll);
+	port_probe_cancel(w->probe);
+	free(w->http);
 	free(w);
 }
 
@@ -579,19 +588,45 @@ static int port_listening(pid_t init_pid, int port)
 	return 0;
 }
 
+static void wait_poll_again(struct proc_wait *w)
+{
+	struct timeval tv = { (time_t)(w->interval_ms / 1000),
+			      (suseconds_t)((w->interval_ms % 1000) * 1000) };
+
+	evtimer_add(w->poll, &tv);
+}
+
+/* The HTTP check of w answered status (0: no answer). */
+static void wait_probe_done(void *arg, int status)
+{
+	struct proc_wait *w = arg;
+
+	w->probe = NULL;
+	if (status >= w->status_min && status <= w->status_max) {
+		wait_answer(w, 200, json_pack("{s:i, s:i}", "port", w->port, "status", status), NULL);
+		return;
+	}
+	wait_poll_again(w);
+}
+
 static void wait_poll_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct proc_wait *w = arg;
 	struct rt_sandbox *rsb = agent_sb_container(w->p->box->sb);
 
-	if (rsb && port_listening(rt_init_pid(rsb), w->port)) {
+	if (rsb && w->http) {
+		/* the check's own bound: the interval, at least a second */
+		int tmo = w->interval_ms > 1000 ? (int)w->interval_ms : 1000;
+
+		w->probe = port_probe_http(w->p->box->a->base, rt_netns_fd(rsb), w->port, w->http, tmo,
+					   wait_probe_done, w);
+		if (w->probe)
+			return;
+	} else if (rsb && port_listening(rt_init_pid(rsb), w->port)) {
 		wait_answer(w, 200, json_pack("{s:i}", "port", w->port), NULL);
 		return;
 	}
-	{
-		struct timeval tv = { 0, PROC_PORT_POLL_MS * 1000 };
-		evtimer_add(w->poll, &tv);
-	}
+	wait_poll_again(w);
 }
 
 static void wait_timeout_cb(evutil_socket_t fd, short what, void *arg)
@@ -629,13 +664,24 @@ static void waits_check_log(struct proc *p, int i, size_t from)
 	}
 }
 
+/* The error answer of a wait whose process exited first: 409
+ * PROCESS_EXITED_BEFORE_READY with details {exitCode}. */
+static json_t *exited_before_ready(const struct proc *p, int *status)
+{
+	char msg[160];
+
+	util_xsnprintf(msg, sizeof(msg), "process '%s' exited with code %d", p->id, p->ex.exit_code);
+	*status = err_status(SBX_E_PROCESS_EXITED_BEFORE_READY);
+	return json_pack("{s:{s:s, s:s, s:{s:i}}}", "error", "code",
+			 err_name(SBX_E_PROCESS_EXITED_BEFORE_READY), "message", msg, "details",
+			 "exitCode", p->ex.exit_code);
+}
+
 /* The process ended: answer every waiter. */
 static void waits_exit(struct proc *p)
 {
-	struct sbx_err e = { 0 };
+	int status;
 
-	err_set(&e, SBX_E_PROCESS_EXITED_BEFORE_READY, "process '%s' exited with code %d", p->id,
-		p->ex.exit_code);
 	for (struct proc_wait *w = p->waits, *next; w; w = next) {
 		next = w->next;
 		switch (w->kind) {
@@ -645,9 +691,12 @@ static void waits_exit(struct proc *p)
 		case W_KILL:
 			/* answered when the whole tree is gone (proc_gone) */
 			break;
-		default:
-			wait_answer(w, 0, NULL, &e);
+		default: {
+			json_t *body = exited_before_ready(p, &status);
+
+			wait_answer(w, status, body, NULL);
 			break;
+		}
 		}
 	}
 }
@@ -894,6 +943,7 @@ const struct jsonv_field agent_proc_start_fields[] = {
 	{ "cwd", JV_STRING, 0 },
 	{ "env", JV_OBJECT, 0 },
 	{ "id", JV_STRING, 0 },
+	{ "session", JV_STRING, 0 },
 	{ NULL, 0, 0 },
 };
 
@@ -989,12 +1039,22 @@ static int start_spawn(struct agent_call *c, struct proc_box *b, const char *id,
 int agent_proc_start(struct agent_call *c, struct sbx_err *e)
 {
 	struct agent_cmd cmd = { 0 };
+	struct buf script = { 0 };
 	struct proc_box *b;
+	const char *sid;
 	char id[PROC_ID_MAX];
 	int rc = -1;
 
 	if (agent_cmd_parse(c->body, &cmd, e) < 0 || agent_new_id(c->body, "proc", id, sizeof(id), e) < 0)
 		goto out;
+	if ((sid = json_string_value(json_object_get(c->body, "session")))) {
+		if (!ids_valid_name(sid)) {
+			err_set(e, SBX_E_VALIDATION, "'session' must be 1-64 of [A-Za-z0-9_.-]");
+			goto out;
+		}
+		if (agent_sess_process_cmd(c->a, c->sb, sid, &cmd, &script, e) < 0)
+			goto out;
+	}
 	b = box_get(c->a, c->sb, 1);
 	if (!b) {
 		err_sys(e, ENOMEM, "process");
@@ -1004,6 +1064,7 @@ int agent_proc_start(struct agent_call *c, struct sbx_err *e)
 		rc = start_spawn(c, b, id, &cmd, e);
 out:
 	agent_cmd_release(&cmd);
+	buf_release(&script);
 	return rc;
 }
 
@@ -1059,6 +1120,7 @@ int agent_proc_logs(struct agent_call *c, struct sbx_err *e)
 		return err_sys(e, ENOMEM, "log stream");
 	}
 	f->p = p;
+	agent_exec_set_command(f->x, p->command);
 	agent_exec_begin(f->x);
 	agent_exec_started(f->x, p->pid);
 	for (int i = 0; i < 2; i++)
@@ -1225,6 +1287,45 @@ int agent_proc_kill_all(struct agent_call *c, struct sbx_err *e)
 	return 0;
 }
 
+/* The HTTP mode of a port wait: http (the path), status ("200-399" or
+ * "200"), intervalMs. */
+struct wait_http {
+	const char *path;
+	int64_t status_min, status_max, interval_ms;
+};
+
+static int wait_http_args(const struct agent_call *c, int64_t port, struct wait_http *h,
+			  struct sbx_err *e)
+{
+	const char *st = agent_call_query(c, "status"), *iv = agent_call_query(c, "intervalMs");
+	char lo[8], *dash;
+
+	h->path = agent_call_query(c, "http");
+	h->status_min = 200;
+	h->status_max = 399;
+	h->interval_ms = PROC_PORT_POLL_MS;
+	if ((h->path || st) && !port)
+		return err_set(e, SBX_E_VALIDATION, "'http' and 'status' need 'port'");
+	if (h->path && !port_probe_path_ok(h->path))
+		return err_set(e, SBX_E_VALIDATION,
+			       "'http' must be a path starting with '/' (printable, no spaces, at most %d bytes)",
+			       PORT_PROBE_PATH_MAX);
+	if (st && !h->path)
+		return err_set(e, SBX_E_VALIDATION, "'status' needs 'http'");
+	if (st) {
+		dash = strchr(st, '-');
+		if (snprintf(lo, sizeof(lo), "%.*s", dash ? (int)(dash - st) : (int)strlen(st), st) >=
+			    (int)sizeof(lo) ||
+		    util_parse_i64(lo, 100, 599, &h->status_min) < 0 ||
+		    util_parse_i64(dash ? dash + 1 : lo, h->status_min, 599, &h->status_max) < 0)
+			return err_set(e, SBX_E_VALIDATION,
+				       "'status' must be a code or a range of codes (100-599), e.g. 200-399");
+	}
+	if (iv && util_parse_i64(iv, 10, 60000, &h->interval_ms) < 0)
+		return err_set(e, SBX_E_VALIDATION, "'intervalMs' must be 10 to 60000");
+	return 0;
+}
+
 /* The query of a wait: timeoutMs, and log (*needle, its length in *nlen)
  * or port (0: none). 0 or -1 (400). */
 static int wait_args(const struct agent_call *c, int64_t *timeout, const char **needle,
@@ -1254,9 +1355,11 @@ static int wait_args(const struct agent_call *c, int64_t *timeout, const char **
 /* Answer a wait that is met already (its log line, its port, or its exit
  * code): 1 answered, 0 not met, -1 with e (it exited before it was). */
 static int wait_met(struct agent_call *c, struct proc *p, const char *needle, size_t nlen,
-		    int64_t port, struct sbx_err *e)
+		    int64_t port, const char *http, struct sbx_err *e)
 {
 	struct rt_sandbox *rsb;
+	int status;
+	json_t *body;
 
 	for (int i = 0; needle && i < 2; i++) {
 		ssize_t off = plog_find(&p->log[i], 0, needle, nlen);
@@ -1267,7 +1370,7 @@ static int wait_met(struct agent_call *c, struct proc *p, const char *needle, si
 			return 1;
 		}
 	}
-	if (port && (rsb = agent_sb_container(p->box->sb)) &&
+	if (port && !http && (rsb = agent_sb_container(p->box->sb)) &&
 	    port_listening(rt_init_pid(rsb), (int)port)) {
 		httpd_reply_json(c->r, 200, json_pack("{s:i}", "port", (int)port));
 		return 1;
@@ -1278,22 +1381,25 @@ static int wait_met(struct agent_call *c, struct proc *p, const char *needle, si
 		httpd_reply_json(c->r, 200, json_pack("{s:i}", "exitCode", p->ex.exit_code));
 		return 1;
 	}
-	return err_set(e, SBX_E_PROCESS_EXITED_BEFORE_READY, "process '%s' exited with code %d",
-		       p->id, p->ex.exit_code);
+	body = exited_before_ready(p, &status);
+	httpd_reply_json(c->r, status, body);
+	return 1;
 }
 
 int agent_proc_wait(struct agent_call *c, struct sbx_err *e)
 {
 	struct proc *p = path_proc(c, e);
+	struct wait_http h;
 	const char *needle;
 	int64_t timeout, port;
 	struct proc_wait *w;
 	size_t nlen;
 	int met;
 
-	if (!p || wait_args(c, &timeout, &needle, &nlen, &port, e) < 0)
+	if (!p || wait_args(c, &timeout, &needle, &nlen, &port, e) < 0 ||
+	    wait_http_args(c, port, &h, e) < 0)
 		return -1;
-	met = wait_met(c, p, needle, nlen, port, e);
+	met = wait_met(c, p, needle, nlen, port, h.path, e);
 	if (met != 0)
 		return met > 0 ? 0 : -1;
 	w = wait_new(c->a, p, c->r, needle ? W_LOG : port ? W_PORT : W_EXIT, timeout);
@@ -1304,11 +1410,21 @@ int agent_proc_wait(struct agent_call *c, struct sbx_err *e)
 		w->nlen = nlen;
 	}
 	if (port) {
-		struct timeval tv = { 0, PROC_PORT_POLL_MS * 1000 };
 		w->port = (int)port;
+		w->interval_ms = h.interval_ms;
+		w->status_min = (int)h.status_min;
+		w->status_max = (int)h.status_max;
+		if (h.path && !(w->http = strdup(h.path))) {
+			err_sys(e, ENOMEM, "wait");
+			wait_answer(w, 0, NULL, e);
+			return 0;
+		}
 		w->poll = evtimer_new(c->a->base, wait_poll_cb, w);
-		if (w->poll)
-			evtimer_add(w->poll, &tv);
+		/* TCP was checked already (wait_met); HTTP is checked now */
+		if (w->poll && h.path)
+			event_active(w->poll, EV_TIMEOUT, 0);
+		else if (w->poll)
+			wait_poll_again(w);
 	}
 	return 0;
 }

@@ -6,10 +6,13 @@
 #include "agent_events.h"
 #include "agent_exec.h"
 #include "agent_files.h"
+#include "agent_interp.h"
 #include "agent_ports.h"
 #include "agent_processes.h"
 #include "agent_sessions.h"
 #include "agent_terminals.h"
+#include "agent_watch.h"
+#include "agent_git.h"
 #include "agent_routes.h"
 #include "tunnel.h"
 
@@ -39,6 +42,12 @@ const struct agent_call_spec agent_call_dirs_get = { agent_dirs_get, DATA, NULL 
 const struct agent_call_spec agent_call_dirs_put = { agent_dirs_put, DATA, NULL };
 const struct agent_call_spec agent_call_stat_get = { agent_stat_get, DATA, NULL };
 const struct agent_call_spec agent_call_move = { agent_move, DATA_JSON, agent_move_fields };
+const struct agent_call_spec agent_call_interp_create = { agent_interp_create, DATA_JSON,
+							  agent_interp_create_fields };
+const struct agent_call_spec agent_call_interp_list = { agent_interp_list, DATA, NULL };
+const struct agent_call_spec agent_call_interp_delete = { agent_interp_delete, DATA, NULL };
+const struct agent_call_spec agent_call_interp_run = { agent_interp_run, DATA_JSON,
+						       agent_interp_run_fields };
 const struct agent_call_spec agent_call_term_create = { agent_term_create, DATA_JSON,
 							agent_term_create_fields };
 const struct agent_call_spec agent_call_term_list = { agent_term_list, DATA, NULL };
@@ -46,6 +55,9 @@ const struct agent_call_spec agent_call_term_delete = { agent_term_delete, DATA,
 const struct agent_call_spec agent_call_term_ws = { agent_term_ws, DATA, NULL };
 const struct agent_call_spec agent_call_term_ticket = { agent_term_ticket, DATA, NULL };
 const struct agent_call_spec agent_call_term_cf_pty = { agent_term_cf_pty, DATA, NULL };
+const struct agent_call_spec agent_call_watch = { agent_watch_get, DATA, NULL };
+const struct agent_call_spec agent_call_git_checkout = { agent_git_checkout, DATA_JSON,
+							 agent_git_checkout_fields };
 
 const struct httpd_route agent_routes[] = {
 	{ "GET", "/agent/v1/sandboxes", AGENT_CALL(agent_sandbox_list, 0, NULL) },
@@ -107,6 +119,14 @@ const struct httpd_route agent_routes[] = {
 	{ "PUT", "/v1/sandboxes/{id}/dirs/{path*}", AGENT_CALL_OF(agent_call_dirs_put) },
 	{ "GET", "/v1/sandboxes/{id}/stat/{path*}", AGENT_CALL_OF(agent_call_stat_get) },
 	{ "POST", "/v1/sandboxes/{id}/move", AGENT_CALL_OF(agent_call_move) },
+	{ "POST", "/v1/sandboxes/{id}/contexts", AGENT_CALL_OF(agent_call_interp_create) },
+	{ "GET", "/v1/sandboxes/{id}/contexts", AGENT_CALL_OF(agent_call_interp_list) },
+	{ "GET", "/v1/sandboxes/{id}/contexts/{context}",
+	  AGENT_CALL(agent_interp_get, DATA, NULL) },
+	{ "DELETE", "/v1/sandboxes/{id}/contexts/{context}", AGENT_CALL_OF(agent_call_interp_delete) },
+	{ "POST", "/v1/sandboxes/{id}/contexts/{context}/run", AGENT_CALL_OF(agent_call_interp_run) },
+	{ "POST", "/v1/sandboxes/{id}/run",
+	  AGENT_CALL(agent_interp_run_default, DATA_JSON, agent_interp_run_default_fields) },
 	/* The live event stream of the cluster, behind /_sbx_events (agent_events.c). */
 	{ "GET", "/v1/events", AGENT_CALL(agent_events_get, 0, NULL) },
 	{ "POST", "/v1/sandboxes/{id}/terminals", AGENT_CALL_OF(agent_call_term_create) },
@@ -115,9 +135,12 @@ const struct httpd_route agent_routes[] = {
 	{ "GET", "/v1/sandboxes/{id}/terminals/{terminal}/ws", AGENT_CALL_OF(agent_call_term_ws) },
 	{ "POST", "/v1/sandboxes/{id}/terminals/{terminal}/ticket",
 	  AGENT_CALL_OF(agent_call_term_ticket) },
+	{ "GET", "/v1/sandboxes/{id}/watch", AGENT_CALL_OF(agent_call_watch) },
+	{ "POST", "/v1/sandboxes/{id}/git/checkout", AGENT_CALL_OF(agent_call_git_checkout) },
 	/* The Cloudflare Sandbox SDK's container API (agent_compat.c). */
 	{ "GET", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },
-	{ "POST", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },
+	{ "POST", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch,
+	  .flags = HTTPD_ROUTE_BIG_BODY },
 	{ "DELETE", "/v1/sandboxes/{id}/cf/{route*}", .fn = agent_cf_dispatch },
 };
 

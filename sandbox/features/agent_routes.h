@@ -27,11 +27,17 @@ extern const struct agent_call_spec agent_call_dirs_get;
 extern const struct agent_call_spec agent_call_dirs_put;
 extern const struct agent_call_spec agent_call_stat_get;
 extern const struct agent_call_spec agent_call_move;
+extern const struct agent_call_spec agent_call_interp_create;
+extern const struct agent_call_spec agent_call_interp_list;
+extern const struct agent_call_spec agent_call_interp_delete;
+extern const struct agent_call_spec agent_call_interp_run;
 extern const struct agent_call_spec agent_call_term_create;
 extern const struct agent_call_spec agent_call_term_list;
 extern const struct agent_call_spec agent_call_term_delete;
 extern const struct agent_call_spec agent_call_term_ws;
 extern const struct agent_call_spec agent_call_term_ticket;
 extern const struct agent_call_spec agent_call_term_cf_pty;
+extern const struct agent_call_spec agent_call_watch;
+extern const struct agent_call_spec agent_call_git_checkout;
 
 #endif

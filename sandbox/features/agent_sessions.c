@@ -56,6 +56,8 @@
 #define SESS_MARK_LEN AGENT_SESS_MARK_LEN
 #define SESS_ID_MAX 65
 #define SESS_LEFT_MAX 16        /* earlier shells' trees a delete still kills */
+#define SESS_TAG_LEN 16
+#define SESS_STATE_DIR "/tmp/.sbx-session-"  /* + tag: the shell's cwd and exports */
 
 static const char shell_boot[] =
 	"if [ -x /bin/bash ]; then exec /bin/bash --noprofile --norc; fi; exec /bin/sh";
@@ -90,6 +92,7 @@ struct sess {
 	int killing;              /* we killed the shell (timeout, cancel, delete) */
 	int removed;              /* deleted: freed once the shell is gone */
 	char mark[SESS_MARK_LEN + 1];
+	char tag[SESS_TAG_LEN + 1]; /* names the state file of the current shell */
 	struct agent_sess_scan scan[2];
 	struct sess_cmd *cur;
 	struct sess_cmd *queue, **qtail;
@@ -466,6 +469,7 @@ static int shell_spawn(struct sess *s, struct sbx_err *e)
 {
 	struct rt_sandbox *rsb = s->box ? agent_sb_container(s->box->sb) : NULL;
 	char *argv[] = { (char *)"/bin/sh", (char *)"-c", (char *)shell_boot, NULL };
+	unsigned char rnd[SESS_TAG_LEN / 2];
 	struct rt_proc_spec ps;
 	struct event_base *base;
 	char **env;
@@ -473,6 +477,9 @@ static int shell_spawn(struct sess *s, struct sbx_err *e)
 
 	if (!rsb)
 		return err_set(e, SBX_E_SANDBOX_NOT_FOUND, "the sandbox is not running");
+	if (util_random(rnd, sizeof(rnd)) < 0)
+		return err_sys(e, errno, "random tag");
+	util_hex(rnd, sizeof(rnd), s->tag);
 	base = s->box->a->base;
 	env = agent_env_merge(s->box->sb->base_env, s->env);
 	if (!env)
@@ -527,10 +534,13 @@ static void sess_next(struct sess *s)
 		if (buf_printf(&c->body,
 			       "__sbx_rc=$?\n"
 			       "[ \"$__sbx_in\" = /dev/null ] || rm -f \"$__sbx_in\"\n"
+			       "(umask 077; export __SBX_PWD=\"$PWD\"; export -p >| '" SESS_STATE_DIR
+			       "%s') 2>/dev/null\n"
 			       "command printf '\\001%%s%%s %%d\\n' '%.*s' '%s' \"$__sbx_rc\"\n"
 			       "command printf '\\001%%s%%s %%d\\n' '%.*s' '%s' \"$__sbx_rc\" >&2\n"
 			       "unset __sbx_rc __sbx_in\n",
-			       half, s->mark, s->mark + half, half, s->mark, s->mark + half) < 0) {
+			       s->tag, half, s->mark, s->mark + half, half, s->mark,
+			       s->mark + half) < 0) {
 			err_set(&e, SBX_E_PAYLOAD_TOO_LARGE, "the command is too large");
 			agent_exec_fail(c->x, &e, NULL);
 			cmd_free(c);
@@ -626,6 +636,36 @@ static int printf_b_quote(struct buf *b, const char *data, size_t n)
 	return buf_add(b, "'", 1);
 }
 
+/* The shell text of c: its command, or its argv quoted. */
+static int cmd_text(struct buf *b, const struct agent_cmd *c)
+{
+	if (c->command)
+		return buf_adds(b, c->command);
+	for (size_t i = 0; c->argv[i]; i++)
+		if ((i && buf_add(b, " ", 1) < 0) || sh_quote_str(b, c->argv[i]) < 0)
+			return -1;
+	return 0;
+}
+
+/* Append " export K='v'" lines (unset for null values) of env. */
+static int env_lines(struct buf *b, const json_t *env)
+{
+	const char *k;
+	json_t *v;
+
+	json_object_foreach((json_t *)env, k, v) {
+		if (json_is_string(v)) {
+			if (buf_printf(b, " export %s=", k) < 0 ||
+			    sh_quote(b, json_string_value(v), json_string_length(v)) < 0 ||
+			    buf_adds(b, "\n") < 0)
+				return -1;
+		} else if (buf_printf(b, " unset %s\n", k) < 0) {
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* The script of one command up to (not including) the status line. */
 static int build_body(struct buf *b, const struct agent_cmd *c, const char *stdin_data,
 		      size_t stdin_len)
@@ -635,14 +675,8 @@ static int build_body(struct buf *b, const struct agent_cmd *c, const char *stdi
 	int rc = -1;
 
 	buf_init(&cmd, SESS_SCRIPT_MAX);
-	if (c->command) {
-		if (buf_adds(&cmd, c->command) < 0)
-			goto out;
-	} else {
-		for (size_t i = 0; c->argv[i]; i++)
-			if ((i && buf_add(&cmd, " ", 1) < 0) || sh_quote_str(&cmd, c->argv[i]) < 0)
-				goto out;
-	}
+	if (cmd_text(&cmd, c) < 0)
+		goto out;
 	if (stdin_data && stdin_len > 0) {
 		if (buf_adds(b, "__sbx_in=$(mktemp 2>/dev/null) || __sbx_in=/dev/null\n"
 				"command printf '%b' ") < 0 ||
@@ -657,20 +691,8 @@ static int build_body(struct buf *b, const struct agent_cmd *c, const char *stdi
 	if (c->cwd_given &&
 	    (buf_adds(b, " cd -- ") < 0 || sh_quote_str(b, c->cwd) < 0 || buf_adds(b, " || exit 1\n") < 0))
 		goto out;
-	if (c->env) {
-		const char *k;
-		json_t *v;
-		json_object_foreach((json_t *)c->env, k, v) {
-			if (json_is_string(v)) {
-				if (buf_printf(b, " export %s=", k) < 0 ||
-				    sh_quote(b, json_string_value(v), json_string_length(v)) < 0 ||
-				    buf_adds(b, "\n") < 0)
-					goto out;
-			} else if (buf_printf(b, " unset %s\n", k) < 0) {
-				goto out;
-			}
-		}
-	}
+	if (c->env && env_lines(b, c->env) < 0)
+		goto out;
 	if (buf_adds(b, " command eval ") < 0 || sh_quote(b, cmd.data ? cmd.data : "", cmd.len) < 0 ||
 	    buf_adds(b, sub ? "\n) < \"$__sbx_in\"\n" : "\n} < \"$__sbx_in\"\n") < 0)
 		goto out;
@@ -678,6 +700,64 @@ static int build_body(struct buf *b, const struct agent_cmd *c, const char *stdi
 out:
 	buf_release(&cmd);
 	return rc;
+}
+
+/* The shell that runs a process from a session's state: bash when the
+ * image has it (it reads what bash's export -p wrote), with $1 the script
+ * and $2 the command. */
+static const char proc_boot[] =
+	"if [ -x /bin/bash ]; then exec /bin/bash --noprofile --norc -c \"$1\" sh \"$2\"; fi; "
+	"exec /bin/sh -c \"$1\" sh \"$2\"";
+
+int agent_sess_process_cmd(struct agent *a, struct agent_sb *sb, const char *sid,
+			   struct agent_cmd *c, struct buf *script, struct sbx_err *e)
+{
+	struct sess *s = sess_find(box_get(a, sb, 0), sid);
+	size_t script_len;
+	char **argv;
+
+	buf_init(script, SESS_SCRIPT_MAX);
+	if (s && !c->cwd_given &&
+	    (buf_adds(script, "cd -- ") < 0 || sh_quote_str(script, s->cwd) < 0 ||
+	     buf_adds(script, " 2>/dev/null\n") < 0))
+		goto big;
+	if (s && s->env && env_lines(script, s->env) < 0)
+		goto big;
+	/* the state the shell left after its last command, when it has run one */
+	if (s && s->handle > 0 &&
+	    buf_printf(script,
+		       "__sbx_f='" SESS_STATE_DIR "%s'\n"
+		       "if [ -r \"$__sbx_f\" ]; then . \"$__sbx_f\"; %s fi\n"
+		       "unset __sbx_f __SBX_PWD\n",
+		       s->tag, c->cwd_given ? "" : "cd -- \"$__SBX_PWD\" 2>/dev/null;") < 0)
+		goto big;
+	/* the process's own env and cwd win over the session's */
+	if (c->env && env_lines(script, c->env) < 0)
+		goto big;
+	if (buf_adds(script, "eval \"$1\"\n") < 0 || buf_add(script, "", 1) < 0)
+		goto big;
+	script_len = script->len;
+	if (cmd_text(script, c) < 0 || buf_add(script, "", 1) < 0)
+		goto big;
+	argv = calloc(7, sizeof(*argv));
+	if (!argv) {
+		buf_release(script);
+		return err_sys(e, ENOMEM, "process");
+	}
+	argv[0] = (char *)"/bin/sh";
+	argv[1] = (char *)"-c";
+	argv[2] = (char *)proc_boot;
+	argv[3] = (char *)"sh";
+	argv[4] = script->data;
+	argv[5] = script->data + script_len;
+	if (!c->command)
+		c->command = argv[5];
+	free(c->argv);
+	c->argv = argv;
+	return 0;
+big:
+	buf_release(script);
+	return err_set(e, SBX_E_PAYLOAD_TOO_LARGE, "the command is too large");
 }
 
 /* --- handlers --------------------------------------------------------------- */

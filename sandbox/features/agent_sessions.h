@@ -7,6 +7,7 @@
 
 #include "agent_exec.h"
 #include "call.h"
+#include "buf.h"
 #include "module.h"
 
 /* The sessions' module: a gone container's sessions go with it. */
@@ -19,6 +20,17 @@ extern const struct agent_module agent_sess_module;
 int agent_sess_exec(struct httpd_req *r, struct agent_sb *sb, int stream, const char *sid,
 		    const struct agent_cmd *c, int64_t timeout_ms, const char *stdin_data,
 		    size_t stdin_len, struct sbx_err *e);
+
+/* Rewrite c, the command of a new background process started "in"
+ * session sid of sb, to start from the session's state: its cwd (unless c
+ * gives one) and env, then the cwd and exports its shell had after its
+ * last command (each command leaves them in a state file under /tmp, mode
+ * 0600), then c's own env. c->argv is replaced (its strings live in
+ * *script, which the caller releases after the spawn; c->command, the text
+ * shown, is kept). A session that does not exist adds nothing. 0 or -1
+ * with e (413). */
+int agent_sess_process_cmd(struct agent *a, struct agent_sb *sb, const char *sid,
+			   struct agent_cmd *c, struct buf *script, struct sbx_err *e);
 
 /* The session routes (calls, see call.h): POST (AGENT_CALL_JSON with
  * agent_session_create_fields), GET, DELETE …/sessions/{session}. */

@@ -8,6 +8,7 @@
  */
 #include "files_worker.h"
 #include "agent_lifecycle.h"
+#include "agent_sse.h"
 #include "buf.h"
 #include "log.h"
 #include "runtime.h"
@@ -53,10 +54,12 @@ struct fw_call {
 	size_t rec_len, rec_off;
 	struct buf pend;           /* FW_UPLOAD: body bytes not yet sent */
 	int body_end, end_sent, paused;
+	int ended;                 /* FW_EVENTS: the closing `error` event is out */
 };
 
 static struct fw_call *calls;
 static unsigned ncalls;
+static unsigned nevents;           /* of ncalls, FW_EVENTS streams */
 static size_t collect_bytes;
 
 /* --- records (both sides) --- */
@@ -251,6 +254,7 @@ static void call_free(struct fw_call *c)
 		if (*pp == c) {
 			*pp = c->next;
 			ncalls--;
+			nevents -= !!(c->spec.flags & FW_EVENTS);
 			break;
 		}
 	}
@@ -315,28 +319,33 @@ static void answer_err(struct fw_call *c, const struct sbx_err *e)
 	httpd_reply_err(c->r, e);
 }
 
-/* The helper ended (its channel closed) without a complete answer. */
+/* Why the helper ended (its channel closed) without a complete answer. */
+static void failure_err(struct fw_call *c, struct sbx_err *e)
+{
+	reap(c, 1);
+	if (c->gone && c->a->shutting_down)
+		err_set(e, SBX_E_NODE_UNAVAILABLE, "the node is shutting down");
+	else if (c->gone)
+		err_set(e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
+	else if (c->wstatus == 128 + SIGALRM)
+		err_set(e, SBX_E_NO_CAPACITY, "the file call took longer than %u s", c->spec.timeout_s);
+	else if (c->wstatus == 128 + SIGKILL && c->spec.mode == FW_UPLOAD)
+		err_set(e, SBX_E_FILE_TOO_LARGE,
+			"the upload does not fit in the sandbox's memory limit");
+	else if (c->wstatus == 128 + SIGKILL)
+		err_set(e, SBX_E_NO_CAPACITY, "the file call ran out of the sandbox's memory");
+	else
+		err_set(e, SBX_E_INTERNAL, "file helper of '%s' ended with status %d", c->key,
+			c->wstatus);
+}
+
 static void helper_failed(struct fw_call *c)
 {
 	struct sbx_err e;
 
 	if (c->answered || !c->r)
 		return;
-	reap(c, 1);
-	if (c->gone && c->a->shutting_down)
-		err_set(&e, SBX_E_NODE_UNAVAILABLE, "the node is shutting down");
-	else if (c->gone)
-		err_set(&e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
-	else if (c->wstatus == 128 + SIGALRM)
-		err_set(&e, SBX_E_NO_CAPACITY, "the file call took longer than %u s", c->spec.timeout_s);
-	else if (c->wstatus == 128 + SIGKILL && c->spec.mode == FW_UPLOAD)
-		err_set(&e, SBX_E_FILE_TOO_LARGE,
-			"the upload does not fit in the sandbox's memory limit");
-	else if (c->wstatus == 128 + SIGKILL)
-		err_set(&e, SBX_E_NO_CAPACITY, "the file call ran out of the sandbox's memory");
-	else
-		err_set(&e, SBX_E_INTERNAL, "file helper of '%s' ended with status %d", c->key,
-			c->wstatus);
+	failure_err(c, &e);
 	answer_err(c, &e);
 }
 
@@ -436,6 +445,8 @@ static void on_head(struct fw_call *c, const char *rec, size_t n, int fd)
 	if (c->spec.mode == FW_STREAM) {
 		c->answered = 1;
 		event_del(c->ev_read);
+		if (c->spec.flags & FW_EVENTS)
+			httpd_add_header(c->r, "Cache-Control", "no-store");
 		httpd_reply_stream(c->r, c->head.status, c->spec.content_type, stream_read, c);
 	}
 }
@@ -504,8 +515,35 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* FW_EVENTS: the helper ended without its 'E': the `error` event that
+ * ends the stream, as the reader's next bytes (it is one short event). */
+static ssize_t end_event(struct fw_call *c, char *out, size_t max)
+{
+	struct sbx_err e;
+	struct buf b;
+	json_t *ev;
+	char *text;
+	ssize_t n = -2;
+
+	c->ended = 1;
+	failure_err(c, &e);
+	if (e.code == SBX_E_INTERNAL)
+		log_error("%s", e.msg);
+	ev = json_pack("{s:s, s:s}", "code", err_name(e.code), "message", err_public_message(&e));
+	text = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+	json_decref(ev);
+	buf_init(&b, FW_BUF);
+	if (text && agent_sse_event(&b, "error", text) == 0 && b.len <= max) {
+		memcpy(out, b.data, b.len);
+		n = (ssize_t)b.len;
+	}
+	free(text);
+	buf_release(&b);
+	return n;
+}
+
 /* FW_STREAM's reader: the 'D' records as they come; 'E' ends it; a helper
- * that dies first aborts the answer. */
+ * that dies first aborts the answer (FW_EVENTS: ends it with end_event). */
 static ssize_t stream_read(void *arg, char *out, size_t max)
 {
 	struct fw_call *c = arg;
@@ -520,6 +558,8 @@ static ssize_t stream_read(void *arg, char *out, size_t max)
 			event_add(c->ev_read, NULL);
 			return 0;
 		}
+		if (n <= 0 && (c->spec.flags & FW_EVENTS))
+			return c->ended ? -1 : end_event(c, out, max);
 		if (n <= 0)
 			return -2;
 		if (c->rec[0] == 'E')
@@ -629,11 +669,20 @@ int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spe
 
 	if (!rsb)
 		return err_set(e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
-	for (c = calls; c; c = c->next)
-		mine += c->r && strcmp(c->key, sb->key) == 0;   /* requests in progress */
-	if (ncalls >= FW_NODE_MAX || mine >= FW_SANDBOX_MAX)
+	for (c = calls; c; c = c->next)   /* requests in progress of the same kind */
+		mine += c->r && strcmp(c->key, sb->key) == 0 &&
+			(c->spec.flags & FW_EVENTS) == (spec->flags & FW_EVENTS);
+	if (spec->flags & FW_EVENTS) {
+		if (mine >= FW_EVENTS_SANDBOX_MAX)
+			return err_set(e, SBX_E_QUOTA_EXCEEDED,
+				       "this sandbox has %d watches open already (the most there can be)",
+				       FW_EVENTS_SANDBOX_MAX);
+		if (nevents >= FW_EVENTS_NODE_MAX)
+			return err_set(e, SBX_E_NO_CAPACITY, "too many watches open on this node");
+	} else if (ncalls - nevents >= FW_NODE_MAX || mine >= FW_SANDBOX_MAX) {
 		return err_set(e, SBX_E_NO_CAPACITY, "too many file calls in progress %s",
 			       mine >= FW_SANDBOX_MAX ? "in this sandbox" : "on this node");
+	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return err_sys(e, ENOMEM, "file call");
@@ -702,6 +751,7 @@ int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spe
 	c->next = calls;
 	calls = c;
 	ncalls++;
+	nevents += !!(spec->flags & FW_EVENTS);
 	agent_sb_stream_begin(sb, &c->live);
 	httpd_on_close(r, call_close, c);
 	if (spec->mode == FW_UPLOAD)
@@ -719,6 +769,7 @@ fail:
 	if (proc >= 0)
 		close(proc);
 	ncalls++;   /* call_free counts it out */
+	nevents += !!(spec->flags & FW_EVENTS);
 	c->next = calls;
 	calls = c;
 	call_free(c);

@@ -45,6 +45,8 @@
 #define FW_META_TIMEOUT_S 60                   /* list, delete, stat, move, mkdir, open */
 #define FW_TRANSFER_TIMEOUT_S 3600             /* an encoded read, an upload */
 #define FW_IDLE_TIMEOUT_S 120                  /* a transfer that makes no progress */
+#define FW_EVENTS_SANDBOX_MAX 8                /* event streams (watches) per sandbox */
+#define FW_EVENTS_NODE_MAX 256                 /* event streams on the node */
 
 struct fw_result {
 	int32_t status;            /* HTTP status of a success; 0 for an error */
@@ -91,9 +93,19 @@ enum fw_mode {
 typedef void (*fw_fd_fn)(struct httpd_req *r, struct agent_sb *sb, int fd, uint64_t size,
 			 void *arg);
 
+/* FW_STREAM with FW_EVENTS: a text/event-stream that lasts until the
+ * client leaves (a watch). It is counted apart from file calls (at most
+ * FW_EVENTS_SANDBOX_MAX per sandbox, else 429 QUOTA_EXCEEDED, and
+ * FW_EVENTS_NODE_MAX per node), has no deadline (timeout_s 0), and a
+ * helper that ends without its 'E' (the sandbox stopped, the helper was
+ * killed) ends the stream with an `error` event {code, message} rather
+ * than a cut. */
+#define FW_EVENTS 0x1u
+
 struct fw_spec {
 	enum fw_mode mode;
-	unsigned timeout_s;
+	unsigned flags;            /* FW_EVENTS */
+	unsigned timeout_s;        /* 0: none */
 	const char *content_type;  /* FW_STREAM */
 	fw_fd_fn on_fd;            /* FW_FD */
 	void *fd_arg;

@@ -3,6 +3,8 @@
  * forwarder. */
 #include "module.h"
 
+#include "agent_exec.h"
+#include "agent_interp.h"
 #include "agent_processes.h"
 #include "agent_sessions.h"
 #include "agent_terminals.h"
@@ -15,7 +17,9 @@
 const struct agent_module *const agent_modules[] = {
 	&agent_sess_module,
 	&agent_proc_module,
+	&agent_interp_module,
 	&agent_term_module,
+	&agent_exec_module,
 	&tunnel_module,
 	&fwd_module,
 	&fw_module,

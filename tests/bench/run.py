@@ -16,7 +16,11 @@ The sandbox figures (sequential latencies with median/p99/spread, the
 process baselines, 500 live sandboxes, concurrent streams) are in
 sandbox_figs.py; the preview and tunnel figures in tunnel_figs.py; the 1 GiB
 file upload/download figures in files_figs.py; the terminal figures
-(keystroke echo over the WebSocket, terminal creation) in terminal_figs.py; shared
+(keystroke echo over the WebSocket, terminal creation) in terminal_figs.py; the
+code-context figures in interp_figs.py (which also runs alone:
+`python3 tests/bench/interp_figs.py`); shared
+file upload/download figures in files_figs.py; the watch latency in
+watch_figs.py; shared
 helpers and the C spawn harness in benchlib.py.
 docs/PERFORMANCE.md is regenerated except what follows NOTES_MARKER, which
 is hand-written and kept.
@@ -46,7 +50,9 @@ from conftest import stack_down, stack_up  # noqa: E402
 import sandbox_figs  # noqa: E402
 import tunnel_figs  # noqa: E402
 import files_figs  # noqa: E402
+import interp_figs  # noqa: E402
 import terminal_figs  # noqa: E402
+import watch_figs  # noqa: E402
 from benchlib import Harness  # noqa: E402
 
 DURATION = int(os.environ.get("BENCH_DURATION", "5"))
@@ -450,6 +456,7 @@ def main():
             sandbox_figs.setup_exec_sandboxes(st, ctx)
             run_fig("exec-rtt", sandbox_figs.fig_exec_rtt, st, ctx)
             run_fig("first-byte", sandbox_figs.fig_first_byte, st, ctx)
+            run_fig("interp", interp_figs.fig_interp, st, ctx)
             run_fig("terminals", terminal_figs.fig_terminals, st, ctx)
             for fig in FIGURES:
                 results.append(run_fig(fig.__name__, fig, st))
@@ -462,6 +469,8 @@ def main():
             sandbox_figs.teardown_exec_sandboxes(st, ctx)
             # 1 GiB up and down through nginx beside cat; nginx/agent peak RSS.
             run_fig("files", files_figs.fig_files, st, ctx)
+            # write in a sandbox → its watch event at a client.
+            run_fig("watch", watch_figs.fig_watch, st, ctx)
             run_fig("streams", sandbox_figs.fig_streams, st, ctx)
             # The node's capacity is 500: every other sandbox is gone by now.
             run_fig("live-memory", sandbox_figs.fig_live_memory, st, ctx)

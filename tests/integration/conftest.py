@@ -299,6 +299,16 @@ def stack_down_cleanup(st):
         print("could not remove %s entirely (a mount left behind?): %s" % (st.dir, r.stderr))
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "session_end: run after every other test of the session")
+
+
+def pytest_collection_modifyitems(items):
+    """Tests marked session_end run last (they look at what the whole
+    session left, e.g. test_docs.py's Redis key families)."""
+    items.sort(key=lambda item: item.get_closest_marker("session_end") is not None)
+
+
 @pytest.fixture(scope="session")
 def stack():
     try:

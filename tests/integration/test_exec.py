@@ -4,13 +4,14 @@ argument passing, and many streams at once without holding API workers."""
 import concurrent.futures
 import hashlib
 import json
+import threading
 import time
 import uuid
 
 import pytest
 
 from conftest import assert_error
-from sbxproc import scaled
+from sbxproc import rss_kib, scaled
 
 
 @pytest.fixture(scope="module")
@@ -109,10 +110,43 @@ def test_timeout_kills_setsid_and_orphaned_descendants(api, box, stack):
                timeout=10)
 
 
-def test_json_output_is_capped_and_marked(api, box):
-    res = ex(api, box, command="head -c 3000000 /dev/zero | tr '\\0' x")
-    assert res["truncated"] is True and res["exitCode"] == 0
-    assert 0 < len(res["stdout"]) <= 1048576
+def test_json_output_is_whole_to_32_mib_with_flat_agent_memory(stack, api, box):
+    """A JSON exec keeps each stream whole up to agent.max_exec_output_bytes
+    (32 MiB), truncated beyond, and the agent holds none of it in memory: it
+    waits in a spill file and the answer is streamed from there. The
+    agent's RSS, sampled while the answer is made and read, stays flat
+    (before: both streams and their JSON text were built in memory, over
+    100 MiB)."""
+    mib = 1024 * 1024
+    pid = stack.pid(api("GET", "/v1/sandboxes/" + box).json()["node"])
+    before = rss_kib(pid)
+    peak = [before]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], rss_kib(pid))
+            time.sleep(0.02)
+
+    t = threading.Thread(target=sample)
+    t.start()
+    try:
+        res = ex(api, box, timeout=120,
+                 command="yes é | head -c %d; head -c %d /dev/zero | tr '\\0' y >&2"
+                         % (32 * mib, 40 * mib))
+    finally:
+        done.set()
+        t.join()
+    assert res["exitCode"] == 0 and res["truncated"] is True
+    # 2-byte characters across the answer's read chunks come back whole
+    assert res["stdout"] == "é\n" * (32 * mib // 3) + "é"
+    assert res["stderr"] == "y" * (32 * mib)  # cut at 32 MiB
+    grown = peak[0] - before
+    print("agent RSS %d KiB before, peak %d KiB (+%d KiB) for 64 MiB of JSON output"
+          % (before, peak[0], grown))
+    assert grown < 24 * 1024, "agent RSS grew %d KiB" % grown
+    small = ex(api, box, command="echo hi; echo there >&2")
+    assert (small["stdout"], small["stderr"], small["truncated"]) == ("hi\n", "there\n", False)
 
 
 def test_invalid_utf8_in_json_mode_is_replaced(api, box):

@@ -131,7 +131,7 @@ def test_json_encodings(api, box):
     assert body["mimeType"] == "image/png"
     assert_error(api("GET", files(box, "enc/b.png") + "?encoding=utf-8"), 400, "VALIDATION_FAILED")
     assert_error(api("GET", files(box, "enc/b.png") + "?encoding=latin1"), 400, "VALIDATION_FAILED")
-    sh(api, box, "head -c 11000000 /dev/zero > /workspace/enc/big")
+    sh(api, box, "head -c 34000000 /dev/zero > /workspace/enc/big")  # over 32 MiB
     assert_error(api("GET", files(box, "enc/big") + "?encoding=base64"), 413, "FILE_TOO_LARGE")
 
 

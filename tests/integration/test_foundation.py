@@ -279,6 +279,23 @@ def test_agent_refuses_requests_without_the_node_secret(stack):
     assert isinstance(r.json().get("sandboxes"), list)
 
 
+def test_every_agent_route_needs_the_node_secret(stack):
+    """Every row of the agent's route table (and its health path), straight
+    at the agent without the secret: 401 UNAUTHORIZED."""
+    import requests
+    from test_docs import table_routes
+    addr = stack.env["SBX_AGENT_1"]
+    tried = 0
+    for (method, path), where in sorted(table_routes().items()):
+        if method == "*" or where.startswith("fcgi/"):
+            continue
+        url = "http://%s%s" % (addr, re.sub(r"\{\}", "x", path))
+        r = requests.request(method, url, data=b"{}", timeout=5)
+        assert_error(r, 401, "UNAUTHORIZED")
+        tried += 1
+    assert tried > 30, tried
+
+
 # ---- faults -------------------------------------------------------------------------
 
 def test_killed_agent_goes_down_after_ttl(stack):

@@ -126,7 +126,9 @@ def test_tenant_limits_admin_only_and_defaults(st):
     assert r.status_code == 200, r.text
     body = r.json()
     assert body == {"tenant": tenant, "overrides": {},
-                    "limits": {"sandboxes": 100, "memoryMiB": 51200, "cpus": 100},
+                    "limits": {"sandboxes": 100, "memoryMiB": 51200, "cpus": 100,
+                               "requestsPerSecond": 0, "requestsBurst": 0,
+                               "createsPerMinute": 0},
                     "usage": {"sandboxes": 0, "memoryMiB": 0, "cpus": 0}}, body
     assert_error(st.api("DELETE", "/v1/tenants/%s/limits" % tenant, key=st.admin_key), 405,
                  "METHOD_NOT_ALLOWED")
@@ -158,7 +160,9 @@ def test_tenant_limits_validation(st):
     # PUT replaces the overrides: what is left out (or null) is the default again.
     got = limits(st, tenant, {"memoryMiB": 4096, "cpus": 2.5, "sandboxes": None}).json()
     assert got["overrides"] == {"memoryMiB": 4096, "cpus": 2.5}, got
-    assert got["limits"] == {"sandboxes": 100, "memoryMiB": 4096, "cpus": 2.5}, got
+    assert got["limits"] == {"sandboxes": 100, "memoryMiB": 4096, "cpus": 2.5,
+                             "requestsPerSecond": 0, "requestsBurst": 0,
+                             "createsPerMinute": 0}, got
     assert st.redis_cli("HGET", "sbx:tenant:{%s}:limits" % tenant, "cpusMilli") == "2500"
     assert limits(st, tenant, {}).json()["overrides"] == {}
     assert st.redis_cli("EXISTS", "sbx:tenant:{%s}:limits" % tenant) == "0"

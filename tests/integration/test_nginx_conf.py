@@ -27,7 +27,7 @@ TEMPLATE = os.path.join(ROOT, "conf", "nginx.conf")
 DEPLOY = os.path.join(ROOT, "deploy", "nginx", "sbx.conf")
 ROUTES = os.path.join(ROOT, "sandbox", "features", "agent_routes.c")
 # Words of the data regex with no agent route yet (docs/API.md says which).
-RESERVED = {"contexts": "The code interpreter (`…/contexts`)"}
+RESERVED = {}
 
 DATA_RE = re.compile(r"location ~ \^/v1/sandboxes/\[\^/\]\+/\(([a-z|]+)\)\(/\|\$\) \{")
 

@@ -155,6 +155,52 @@ def test_wait_for_port(api, box):
     api("DELETE", P(box, "/web?signal=KILL"))
 
 
+# A server that answers 503 to its first three requests, then 200 on /health.
+SLOW_HEALTH = """
+import http.server
+n = [0]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        n[0] += 1
+        code = 200 if n[0] > 3 and self.path == '/health' else 503
+        print(code, self.path, flush=True)
+        self.send_response(code)
+        self.send_header('Content-Length', '0')
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(('127.0.0.1', %d), H).serve_forever()
+"""
+
+
+def test_wait_for_port_http_mode(api, box):
+    """?http=/path waits for an HTTP answer in ?status= (here 200), not
+    just for a listener: the server's 503s do not count."""
+    start(api, box, id="health", argv=["python3", "-c", SLOW_HEALTH % 8766])
+    r = api("GET", P(box, "/health/wait?port=8766&http=/health&status=200&intervalMs=50"
+                          "&timeoutMs=15000"), timeout=20)
+    assert r.status_code == 200 and r.json() == {"port": 8766, "status": 200}, r.text
+    logs = api("GET", P(box, "/health/logs")).json()["stdout"].split("\n")
+    assert logs[:4] == ["503 /health"] * 3 + ["200 /health"], logs
+    # a range: the next answer is a 200 too
+    r = api("GET", P(box, "/health/wait?port=8766&http=/health&status=200-299"))
+    assert r.status_code == 200 and r.json()["status"] == 200, r.text
+    api("DELETE", P(box, "/health?signal=KILL"))
+    # a listener that never speaks HTTP: ready for TCP, never for HTTP
+    start(api, box, id="mute", argv=["python3", "-c",
+                                     "import socket,time\ns=socket.socket()\n"
+                                     "s.bind(('127.0.0.1',8767))\ns.listen(8)\ntime.sleep(60)"])
+    assert api("GET", P(box, "/mute/wait?port=8767&timeoutMs=10000"),
+               timeout=15).json() == {"port": 8767}
+    assert_error(api("GET", P(box, "/mute/wait?port=8767&http=/&timeoutMs=1500"), timeout=10),
+                 408, "PROCESS_READY_TIMEOUT")
+    api("DELETE", P(box, "/mute?signal=KILL"))
+    # exited first: 409 with its exit code
+    start(api, box, id="gone", command="sleep 0.2; exit 3")
+    r = api("GET", P(box, "/gone/wait?port=8768&http=/&timeoutMs=5000"), timeout=10)
+    assert r.status_code == 409 and r.json()["error"]["details"] == {"exitCode": 3}, r.text
+
+
 def test_wait_timeouts_and_early_exit(api, box):
     start(api, box, id="quiet", argv=["sleep", "30"])
     assert_error(api("GET", P(box, "/quiet/wait?log=never&timeoutMs=200")), 408,
@@ -197,7 +243,9 @@ def test_bad_kill_args(api, box, query):
 
 @pytest.mark.parametrize("query", [
     "port=0", "port=65536", "port=x", "timeoutMs=0", "timeoutMs=3600001", "log=",
-    "log=" + "a" * 1025, "log=a&port=80",
+    "log=" + "a" * 1025, "log=a&port=80", "http=/", "port=80&http=nope", "port=80&http=/a%20b",
+    "port=80&status=200", "port=80&http=/&status=700", "port=80&http=/&status=300-200",
+    "port=80&http=/&intervalMs=5",
 ])
 def test_bad_wait_args(api, box, query):
     if api("GET", P(box, "/waitee")).status_code == 404:

@@ -105,3 +105,41 @@ def test_ha_configs_survive_a_replica_down_and_a_promotion(tmp):
         primary.stop()
         if replica:
             replica.stop()
+
+
+def test_sbx_runs_on_the_shipped_primary_with_its_replica_down(tmp):
+    """A stack (`deploy/stack up --redis`) on a primary started from the
+    shipped file whose one replica is down: creates, execs and the health
+    check work (with min-replicas-to-write 1 they were 500s)."""
+    from conftest import STACK, Stack, reap_orphans
+    primary = Server(tmp, "primary", os.path.join(CONF, "redis-primary.conf"))
+    replica = Server(tmp, "replica", os.path.join(CONF, "redis-primary.conf"),
+                     ["--replicaof", "127.0.0.1", str(primary.port)])
+    directory = os.path.join(tmp, "stack")
+    build = os.environ.get("SBX_BUILD", "build")
+    env = dict(os.environ, SBX_BUILD=build if os.path.isabs(build) else os.path.join(ROOT, build))
+    try:
+        wait_for("the replica to sync",
+                 lambda: "master_link_status:up" in cli(replica.port, "INFO", "replication"))
+        replica.stop()
+        wait_for("the primary to see its replica gone",
+                 lambda: "connected_slaves:0" in cli(primary.port, "INFO", "replication"))
+        r = subprocess.run([STACK, "up", "--dir", directory, "--port", str(free_port()),
+                            "--agents", "1", "--redis", "redis://127.0.0.1:%d" % primary.port],
+                           capture_output=True, text=True, timeout=120, env=env)
+        reap_orphans()
+        assert r.returncode == 0, r.stdout + r.stderr
+        st = Stack(directory, env["SBX_BUILD"])
+        st.wait_healthy()
+        assert st.api("GET", "/healthz", key=None).status_code == 200
+        r = st.api("PUT", "/v1/sandboxes/ha-one", json={}, timeout=30)
+        assert r.status_code == 201, r.text
+        r = st.api("POST", "/v1/sandboxes/ha-one/exec", json={"command": "echo up"}, timeout=30)
+        assert r.status_code == 200 and r.json()["stdout"] == "up\n", r.text
+        assert st.api("DELETE", "/v1/sandboxes/ha-one", timeout=30).status_code == 204
+    finally:
+        subprocess.run([STACK, "down", "--dir", directory], capture_output=True, timeout=120,
+                       env=env)
+        reap_orphans()
+        primary.stop()
+        replica.stop()

@@ -47,6 +47,36 @@ def test_state_persists_in_a_session(api, box):
     assert out["exitCode"] == 0 and out["success"] is True
 
 
+def test_process_starts_from_the_sessions_state(api, box):
+    """POST …/processes {session}: the process starts from the cwd and the
+    exports the session's shell has after its last command; its own cwd
+    and env win; the state file is the shell's alone (0600) and a state
+    that cannot be written never shows in a command's output."""
+    ok(api, box, "pstate", "mkdir -p /tmp/ps && cd /tmp/ps && export PS_VAR=\"a b'c\"")
+
+    def run(**body):
+        r = api("POST", "/v1/sandboxes/%s/processes" % box, json=body)
+        assert r.status_code == 201, r.text
+        pid = r.json()["id"]
+        w = api("GET", "/v1/sandboxes/%s/processes/%s/wait?timeoutMs=10000" % (box, pid), timeout=15)
+        assert w.status_code == 200, w.text
+        return api("GET", "/v1/sandboxes/%s/processes/%s/logs" % (box, pid)).json()
+
+    logs = run(command='pwd; printf "%s\\n" "$PS_VAR"; echo $OWN', session="pstate",
+               env={"OWN": "mine"})
+    assert logs["stdout"] == "/tmp/ps\na b'c\nmine\n", logs
+    assert run(command="pwd", session="pstate", cwd="/")["stdout"] == "/\n"
+    assert run(command="pwd; echo ${PS_VAR:-none}", session="no-such")["stdout"] == \
+        "/workspace\nnone\n"
+    modes = ok(api, box, "pstate", "stat -c %a /tmp/.sbx-session-* | sort -u")["stdout"]
+    assert modes == "600\n", modes
+    # this command's own state file cannot be written: nothing shows
+    out = ok(api, box, "pstate", 'f=$(ls -td /tmp/.sbx-session-* | head -1); rm -f "$f"; '
+                                 'mkdir "$f"; echo "$f"')
+    assert out["stderr"] == "" and out["exitCode"] == 0, out
+    ok(api, box, "pstate", "rmdir %s" % out["stdout"].strip())
+
+
 def test_sessions_are_isolated(api, box):
     ok(api, box, "iso-a", "cd /tmp; export ONLY_A=1")
     out = ok(api, box, "iso-b", "pwd; echo ${ONLY_A:-none}")

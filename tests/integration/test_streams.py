@@ -104,8 +104,10 @@ def kinds(sid):
         "exec-sse": ("POST", "/v1/sandboxes/%s/exec" % sid, sse, {"command": "sleep 600"}, "head"),
         "logs-follow": ("GET", "/v1/sandboxes/%s/processes/long/logs" % sid, sse, None,
                         "head"),
+        # sessionless: in a session (the default one) they would queue
         "cf-exec-stream": ("POST", "/v1/sandboxes/%s/cf/api/execute/stream" % sid, {},
-                           {"command": "sleep 600"}, "head"),
+                           {"command": "sleep 600", "sessionId": "__DISABLE_SESSION__"},
+                           "head"),
         # A file answer that the client stops reading (sendfile, not suspended).
         "download": ("GET", "/v1/sandboxes/%s/files/16m.bin" % sid, {}, None, "head"),
         # Deferred, not streamed: nothing arrives before the command ends;

@@ -107,6 +107,10 @@ def routes(sid):
         ("PUT", b + "/dirs/PWNED", {}),
         ("GET", b + "/stat/keep.txt", {}),
         ("POST", b + "/move", {"json": {"from": "keep.txt", "to": "moved.txt"}}),
+        # an event stream without end for the owner: only its head is read
+        ("GET", b + "/watch?path=/workspace", {"headers": {"Accept": "text/event-stream"},
+                                               "stream": True}),
+        ("POST", b + "/git/checkout", {"json": {"url": "file:///workspace/x.git"}}),
         ("GET", b + "/contexts", {}),
         ("POST", b + "/ports/3000", {"json": {}}),
         ("POST", b + "/ports/3002", {"json": {"token": "mine"}}),

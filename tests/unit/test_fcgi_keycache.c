@@ -114,3 +114,31 @@ TEST(fcgi_store_readonly_cmd)
 	CHECK(store_readonly_cmd("HGETALL", 4) == store_readonly_cmd("HGET", 4));
 	CHECK(!store_readonly_cmd("", 0));
 }
+
+TEST(fcgi_keycache_unlimited)
+{
+	uint8_t a[SHA256_DIGEST_LEN], b[SHA256_DIGEST_LEN];
+	struct keycache_entry hit;
+
+	digest_of("key-u", a);
+	digest_of("key-v", b);
+	keycache_init(&kc, 1000);
+	keycache_set_unlimited(&kc, a, 1);          /* no entry: nothing */
+	CHECK_INT(keycache_get(&kc, a, 100, &hit), 0);
+	keycache_put(&kc, a, 1, "dev", 0, 100);
+	CHECK_INT(keycache_get(&kc, a, 100, &hit), 1);
+	CHECK_INT(hit.unlimited, 0);                /* a new entry is checked */
+	keycache_set_unlimited(&kc, a, 1);
+	CHECK_INT(keycache_get(&kc, a, 500, &hit), 1);
+	CHECK_INT(hit.unlimited, 1);
+	keycache_set_unlimited(&kc, b, 0);          /* another digest: untouched */
+	CHECK_INT(keycache_get(&kc, a, 500, &hit), 1);
+	CHECK_INT(hit.unlimited, 1);
+	keycache_put(&kc, a, 1, "dev", 0, 600);     /* a new check forgets it */
+	CHECK_INT(keycache_get(&kc, a, 600, &hit), 1);
+	CHECK_INT(hit.unlimited, 0);
+	keycache_put(&kc, b, 0, NULL, 0, 600);      /* a refusal is never unlimited */
+	keycache_set_unlimited(&kc, b, 1);
+	CHECK_INT(keycache_get(&kc, b, 600, &hit), 1);
+	CHECK_INT(hit.unlimited, 0);
+}

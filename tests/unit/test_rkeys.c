@@ -33,6 +33,9 @@ TEST(rkeys_script_parts_match_builders)
 	CHECK_STR(rkeys_node(k, "n1", "sandboxes"), RKEYS_NODE_HEAD "n1" RKEYS_SANDBOXES_TAIL);
 	CHECK_STR(rkeys_tenant(k, "dev", "sandboxes"), RKEYS_TENANT_HEAD "dev" RKEYS_SANDBOXES_TAIL);
 	CHECK_STR(rkeys_tenant(k, "dev", "usage"), RKEYS_TENANT_HEAD "dev" RKEYS_USAGE_TAIL);
+	CHECK_STR(rkeys_tenant(k, "dev", "limits"), RKEYS_TENANT_HEAD "dev" RKEYS_LIMITS_TAIL);
+	CHECK_STR(rkeys_tenant(k, "dev", "rate:requests"), RKEYS_TENANT_HEAD "dev" RKEYS_RATE_REQUESTS_TAIL);
+	CHECK_STR(rkeys_tenant(k, "dev", "rate:creates"), RKEYS_TENANT_HEAD "dev" RKEYS_RATE_CREATES_TAIL);
 	CHECK_STR(rkeys_tenant_label(k, "dev", "a", "b"), RKEYS_TENANT_HEAD "dev" RKEYS_LABEL_MID "a=b");
 }
 
