@@ -323,10 +323,15 @@ static void put_pulled(void *arg, const struct sbx_err *pe)
 		struct agent_call c = { .r = d->r, .a = d->a, .id = httpd_param(d->r, 1), .port = -1,
 					.body = d->body };
 
+		/* the create runs again and owns the request from here (it may
+		 * even wait for a pull again, with a waiter of its own) */
+		httpd_on_close(d->r, NULL, NULL);
 		memcpy(c.key, d->key, sizeof(c.key));
 		c.sb = agent_sb_find(d->a, d->key);
 		if (d->put(&c, &e) < 0)
 			httpd_reply_err(d->r, &e);
+		json_decref(d->body);
+		free(d);
 	}
 }
 
