@@ -600,6 +600,9 @@ class CuttingProxy:
         import threading
 
         self.cut = True
+        self.gate = threading.Event()   # blobs wait for it while hold is set
+        self.gate.set()
+        self.waiting = threading.Event()
         proxy = self
 
         class H(http.server.BaseHTTPRequestHandler):
@@ -609,6 +612,9 @@ class CuttingProxy:
                 up = requests.get("http://%s%s" % (reg.host, h.path), stream=True, timeout=30,
                                   headers={k: v for k, v in h.headers.items() if k.lower() == "accept"})
                 body = up.content
+                if "/blobs/" in h.path and not proxy.gate.is_set():
+                    proxy.waiting.set()
+                    proxy.gate.wait(60)
                 h.send_response(up.status_code)
                 for k in ("Content-Type", "Docker-Content-Digest"):
                     if k in up.headers:
@@ -720,3 +726,27 @@ def test_tls_with_a_private_ca_and_explicit_plain_http(stack, stack_auth, tls_re
             assert "file /etc/base.txt from base" in probe(stack_auth, sid, "/etc/base.txt")
         finally:
             stack_auth.api("DELETE", "/v1/sandboxes/" + sid)
+
+
+def test_a_pull_does_not_hold_up_the_node(stack_auth, reg):
+    """While a pull waits on its registry, the same agent goes on serving
+    (the pull runs on a thread of its own, not on the agent's loop)."""
+    busy = create(stack_auth, "%s/test/base:1" % reg.host)
+    reg.image("test/slow", "1", [layer([("etc/slow.txt", "file", os.urandom(4096))])])
+    px = CuttingProxy(reg)
+    px.cut = False
+    px.gate.clear()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            slow = ex.submit(create, stack_auth, "%s/test/slow:1" % px.host)
+            assert px.waiting.wait(60), "the pull never asked for its blob"
+            # the pull is stuck in the middle: the node still answers
+            assert "file /etc/base.txt from base" in probe(stack_auth, busy, "/etc/base.txt")
+            assert not slow.done()
+            px.gate.set()
+            sid = slow.result(timeout=120)
+        stack_auth.api("DELETE", "/v1/sandboxes/" + sid)
+    finally:
+        px.gate.set()
+        px.stop()
+        stack_auth.api("DELETE", "/v1/sandboxes/" + busy)
