@@ -6,6 +6,7 @@
  * pulls under way is touched by the loop only.
  */
 #include "agent_images.h"
+#include "agent_metrics.h"
 #include "httpd.h"
 #include "log.h"
 #include "oci.h"
@@ -82,6 +83,7 @@ static void on_pull_done(evutil_socket_t fd, short what, void *arg)
 			pp = &(*pp)->next;
 		if (*pp)
 			*pp = p->next;
+		metrics_count(AM_IMAGE_PULLS, p->rc < 0 ? AM_PULL_FAILED : AM_PULL_OK, 0, 1);
 		if (p->rc < 0) {
 			log_warn("image '%s': pull failed: %s", p->canon, p->err.msg);
 		} else {

@@ -26,6 +26,7 @@ import requests
 
 from conftest import (free_port, sanitizer_findings, stack_down, stack_down_cleanup,
                       stack_up)
+from test_metrics import agents_value
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REGISTRY = "/usr/bin/docker-registry"
@@ -282,13 +283,16 @@ def test_concurrent_creates_pull_once(stack, reg):
     reg.image("test/many", "1", layers, env=["PATH=/bin"])
     ref = "%s/test/many:1" % reg.host
     before = {n: s["pullsStarted"] for n, s in store_of(stack).items()}
+    ok0 = agents_value(stack, "sbx_agent_image_pulls_total", result="ok")
     with concurrent.futures.ThreadPoolExecutor(20) as ex:
         sids = list(ex.map(lambda _: create(stack, ref), range(20)))
     try:
         after = {n: s["pullsStarted"] for n, s in store_of(stack).items()}
         # single flight: at most one pull per node, however many creates
         assert all(after[n] - before[n] <= 1 for n in after), (before, after)
-        assert sum(after[n] - before[n] for n in after) >= 1
+        pulls = sum(after[n] - before[n] for n in after)
+        assert pulls >= 1
+        assert agents_value(stack, "sbx_agent_image_pulls_total", result="ok") == ok0 + pulls
         assert "file /etc/many.txt many" in probe(stack, sids[-1], "/etc/many.txt")
         listed = [i["ref"] for s in store_of(stack).values() for i in s["images"]]
         assert ref in listed
