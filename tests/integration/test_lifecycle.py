@@ -395,7 +395,7 @@ BAD_BODIES = [
     {"env": []}, {"env": {"1A": "x"}}, {"env": {"A-B": "x"}}, {"env": {"A": 1}},
     {"env": {"A": None}}, {"env": {"A": "x" * 32769}}, {"env": {"V%d" % i: "" for i in range(257)}},
     {"env": {"A" * 129: "x"}},
-    {"image": "Bad"}, {"image": ""}, {"image": "-x"}, {"image": "a" * 64}, {"image": "a/b"},
+    {"image": "Bad"}, {"image": ""}, {"image": "-x"}, {"image": "a" * 64}, {"image": "a//b"},
     {"image": 5},
     {"resources": {"memoryMiB": 1}}, {"resources": {"memoryMiB": 2000000}},
     {"resources": {"cpus": 0}}, {"resources": {"cpus": -1}}, {"resources": {"cpus": 100000}},
