@@ -125,18 +125,26 @@ static void note_alive_reply(struct registry *reg, const redisReply *reply)
 		log_info("registry: redis takes writes again");
 }
 
+/* One queued command is done (r NULL: the connection went or the context
+ * is freed): one fewer pending. 1 when r is an answer, which also marks
+ * when Redis last answered; 0 when there is none. */
+static int reply_seen(struct registry *reg, const void *r)
+{
+	if (reg->pending > 0)
+		reg->pending--;
+	if (!r)
+		return 0;
+	reg->last_reply = util_now_ms();
+	return 1;
+}
+
 static void reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 {
 	struct registry *reg = ac->data;
 	redisReply *reply = r;
 
-	if (!reg)
+	if (!reg || !reply_seen(reg, reply))
 		return;
-	if (reg->pending > 0)
-		reg->pending--;
-	if (!reply)
-		return;
-	reg->last_reply = util_now_ms();
 	/* A refused write is logged once by note_alive_reply(). */
 	if (reply->type == REDIS_REPLY_ERROR && !rerror_unavailable(reply->str))
 		log_warn("registry: redis answered %s: %.200s", privdata ? (const char *)privdata : "",
@@ -165,13 +173,8 @@ static void alive_cb(redisAsyncContext *ac, void *r, void *privdata)
 	int64_t sent = *(int64_t *)privdata;
 
 	free(privdata);
-	if (!reg)
+	if (!reg || !reply_seen(reg, reply))
 		return;
-	if (reg->pending > 0)
-		reg->pending--;
-	if (!reply)
-		return;
-	reg->last_reply = util_now_ms();
 	note_alive_reply(reg, reply);
 	if (reply->type == REDIS_REPLY_ERROR) {
 		if (!rerror_unavailable(reply->str))
@@ -507,11 +510,7 @@ static void role_cb(redisAsyncContext *ac, void *r, void *privdata)
 	struct registry *reg = ac->data;
 	char a[300];
 
-	if (!reg || reg->ac != ac)
-		return;
-	if (reg->pending > 0)
-		reg->pending--;
-	if (!r)
+	if (!reg || reg->ac != ac || !reply_seen(reg, r))
 		return;
 	if (sentinel_parse_role(r) == 1) {
 		connected_now(reg);
@@ -1030,11 +1029,8 @@ static void user_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	struct user_cmd *uc = privdata;
 	redisReply *reply = r;
 
-	if (reg && reply) {
-		if (reg->pending > 0)
-			reg->pending--;
-		reg->last_reply = util_now_ms();
-	}
+	if (reg && reply)
+		reply_seen(reg, reply);
 	agent_metrics_redis(uc->sent_us, !reply ? METRICS_REDIS_CONNECTION :
 			    reply->type == REDIS_REPLY_ERROR ? METRICS_REDIS_REPLY : METRICS_REDIS_OK);
 	if (uc->fn)
