@@ -2,10 +2,10 @@
 #include "agent_metrics.h"
 #include "rkeys.h"
 #include "ids.h"
-#include "httpd.h"
 #include "log.h"
 #include "rerror.h"
 #include "sentinel.h"
+#include "tcplisten.h"
 #include "util.h"
 
 #include <hiredis/hiredis.h>
@@ -278,7 +278,7 @@ static int wait_fd(int fd, short events, int64_t deadline)
 static int probe_httpd(const char *listen_addr, int timeout_ms)
 {
 	static const char req[] = "SBX-PROBE\r\n\r\n";
-	struct sockaddr_storage ss = { 0 };
+	struct sockaddr_storage ss;
 	struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
 	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
 	int64_t deadline = util_now_ms() + timeout_ms;
@@ -289,23 +289,13 @@ static int probe_httpd(const char *listen_addr, int timeout_ms)
 	auto_close int fd = -1;
 	ssize_t n;
 
-	if (httpd_parse_listen(listen_addr, host, sizeof(host), &port) < 0)
+	if (tcplisten_parse(listen_addr, host, sizeof(host), &port) < 0 ||
+	    tcplisten_sockaddr(host, port, &ss, &len) < 0)
 		return 0;
-	if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
-		in4->sin_family = AF_INET;
-		in4->sin_port = htons((uint16_t)port);
-		if (in4->sin_addr.s_addr == htonl(INADDR_ANY))
-			in4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		len = sizeof(*in4);
-	} else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-		in6->sin6_family = AF_INET6;
-		in6->sin6_port = htons((uint16_t)port);
-		if (IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr))
-			in6->sin6_addr = in6addr_loopback;
-		len = sizeof(*in6);
-	} else {
-		return 0;
-	}
+	if (ss.ss_family == AF_INET && in4->sin_addr.s_addr == htonl(INADDR_ANY))
+		in4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (ss.ss_family == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr))
+		in6->sin6_addr = in6addr_loopback;
 	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return 0;

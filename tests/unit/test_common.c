@@ -7,8 +7,11 @@
 #include "jsonv.h"
 #include "rerror.h"
 #include "route.h"
+#include "tcplisten.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 
 TEST(ids_sandbox)
@@ -212,4 +215,26 @@ TEST(cf_error_shape)
 	CHECK(json_is_object(json_object_get(b, "context")));
 	CHECK(json_string_length(json_object_get(b, "timestamp")) >= 20);
 	json_decref(b);
+}
+
+TEST(common_tcplisten_sockaddr)
+{
+	struct sockaddr_storage ss;
+	struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+	socklen_t len = 0;
+
+	CHECK_INT(tcplisten_sockaddr("127.0.0.1", 7070, &ss, &len), 0);
+	CHECK_INT(ss.ss_family, AF_INET);
+	CHECK_INT((int)len, (int)sizeof(*in4));
+	CHECK_INT(ntohs(in4->sin_port), 7070);
+	CHECK(in4->sin_addr.s_addr == htonl(INADDR_LOOPBACK));
+	CHECK_INT(tcplisten_sockaddr("::1", 0, &ss, &len), 0);
+	CHECK_INT(ss.ss_family, AF_INET6);
+	CHECK_INT((int)len, (int)sizeof(*in6));
+	CHECK_INT(ntohs(in6->sin6_port), 0);
+	CHECK(IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr));
+	CHECK_INT(tcplisten_sockaddr("localhost", 80, &ss, &len), -1);
+	CHECK_INT(tcplisten_sockaddr("[::1]", 80, &ss, &len), -1);
+	CHECK_INT(tcplisten_sockaddr("", 80, &ss, &len), -1);
 }
