@@ -11,6 +11,7 @@ import time
 import uuid
 
 from conftest import sandbox_procs, stack_down, stack_up
+from sbxproc import children, comm
 
 TENANT = "dev"
 
@@ -242,20 +243,7 @@ def test_paused_agent_that_still_owns_its_sandbox_thaws_it():
 
 def keepers_of(agent_pid):
     """Pids of the fence keeper(s): the agent's children that are sbx-agent."""
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                stat = f.read()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        rest = stat.rsplit(")", 1)[1].split()
-        if comm == "sbx-agent" and rest[0] != "Z" and int(rest[1]) == agent_pid:
-            found.append(int(d))
-    return found
+    return [c for c in children(agent_pid) if comm(c) == "sbx-agent"]
 
 
 def test_a_killed_fence_keeper_is_started_again_and_fences():
