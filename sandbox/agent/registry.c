@@ -582,33 +582,44 @@ static void drop_connection(struct registry *reg)
 	redisAsyncFree(ac);
 }
 
-/* An asynchronous connection to u on the loop, CLOEXEC, with the two
- * callbacks; ac->data is reg. NULL (logged when log_fail) on failure. */
-static redisAsyncContext *async_open(struct registry *reg, const struct redisurl *u,
-				     redisConnectCallback *on_connect,
-				     redisDisconnectCallback *on_disconnect, int log_fail)
+redisAsyncContext *registry_async_connect(struct event_base *base, const struct redisurl *u,
+					  void *data, redisConnectCallback *on_connect,
+					  redisDisconnectCallback *on_disconnect, struct sbx_err *e)
 {
 	redisAsyncContext *ac = u->is_unix ? redisAsyncConnectUnix(u->path)
 					   : redisAsyncConnect(u->host, u->port);
 
 	if (!ac || ac->err) {
-		if (log_fail)
-			log_warn("registry: cannot connect to redis (%s); retrying",
-				 ac ? ac->errstr : "out of memory");
+		err_set(e, SBX_E_REDIS_UNAVAILABLE, "%s", ac ? ac->errstr : "out of memory");
 		if (ac)
 			redisAsyncFree(ac);
 		return NULL;
 	}
 	/* hiredis sets no CLOEXEC: sandbox processes must never inherit it. */
 	util_set_cloexec(ac->c.fd);
-	ac->data = reg;
-	if (redisLibeventAttach(ac, reg->base) != REDIS_OK) {
-		ac->data = NULL;
+	if (redisLibeventAttach(ac, base) != REDIS_OK) {
 		redisAsyncFree(ac);
+		err_set(e, SBX_E_INTERNAL, "cannot attach a redis connection to the loop");
 		return NULL;
 	}
+	ac->data = data;
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
+	return ac;
+}
+
+/* registry_async_connect() to u for reg; a connection that cannot be
+ * started is logged when log_fail. */
+static redisAsyncContext *async_open(struct registry *reg, const struct redisurl *u,
+				     redisConnectCallback *on_connect,
+				     redisDisconnectCallback *on_disconnect, int log_fail)
+{
+	struct sbx_err e;
+	redisAsyncContext *ac = registry_async_connect(reg->base, u, reg, on_connect,
+						       on_disconnect, &e);
+
+	if (!ac && log_fail && e.code == SBX_E_REDIS_UNAVAILABLE)
+		log_warn("registry: cannot connect to redis (%s); retrying", e.msg);
 	return ac;
 }
 
