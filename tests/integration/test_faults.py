@@ -27,7 +27,7 @@ import pytest
 import requests
 
 from conftest import sandbox_procs, sanitizer_findings, stack_down, stack_down_cleanup, stack_up
-from sbxproc import scaled
+from sbxproc import alive, children, scaled
 
 TENANT = "dev"
 
@@ -347,8 +347,7 @@ def test_agent_dies_under_a_live_sse_exec(st, sig):
             "the stream ended cleanly without exit or error: %r" % events[-3:]
     finally:
         if sig == "SIGTERM":
-            st.wait("%s to stop" % node, lambda: not os.path.exists("/proc/%d" % pid) or
-                    open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] == "Z", 10)
+            st.wait("%s to stop" % node, lambda: not alive(pid), 10)
         st.run("stop", node)
         st.run("start", node)
         agent_serving(st, node)
@@ -406,18 +405,7 @@ def test_agent_stopped_with_a_request_in_flight_does_not_act_late(st):
 # ---- API workers and nginx ------------------------------------------------------------
 
 def api_workers(st):
-    master = st.pid("api")
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    rest = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(rest[1]) == master and rest[0] != "Z":
-                out.append(int(d))
-    return sorted(out)
+    return sorted(children(st.pid("api")))
 
 
 def test_killed_workers_cost_at_most_their_own_request(st):
