@@ -8,11 +8,16 @@
 #include "rerror.h"
 #include "route.h"
 #include "tcplisten.h"
+#include "util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 TEST(ids_sandbox)
 {
@@ -237,4 +242,46 @@ TEST(common_tcplisten_sockaddr)
 	CHECK_INT(tcplisten_sockaddr("localhost", 80, &ss, &len), -1);
 	CHECK_INT(tcplisten_sockaddr("[::1]", 80, &ss, &len), -1);
 	CHECK_INT(tcplisten_sockaddr("", 80, &ss, &len), -1);
+}
+
+TEST(common_util_open_in_root)
+{
+	char dir[] = "/tmp/sbx-unit-root-XXXXXX", path[64];
+	int root, fd;
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/f", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	CHECK(fd >= 0);
+	close(fd);
+	snprintf(path, sizeof(path), "%s/abs", dir);
+	CHECK_INT(symlink("/f", path), 0);        /* absolute: resolves in the root */
+	snprintf(path, sizeof(path), "%s/up", dir);
+	CHECK_INT(symlink("../../../etc/passwd", path), 0);
+	root = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	CHECK(root >= 0);
+
+	fd = util_open_in_root(root, "f", O_RDONLY, 0, 0);
+	CHECK(fd >= 0);
+	CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	close(fd);
+	fd = util_open_in_root(root, "abs", O_RDONLY, 0, 0);
+	CHECK(fd >= 0);
+	close(fd);
+	errno = 0;
+	CHECK_INT(util_open_in_root(root, "up", O_RDONLY, 0, 0), -1);
+	CHECK_INT(errno, ENOENT);                 /* clamped to the root, not /etc */
+	errno = 0;
+	CHECK_INT(util_open_in_root(root, "abs", O_RDONLY, 0, RESOLVE_NO_SYMLINKS), -1);
+	CHECK_INT(errno, ELOOP);
+	fd = util_open_in_root(root, "new", O_WRONLY | O_CREAT | O_EXCL, 0640, 0);
+	CHECK(fd >= 0);
+	close(fd);
+
+	close(root);
+	for (const char *n = "f\0abs\0up\0new\0"; *n; n += strlen(n) + 1) {
+		snprintf(path, sizeof(path), "%s/%s", dir, n);
+		unlink(path);
+	}
+	rmdir(dir);
 }
