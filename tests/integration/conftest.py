@@ -20,6 +20,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 
 import pytest
 import requests
@@ -139,6 +140,14 @@ class Stack:
             h["Authorization"] = "Bearer " + key
         return self.http.request(method, self.url + path, json=json, data=data, headers=h,
                                  timeout=timeout, **kw)
+
+    def create(self, prefix, key=DEFAULT_KEY, **body):
+        """A new sandbox "<prefix>-<10 hex>" made with body (201 asserted):
+        (its id, its record)."""
+        sid = "%s-%s" % (prefix, uuid.uuid4().hex[:10])
+        r = self.api("PUT", "/v1/sandboxes/" + sid, key=key, json=body, timeout=30)
+        assert r.status_code == 201, "create %s: %d %s" % (sid, r.status_code, r.text[:300])
+        return sid, r.json()
 
     # -- Redis ----------------------------------------------------------
 

@@ -29,10 +29,7 @@ from conftest import assert_error, sandbox_procs
 # ---- helpers ------------------------------------------------------------------------
 
 def new_box(stack, **body):
-    sid = "lc-" + uuid.uuid4().hex[:10]
-    r = stack.api("PUT", "/v1/sandboxes/" + sid, json=body, timeout=30)
-    assert r.status_code == 201, "create %s: %d %s" % (sid, r.status_code, r.text[:300])
-    return sid, r.json()
+    return stack.create("lc", **body)
 
 
 def destroy(stack, sid):

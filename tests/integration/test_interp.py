@@ -19,9 +19,7 @@ PNG_1PX = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlE
 
 @pytest.fixture(scope="module")
 def box(stack):
-    sid = "itp-" + uuid.uuid4().hex[:10]
-    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
-    assert r.status_code == 201, r.text
+    sid = stack.create("itp")[0]
     yield sid
     stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 

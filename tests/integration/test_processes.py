@@ -12,9 +12,7 @@ from sbxsse import sse_pairs
 
 @pytest.fixture(scope="module")
 def box(stack):
-    sid = "prc-" + uuid.uuid4().hex[:10]
-    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
-    assert r.status_code == 201, r.text
+    sid = stack.create("prc")[0]
     yield sid
     stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 
@@ -261,9 +259,7 @@ def test_bad_process_ref(api, box):
 @pytest.fixture
 def fresh(stack):
     """A sandbox of its own: (id, key); every process in it is the test's."""
-    sid = "prt-" + uuid.uuid4().hex[:10]
-    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
-    assert r.status_code == 201, r.text
+    sid = stack.create("prt")[0]
     yield sid, "dev." + sid
     stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 

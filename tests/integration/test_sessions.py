@@ -11,9 +11,7 @@ from sbxsse import sse_pairs
 
 @pytest.fixture(scope="module")
 def box(stack):
-    sid = "ses-" + uuid.uuid4().hex[:10]
-    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
-    assert r.status_code == 201, r.text
+    sid = stack.create("ses")[0]
     yield sid
     stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 
