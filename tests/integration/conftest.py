@@ -13,6 +13,7 @@ Fixtures:
 Set SBX_KEEP=1 to keep the stack directory (logs) after the session.
 """
 
+import hashlib
 import os
 import re
 import sys
@@ -150,6 +151,13 @@ class Stack:
         return sid, r.json()
 
     # -- Redis ----------------------------------------------------------
+
+    def restore_key(self):
+        """Write the dev key's record (tenant dev, not admin) back into a
+        Redis that lost it (FLUSHALL, a restart without data)."""
+        digest = hashlib.sha256(self.key.encode()).hexdigest()
+        self.redis_cli("HSET", "sbx:apikey:" + digest, "tenant", "dev", "admin", "0",
+                       "createdAt", "0")
 
     def redis_cli(self, *args, check=True):
         """Run redis-cli against the stack's Redis; stdout, stripped."""

@@ -12,7 +12,6 @@ test_epoch_grows_after_redis_flushall_on_a_dedicated_stack).
 """
 
 import concurrent.futures as cf
-import hashlib
 import http.client
 import json
 import os
@@ -262,9 +261,7 @@ def test_redis_restarted_without_data_never_double_owns():
         os.makedirs(os.path.join(s.dir, "redis"))
         s.run("start", "redis")
         s.wait("redis up", lambda: s.redis_cli("PING", check=False) == "PONG", timeout=10)
-        digest = hashlib.sha256(s.key.encode()).hexdigest()
-        s.redis_cli("HSET", "sbx:apikey:" + digest, "tenant", TENANT, "admin", "0",
-                    "createdAt", "0")
+        s.restore_key()
         s.wait_healthy(timeout=20)
         for sid in ids:
             r = s.api("GET", "/v1/sandboxes/" + sid)

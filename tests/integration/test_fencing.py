@@ -2,7 +2,6 @@
 container. On a stack of its own (FLUSHALL would wipe every other test's
 state); the API key is written back after each wipe."""
 
-import hashlib
 import os
 import resource
 import signal
@@ -27,7 +26,6 @@ def test_put_after_flushall_is_a_fresh_container():
     its fencing sweep had not run yet in between (same generation, 1)."""
     st = stack_up(agents=1)
     try:
-        digest = hashlib.sha256(st.key.encode()).hexdigest()
         inherited = []
         for i in range(6):
             sid = uid("flf")
@@ -39,8 +37,7 @@ def test_put_after_flushall_is_a_fresh_container():
                        json={"id": "old", "command": "exec sleep 1000"})
             assert r.status_code == 201, r.text
             st.redis_cli("FLUSHALL")
-            st.redis_cli("HSET", "sbx:apikey:" + digest, "tenant", TENANT, "admin", "0",
-                         "createdAt", "0")
+            st.restore_key()
             st.wait("agent-1 to register again",
                     lambda: st.redis_cli("EXISTS", "sbx:node:{agent-1}:alive") == "1",
                     timeout=15, interval=0.02)

@@ -7,7 +7,6 @@ and leaves the stack healthy with all agents up.
 """
 
 import concurrent.futures
-import hashlib
 import os
 import re
 import signal
@@ -557,9 +556,7 @@ def test_epoch_grows_after_redis_flushall_on_a_dedicated_stack():
         r = st.api("POST", "/v1/sandboxes/%s/restart" % sid, timeout=30)
         before = r.json()["epoch"]
         st.redis_cli("FLUSHALL")
-        digest = hashlib.sha256(st.key.encode()).hexdigest()
-        st.redis_cli("HSET", "sbx:apikey:" + digest, "tenant", "dev", "admin", "0",
-                     "createdAt", "0")
+        st.restore_key()
         st.wait("agent-1 to register again",
                 lambda: st.redis_cli("EXISTS", "sbx:node:{agent-1}:alive") == "1", timeout=15)
         assert st.api("GET", "/v1/sandboxes/" + sid).status_code == 404
