@@ -150,6 +150,19 @@ class Stack:
         assert r.status_code == 201, "create %s: %d %s" % (sid, r.status_code, r.text[:300])
         return sid, r.json()
 
+    def conf_value(self, section, key):
+        """The value of section.key in the stack's sbx.conf, or None."""
+        cur = None
+        with open(os.path.join(self.dir, "conf", "sbx.conf")) as f:
+            for line in f:
+                line = line.split("#", 1)[0].strip()
+                m = re.match(r"^\[(\w+)\]$", line)
+                if m:
+                    cur = m.group(1)
+                elif cur == section and "=" in line and line.split("=", 1)[0].strip() == key:
+                    return line.split("=", 1)[1].strip()
+        return None
+
     # -- Redis ----------------------------------------------------------
 
     def restore_key(self):

@@ -44,19 +44,6 @@ def put(api, sid, body=None, key=None, expect=(200, 201)):
     return r
 
 
-def conf_value(stack, section, key):
-    cur = None
-    with open(os.path.join(stack.dir, "conf", "sbx.conf")) as f:
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            m = re.match(r"^\[(\w+)\]$", line)
-            if m:
-                cur = m.group(1)
-            elif cur == section and "=" in line and line.split("=", 1)[0].strip() == key:
-                return line.split("=", 1)[1].strip()
-    raise AssertionError("no %s.%s in the stack config" % (section, key))
-
-
 def agent_list(stack, n):
     addr = stack.env["SBX_AGENT_%d" % n]
     r = requests.get("http://%s/agent/v1/sandboxes" % addr,
@@ -359,7 +346,9 @@ def test_quota(api, stack, redis_cli, new_key):
     is filled up to one below it with sleeping sandboxes (records with their
     members, as the create script writes them), then the last slot is taken
     by a real create and the next create is refused."""
-    quota = int(conf_value(stack, "api", "quota_sandboxes"))
+    quota = stack.conf_value("api", "quota_sandboxes")
+    assert quota, "no api.quota_sandboxes in the stack config"
+    quota = int(quota)
     tenant = "lc-quota-" + uuid.uuid4().hex[:6]
     key = new_key(tenant)
     zkey = "sbx:tenant:{%s}:sandboxes" % tenant
