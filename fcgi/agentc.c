@@ -13,10 +13,19 @@
 static struct {
 	CURL *h;
 	int64_t timeout_ms;
+	int64_t pull_timeout_ms;       /* [images] pull_timeout */
 	char secret_header[CONF_STR_MAX + 32];
 	char request_id_header[160];   /* "X-Request-Id: …" of the current request, or "" */
 	int ready;
 } ac;
+
+int64_t agentc_pull_timeout_ms(const char *image)
+{
+	/* a local image (a bare name, "default") never waits for a pull */
+	if (!image || !strpbrk(image, ":/@") || ac.pull_timeout_ms < ac.timeout_ms)
+		return ac.timeout_ms;
+	return ac.pull_timeout_ms;
+}
 
 void agentc_set_request_id(const char *id)
 {
@@ -35,6 +44,7 @@ int agentc_init(const struct sbx_conf *c, struct sbx_err *e)
 		return err_set(e, SBX_E_INTERNAL, "cannot initialise libcurl");
 	ac.ready = 1;
 	ac.timeout_ms = c->api.agent_timeout_ms;
+	ac.pull_timeout_ms = c->images.pull_timeout_ms;
 	w = snprintf(ac.secret_header, sizeof(ac.secret_header), "X-Sbx-Node-Secret: %s",
 		     c->cluster.secret);
 	if (w < 0 || (size_t)w >= sizeof(ac.secret_header))
@@ -74,6 +84,9 @@ int agentc_error(const char *address, const struct agentc_reply *rep, const char
 
 	if (ours && s >= 400 && s < 500 && s != 401 && s != 403 && s != 404 && s != 405)
 		return err_set(e, c, "%.200s", msg ? msg : "refused by the node");
+	/* an image the node could not pull: the registry's answer, relayed */
+	if (ours && c >= SBX_E_IMAGE_NOT_FOUND && c <= SBX_E_IMAGE_TOO_LARGE)
+		return err_set(e, c, "%.200s", msg ? msg : "image pull failed");
 	if (ours && (c == SBX_E_NO_CAPACITY || c == SBX_E_NODE_UNAVAILABLE || c == SBX_E_NO_SPACE))
 		return err_set(e, c, "node %s: %.150s", address, msg ? msg : "refused");
 	log_warn("agent %s answered %ld %s: %.200s", address, s, code ? code : "-", msg ? msg : "");

@@ -46,6 +46,10 @@ int agentc_call_timeout(const char *method, const char *address, const char *pat
 			struct agentc_reply *out, struct sbx_err *e);
 void agentc_reply_release(struct agentc_reply *r);
 
+/* The time bound of a call that may pull image first: [images]
+ * pull_timeout for a registry reference, else api.agent_timeout. */
+int64_t agentc_pull_timeout_ms(const char *image);
+
 /* The error answer rep of the agent at address as ours; always -1 with e.
  * A 4xx with a stable code of that status is the client's (bad input, a
  * limit, a conflict: an unknown image stays a 400) and keeps code and

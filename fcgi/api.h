@@ -8,6 +8,9 @@
 #include "http.h"
 
 int api_health_get(struct http_req *r, struct sbx_err *e);           /* GET /healthz */
+int api_images_pull(struct http_req *r, struct sbx_err *e);          /* POST /v1/images/pull */
+int api_images_list(struct http_req *r, struct sbx_err *e);          /* GET /v1/images */
+int api_images_delete(struct http_req *r, struct sbx_err *e);        /* DELETE /v1/images/{ref*} */
 int api_nodes_list(struct http_req *r, struct sbx_err *e);           /* GET /v1/nodes */
 int api_nodes_drain(struct http_req *r, struct sbx_err *e);          /* POST /v1/nodes/{node}/drain */
 int api_nodes_sandboxes(struct http_req *r, struct sbx_err *e);      /* GET /v1/nodes/{node}/sandboxes */

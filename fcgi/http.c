@@ -29,6 +29,7 @@ static const char *http_reason(int status)
 	case 410: return "Gone";
 	case 413: return "Payload Too Large";
 	case 415: return "Unsupported Media Type";
+	case 422: return "Unprocessable Content";
 	case 429: return "Too Many Requests";
 	case 500: return "Internal Server Error";
 	case 502: return "Bad Gateway";

@@ -427,7 +427,8 @@ static int agent_start(const char *tenant, const char *id, const json_t *rec,
 	for (int round = 0; round < 2; round++) {
 		struct agentc_reply rep = { 0 };
 
-		if (agentc_call("PUT", address, path, body, epoch, &rep, e) < 0)
+		if (agentc_call_timeout("PUT", address, path, body, epoch,
+					agentc_pull_timeout_ms(fstr(rec, "image")), &rep, e) < 0)
 			return -1;
 		if (rep.status == 200 || rep.status == 201) {
 			agentc_reply_release(&rep);
@@ -636,7 +637,7 @@ static int ensure_running(const char *tenant, const char *id, struct lc_owner *o
 	for (int attempt = 0; attempt < LC_ATTEMPTS; attempt++) {
 		auto_json json_t *rec = NULL;
 		struct placement_node pn, target;
-		struct placement_need need;
+		struct placement_need need = { 0 };
 		int rc;
 
 		if (load_with_node(tenant, id, &rec, &pn, e) < 0)
@@ -859,7 +860,7 @@ int lifecycle_restart(const char *tenant, const char *id, struct sbx_err *e)
 	for (int attempt = 0; attempt < LC_ATTEMPTS; attempt++) {
 		auto_json json_t *rec = NULL;
 		struct placement_node pn, target;
-		struct placement_need need;
+		struct placement_need need = { 0 };
 		int rc;
 
 		if (load_with_node(tenant, id, &rec, &pn, e) < 0)
@@ -1030,6 +1031,21 @@ static json_t *running_view(const json_t *rec, const struct lc_owner *o)
 	return v;
 }
 
+/* The canonical reference of s's registry image into buf (for placement
+ * to prefer the nodes that hold it), or NULL for a local image. */
+static const char *placement_image(const struct sbx_conf *c, const struct lc_spec *s, char *buf,
+				   size_t size)
+{
+	struct imgref ref;
+
+	if (!(s->has & LC_HAS_IMAGE) || !strpbrk(s->image, ":/@") ||
+	    imgref_parse(s->image, c->images.default_registry, (int)c->images.library_prefix, &ref,
+			 NULL) < 0 ||
+	    imgref_format(&ref, buf, size) < 0)
+		return NULL;
+	return buf;
+}
+
 int lifecycle_put(const struct sbx_conf *c, const char *tenant, const char *id,
 		  const struct lc_spec *s, int *created, json_t **view, struct sbx_err *e)
 {
@@ -1040,9 +1056,9 @@ int lifecycle_put(const struct sbx_conf *c, const char *tenant, const char *id,
 	for (int attempt = 0; attempt < LC_ATTEMPTS; attempt++) {
 		auto_json json_t *rec = NULL, *seen = NULL, *now = NULL;
 		struct placement_node target;
-		struct placement_need need;
+		struct placement_need need = { 0 };
 		struct ceilings_tenant lim;
-		char epoch[32];
+		char epoch[32], canon[IMGREF_MAX];
 		int rc;
 
 		if (lifecycle_load(tenant, id, &rec, e) < 0)
@@ -1061,6 +1077,7 @@ int lifecycle_put(const struct sbx_conf *c, const char *tenant, const char *id,
 			need.cpus_milli = c->sandbox.cpus_milli;
 			if (s->resources)
 				ceilings_resources_need(s->resources, &need);
+			need.image = placement_image(c, s, canon, sizeof(canon));
 			if (placement_pick(&need, &target, e) < 0)
 				return -1;
 			rc = create_record(c, tenant, id, s, target.name, lim.sandboxes, epoch, e);

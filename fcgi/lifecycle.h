@@ -17,6 +17,7 @@
 
 #include "conf.h"
 #include "err.h"
+#include "imgref.h"
 #include "ids.h"
 #include "spec.h"
 
@@ -52,7 +53,7 @@ struct lc_spec {
 	json_t *labels;           /* {str:str} */
 	json_t *env;              /* {str:str} */
 	json_t *resources;        /* {memoryMiB, cpus, pids, diskMiB}, omitted members from config */
-	char image[64];
+	char image[IMGREF_MAX];   /* a local name or a registry reference (imgref.h) */
 	char network[8];          /* "none" | "egress" */
 	int64_t sleep_after_ms;
 	int keep_alive;

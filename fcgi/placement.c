@@ -190,6 +190,29 @@ int placement_room_for(struct placement_node *n, const struct placement_need *ne
 	return placement_fits(n, need);
 }
 
+/* Mark (drained |= 2) the nodes whose image set lacks image, unless none
+ * has it. 0 or -1 with e. */
+static int prefer_image(struct placement_node *nodes, size_t n, const char *image, struct sbx_err *e)
+{
+	auto_free redisReply **reps = calloc(n + 1, sizeof(*reps));
+	int any = 0;
+
+	if (!reps)
+		return err_set(e, SBX_E_INTERNAL, "out of memory placing a sandbox");
+	for (size_t i = 0; i < n; i++)
+		if (store_append(e, "SISMEMBER %s %s", RK_NODE(nodes[i].name, "images"), image) < 0)
+			return -1;
+	if (store_collect(reps, n, 0, e) < 0)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		any |= reps[i]->type == REDIS_REPLY_INTEGER && reps[i]->integer == 1;
+	for (size_t i = 0; any && i < n; i++)
+		if (!(reps[i]->type == REDIS_REPLY_INTEGER && reps[i]->integer == 1))
+			nodes[i].drained |= 2;
+	store_free_replies(reps, n);
+	return 0;
+}
+
 int placement_pick(const struct placement_need *need, struct placement_node *out,
 		   struct sbx_err *e)
 {
@@ -236,11 +259,20 @@ int placement_pick(const struct placement_need *need, struct placement_node *out
 	known = calloc(n, 1);
 	if (!known)
 		return err_set(e, SBX_E_INTERNAL, "out of memory placing a sandbox");
-	while ((k = placement_choose_fit(nodes, n, need, rnd[0], rnd[1])) >= 0 && need &&
-	       !known[k]) {
-		if (fetch_committed(&nodes[k], e) < 0)
-			return -1;
-		known[k] = 1;
+	/* the nodes without the image sit out a first round (as if drained) */
+	if (need && need->image && prefer_image(nodes, n, need->image, e) < 0)
+		return -1;
+	for (int round = 0; round < 2; round++) {
+		while ((k = placement_choose_fit(nodes, n, need, rnd[0], rnd[1])) >= 0 && need &&
+		       !known[k]) {
+			if (fetch_committed(&nodes[k], e) < 0)
+				return -1;
+			known[k] = 1;
+		}
+		if (k >= 0 || !need || !need->image)
+			break;
+		for (size_t i = 0; i < n; i++)
+			nodes[i].drained &= ~2;
 	}
 	if (k < 0 && need)
 		return err_set(e, SBX_E_NO_CAPACITY,
@@ -249,5 +281,6 @@ int placement_pick(const struct placement_need *need, struct placement_node *out
 	if (k < 0)
 		return err_set(e, SBX_E_NO_CAPACITY, "no live node has room for another sandbox");
 	*out = nodes[k];
+	out->drained &= ~2;
 	return 0;
 }

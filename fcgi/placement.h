@@ -40,10 +40,12 @@ struct placement_node {
 	int drained;            /* sbx:node:{name}:drain exists (POST /v1/nodes/{n}/drain) */
 };
 
-/* The size of the sandbox being placed. */
+/* The size of the sandbox being placed, and its registry image. */
 struct placement_need {
 	int64_t memory_mib;
 	int64_t cpus_milli;
+	const char *image;      /* canonical reference (imgref_format) or NULL: placement
+				 * prefers the nodes whose sbx:node:{n}:images holds it */
 };
 
 /* 1 when n can take one more sandbox: alive, not degraded, not drained,
@@ -70,7 +72,8 @@ int placement_fetch_node(const char *name, struct placement_node *out, struct sb
  * the caller then picks another node). */
 int placement_room_for(struct placement_node *n, const struct placement_need *need);
 
-/* Fetch the registry and choose a node need fits; 0 with out filled, or -1
+/* Fetch the registry and choose a node need fits (among the nodes that
+ * hold need->image first, when one of them fits); 0 with out filled, or -1
  * with e = NO_CAPACITY (no live node with room) or REDIS_UNAVAILABLE. */
 int placement_pick(const struct placement_need *need, struct placement_node *out,
 		   struct sbx_err *e);

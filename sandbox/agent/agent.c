@@ -6,6 +6,7 @@
  *   sbx-agent --version | --print-config [-c FILE] [-o ...]
  */
 #include "agent.h"
+#include "agent_images.h"
 #include "agent_lifecycle.h"
 #include "agent_metrics.h"
 #include "forward.h"
@@ -188,6 +189,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	rt_set_died_cb(agent.rt, agent_sb_died, &agent);
+	if (agent_images_init(&agent, &e) < 0) {
+		log_error("%s", e.msg);
+		rt_free(agent.rt);
+		return 1;
+	}
 	agent.pool = pool_new(base, agent.rt, &conf, &e);
 	if (!agent.pool && conf.agent.warm_pool > 0) {
 		log_error("%s", e.msg);
@@ -238,6 +244,7 @@ int main(int argc, char **argv)
 	event_base_dispatch(base);
 
 	httpd_free(httpd);
+	agent_images_release(&agent);
 	agent_metrics_stop();
 	fwd_release_all();
 	agent_sb_destroy_all(&agent);

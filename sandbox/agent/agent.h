@@ -22,6 +22,7 @@
 struct registry;
 struct agent_lc;
 struct pool;
+struct agent_images;
 
 #define AGENT_VERSION "0.1.0"
 #define AGENT_KEY_MAX 128
@@ -33,7 +34,9 @@ struct agent_sb {
 	char id[64];
 	int64_t generation;
 	int64_t epoch;
-	char image[64];
+	char image[512];             /* a local image's name, or a canonical reference (imgref.h) */
+	int image_lock_fd;           /* > 0: the image record's flock while the container runs
+				      * (agent_images.h); 0 none (fd 0 is never one) */
 	enum rt_network network;
 	struct rt_limits limits;
 	json_t *labels;              /* owned */
@@ -87,6 +90,7 @@ struct agent {
 	struct registry *reg;        /* Redis (registry.h) */
 	struct agent_lc *lc;         /* sleep timer, fencing sweep (agent_lifecycle.c) */
 	struct pool *pool;           /* warm pool (pool.h); NULL when agent.warm_pool is 0 */
+	struct agent_images *images; /* registry images (agent_images.h) */
 	int64_t runs;                /* container starts so far: the source of agent_sb.run */
 	int shutting_down;
 };

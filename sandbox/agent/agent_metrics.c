@@ -26,6 +26,7 @@ static const char *const event_types[] = { "crashed", "slept", "fenced", "lost",
 static const char *const states[] = { "running", "stopped", "dead" };
 enum { ST_RUNNING, ST_STOPPED, ST_DEAD };
 static const char *const exec_modes[] = { "json", "sse" };
+static const char *const pull_results[] = { "ok", "failed" };
 
 static struct metrics_routes routes;
 
@@ -85,6 +86,9 @@ static struct metrics_family families[AM_COUNT] = {
 	[AM_OOM_KILLS] = { "sbx_agent_oom_kills_total",
 			   "Processes the kernel killed for a sandbox's memory limit.",
 			   METRICS_COUNTER, NO_DIMS, NULL, 0, 0 },
+	[AM_IMAGE_PULLS] = { "sbx_agent_image_pulls_total",
+			     "Registry image pulls ended (one per image however many creates waited), by result.",
+			     METRICS_COUNTER, { DIM("result", pull_results), NO_DIM }, NULL, 0, 0 },
 	[AM_RSS] = GAUGE("process_resident_memory_bytes", "Resident memory of the agent process."),
 	[AM_FDS] = GAUGE("process_open_fds", "Open file descriptors of the agent process."),
 };

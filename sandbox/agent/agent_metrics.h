@@ -41,10 +41,14 @@ enum agent_metrics_family {
 	AM_FORWARD_CONNS,
 	AM_TUNNEL_PROCS,
 	AM_OOM_KILLS,
+	AM_IMAGE_PULLS,
 	AM_RSS,
 	AM_FDS,
 	AM_COUNT
 };
+
+/* The label values of AM_IMAGE_PULLS ("result"). */
+enum agent_metrics_pull_result { AM_PULL_OK, AM_PULL_FAILED };
 
 /* The label values of AM_EXECS ("mode"). */
 enum agent_metrics_exec_mode { AM_EXEC_JSON, AM_EXEC_SSE };

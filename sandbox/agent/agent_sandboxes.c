@@ -3,6 +3,7 @@
  * control routes sbx-api calls (/agent/v1/sandboxes/...).
  */
 #include "agent_sandboxes.h"
+#include "agent_images.h"
 #include "module.h"
 #include "snapstore.h"
 #include "agent_metrics.h"
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int agent_key(char *out, size_t outsz, const char *tenant, const char *id)
 {
@@ -204,6 +206,9 @@ void agent_container_gone(struct agent *a, struct agent_sb *sb)
 
 void agent_sb_stop(struct agent *a, struct agent_sb *sb)
 {
+	if (sb->image_lock_fd > 0)
+		close(sb->image_lock_fd);
+	sb->image_lock_fd = 0;
 	if (sb->rt) {
 		struct rt_sandbox *rsb = sb->rt;
 		sb->rt = NULL;
@@ -310,7 +315,9 @@ static int parse_put(const struct sbx_conf *conf, json_t *body, struct put_req *
 	return 0;
 }
 
-static char **base_env_for(const char *id, const json_t *env)
+/* The defaults, then an image's Env over them (may be NULL), then the
+ * sandbox's env over both. */
+static char **base_env_for(const char *id, char *const *image_env, const json_t *env)
 {
 	char host[80];
 	char *defaults[] = {
@@ -320,9 +327,30 @@ static char **base_env_for(const char *id, const json_t *env)
 		host,
 		NULL,
 	};
+	json_t *img = json_object();
+	char **mid, **out;
 
 	snprintf(host, sizeof(host), "HOSTNAME=%s", id);
-	return agent_env_merge(defaults, env);
+	if (!img)
+		return NULL;
+	for (size_t i = 0; image_env && image_env[i]; i++) {
+		const char *eq = strchr(image_env[i], '=');
+		char k[SPEC_ENV_KEY_MAX + 1];
+
+		if (!eq || (size_t)(eq - image_env[i]) > SPEC_ENV_KEY_MAX)
+			continue;
+		memcpy(k, image_env[i], (size_t)(eq - image_env[i]));
+		k[eq - image_env[i]] = '\0';
+		if (ids_valid_env_name(k))
+			json_object_set_new(img, k, json_string(eq + 1));
+	}
+	mid = agent_env_merge(defaults, img);
+	json_decref(img);
+	if (!mid)
+		return NULL;
+	out = agent_env_merge(mid, env);
+	agent_env_free(mid);
+	return out;
 }
 
 const struct jsonv_field agent_sandbox_put_fields[] = {
@@ -354,6 +382,9 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	struct rt_spec spec;
 	unsigned running = 0;
 	char saved[24] = "";
+	struct imgref ref;
+	struct agent_image img = { .lock_fd = -1 };
+	int remote;
 
 	if (parse_put(a->conf, c->body, &p, e) < 0 || agent_lease_check(a, e) < 0 ||
 	    agent_fence(a, c->key, p.epoch, e) < 0)
@@ -382,10 +413,21 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 		running += s->rt != NULL && s != sb;
 	if (running >= (unsigned)a->conf->agent.capacity)
 		return err_set(e, SBX_E_NO_CAPACITY, "this node is full");
+	remote = agent_image_is_remote(a, p.image, &ref, e);
+	if (remote < 0)
+		return -1;
+	if (remote && agent_image_get(a, &ref, &img, e) < 0) {
+		if (e->code != SBX_E_IMAGE_NOT_FOUND)
+			return -1;
+		/* the first create of an image on this node pulls it, then runs again */
+		return agent_image_defer_put(c, &ref, agent_sandbox_put, e);
+	}
 	if (!sb) {
 		fresh = sb = calloc(1, sizeof(*sb));
-		if (!sb)
+		if (!sb) {
+			agent_image_release(&img);
 			return err_sys(e, ENOMEM, "sandbox entry");
+		}
 		snprintf(sb->key, sizeof(sb->key), "%s", c->key);
 		snprintf(sb->tenant, sizeof(sb->tenant), "%s", httpd_param(c->r, 0));
 		snprintf(sb->id, sizeof(sb->id), "%s", c->id);
@@ -412,10 +454,10 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	agent_env_free(sb->base_env);
 	sb->labels = p.labels ? json_deep_copy(p.labels) : json_object();
 	sb->env = p.env ? json_deep_copy(p.env) : json_object();
-	sb->base_env = base_env_for(sb->id, sb->env);
+	sb->base_env = base_env_for(sb->id, img.env, sb->env);
 	sb->generation = p.generation;
 	sb->epoch = p.epoch;
-	snprintf(sb->image, sizeof(sb->image), "%s", p.image);
+	snprintf(sb->image, sizeof(sb->image), "%s", remote ? img.canon : p.image);
 	sb->network = p.network;
 	sb->limits = p.limits;
 	if (!sb->labels || !sb->env || !sb->base_env) {
@@ -423,6 +465,8 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 		goto fail;
 	}
 	spec = (struct rt_spec){ .key = sb->key, .hostname = sb->id, .image = sb->image,
+				 .layers = remote ? img.layers : NULL,
+				 .workdir = remote && img.workdir[0] ? img.workdir : NULL,
 				 .network = sb->network, .limits = sb->limits, .env = sb->base_env };
 	/* warm pool (pool.h): a matching spec takes a pre-built sandbox */
 	sb->rt = pool_claim(a->pool, &spec);
@@ -445,6 +489,9 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	}
 	log_info("sandbox '%s' started (generation %lld, epoch %lld)", sb->key,
 		 (long long)sb->generation, (long long)sb->epoch);
+	if (img.lock_fd > 0)
+		sb->image_lock_fd = steal_fd(&img.lock_fd);
+	agent_image_release(&img);
 	if (p.restore_from) {
 		/* a module restores the snapshot into the new container and
 		 * answers; a failed restore stops it again */
@@ -460,6 +507,7 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 fail:
 	if (fresh)
 		sb_free(fresh);
+	agent_image_release(&img);
 	return -1;
 }
 

@@ -5,6 +5,7 @@
 #include "agent_lifecycle.h"
 #include "httpd.h"
 #include "log.h"
+#include "tcplisten.h"
 #include "util.h"
 
 #include <event2/buffer.h>
@@ -549,18 +550,9 @@ static int fwd_listen(struct fwd *f, const char *host, struct evconnlistener **l
 	char ip[INET6_ADDRSTRLEN];
 	int n, v6;
 
-	memset(&ss, 0, sizeof(ss));
-	if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
-		in4->sin_family = AF_INET;
-		len = sizeof(*in4);
-		v6 = 0;
-	} else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-		in6->sin6_family = AF_INET6;
-		len = sizeof(*in6);
-		v6 = 1;
-	} else {
+	if (tcplisten_sockaddr(host, 0, &ss, &len) < 0)
 		return err_set(e, SBX_E_INTERNAL, "agent.listen host '%s' is not numeric", host);
-	}
+	v6 = ss.ss_family == AF_INET6;
 	*lev = evconnlistener_new_bind(f->a->base, accept_cb, f,
 					 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
 						 LEV_OPT_REUSEABLE,
@@ -600,7 +592,7 @@ int fwd_open(struct agent *a, struct agent_sb *sb, int port, int local, char *ad
 		if (count >= FWD_MAX_PER_SANDBOX)
 			return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already forwards %d ports", sb->id,
 				       FWD_MAX_PER_SANDBOX);
-		if (httpd_parse_listen(a->conf->agent.listen, host, sizeof(host), &lport) < 0)
+		if (tcplisten_parse(a->conf->agent.listen, host, sizeof(host), &lport) < 0)
 			return err_set(e, SBX_E_INTERNAL, "agent.listen '%s' is unusable",
 				       a->conf->agent.listen);
 		f = calloc(1, sizeof(*f));

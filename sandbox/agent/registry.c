@@ -2,10 +2,10 @@
 #include "agent_metrics.h"
 #include "rkeys.h"
 #include "ids.h"
-#include "httpd.h"
 #include "log.h"
 #include "rerror.h"
 #include "sentinel.h"
+#include "tcplisten.h"
 #include "util.h"
 
 #include <hiredis/hiredis.h>
@@ -125,18 +125,26 @@ static void note_alive_reply(struct registry *reg, const redisReply *reply)
 		log_info("registry: redis takes writes again");
 }
 
+/* One queued command is done (r NULL: the connection went or the context
+ * is freed): one fewer pending. 1 when r is an answer, which also marks
+ * when Redis last answered; 0 when there is none. */
+static int reply_seen(struct registry *reg, const void *r)
+{
+	if (reg->pending > 0)
+		reg->pending--;
+	if (!r)
+		return 0;
+	reg->last_reply = util_now_ms();
+	return 1;
+}
+
 static void reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 {
 	struct registry *reg = ac->data;
 	redisReply *reply = r;
 
-	if (!reg)
+	if (!reg || !reply_seen(reg, reply))
 		return;
-	if (reg->pending > 0)
-		reg->pending--;
-	if (!reply)
-		return;
-	reg->last_reply = util_now_ms();
 	/* A refused write is logged once by note_alive_reply(). */
 	if (reply->type == REDIS_REPLY_ERROR && !rerror_unavailable(reply->str))
 		log_warn("registry: redis answered %s: %.200s", privdata ? (const char *)privdata : "",
@@ -165,13 +173,8 @@ static void alive_cb(redisAsyncContext *ac, void *r, void *privdata)
 	int64_t sent = *(int64_t *)privdata;
 
 	free(privdata);
-	if (!reg)
+	if (!reg || !reply_seen(reg, reply))
 		return;
-	if (reg->pending > 0)
-		reg->pending--;
-	if (!reply)
-		return;
-	reg->last_reply = util_now_ms();
 	note_alive_reply(reg, reply);
 	if (reply->type == REDIS_REPLY_ERROR) {
 		if (!rerror_unavailable(reply->str))
@@ -275,7 +278,7 @@ static int wait_fd(int fd, short events, int64_t deadline)
 static int probe_httpd(const char *listen_addr, int timeout_ms)
 {
 	static const char req[] = "SBX-PROBE\r\n\r\n";
-	struct sockaddr_storage ss = { 0 };
+	struct sockaddr_storage ss;
 	struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
 	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
 	int64_t deadline = util_now_ms() + timeout_ms;
@@ -286,23 +289,13 @@ static int probe_httpd(const char *listen_addr, int timeout_ms)
 	auto_close int fd = -1;
 	ssize_t n;
 
-	if (httpd_parse_listen(listen_addr, host, sizeof(host), &port) < 0)
+	if (tcplisten_parse(listen_addr, host, sizeof(host), &port) < 0 ||
+	    tcplisten_sockaddr(host, port, &ss, &len) < 0)
 		return 0;
-	if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
-		in4->sin_family = AF_INET;
-		in4->sin_port = htons((uint16_t)port);
-		if (in4->sin_addr.s_addr == htonl(INADDR_ANY))
-			in4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		len = sizeof(*in4);
-	} else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-		in6->sin6_family = AF_INET6;
-		in6->sin6_port = htons((uint16_t)port);
-		if (IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr))
-			in6->sin6_addr = in6addr_loopback;
-		len = sizeof(*in6);
-	} else {
-		return 0;
-	}
+	if (ss.ss_family == AF_INET && in4->sin_addr.s_addr == htonl(INADDR_ANY))
+		in4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (ss.ss_family == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr))
+		in6->sin6_addr = in6addr_loopback;
 	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return 0;
@@ -507,11 +500,7 @@ static void role_cb(redisAsyncContext *ac, void *r, void *privdata)
 	struct registry *reg = ac->data;
 	char a[300];
 
-	if (!reg || reg->ac != ac)
-		return;
-	if (reg->pending > 0)
-		reg->pending--;
-	if (!r)
+	if (!reg || reg->ac != ac || !reply_seen(reg, r))
 		return;
 	if (sentinel_parse_role(r) == 1) {
 		connected_now(reg);
@@ -593,33 +582,44 @@ static void drop_connection(struct registry *reg)
 	redisAsyncFree(ac);
 }
 
-/* An asynchronous connection to u on the loop, CLOEXEC, with the two
- * callbacks; ac->data is reg. NULL (logged when log_fail) on failure. */
-static redisAsyncContext *async_open(struct registry *reg, const struct redisurl *u,
-				     redisConnectCallback *on_connect,
-				     redisDisconnectCallback *on_disconnect, int log_fail)
+redisAsyncContext *registry_async_connect(struct event_base *base, const struct redisurl *u,
+					  void *data, redisConnectCallback *on_connect,
+					  redisDisconnectCallback *on_disconnect, struct sbx_err *e)
 {
 	redisAsyncContext *ac = u->is_unix ? redisAsyncConnectUnix(u->path)
 					   : redisAsyncConnect(u->host, u->port);
 
 	if (!ac || ac->err) {
-		if (log_fail)
-			log_warn("registry: cannot connect to redis (%s); retrying",
-				 ac ? ac->errstr : "out of memory");
+		err_set(e, SBX_E_REDIS_UNAVAILABLE, "%s", ac ? ac->errstr : "out of memory");
 		if (ac)
 			redisAsyncFree(ac);
 		return NULL;
 	}
 	/* hiredis sets no CLOEXEC: sandbox processes must never inherit it. */
 	util_set_cloexec(ac->c.fd);
-	ac->data = reg;
-	if (redisLibeventAttach(ac, reg->base) != REDIS_OK) {
-		ac->data = NULL;
+	if (redisLibeventAttach(ac, base) != REDIS_OK) {
 		redisAsyncFree(ac);
+		err_set(e, SBX_E_INTERNAL, "cannot attach a redis connection to the loop");
 		return NULL;
 	}
+	ac->data = data;
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
+	return ac;
+}
+
+/* registry_async_connect() to u for reg; a connection that cannot be
+ * started is logged when log_fail. */
+static redisAsyncContext *async_open(struct registry *reg, const struct redisurl *u,
+				     redisConnectCallback *on_connect,
+				     redisDisconnectCallback *on_disconnect, int log_fail)
+{
+	struct sbx_err e;
+	redisAsyncContext *ac = registry_async_connect(reg->base, u, reg, on_connect,
+						       on_disconnect, &e);
+
+	if (!ac && log_fail && e.code == SBX_E_REDIS_UNAVAILABLE)
+		log_warn("registry: cannot connect to redis (%s); retrying", e.msg);
 	return ac;
 }
 
@@ -1030,11 +1030,8 @@ static void user_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	struct user_cmd *uc = privdata;
 	redisReply *reply = r;
 
-	if (reg && reply) {
-		if (reg->pending > 0)
-			reg->pending--;
-		reg->last_reply = util_now_ms();
-	}
+	if (reg && reply)
+		reply_seen(reg, reply);
 	agent_metrics_redis(uc->sent_us, !reply ? METRICS_REDIS_CONNECTION :
 			    reply->type == REDIS_REPLY_ERROR ? METRICS_REDIS_REPLY : METRICS_REDIS_OK);
 	if (uc->fn)

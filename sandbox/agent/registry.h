@@ -26,6 +26,7 @@
 #include "err.h"
 
 #include <event2/event.h>
+#include <hiredis/async.h>
 #include <sys/types.h>
 
 struct registry;
@@ -112,6 +113,14 @@ typedef void (*registry_reply_fn)(void *arg, struct redisReply *reply);
  * -1: not connected, fn never runs. */
 int registry_command(struct registry *reg, registry_reply_fn fn, void *arg, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+
+/* An asynchronous Redis connection to u on base, close-on-exec, ac->data
+ * set to data, with the two callbacks: the context, or NULL with e
+ * (REDIS_UNAVAILABLE when it cannot be started, INTERNAL when it cannot
+ * be attached to base). The registry's connections and the event streams'. */
+redisAsyncContext *registry_async_connect(struct event_base *base, const struct redisurl *u,
+					  void *data, redisConnectCallback *on_connect,
+					  redisDisconnectCallback *on_disconnect, struct sbx_err *e);
 
 void registry_free(struct registry *reg);
 

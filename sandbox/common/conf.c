@@ -111,6 +111,15 @@ static const struct conf_entry entries[] = {
 	{ "snapshots", "s3_secret_key", T_STR, OFF(snapshots.s3_secret_key), "", 0, 0, NULL },
 	{ "snapshots", "tenant_quota_mib", T_INT, OFF(snapshots.tenant_quota_mib), "10240", 1, 1073741824, NULL },
 	{ "snapshots", "max_entries", T_INT, OFF(snapshots.max_entries), "200000", 1, 10000000, NULL },
+
+	{ "images", "default_registry", T_STR, OFF(images.default_registry), "docker.io", 0, 0, NULL },
+	{ "images", "library_prefix", T_INT, OFF(images.library_prefix), "1", 0, 1, NULL },
+	{ "images", "max_image_mib", T_INT, OFF(images.max_image_mib), "4096", 0, 1048576, NULL },
+	{ "images", "pull_timeout", T_DURATION, OFF(images.pull_timeout_ms), "5m", 1000, 3600000, NULL },
+	{ "images", "disk_budget_mib", T_INT, OFF(images.disk_budget_mib), "0", 0, 1073741824, NULL },
+	{ "images", "registry_auth", T_STR, OFF(images.registry_auth), "", 0, 0, NULL },
+	{ "images", "registry_ca", T_STR, OFF(images.registry_ca), "", 0, 0, NULL },
+	{ "images", "plain_http", T_STR, OFF(images.plain_http), "", 0, 0, NULL },
 };
 
 int conf_parse_duration(const char *s, int64_t *ms)

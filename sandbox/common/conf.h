@@ -114,6 +114,16 @@ struct sbx_conf {
 		int64_t tenant_quota_mib;       /* archive bytes a tenant may keep */
 		int64_t max_entries;            /* entries of one archive */
 	} snapshots;
+	struct {
+		char default_registry[CONF_STR_MAX]; /* of a reference without one */
+		int64_t library_prefix;         /* docker.io "x" means "library/x" */
+		int64_t max_image_mib;          /* compressed layers of one image; 0 = no limit */
+		int64_t pull_timeout_ms;        /* sbx-api waits this long for a create that pulls */
+		int64_t disk_budget_mib;        /* unpacked layers kept; LRU images beyond are removed; 0 = no GC */
+		char registry_auth[CONF_STR_MAX]; /* "registry=user:password ..." */
+		char registry_ca[CONF_STR_MAX];   /* "registry=/path/ca.pem ...": a private CA */
+		char plain_http[CONF_STR_MAX];    /* "registry ...": plain HTTP though not loopback */
+	} images;
 };
 
 /* Defaults of every key. */

@@ -61,6 +61,13 @@ enum sbx_ecode {
 	SBX_E_GIT_NETWORK_ERROR,        /* 502 */
 	SBX_E_GIT_TIMEOUT,              /* 504 */
 	SBX_E_GIT_CLONE_FAILED,         /* 422: any other failure of git */
+	SBX_E_IMAGE_NOT_FOUND,     /* 404: no such image or tag in its registry */
+	SBX_E_REGISTRY_AUTH_FAILED, /* 403: the registry refused the credentials */
+	SBX_E_REGISTRY_UNAVAILABLE, /* 503: the registry cannot be reached (Retry-After) */
+	SBX_E_IMAGE_DIGEST_MISMATCH, /* 502: a blob is not what its digest says */
+	SBX_E_IMAGE_PLATFORM_UNSUPPORTED, /* 400: no manifest for this node's platform */
+	SBX_E_IMAGE_LAYER_REFUSED, /* 422: a layer entry breaks the extraction rules */
+	SBX_E_IMAGE_TOO_LARGE,     /* 507: above [images] max_image_mib */
 	SBX_E__COUNT
 };
 

@@ -1,5 +1,6 @@
 /* spec.c — see spec.h. */
 #include "spec.h"
+#include "imgref.h"
 
 #include <math.h>
 #include <string.h>
@@ -54,9 +55,19 @@ int spec_env(const json_t *env, int allow_null, struct sbx_err *e)
 
 int spec_image(const json_t *image, struct sbx_err *e)
 {
-	if (!ids_valid_image(json_string_value(image)))
-		return err_set(e, SBX_E_VALIDATION, "'image' must match [a-z0-9][a-z0-9._-]{0,62}");
-	return 0;
+	struct imgref r;
+
+	const char *s = json_string_value(image);
+
+	/* a bare name is a local image's (agent_image_is_remote) */
+	if (s && !strpbrk(s, ":/@")) {
+		if (!ids_valid_image(s))
+			return err_set(e, SBX_E_VALIDATION,
+				       "'image' must be a local image name [a-z0-9][a-z0-9._-]{0,62} or a "
+				       "registry reference [registry/]repo[:tag][@digest]");
+		return 0;
+	}
+	return imgref_parse(s, "docker.io", 1, &r, e);
 }
 
 int spec_network(const json_t *network, int *egress, struct sbx_err *e)

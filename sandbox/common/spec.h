@@ -47,7 +47,8 @@ int spec_labels(const json_t *labels, struct sbx_err *e);
  * without NUL (null values too when allow_null: an exec's "unset"). */
 int spec_env(const json_t *env, int allow_null, struct sbx_err *e);
 
-/* image: a string that is ids_valid_image. */
+/* image: a local image name (ids_valid_image) or a registry reference
+ * (imgref.h): the one image-name rule of both tiers. */
 int spec_image(const json_t *image, struct sbx_err *e);
 
 /* network: "none" or "egress"; *egress set to 1 for "egress" (may be NULL). */

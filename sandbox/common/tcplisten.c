@@ -39,6 +39,29 @@ int tcplisten_parse(const char *addr, char *host, size_t hostsz, int *port)
 	return 0;
 }
 
+int tcplisten_sockaddr(const char *host, int port, struct sockaddr_storage *ss,
+		       socklen_t *len)
+{
+	struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+
+	memset(ss, 0, sizeof(*ss));
+	if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+		in4->sin_family = AF_INET;
+		in4->sin_port = htons((uint16_t)port);
+		*len = sizeof(*in4);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons((uint16_t)port);
+		*len = sizeof(*in6);
+		return 0;
+	}
+	memset(ss, 0, sizeof(*ss));
+	return -1;
+}
+
 int tcplisten_open(const char *addr, int backlog, struct sbx_err *e)
 {
 	char host[128];
@@ -47,25 +70,11 @@ int tcplisten_open(const char *addr, int backlog, struct sbx_err *e)
 	socklen_t sl;
 	auto_close int fd = -1;
 
-	memset(&ss, 0, sizeof(ss));
 	if (tcplisten_parse(addr, host, sizeof(host), &port) < 0)
 		return err_set(e, SBX_E_VALIDATION, "'%.200s' is not host:port", addr);
-	if (strchr(host, ':')) {
-		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-		a->sin6_family = AF_INET6;
-		a->sin6_port = htons((uint16_t)port);
-		if (inet_pton(AF_INET6, host, &a->sin6_addr) != 1)
-			return err_set(e, SBX_E_VALIDATION, "bad address '%s'", host);
-		sl = sizeof(*a);
-	} else {
-		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-		a->sin_family = AF_INET;
-		a->sin_port = htons((uint16_t)port);
-		if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
-			return err_set(e, SBX_E_VALIDATION, "bad address '%s' (numeric only)",
-				       host);
-		sl = sizeof(*a);
-	}
+	if (tcplisten_sockaddr(host, port, &ss, &sl) < 0)
+		return err_set(e, SBX_E_VALIDATION, strchr(host, ':') ? "bad address '%s'"
+				: "bad address '%s' (numeric only)", host);
 	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return err_sys(e, errno, "socket");

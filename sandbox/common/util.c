@@ -4,10 +4,12 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -245,4 +247,21 @@ int util_xsnprintf(char *buf, size_t size, const char *fmt, ...)
 		abort();
 	}
 	return w;
+}
+
+int util_open_in_root(int root, const char *rel, int flags, unsigned mode, uint64_t resolve)
+{
+	struct open_how how;
+	int fd = -1;
+
+	memset(&how, 0, sizeof(how));
+	how.flags = (uint64_t)(flags | O_CLOEXEC);
+	how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
+	how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | resolve;
+	for (int i = 0; i < 8; i++) {
+		fd = (int)syscall(SYS_openat2, root, rel, &how, sizeof(how));
+		if (fd >= 0 || errno != EAGAIN)
+			return fd;
+	}
+	return -1;
 }

@@ -76,6 +76,12 @@ int util_mkdir_p(const char *path, unsigned mode);
 int util_set_cloexec(int fd);
 int util_set_nonblock(int fd);
 
+/* openat2 of rel below the directory root (RESOLVE_IN_ROOT |
+ * RESOLVE_NO_MAGICLINKS, plus the resolve flags given), close-on-exec;
+ * mode when flags create. Retries the rare EAGAIN of a racing rename or
+ * mount. An fd, or -1 with errno. */
+int util_open_in_root(int root, const char *rel, int flags, unsigned mode, uint64_t resolve);
+
 /* ISO-8601 UTC with milliseconds ("2026-11-29T08:00:00.000Z") into out[32]. */
 void util_iso8601(int64_t wall_ms, char out[32]);
 

@@ -264,21 +264,12 @@ static int stream_connect(struct ev_stream *s, const struct agent *a, struct sbx
 		url = *known;
 	else if (redisurl_parse(a->conf->redis.url, &url, e) < 0)
 		return -1;
-	ac = url.is_unix ? redisAsyncConnectUnix(url.path) : redisAsyncConnect(url.host, url.port);
-	if (!ac || ac->err) {
-		if (ac)
-			redisAsyncFree(ac);
-		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "the event stream cannot reach redis");
-	}
-	/* hiredis sets no CLOEXEC: sandbox processes must never inherit it. */
-	util_set_cloexec(ac->c.fd);
-	if (redisLibeventAttach(ac, base) != REDIS_OK) {
-		redisAsyncFree(ac);
-		return err_set(e, SBX_E_INTERNAL, "cannot attach the event stream's redis connection");
-	}
-	ac->data = s;
-	redisAsyncSetConnectCallback(ac, connect_cb);
-	redisAsyncSetDisconnectCallback(ac, disconnect_cb);
+	ac = registry_async_connect(base, &url, s, connect_cb, disconnect_cb, e);
+	if (!ac)
+		return e->code == SBX_E_REDIS_UNAVAILABLE
+			       ? err_set(e, SBX_E_REDIS_UNAVAILABLE, "the event stream cannot reach redis")
+			       : err_set(e, SBX_E_INTERNAL,
+					 "cannot attach the event stream's redis connection");
 	s->ac = ac;
 	return 0;
 }

@@ -48,13 +48,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
-#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #define FILES_JSON_MAX (32 * 1024 * 1024)   /* ?encoding= answers (Cloudflare's readFile) */
@@ -74,23 +72,10 @@
 
 /* --- resolution --- */
 
-/* openat2 inside the sandbox root: rel is an fspath rel path. Returns an
- * fd or -1 with errno. Retries the rare EAGAIN of a racing rename/mount. */
+/* util_open_in_root() inside the sandbox root: rel is an fspath rel path. */
 int files_open_in_root(int root, const char *rel, int flags, unsigned mode)
 {
-	struct open_how how;
-	int fd;
-
-	memset(&how, 0, sizeof(how));
-	how.flags = (uint64_t)(flags | O_CLOEXEC);
-	how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
-	how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
-	for (int i = 0; i < 8; i++) {
-		fd = (int)syscall(SYS_openat2, root, rel, &how, sizeof(how));
-		if (fd >= 0 || errno != EAGAIN)
-			return fd;
-	}
-	return -1;
+	return util_open_in_root(root, rel, flags, mode, 0);
 }
 
 /* The filesystem of fd may be read (write = 0) or written (write = 1). */

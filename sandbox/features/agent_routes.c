@@ -1,6 +1,7 @@
 /* The agent's routes: control routes for sbx-api, data routes behind nginx. */
 #include "agent.h"
 #include "agent_sandboxes.h"
+#include "agent_images.h"
 #include "agent_compat.h"
 #include "agent_events.h"
 #include "agent_exec.h"
@@ -71,6 +72,10 @@ const struct agent_call_spec agent_call_snap_from_file = { agent_snap_from_file,
 
 const struct httpd_route agent_routes[] = {
 	{ "GET", "/agent/v1/sandboxes", AGENT_CALL(agent_sandbox_list, 0, NULL) },
+	{ "POST", "/agent/v1/images/pull",
+	  AGENT_CALL(agent_images_pull_route, AGENT_CALL_LIVE | AGENT_CALL_JSON, agent_images_pull_fields) },
+	{ "GET", "/agent/v1/images", AGENT_CALL(agent_images_list_route, 0, NULL) },
+	{ "DELETE", "/agent/v1/images", AGENT_CALL(agent_images_delete_route, 0, NULL) },
 	{ "PUT", "/agent/v1/sandboxes/{tenant}/{id}",
 	  AGENT_CALL(agent_sandbox_put, AGENT_CALL_CONTROL | AGENT_CALL_LIVE | AGENT_CALL_JSON,
 		     agent_sandbox_put_fields) },

@@ -51,7 +51,6 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <termios.h>
 #include <unistd.h>
@@ -280,7 +279,6 @@ static struct term *term_find(struct term_box *b, const char *id)
 static int pty_open(int root_fd, uid_t uid, int cols, int rows, int *master, int *peer,
 		    struct sbx_err *e)
 {
-	struct open_how how;
 	struct winsize ws = { .ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols };
 	struct statfs sf;
 	struct stat st;
@@ -288,10 +286,8 @@ static int pty_open(int root_fd, uid_t uid, int cols, int rows, int *master, int
 	auto_close int m = -1;
 	auto_close int p = -1;
 
-	memset(&how, 0, sizeof(how));
-	how.flags = O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC;
-	how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-	m = (int)syscall(SYS_openat2, root_fd, "dev/pts/ptmx", &how, sizeof(how));
+	m = util_open_in_root(root_fd, "dev/pts/ptmx", O_RDWR | O_NOCTTY | O_NONBLOCK, 0,
+			      RESOLVE_NO_SYMLINKS);
 	if (m < 0)
 		return err_sys(e, errno, "cannot open the sandbox's /dev/pts/ptmx");
 	/* What the sandbox's root may have put there instead is refused. */

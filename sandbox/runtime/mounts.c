@@ -11,6 +11,7 @@
  * paths, /sys read-only, a small /dev, /dev/pts, /dev/shm, /tmp.
  */
 #include "mounts.h"
+#include "buf.h"
 #include "util.h"
 
 #include <errno.h>
@@ -182,7 +183,26 @@ int mnt_plan_build(struct mnt_plan *p, const struct mnt_params *mp, struct sbx_e
 	lower = mp->idmapped ? fmt(p, "%s/lower", mp->base) : mp->lower;
 	tmpfs_opts = fmt(p, "size=%lldm,mode=0755,uid=%u,gid=%u", (long long)mp->disk_mib,
 			 (unsigned)mp->owner, (unsigned)mp->owner);
-	ovl = fmt(p, "lowerdir=%s,upperdir=%s,workdir=%s", lower ? lower : "", upper, work);
+	if (mp->layers && lower) {
+		/* "<lower>/<a>:<lower>/<b>:..." from "a:b:..." */
+		struct buf lb;
+		int bad = 0;
+
+		buf_init(&lb, 4000);
+		for (const char *l = mp->layers; *l;) {
+			size_t n = strcspn(l, ":");
+
+			if (buf_printf(&lb, "%s%s/%.*s", l == mp->layers ? "" : ":", lower, (int)n, l) < 0) {
+				bad = 1;
+				break;
+			}
+			l += n + (l[n] == ':');
+		}
+		ovl = !bad && lb.data ? fmt(p, "lowerdir=%s,upperdir=%s,workdir=%s", lb.data, upper, work) : NULL;
+		buf_release(&lb);
+	} else {
+		ovl = fmt(p, "lowerdir=%s,upperdir=%s,workdir=%s", lower ? lower : "", upper, work);
+	}
 	hosts = fmt(p, "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
 		    mp->hostname);
 	small = fmt(p, "mode=1777,size=64m,uid=%u,gid=%u", (unsigned)mp->owner, (unsigned)mp->owner);

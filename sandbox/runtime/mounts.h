@@ -47,6 +47,8 @@ struct mnt_plan {
 struct mnt_params {
 	const char *base;       /* host directory the sandbox's tmpfs goes on */
 	const char *lower;      /* image directory */
+	const char *layers;     /* or NULL: lower holds layer dirs, these ':'-joined
+				 * names of them, top first, are the lowerdirs */
 	int idmapped;           /* lower_fd holds lower, idmapped to the sandbox's ids */
 	int lower_fd;           /* open_tree() fd of the idmapped lower (the caller's) */
 	int bind_usr;           /* the default image: bind the host's /usr read-only */

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #define POOL_QUIET_MS 50           /* no build this soon after a claim: the claimer's
@@ -114,17 +113,14 @@ static int set_hostname(pid_t pid, const char *name, struct sbx_err *e)
 static int write_hosts(int root_fd, const char *host, struct sbx_err *e)
 {
 	char text[256];
-	struct open_how how;
 	auto_close int fd = -1;
 	struct stat st;
 	size_t len;
 
 	if (pool_hosts_text(text, sizeof(text), host) < 0)
 		return err_set(e, SBX_E_INTERNAL, "hostname too long");
-	memset(&how, 0, sizeof(how));
-	how.flags = O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC;
-	how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-	fd = (int)syscall(SYS_openat2, root_fd, "etc/hosts", &how, sizeof(how));
+	fd = util_open_in_root(root_fd, "etc/hosts", O_WRONLY | O_TRUNC | O_NOFOLLOW, 0,
+			       RESOLVE_NO_SYMLINKS);
 	if (fd < 0)
 		return err_sys(e, errno, "cannot open /etc/hosts");
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))

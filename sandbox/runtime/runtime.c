@@ -71,6 +71,7 @@ struct rt_sandbox {
 	pid_t pid;
 	int pidfd, sock, netns_fd, root_fd;
 	int64_t host_uid;         /* its id range's first id; -1: none (no userns) */
+	char workdir[256];        /* an image's WorkingDir: processes' cwd for "/workspace" */
 	struct event *ev_sock, *ev_write, *ev_pid;
 	struct rt_proc *procs;
 	struct rt_out *outq, **outq_tail;
@@ -595,7 +596,10 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 	if (lim.memory_mib < 16 || lim.memory_mib > 1048576 || lim.cpus_milli < 10 ||
 	    lim.cpus_milli > 256000 || lim.pids < 8 || lim.pids > 1000000 || disk < 1 || disk > 1048576)
 		return err_set(e, SBX_E_VALIDATION, "resource limits out of range"), NULL;
-	if (strcmp(image, "default") == 0) {
+	if (spec->layers) {
+		if (snprintf(lower, sizeof(lower), "%s/layers", rt->conf.agent.images_dir) >= (int)sizeof(lower))
+			return err_set(e, SBX_E_INTERNAL, "image path too long"), NULL;
+	} else if (strcmp(image, "default") == 0) {
 		if (snprintf(lower, sizeof(lower), "%s", rt->default_image) >= (int)sizeof(lower))
 			return err_set(e, SBX_E_INTERNAL, "image path too long"), NULL;
 	} else if (image_resolve(rt->conf.agent.images_dir, image, lower, sizeof(lower), e) < 0) {
@@ -616,6 +620,9 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 	sb->net.lock_fd = -1;
 	memcpy(sb->key, spec->key, strlen(spec->key) + 1);
 	memcpy(sb->cg_key, spec->key, strlen(spec->key) + 1);
+	if (spec->workdir && spec->workdir[0] == '/' &&
+	    snprintf(sb->workdir, sizeof(sb->workdir), "%s", spec->workdir) >= (int)sizeof(sb->workdir))
+		sb->workdir[0] = '\0';
 
 	if (rt->userns) {
 		struct stat ist;
@@ -638,9 +645,10 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 	memset(&mp, 0, sizeof(mp));
 	mp.base = rt->mnt_base;
 	mp.lower = lower;
+	mp.layers = spec->layers;
 	mp.idmapped = lower_fd >= 0;
 	mp.lower_fd = lower_fd;
-	mp.bind_usr = strcmp(image, "default") == 0;
+	mp.bind_usr = !spec->layers && strcmp(image, "default") == 0;
 	mp.disk_mib = disk;
 	mp.owner = rt->userns ? (uid_t)sb->host_uid : 0;
 	mp.hostname = spec->hostname;
@@ -826,6 +834,7 @@ int rt_netns_fd(const struct rt_sandbox *sb) { return sb->netns_fd; }
 int rt_root_fd(const struct rt_sandbox *sb) { return sb->root_fd; }
 unsigned rt_count(const struct rt *rt) { return rt->count; }
 uid_t rt_host_uid(const struct rt_sandbox *sb) { return sb->host_uid >= 0 ? (uid_t)sb->host_uid : 0; }
+uid_t rt_image_owner(const struct rt *rt) { return rt->image_owner; }
 int rt_alive(const struct rt_sandbox *sb) { return !sb->dead && !sb->destroyed; }
 
 int rt_freeze(struct rt_sandbox *sb, int frozen, struct sbx_err *e)
@@ -985,7 +994,9 @@ int64_t rt_spawn(struct rt_sandbox *sb, const struct rt_proc_spec *ps, rt_starte
 		return err_set(e, SBX_E_VALIDATION, "cwd must be an absolute path");
 	}
 	handle = sb->next_handle++;
-	len = initproto_encode_spawn(sb->rt->buf, INITPROTO_MAX, handle, ps->cwd, ps->argv, ps->env);
+	len = initproto_encode_spawn(sb->rt->buf, INITPROTO_MAX, handle,
+				     sb->workdir[0] && strcmp(ps->cwd, "/workspace") == 0 ? sb->workdir : ps->cwd,
+				     ps->argv, ps->env);
 	if (len < 0) {
 		close_fds(fds, 3);
 		return err_set(e, SBX_E_VALIDATION, "command and environment are too large");

@@ -33,6 +33,10 @@ struct rt_spec {
 	const char *key;       /* "<tenant>.<id>": unique on the node, a valid file name */
 	const char *hostname;  /* the sandbox id */
 	const char *image;     /* image name, default "default" */
+	const char *layers;    /* or NULL: a registry image's layers under
+				* <images_dir>/layers, ':'-joined, top first (oci.h) */
+	const char *workdir;   /* or NULL: the image's WorkingDir, the cwd of a process
+				* asked to run in "/workspace" (the default) */
 	enum rt_network network;
 	struct rt_limits limits;
 	char *const *env;      /* NULL-terminated "K=V" base environment of every process */
@@ -107,6 +111,9 @@ int rt_claim(struct rt *rt, struct rt_sandbox *sb, const char *key, const struct
 /* Host uid (and gid) of the sandbox's root: with a user namespace the first
  * id of its own range (agent.uid_base + n * 65536, idrange.h), else 0. */
 uid_t rt_host_uid(const struct rt_sandbox *sb);
+/* Host uid that owns id 0 of image files on disk (agent.uid_base with a
+ * user namespace, else 0): what a pulled layer is unpacked as (oci.h). */
+uid_t rt_image_owner(const struct rt *rt);
 
 /* 1 while the sandbox's init runs (0 after it died or rt_destroy). */
 int rt_alive(const struct rt_sandbox *sb);

@@ -40,7 +40,7 @@ import time
 import urllib.parse
 
 from benchlib import Value
-from sbxproc import rss_kib
+from sbxproc import children, rss_kib
 
 MiB = 1024 * 1024
 FILE_MIB = int(os.environ.get("BENCH_FILE_MIB", "1024"))
@@ -49,21 +49,6 @@ BLOCK_MIB = 64
 SID = "bench-files"
 TARGET_RATIO = 0.5
 FLAT_MIB = 16
-
-
-def children(ppid):
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                rest = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(rest[1]) == ppid:
-            out.append(int(d))
-    return out
 
 
 class Sampler:

@@ -53,6 +53,7 @@ import files_figs  # noqa: E402
 import interp_figs  # noqa: E402
 import snapshot_figs  # noqa: E402
 import terminal_figs  # noqa: E402
+import image_figs  # noqa: E402
 import watch_figs  # noqa: E402
 from benchlib import Harness  # noqa: E402
 
@@ -470,6 +471,8 @@ def main():
             sandbox_figs.teardown_exec_sandboxes(st, ctx)
             # 1 GiB up and down through nginx beside cat; nginx/agent peak RSS.
             run_fig("files", files_figs.fig_files, st, ctx)
+            # a 100 MiB registry image: cold pull + first command beside skopeo, warm creates
+            run_fig("images", image_figs.fig_images, st, ctx)
             # write in a sandbox → its watch event at a client.
             run_fig("watch", watch_figs.fig_watch, st, ctx)
             # 200 MiB snapshot / restore beside tar | zstd; persisted wakes.

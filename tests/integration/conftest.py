@@ -13,6 +13,7 @@ Fixtures:
 Set SBX_KEEP=1 to keep the stack directory (logs) after the session.
 """
 
+import hashlib
 import os
 import re
 import sys
@@ -20,6 +21,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 
 import pytest
 import requests
@@ -140,7 +142,35 @@ class Stack:
         return self.http.request(method, self.url + path, json=json, data=data, headers=h,
                                  timeout=timeout, **kw)
 
+    def create(self, prefix, key=DEFAULT_KEY, **body):
+        """A new sandbox "<prefix>-<10 hex>" made with body (201 asserted):
+        (its id, its record)."""
+        sid = "%s-%s" % (prefix, uuid.uuid4().hex[:10])
+        r = self.api("PUT", "/v1/sandboxes/" + sid, key=key, json=body, timeout=30)
+        assert r.status_code == 201, "create %s: %d %s" % (sid, r.status_code, r.text[:300])
+        return sid, r.json()
+
+    def conf_value(self, section, key):
+        """The value of section.key in the stack's sbx.conf, or None."""
+        cur = None
+        with open(os.path.join(self.dir, "conf", "sbx.conf")) as f:
+            for line in f:
+                line = line.split("#", 1)[0].strip()
+                m = re.match(r"^\[(\w+)\]$", line)
+                if m:
+                    cur = m.group(1)
+                elif cur == section and "=" in line and line.split("=", 1)[0].strip() == key:
+                    return line.split("=", 1)[1].strip()
+        return None
+
     # -- Redis ----------------------------------------------------------
+
+    def restore_key(self):
+        """Write the dev key's record (tenant dev, not admin) back into a
+        Redis that lost it (FLUSHALL, a restart without data)."""
+        digest = hashlib.sha256(self.key.encode()).hexdigest()
+        self.redis_cli("HSET", "sbx:apikey:" + digest, "tenant", "dev", "admin", "0",
+                       "createdAt", "0")
 
     def redis_cli(self, *args, check=True):
         """Run redis-cli against the stack's Redis; stdout, stripped."""

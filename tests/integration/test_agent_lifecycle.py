@@ -24,15 +24,13 @@ import uuid
 import requests
 
 from conftest import assert_error, sandbox_procs
+from sbxsse import sse_events
 
 
 # ---- helpers ------------------------------------------------------------------------
 
 def new_box(stack, **body):
-    sid = "lc-" + uuid.uuid4().hex[:10]
-    r = stack.api("PUT", "/v1/sandboxes/" + sid, json=body, timeout=30)
-    assert r.status_code == 201, "create %s: %d %s" % (sid, r.status_code, r.text[:300])
-    return sid, r.json()
+    return stack.create("lc", **body)
 
 
 def destroy(stack, sid):
@@ -147,14 +145,10 @@ def test_live_stream_keeps_the_sandbox_awake(stack):
                       headers={"Accept": "text/event-stream"}, stream=True, timeout=60)
         assert r.status_code == 200, r.text[:300]
         events = []
-        name = None
-        for line in r.iter_lines(decode_unicode=True):
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                events.append((name, json.loads(line[6:])))
-                if name in ("exit", "error"):
-                    break
+        for name, data in sse_events(r):
+            events.append((name, data))
+            if name in ("exit", "error"):
+                break
         r.close()
         assert events[-1][0] == "exit", events
         assert events[-1][1]["exitCode"] == 0, events

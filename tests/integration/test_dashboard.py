@@ -8,98 +8,14 @@ page. A screenshot is kept in the test's temp dir (its path is printed)."""
 import base64
 import json
 import os
-import shutil
-import subprocess
-import sys
-import time
 import uuid
 
 import pytest
-import requests
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from sbxproc import scaled  # noqa: E402
+pytest.importorskip("websocket")
+from sbxbrowser import CHROMIUM, Browser  # noqa: E402
 
-websocket = pytest.importorskip("websocket")
-CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM, reason="Debian's chromium is not installed")
-
-
-class Browser:
-    """One headless Chromium with one page, spoken to over CDP."""
-
-    def __init__(self, tmp):
-        self.profile = os.path.join(tmp, "profile")
-        self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-extensions", "--disable-background-networking", "--disable-sync",
-             "--remote-debugging-port=0", "--remote-allow-origins=*",
-             "--user-data-dir=" + self.profile, "--window-size=1400,1000", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "chromium.log"), "w"))
-        port_file = os.path.join(self.profile, "DevToolsActivePort")
-        deadline = time.monotonic() + scaled(30)
-        while not (os.path.exists(port_file) and open(port_file).read().count("\n") >= 1):
-            assert time.monotonic() < deadline, "chromium did not start (chromium.log)"
-            assert self.proc.poll() is None, "chromium exited (chromium.log)"
-            time.sleep(0.1)
-        port = int(open(port_file).read().split()[0])
-        pages = requests.get("http://127.0.0.1:%d/json/list" % port, timeout=10).json()
-        page = next(p for p in pages if p["type"] == "page")
-        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=30,
-                                              suppress_origin=True)
-        self.seq = 0
-        self.errors = []
-        for domain in ("Runtime", "Log", "Page"):
-            self.call(domain + ".enable")
-
-    def _note(self, msg):
-        m, p = msg.get("method"), msg.get("params", {})
-        if m == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert"):
-            self.errors.append(" ".join(str(a.get("value", a.get("description"))) for a in p["args"]))
-        elif m == "Runtime.exceptionThrown":
-            self.errors.append(p["exceptionDetails"].get("exception", {}).get("description")
-                               or p["exceptionDetails"]["text"])
-        elif m == "Log.entryAdded" and p["entry"]["level"] == "error":
-            self.errors.append(p["entry"]["text"] + " " + p["entry"].get("url", ""))
-
-    def call(self, method, **params):
-        self.seq += 1
-        self.ws.send(json.dumps({"id": self.seq, "method": method, "params": params}))
-        while True:
-            msg = json.loads(self.ws.recv())
-            if msg.get("id") == self.seq:
-                assert "error" not in msg, msg
-                return msg.get("result", {})
-            self._note(msg)
-
-    def js(self, expr):
-        r = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
-        assert "exceptionDetails" not in r, r
-        return r["result"].get("value")
-
-    def wait(self, what, expr, timeout=10.0):
-        deadline = time.monotonic() + scaled(timeout)
-        while True:
-            v = self.js(expr)
-            if v:
-                return v
-            assert time.monotonic() < deadline, "timed out waiting for " + what
-            time.sleep(0.05)
-
-    def click(self, selector):
-        assert self.js("(() => { const e = document.querySelector(%s); if (!e) return false;"
-                       " e.click(); return true; })()" % json.dumps(selector)), selector
-
-    def close(self):
-        try:
-            self.ws.close()
-        finally:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture

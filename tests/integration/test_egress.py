@@ -91,19 +91,6 @@ def host_ipv4():
     return out
 
 
-def conf_value(stack, section, key):
-    cur = None
-    with open(os.path.join(stack.dir, "conf", "sbx.conf")) as f:
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            m = re.match(r"^\[(\w+)\]$", line)
-            if m:
-                cur = m.group(1)
-            elif cur == section and "=" in line and line.split("=", 1)[0].strip() == key:
-                return line.split("=", 1)[1].strip()
-    return None
-
-
 # -- the stand-in internet --------------------------------------------------------
 
 
@@ -406,7 +393,7 @@ def test_egress_sandboxes_cannot_reach_each_other(boxes, lab):
 def test_egress_sandbox_network_shape(stack, boxes):
     sid = boxes.create()
     addr = box_addr(boxes, sid)
-    subnet = conf_value(stack, "agent", "egress_subnet") or "10.88.0.0/16"
+    subnet = stack.conf_value("agent", "egress_subnet") or "10.88.0.0/16"
     net, bits = subnet.split("/")
     mask = (0xffffffff << (32 - int(bits))) & 0xffffffff
     as_int = lambda s: int.from_bytes(socket.inet_aton(s), "big")
@@ -422,7 +409,7 @@ def test_egress_sandbox_network_shape(stack, boxes):
     assert len(default) == 1 and default[0][0] == "eth0"
     gw = socket.inet_ntoa(bytes.fromhex(default[0][2])[::-1])
     assert gw == gateway_of(addr)
-    dns = conf_value(stack, "agent", "dns") or "1.1.1.1"
+    dns = stack.conf_value("agent", "dns") or "1.1.1.1"
     assert "nameserver %s" % dns in resolv.splitlines()
     # the host's MTU: that of the link of the host's default route
     host_dev = [l.split() for l in open("/proc/net/route").read().splitlines()[1:]

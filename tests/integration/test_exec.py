@@ -3,7 +3,6 @@ argument passing, and many streams at once without holding API workers."""
 
 import concurrent.futures
 import hashlib
-import json
 import threading
 import time
 import uuid
@@ -12,6 +11,7 @@ import pytest
 
 from conftest import assert_error
 from sbxproc import rss_kib, scaled
+from sbxsse import sse_events
 
 
 @pytest.fixture(scope="module")
@@ -27,22 +27,6 @@ def ex(api, box, timeout=60, **body):
     r = api("POST", "/v1/sandboxes/%s/exec" % box, json=body, timeout=timeout)
     assert r.status_code == 200, r.text
     return r.json()
-
-
-def sse_events(resp):
-    """(event, data) pairs of an SSE response, as they arrive."""
-    event, data = None, []
-    for raw in resp.iter_lines(decode_unicode=True):
-        if raw is None:
-            continue
-        if raw == "":
-            if event is not None:
-                yield event, json.loads("\n".join(data))
-            event, data = None, []
-        elif raw.startswith("event:"):
-            event = raw[6:].strip()
-        elif raw.startswith("data:"):
-            data.append(raw[5:].strip())
 
 
 def stream(stack, box, timeout=60, **body):

@@ -15,7 +15,6 @@ import socket
 import statistics
 import threading
 import time
-import uuid
 
 import pytest
 
@@ -25,10 +24,8 @@ RESULTS = []
 
 
 def new_box(stack, **body):
-    sid = "ex-" + uuid.uuid4().hex[:10]
-    r = stack.api("PUT", "/v1/sandboxes/" + sid, json=body, timeout=30)
-    assert r.status_code == 201, "create %s: %d %s" % (sid, r.status_code, r.text[:300])
-    return sid, r.json()["node"]
+    sid, rec = stack.create("ex", **body)
+    return sid, rec["node"]
 
 
 def destroy(stack, sid):

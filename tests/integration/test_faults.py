@@ -12,7 +12,6 @@ test_epoch_grows_after_redis_flushall_on_a_dedicated_stack).
 """
 
 import concurrent.futures as cf
-import hashlib
 import http.client
 import json
 import os
@@ -27,7 +26,7 @@ import pytest
 import requests
 
 from conftest import sandbox_procs, sanitizer_findings, stack_down, stack_down_cleanup, stack_up
-from sbxproc import scaled
+from sbxproc import alive, children, scaled
 
 TENANT = "dev"
 
@@ -262,9 +261,7 @@ def test_redis_restarted_without_data_never_double_owns():
         os.makedirs(os.path.join(s.dir, "redis"))
         s.run("start", "redis")
         s.wait("redis up", lambda: s.redis_cli("PING", check=False) == "PONG", timeout=10)
-        digest = hashlib.sha256(s.key.encode()).hexdigest()
-        s.redis_cli("HSET", "sbx:apikey:" + digest, "tenant", TENANT, "admin", "0",
-                    "createdAt", "0")
+        s.restore_key()
         s.wait_healthy(timeout=20)
         for sid in ids:
             r = s.api("GET", "/v1/sandboxes/" + sid)
@@ -347,8 +344,7 @@ def test_agent_dies_under_a_live_sse_exec(st, sig):
             "the stream ended cleanly without exit or error: %r" % events[-3:]
     finally:
         if sig == "SIGTERM":
-            st.wait("%s to stop" % node, lambda: not os.path.exists("/proc/%d" % pid) or
-                    open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] == "Z", 10)
+            st.wait("%s to stop" % node, lambda: not alive(pid), 10)
         st.run("stop", node)
         st.run("start", node)
         agent_serving(st, node)
@@ -406,18 +402,7 @@ def test_agent_stopped_with_a_request_in_flight_does_not_act_late(st):
 # ---- API workers and nginx ------------------------------------------------------------
 
 def api_workers(st):
-    master = st.pid("api")
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    rest = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(rest[1]) == master and rest[0] != "Z":
-                out.append(int(d))
-    return sorted(out)
+    return sorted(children(st.pid("api")))
 
 
 def test_killed_workers_cost_at_most_their_own_request(st):

@@ -2,7 +2,6 @@
 container. On a stack of its own (FLUSHALL would wipe every other test's
 state); the API key is written back after each wipe."""
 
-import hashlib
 import os
 import resource
 import signal
@@ -11,6 +10,7 @@ import time
 import uuid
 
 from conftest import sandbox_procs, stack_down, stack_up
+from sbxproc import children, comm
 
 TENANT = "dev"
 
@@ -26,7 +26,6 @@ def test_put_after_flushall_is_a_fresh_container():
     its fencing sweep had not run yet in between (same generation, 1)."""
     st = stack_up(agents=1)
     try:
-        digest = hashlib.sha256(st.key.encode()).hexdigest()
         inherited = []
         for i in range(6):
             sid = uid("flf")
@@ -38,8 +37,7 @@ def test_put_after_flushall_is_a_fresh_container():
                        json={"id": "old", "command": "exec sleep 1000"})
             assert r.status_code == 201, r.text
             st.redis_cli("FLUSHALL")
-            st.redis_cli("HSET", "sbx:apikey:" + digest, "tenant", TENANT, "admin", "0",
-                         "createdAt", "0")
+            st.restore_key()
             st.wait("agent-1 to register again",
                     lambda: st.redis_cli("EXISTS", "sbx:node:{agent-1}:alive") == "1",
                     timeout=15, interval=0.02)
@@ -242,20 +240,7 @@ def test_paused_agent_that_still_owns_its_sandbox_thaws_it():
 
 def keepers_of(agent_pid):
     """Pids of the fence keeper(s): the agent's children that are sbx-agent."""
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                stat = f.read()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        rest = stat.rsplit(")", 1)[1].split()
-        if comm == "sbx-agent" and rest[0] != "Z" and int(rest[1]) == agent_pid:
-            found.append(int(d))
-    return found
+    return [c for c in children(agent_pid) if comm(c) == "sbx-agent"]
 
 
 def test_a_killed_fence_keeper_is_started_again_and_fences():

@@ -138,9 +138,7 @@ def host_canary():
 
 @pytest.fixture
 def race_box(stack):
-    sid = "race-" + uuid.uuid4().hex[:10]
-    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
-    assert r.status_code == 201, r.text
+    sid = stack.create("race")[0]
     yield sid
     stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 

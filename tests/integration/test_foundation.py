@@ -14,26 +14,10 @@ import time
 import pytest
 
 from conftest import ROOT, assert_error, error_of
-from sbxproc import scaled
+from sbxproc import children, scaled
 
 SANDBOX_ID_OK = "a" * 63
 BAD_IDS = ["{", "}", "ABC", "a" * 64, "a..b", "-a", "a-", "a_b", "a.b"]
-
-
-def worker_pids(master):
-    """Children of the sbx-api master (its FastCGI workers), live only."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                rest = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(rest[1]) == master and rest[0] != "Z":
-            pids.append(int(d))
-    return pids
 
 
 def wall_ms(v):
@@ -323,7 +307,7 @@ def test_killed_agent_goes_down_after_ttl(stack):
 
 def test_killed_api_worker_is_survived(stack, api):
     master = stack.pid("api")
-    workers = stack.wait("sbx-api workers", lambda: worker_pids(master), timeout=5)
+    workers = stack.wait("sbx-api workers", lambda: children(master), timeout=5)
     n = len(workers)
     os.kill(workers[0], signal.SIGKILL)
     for i in range(20):
@@ -334,7 +318,7 @@ def test_killed_api_worker_is_survived(stack, api):
         assert r.status_code == 200, "request %d after killing a worker: %d %r" % (
             i, r.status_code, r.text[:200])
     stack.wait("the master to replace the killed worker (%d workers)" % n,
-               lambda: len(worker_pids(master)) == n and workers[0] not in worker_pids(master),
+               lambda: len(children(master)) == n and workers[0] not in children(master),
                timeout=5)
 
 

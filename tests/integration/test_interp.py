@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from conftest import assert_error
+from sbxsse import sse_pairs
 
 PNG_1PX = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGA"
                            "WjR9awAAAABJRU5ErkJggg==")
@@ -18,9 +19,7 @@ PNG_1PX = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlE
 
 @pytest.fixture(scope="module")
 def box(stack):
-    sid = "itp-" + uuid.uuid4().hex[:10]
-    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
-    assert r.status_code == 201, r.text
+    sid = stack.create("itp")[0]
     yield sid
     stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 
@@ -44,16 +43,6 @@ def run(api, box, ctx, code, status=200, **extra):
             timeout=60)
     assert r.status_code == status, r.text
     return r.json()
-
-
-def events(resp):
-    out, name = [], None
-    for line in resp.iter_lines(decode_unicode=True):
-        if line.startswith("event: "):
-            name = line[7:]
-        elif line.startswith("data: "):
-            out.append((name, json.loads(line[6:])))
-    return out
 
 
 def main_text(res):
@@ -118,7 +107,7 @@ def test_stream_keeps_stdout_stderr_order(api, box, py):
     with api("POST", "/v1/sandboxes/%s/contexts/%s/run" % (box, py), json={"code": code},
              headers={"Accept": "text/event-stream"}, stream=True, timeout=60) as r:
         assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
-        evs = events(r)
+        evs = sse_pairs(r)
     out = [(n, d["text"]) for n, d in evs if n in ("stdout", "stderr") and d["text"].strip()]
     assert out == [("stdout", "a"), ("stderr", "b"), ("stdout", "c")], evs
     assert [n for n, _ in evs][-2:] == ["result", "end"], evs
@@ -223,7 +212,7 @@ def test_interrupt_of_a_run_whose_client_lags(api, box, language):
              json={"code": flood, "timeoutMs": 300},
              headers={"Accept": "text/event-stream"}, stream=True, timeout=60) as r:
         time.sleep(2.5)  # not reading: the agent stops reading the interpreter
-        evs = events(r)
+        evs = sse_pairs(r)
     errors = [d for n, d in evs if n == "error"]
     assert [e["name"] for e in errors] == ["KeyboardInterrupt"], errors
     assert evs[-1][0] == "end" and evs[-1][1]["timedOut"] is True, evs[-1]

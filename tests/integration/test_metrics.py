@@ -22,6 +22,7 @@ import pytest
 import requests
 
 from conftest import ROOT, free_port, sandbox_procs
+from sbxproc import api_workers
 
 PROM_DIR = os.path.join(ROOT, "deploy", "prometheus")
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
@@ -178,25 +179,11 @@ def test_oom_kills_and_crashes_are_counted(stack, api):
         api("DELETE", "/v1/sandboxes/" + sid)
 
 
-def workers_of(master):
-    """The master's FastCGI workers (not its sbx-reconcile child)."""
-    from test_foundation import worker_pids
-    out = []
-    for p in worker_pids(master):
-        try:
-            with open("/proc/%d/comm" % p) as f:
-                if f.read().strip() != "sbx-reconcile":
-                    out.append(p)
-        except OSError:
-            pass
-    return out
-
-
 def test_a_dead_worker_is_counted_and_replaced(stack):
     master = stack.pid("api")
     api0 = parse(scrape(urls(stack)[0]))
     workers = value(api0, "sbx_api_workers")
-    pids = workers_of(master)
+    pids = api_workers(master)
     assert len(pids) == workers >= 2, (pids, workers)
     victim = pids[0]
     os.kill(victim, signal.SIGKILL)
@@ -204,7 +191,7 @@ def test_a_dead_worker_is_counted_and_replaced(stack):
         parse(scrape(urls(stack)[0])), "sbx_api_worker_exits_total") ==
         value(api0, "sbx_api_worker_exits_total") + 1, timeout=10)
     stack.wait("a new worker", lambda: value(parse(scrape(urls(stack)[0])), "sbx_api_workers") ==
-               workers and victim not in workers_of(master), timeout=10)
+               workers and victim not in api_workers(master), timeout=10)
     # The dead worker's counts stay in the sum.
     put = dict(route="PUT /v1/sandboxes/{id}")
     assert (value(parse(scrape(urls(stack)[0])), "sbx_api_requests_total", **put) >=

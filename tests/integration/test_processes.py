@@ -1,6 +1,5 @@
 """Background processes, through nginx (API.md "Processes")."""
 
-import json
 import time
 import uuid
 
@@ -8,13 +7,12 @@ import pytest
 
 from conftest import assert_error, sandbox_procs
 from test_exhaustion import agent_rss_kib, sanitized
+from sbxsse import sse_pairs
 
 
 @pytest.fixture(scope="module")
 def box(stack):
-    sid = "prc-" + uuid.uuid4().hex[:10]
-    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
-    assert r.status_code == 201, r.text
+    sid = stack.create("prc")[0]
     yield sid
     stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 
@@ -35,16 +33,6 @@ def wait_exit(api, box, ref, timeout_ms=10000):
     r = api("GET", P(box, "/%s/wait?timeoutMs=%d" % (ref, timeout_ms)), timeout=timeout_ms / 1000 + 5)
     assert r.status_code == 200, r.text
     return r.json()["exitCode"]
-
-
-def sse_events(resp):
-    events, name = [], None
-    for line in resp.iter_lines(decode_unicode=True):
-        if line.startswith("event: "):
-            name = line[7:]
-        elif line.startswith("data: "):
-            events.append((name, json.loads(line[6:])))
-    return events
 
 
 def test_start_get_list_logs(api, box):
@@ -79,7 +67,7 @@ def test_logs_follow_in_order_with_exit(api, box):
     r = api("GET", P(box, "/follow/logs"), stream=True, headers={"Accept": "text/event-stream"},
             timeout=20)
     assert r.status_code == 200
-    events = sse_events(r)
+    events = sse_pairs(r)
     assert events[-1][0] == "exit" and events[-1][1]["exitCode"] == 0
     out = "".join(d["data"] for n, d in events if n == "stdout")
     # a chunk may repeat at the seam between replay and live output, never be lost
@@ -93,7 +81,7 @@ def test_logs_of_a_finished_process_stream_replay_then_exit(api, box):
     start(api, box, id="fin", command="echo replay")
     wait_exit(api, box, "fin")
     r = api("GET", P(box, "/fin/logs"), stream=True, headers={"Accept": "text/event-stream"})
-    events = sse_events(r)
+    events = sse_pairs(r)
     assert ("stdout", {"data": "replay\n"}) in events
     assert events[-1][0] == "exit"
 
@@ -271,9 +259,7 @@ def test_bad_process_ref(api, box):
 @pytest.fixture
 def fresh(stack):
     """A sandbox of its own: (id, key); every process in it is the test's."""
-    sid = "prt-" + uuid.uuid4().hex[:10]
-    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
-    assert r.status_code == 201, r.text
+    sid = stack.create("prt")[0]
     yield sid, "dev." + sid
     stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 

@@ -10,11 +10,11 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 
 import pytest
 
 from conftest import ROOT, free_port
+from sbxproc import wait_until
 
 CONF = os.path.join(ROOT, "deploy", "redis")
 
@@ -23,14 +23,6 @@ def cli(port, *args):
     r = subprocess.run(["redis-cli", "-p", str(port)] + [str(a) for a in args],
                        capture_output=True, text=True, timeout=10)
     return (r.stdout + r.stderr).strip()
-
-
-def wait_for(what, cond, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.1)
 
 
 class Server:
@@ -44,7 +36,7 @@ class Server:
              "--pidfile", os.path.join(self.dir, "pid"), "--supervised", "no",
              "--daemonize", "no", "--maxmemory", "64mb"] + list(extra),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(name + " to answer", lambda: cli(self.port, "PING") == "PONG")
+        wait_until(name + " to answer", lambda: cli(self.port, "PING") == "PONG", 15)
 
     def stop(self):
         if self.proc.poll() is None:
@@ -82,23 +74,24 @@ def test_ha_configs_survive_a_replica_down_and_a_promotion(tmp):
             ["maxmemory-policy", "noeviction"]
         replica = Server(tmp, "replica", replica_conf,
                          ["--replicaof", "127.0.0.1", str(primary.port)])
-        wait_for("the replica to sync",
-                 lambda: "master_link_status:up" in cli(replica.port, "INFO", "replication"))
+        wait_until("the replica to sync",
+                 lambda: "master_link_status:up" in cli(replica.port, "INFO", "replication"), 15)
         assert writes(primary.port) == ("OK", "OK")
         # One replica down: the primary keeps taking writes.
         replica.stop()
-        wait_for("the primary to see its replica gone",
-                 lambda: "connected_slaves:0" in cli(primary.port, "INFO", "replication"))
+        wait_until("the primary to see its replica gone",
+                 lambda: "connected_slaves:0" in cli(primary.port, "INFO", "replication"), 15)
         assert writes(primary.port) == ("OK", "OK")
         # The replica back, the primary lost, the replica promoted: it takes
         # writes at once, without a replica of its own.
         replica = Server(tmp, "replica2", replica_conf,
                          ["--replicaof", "127.0.0.1", str(primary.port)])
-        wait_for("the replica to sync again",
-                 lambda: "master_link_status:up" in cli(replica.port, "INFO", "replication"))
+        wait_until("the replica to sync again",
+                 lambda: "master_link_status:up" in cli(replica.port, "INFO", "replication"), 15)
         primary.stop()
         assert cli(replica.port, "REPLICAOF", "NO", "ONE") == "OK"
-        wait_for("the promotion", lambda: "role:master" in cli(replica.port, "INFO", "replication"))
+        wait_until("the promotion",
+                   lambda: "role:master" in cli(replica.port, "INFO", "replication"), 15)
         assert writes(replica.port) == ("OK", "OK")
         assert cli(replica.port, "GET", "sbx:ha:probe") == "2"
     finally:
@@ -119,11 +112,11 @@ def test_sbx_runs_on_the_shipped_primary_with_its_replica_down(tmp):
     build = os.environ.get("SBX_BUILD", "build")
     env = dict(os.environ, SBX_BUILD=build if os.path.isabs(build) else os.path.join(ROOT, build))
     try:
-        wait_for("the replica to sync",
-                 lambda: "master_link_status:up" in cli(replica.port, "INFO", "replication"))
+        wait_until("the replica to sync",
+                 lambda: "master_link_status:up" in cli(replica.port, "INFO", "replication"), 15)
         replica.stop()
-        wait_for("the primary to see its replica gone",
-                 lambda: "connected_slaves:0" in cli(primary.port, "INFO", "replication"))
+        wait_until("the primary to see its replica gone",
+                 lambda: "connected_slaves:0" in cli(primary.port, "INFO", "replication"), 15)
         r = subprocess.run([STACK, "up", "--dir", directory, "--port", str(free_port()),
                             "--agents", "1", "--redis", "redis://127.0.0.1:%d" % primary.port],
                            capture_output=True, text=True, timeout=120, env=env)

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import subprocess
-import uuid
 
 import pytest
 
@@ -92,10 +91,7 @@ def sbx(request, stack):
 
 
 def new_box(st, **body):
-    sid = "rt-" + uuid.uuid4().hex[:10]
-    r = st.api("PUT", "/v1/sandboxes/" + sid, json=body, timeout=30)
-    assert r.status_code == 201, "create %s: %d %s" % (sid, r.status_code, r.text[:300])
-    return sid
+    return st.create("rt", **body)[0]
 
 
 def run(st, sid, command, timeout=30, **extra):

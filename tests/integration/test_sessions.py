@@ -1,19 +1,17 @@
 """Sessions: persistent shells in a sandbox, through nginx (API.md "Sessions")."""
 
-import json
 import threading
 import uuid
 
 import pytest
 
 from conftest import assert_error, sandbox_procs
+from sbxsse import sse_pairs
 
 
 @pytest.fixture(scope="module")
 def box(stack):
-    sid = "ses-" + uuid.uuid4().hex[:10]
-    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
-    assert r.status_code == 201, r.text
+    sid = stack.create("ses")[0]
     yield sid
     stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 
@@ -21,17 +19,6 @@ def box(stack):
 def sx(api, box, session, command, timeout=30, **extra):
     body = dict(command=command, session=session, **extra)
     return api("POST", "/v1/sandboxes/%s/exec" % box, json=body, timeout=timeout)
-
-
-def sse_events(resp):
-    """(event, data) pairs of an SSE answer."""
-    events, name = [], None
-    for line in resp.iter_lines(decode_unicode=True):
-        if line.startswith("event: "):
-            name = line[7:]
-        elif line.startswith("data: "):
-            events.append((name, json.loads(line[6:])))
-    return events
 
 
 def ok(api, box, session, command, **extra):
@@ -151,7 +138,7 @@ def test_stream_in_a_session(api, box):
             headers={"Accept": "text/event-stream"},
             json={"command": "echo one; echo two >&2; exit_code=7; (exit 7)", "session": "sse"})
     assert r.status_code == 200
-    events = sse_events(r)
+    events = sse_pairs(r)
     names = [n for n, _ in events]
     assert names[0] == "start" and names[-1] == "exit"
     out = "".join(d["data"] for n, d in events if n == "stdout")
@@ -175,7 +162,7 @@ def test_start_comes_first_on_a_new_shell(api, box, how):
                 headers={"Accept": "text/event-stream"},
                 json={"command": "echo out; echo err >&2", "session": session})
         assert r.status_code == 200
-        names = [n for n, _ in sse_events(r)]
+        names = [n for n, _ in sse_pairs(r)]
         assert names[0] == "start" and names[-1] == "exit", (i, names)
         assert "stdout" in names and "stderr" in names, (i, names)
         api("DELETE", "/v1/sandboxes/%s/sessions/%s" % (box, session))

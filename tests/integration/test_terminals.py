@@ -75,10 +75,7 @@ def T(box, rest=""):
 
 
 def new_box(stack, prefix="trm"):
-    sid = prefix + "-" + uuid.uuid4().hex[:10]
-    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
-    assert r.status_code == 201, r.text
-    return sid
+    return stack.create(prefix)[0]
 
 
 @pytest.fixture(scope="module")
@@ -254,10 +251,7 @@ def test_tickets_are_single_use_short_lived_and_bound(stack, api, redis_cli, new
 
 
 def new_box_with_key(stack, key):
-    sid = "trf-" + uuid.uuid4().hex[:10]
-    r = stack.api("PUT", "/v1/sandboxes/" + sid, key=key, json={}, timeout=30)
-    assert r.status_code == 201, r.text
-    return sid
+    return stack.create("trf", key=key)[0]
 
 
 def test_a_viewer_keeps_the_sandbox_awake_and_ends_with_restart_and_sleep(stack, api):

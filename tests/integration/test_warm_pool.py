@@ -17,6 +17,7 @@ import requests
 
 from conftest import (processes_mentioning, sanitizer_findings, stack_down, stack_down_cleanup,
                       stack_up)
+from sbxproc import alive
 
 POOL = 4
 
@@ -286,16 +287,7 @@ def test_agent_stop_destroys_the_pool(st):
     assert len(pids) == POOL
     st.run("stop", "agent-1")
     try:
-        def gone():
-            for p in pids:
-                try:
-                    with open("/proc/%d/stat" % p) as f:
-                        if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                            return False
-                except FileNotFoundError:
-                    pass
-            return True
-        st.wait("the pool's inits to be gone", gone, 10)
+        st.wait("the pool's inits to be gone", lambda: not any(alive(p) for p in pids), 10)
         for c in ("memory", "pids", "cpu"):
             left = [n for n in os.listdir(cg_node_dir(st, c)) if n.startswith("_pool-")] \
                 if os.path.isdir(cg_node_dir(st, c)) else []

@@ -7,6 +7,7 @@ tests/integration/conftest.py, tests/multihost, tests/bench and tests/soak
   fd_count(pid)       open descriptors (0 when gone)
   alive(pid)          exists and is not a zombie
   children(pid)       live direct children
+  comm(pid)           its command name ("" when gone)
   api_workers(pid)    live children of an sbx-api master but its short-lived
                       index reconciler (comm sbx-reconcile)
   wait_until(what, cond, timeout, interval)   poll cond() until truthy
@@ -61,17 +62,16 @@ def children(pid):
     return out
 
 
+def comm(pid):
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def api_workers(pid):
-    out = []
-    for c in children(pid):
-        try:
-            with open("/proc/%d/comm" % c) as f:
-                if f.read().strip() == "sbx-reconcile":
-                    continue
-        except OSError:
-            continue
-        out.append(c)
-    return out
+    return [c for c in children(pid) if comm(c) not in ("", "sbx-reconcile")]
 
 
 def wait_until(what, cond, timeout=10.0, interval=0.1):

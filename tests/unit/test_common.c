@@ -7,9 +7,17 @@
 #include "jsonv.h"
 #include "rerror.h"
 #include "route.h"
+#include "tcplisten.h"
+#include "util.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 TEST(ids_sandbox)
 {
@@ -236,4 +244,68 @@ TEST(cf_error_of_struct)
 	CHECK_STR(json_string_value(json_object_get(b, "message")), "session 'a' exists");
 	CHECK_INT(json_integer_value(json_object_get(b, "httpStatus")), 409);
 	json_decref(b);
+}
+
+TEST(common_tcplisten_sockaddr)
+{
+	struct sockaddr_storage ss;
+	struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+	socklen_t len = 0;
+
+	CHECK_INT(tcplisten_sockaddr("127.0.0.1", 7070, &ss, &len), 0);
+	CHECK_INT(ss.ss_family, AF_INET);
+	CHECK_INT((int)len, (int)sizeof(*in4));
+	CHECK_INT(ntohs(in4->sin_port), 7070);
+	CHECK(in4->sin_addr.s_addr == htonl(INADDR_LOOPBACK));
+	CHECK_INT(tcplisten_sockaddr("::1", 0, &ss, &len), 0);
+	CHECK_INT(ss.ss_family, AF_INET6);
+	CHECK_INT((int)len, (int)sizeof(*in6));
+	CHECK_INT(ntohs(in6->sin6_port), 0);
+	CHECK(IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr));
+	CHECK_INT(tcplisten_sockaddr("localhost", 80, &ss, &len), -1);
+	CHECK_INT(tcplisten_sockaddr("[::1]", 80, &ss, &len), -1);
+	CHECK_INT(tcplisten_sockaddr("", 80, &ss, &len), -1);
+}
+
+TEST(common_util_open_in_root)
+{
+	char dir[] = "/tmp/sbx-unit-root-XXXXXX", path[64];
+	int root, fd;
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/f", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	CHECK(fd >= 0);
+	close(fd);
+	snprintf(path, sizeof(path), "%s/abs", dir);
+	CHECK_INT(symlink("/f", path), 0);        /* absolute: resolves in the root */
+	snprintf(path, sizeof(path), "%s/up", dir);
+	CHECK_INT(symlink("../../../etc/passwd", path), 0);
+	root = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	CHECK(root >= 0);
+
+	fd = util_open_in_root(root, "f", O_RDONLY, 0, 0);
+	CHECK(fd >= 0);
+	CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	close(fd);
+	fd = util_open_in_root(root, "abs", O_RDONLY, 0, 0);
+	CHECK(fd >= 0);
+	close(fd);
+	errno = 0;
+	CHECK_INT(util_open_in_root(root, "up", O_RDONLY, 0, 0), -1);
+	CHECK_INT(errno, ENOENT);                 /* clamped to the root, not /etc */
+	errno = 0;
+	CHECK_INT(util_open_in_root(root, "abs", O_RDONLY, 0, RESOLVE_NO_SYMLINKS), -1);
+	CHECK_INT(errno, ELOOP);
+	fd = util_open_in_root(root, "new", O_WRONLY | O_CREAT | O_EXCL, 0640, 0);
+	CHECK(fd >= 0);
+	close(fd);
+
+	close(root);
+	for (const char *n = "f\0abs\0up\0new\0"; *n; n += strlen(n) + 1) {
+		snprintf(path, sizeof(path), "%s/%s", dir, n);
+		unlink(path);
+	}
+	rmdir(dir);
 }

@@ -137,7 +137,11 @@ TEST(spec_labels_env_image_network)
 	v = js("\"python-3.12\"");
 	CHECK_INT(spec_image(v, &e), 0);
 	json_decref(v);
-	const char *bad_images[] = { "\"../x\"", "\"\"", "\"A\"", "\".x\"", "3" };
+	v = js("\"localhost:5000/team/app:1.0\"");
+	CHECK_INT(spec_image(v, &e), 0);
+	json_decref(v);
+	const char *bad_images[] = { "\"../x\"", "\"\"", "\"A\"", "\".x\"", "3", "\"a:b:c\"",
+				     "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"" };
 	for (size_t i = 0; i < sizeof(bad_images) / sizeof(bad_images[0]); i++) {
 		v = js(bad_images[i]);
 		CHECK_INT(spec_image(v, &e), -1);

@@ -1,5 +1,6 @@
 /*
- * sha256.h — SHA-256 (FIPS 180-4), used to store API keys as digests.
+ * sha256.h — SHA-256 (FIPS 180-4): API keys stored as digests (fcgi), image blobs
+ * verified by digest (sandbox/runtime/oci.c).
  */
 #ifndef SBX_SHA256_H
 #define SBX_SHA256_H
