@@ -18,6 +18,7 @@ const state = {
   feed: null,             // AbortController of the event stream
   refreshTimer: null,
   pending: null,          // debounced refresh after an event
+  acting: false,          // an action (sleep, restart, destroy) is under way
 };
 
 const $ = (sel) => document.querySelector(sel);
@@ -201,8 +202,9 @@ async function loadDetail() {
     return;
   }
   show("#detail-record", rec);
-  // A data call would wake a sleeping sandbox: processes only while it runs.
-  if (rec.state === "running") {
+  // A data call would wake a sleeping sandbox: processes only while it
+  // runs, and not while an action of ours changes it (it answers 503 then).
+  if (rec.state === "running" && !state.acting) {
     api("GET", base + "/processes", opt).then((v) => show("#detail-processes", v),
       (e) => show("#detail-processes", e.message));
   } else {
@@ -239,6 +241,7 @@ async function act(action) {
   const base = "/v1/sandboxes/" + encodeURIComponent(sel.id);
   const status = $("#detail-status");
   status.textContent = action + "…";
+  state.acting = true;
   try {
     if (action === "destroy") {
       await api("DELETE", base, { tenant: sel.tenant });
@@ -249,6 +252,8 @@ async function act(action) {
     status.textContent = action + ": done";
   } catch (e) {
     status.textContent = action + ": " + e.message;
+  } finally {
+    state.acting = false;
   }
   await refresh();
 }
