@@ -2,7 +2,8 @@
  * /v1/nodes — admin: the node registry with liveness (GET /v1/nodes), a
  * node's sandboxes (GET /v1/nodes/{node}/sandboxes) and drain
  * (POST /v1/nodes/{node}/drain: placement skips a node while its
- * sbx:node:{node}:drain key exists).
+ * sbx:node:{node}:drain key exists; with migrate its sandboxes are put
+ * to sleep, so their next call wakes them on another node).
  */
 #include "api.h"
 #include "jsonv.h"
@@ -180,18 +181,121 @@ static const char *path_node(const struct http_req *r, struct sbx_err *e)
 static const struct jsonv_field drain_fields[] = {
 	{ "drain", JV_BOOL, 0 },
 	{ "migrate", JV_BOOL, 0 },
+	{ "force", JV_BOOL, 0 },
+	{ "cursor", JV_STRING, 0 },
+	{ "limit", JV_INTEGER, 0 },
 	{ NULL, 0, 0 },
 };
 
+#define MIGRATE_LIMIT_DEFAULT 20
+#define MIGRATE_LIMIT_MAX 100
+#define MIGRATE_MEMBERS_MAX 100000
+
+/* Why the sandbox of record rec (of node) is not moved: NULL to move it,
+ * "" to leave it out of the answer (asleep already, or placed elsewhere). */
+static const char *migrate_refusal(const char *node, const json_t *rec, int force)
+{
+	const char *on = json_string_value(json_object_get(rec, "node"));
+	const char *state = json_string_value(json_object_get(rec, "state"));
+	const char *persist = json_string_value(json_object_get(rec, "persist"));
+
+	if (!on || strcmp(on, node) != 0 || !state || strcmp(state, "sleeping") == 0)
+		return "";
+	if (!(persist && *persist) && !force)
+		return "no persist: a sleep would lose its files (force: true puts it to sleep anyway)";
+	return NULL;
+}
+
+/* Move one sandbox (ref "tenant/id") of node away: put it to sleep when it
+ * persists (its save goes with the stop) or force says so. Appends its id
+ * to migrated or {id, reason} to skipped; a sandbox already asleep, gone,
+ * or placed elsewhere is neither. */
+static void migrate_one(const char *node, const char *ref, int force, json_t *migrated,
+			json_t *skipped)
+{
+	char tenant[80], reason[320] = "";
+	const char *slash = strchr(ref, '/'), *id, *why;
+	struct sbx_err e = { 0 };
+	json_t *rec = NULL;
+
+	if (!slash || (size_t)(slash - ref) >= sizeof(tenant))
+		return;
+	memcpy(tenant, ref, (size_t)(slash - ref));
+	tenant[slash - ref] = '\0';
+	id = slash + 1;
+	if (!ids_valid_tenant(tenant) || !ids_valid_sandbox(id))
+		return;
+	if (lifecycle_load(tenant, id, &rec, &e) < 0) {
+		util_xsnprintf(reason, sizeof(reason), "%s", e.msg);
+	} else if (rec) {
+		why = migrate_refusal(node, rec, force);
+		if (why)
+			util_xsnprintf(reason, sizeof(reason), "%s", why);
+		else if (lifecycle_sleep(tenant, id, &e) == 0)
+			json_array_append_new(migrated, json_string(id));
+		else if (e.code != SBX_E_SANDBOX_NOT_FOUND)
+			util_xsnprintf(reason, sizeof(reason), "sleep failed: %s", e.msg);
+	}
+	json_decref(rec);
+	if (reason[0])
+		json_array_append_new(skipped, json_pack("{s:s,s:s}", "id", id, "reason", reason));
+}
+
+/* One page of migrate: the node's sandbox set (sbx:node:{node}:sandboxes)
+ * in byte order, the first limit members after cursor moved away by
+ * migrate_one. Fills o's migrated, skipped and, when members remain,
+ * cursor (the last member handled). 0 or -1 with e. */
+static int migrate_page(const char *node, const char *cursor, int64_t limit, int force, json_t *o,
+			struct sbx_err *e)
+{
+	auto_reply redisReply *members = NULL;
+	auto_free const char **refs = NULL;
+	json_t *migrated = json_array(), *skipped = json_array();
+	size_t n = 0, first = 0, done = 0;
+
+	if (!migrated || !skipped) {
+		json_decref(migrated);
+		json_decref(skipped);
+		return err_set(e, SBX_E_INTERNAL, "out of memory");
+	}
+	json_object_set_new(o, "migrated", migrated);
+	json_object_set_new(o, "skipped", skipped);
+	members = store_command(e, "SMEMBERS %s", RK_NODE(node, "sandboxes"));
+	if (!members)
+		return -1;
+	if (members->type != REDIS_REPLY_ARRAY)
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: SMEMBERS of a node is not an array");
+	refs = calloc(members->elements + 1, sizeof(*refs));
+	if (!refs)
+		return err_set(e, SBX_E_INTERNAL, "out of memory");
+	for (size_t i = 0; i < members->elements && n < MIGRATE_MEMBERS_MAX; i++) {
+		const redisReply *m = members->element[i];
+
+		if (m->type == REDIS_REPLY_STRING && !strpbrk(m->str, "{}"))
+			refs[n++] = m->str;
+	}
+	qsort(refs, n, sizeof(*refs), cmp_str);
+	while (cursor && first < n && strcmp(refs[first], cursor) <= 0)
+		first++;
+	for (size_t i = first; i < n && done < (size_t)limit; i++, done++)
+		migrate_one(node, refs[i], force, migrated, skipped);
+	if (first + done < n)
+		json_object_set_new(o, "cursor", json_string(refs[first + done - 1]));
+	return 0;
+}
+
 /* Set or clear the node's drain key and log it as an event, in one
- * MULTI; answer the node object as it is then. migrate (moving the
- * sandboxes away) needs persistence: 501 NOT_IMPLEMENTED, nothing changes. */
+ * MULTI; answer the node object as it is then. With migrate (drain only),
+ * then move a page of its sandboxes away (migrate_page) and answer
+ * {node, migrated, skipped, cursor?}. */
 int api_nodes_drain(struct http_req *r, struct sbx_err *e)
 {
 	const char *node = path_node(r, e);
 	redisReply *reps[NODE_REPLIES + 4] = { NULL };
-	json_t *body, *o;
-	int drain, migrate;
+	char cursor[256] = "";
+	int64_t limit = MIGRATE_LIMIT_DEFAULT;
+	json_t *body, *o, *v;
+	int drain, migrate, force, paged;
 
 	if (!node)
 		return -1;
@@ -204,11 +308,28 @@ int api_nodes_drain(struct http_req *r, struct sbx_err *e)
 	}
 	drain = !json_is_false(json_object_get(body, "drain"));
 	migrate = json_is_true(json_object_get(body, "migrate"));
+	force = json_is_true(json_object_get(body, "force"));
+	paged = json_object_get(body, "force") || json_object_get(body, "cursor") ||
+		json_object_get(body, "limit");
+	if ((v = json_object_get(body, "limit")) &&
+	    (json_integer_value(v) < 1 || json_integer_value(v) > MIGRATE_LIMIT_MAX)) {
+		json_decref(body);
+		return err_set(e, SBX_E_VALIDATION, "limit must be 1-%d", MIGRATE_LIMIT_MAX);
+	}
+	if (v)
+		limit = json_integer_value(v);
+	if ((v = json_object_get(body, "cursor")) &&
+	    (!*json_string_value(v) || strlen(json_string_value(v)) >= sizeof(cursor))) {
+		json_decref(body);
+		return err_set(e, SBX_E_VALIDATION, "cursor is the cursor of the previous answer");
+	}
+	if (v)
+		util_xsnprintf(cursor, sizeof(cursor), "%s", json_string_value(v));
 	json_decref(body);
-	if (migrate && drain)
-		return err_set(e, SBX_E_NOT_IMPLEMENTED,
-			       "migrate needs sandbox persistence (snapshots), which this build does not have: "
-			       "drain without migrate stops placement, running sandboxes stay");
+	if (!migrate && paged)
+		return err_set(e, SBX_E_VALIDATION, "force, cursor and limit go with migrate: true");
+	if (migrate && !drain)
+		return err_set(e, SBX_E_VALIDATION, "migrate goes with drain: true");
 	if (store_append(e, "MULTI") < 0 ||
 	    (drain ? store_append(e, "SET %s 1", RK_NODE(node, "drain"))
 		   : store_append(e, "DEL %s", RK_NODE(node, "drain"))) < 0 ||
@@ -218,10 +339,14 @@ int api_nodes_drain(struct http_req *r, struct sbx_err *e)
 		return -1;
 	if (store_collect(reps, ARRAY_SIZE(reps), 0, e) < 0)
 		return -1;
-	o = node_of(node, reps + 4);
+	o = migrate ? json_pack("{s:s}", "node", node) : node_of(node, reps + 4);
 	store_free_replies(reps, ARRAY_SIZE(reps));
 	if (!o)
 		return err_set(e, SBX_E_INTERNAL, "out of memory");
+	if (migrate && migrate_page(node, cursor[0] ? cursor : NULL, limit, force, o, e) < 0) {
+		json_decref(o);
+		return -1;
+	}
 	http_respond_json(r, 200, o);
 	json_decref(o);
 	return 0;

@@ -264,6 +264,9 @@ int agent_image_pull(struct agent *a, const struct imgref *ref, agent_pull_done_
 	p->opts.ca = a->conf->images.registry_ca;
 	p->opts.plain_http = a->conf->images.plain_http;
 	p->opts.budget_bytes = a->conf->images.disk_budget_mib * 1024 * 1024;
+	/* counted from the pull thread: the registry outlives it (release
+	 * joins every pull before agent_metrics_stop) */
+	p->opts.received = agent_metrics_pull_bytes;
 	p->notify_fd = im->pipe[1];
 	p->waiters = w;
 	sigfillset(&all);

@@ -27,6 +27,9 @@ static const char *const states[] = { "running", "stopped", "dead" };
 enum { ST_RUNNING, ST_STOPPED, ST_DEAD };
 static const char *const exec_modes[] = { "json", "sse" };
 static const char *const pull_results[] = { "ok", "failed" };
+static const char *const snap_ops[] = { "create", "import", "persist", "restore", "export" };
+static const char *const snap_results[] = { "ok", "failed" };
+static const char *const snap_directions[] = { "written", "read" };
 
 static struct metrics_routes routes;
 
@@ -89,6 +92,18 @@ static struct metrics_family families[AM_COUNT] = {
 	[AM_IMAGE_PULLS] = { "sbx_agent_image_pulls_total",
 			     "Registry image pulls ended (one per image however many creates waited), by result.",
 			     METRICS_COUNTER, { DIM("result", pull_results), NO_DIM }, NULL, 0, 0 },
+	[AM_IMAGE_PULL_BYTES] = { "sbx_agent_image_pull_bytes_total",
+				  "Bytes received from registries by image pulls (manifests, "
+				  "configs, layers).", METRICS_COUNTER, NO_DIMS, NULL, 0, 0 },
+	[AM_SNAPSHOTS] = { "sbx_agent_snapshots_total",
+			   "Snapshot calls ended, by op (create, import, persist: a save "
+			   "before a stop, restore, export) and result.",
+			   METRICS_COUNTER, { DIM("op", snap_ops), DIM("result", snap_results) },
+			   NULL, 0, 0 },
+	[AM_SNAPSHOT_BYTES] = { "sbx_agent_snapshot_bytes_total",
+				"Archive bytes of snapshots written to the store (create, import, "
+				"persist) and read from it (restore, export).", METRICS_COUNTER,
+				{ DIM("direction", snap_directions), NO_DIM }, NULL, 0, 0 },
 	[AM_RSS] = GAUGE("process_resident_memory_bytes", "Resident memory of the agent process."),
 	[AM_FDS] = GAUGE("process_open_fds", "Open file descriptors of the agent process."),
 };
@@ -119,6 +134,19 @@ void agent_metrics_redis(int64_t sent_us, enum metrics_redis_error how)
 void agent_metrics_event(const char *type)
 {
 	metrics_count(AM_EVENTS, metrics_index(&families[AM_EVENTS].dim[0], type), 0, 1);
+}
+
+void agent_metrics_snapshot(enum agent_metrics_snap_op op, int ok, uint64_t bytes)
+{
+	metrics_count(AM_SNAPSHOTS, (unsigned)op, ok ? 0 : 1, 1);
+	if (ok && bytes)
+		metrics_count(AM_SNAPSHOT_BYTES, op == AM_SNAP_RESTORE || op == AM_SNAP_EXPORT, 0,
+			      bytes);
+}
+
+void agent_metrics_pull_bytes(uint64_t n)
+{
+	metrics_count(AM_IMAGE_PULL_BYTES, 0, 0, n);
 }
 
 void agent_metrics_container_end(const struct rt_sandbox *rsb)

@@ -42,6 +42,9 @@ enum agent_metrics_family {
 	AM_TUNNEL_PROCS,
 	AM_OOM_KILLS,
 	AM_IMAGE_PULLS,
+	AM_IMAGE_PULL_BYTES,
+	AM_SNAPSHOTS,
+	AM_SNAPSHOT_BYTES,
 	AM_RSS,
 	AM_FDS,
 	AM_COUNT
@@ -49,6 +52,10 @@ enum agent_metrics_family {
 
 /* The label values of AM_IMAGE_PULLS ("result"). */
 enum agent_metrics_pull_result { AM_PULL_OK, AM_PULL_FAILED };
+
+/* The label values of AM_SNAPSHOTS ("op"): what a snapshot call did. */
+enum agent_metrics_snap_op { AM_SNAP_CREATE, AM_SNAP_IMPORT, AM_SNAP_PERSIST, AM_SNAP_RESTORE,
+			     AM_SNAP_EXPORT };
 
 /* The label values of AM_EXECS ("mode"). */
 enum agent_metrics_exec_mode { AM_EXEC_JSON, AM_EXEC_SSE };
@@ -67,6 +74,14 @@ void agent_metrics_redis(int64_t sent_us, enum metrics_redis_error how);
 void agent_metrics_event(const char *type);
 /* The container rsb is about to be destroyed: its OOM kills stay counted. */
 void agent_metrics_container_end(const struct rt_sandbox *rsb);
+
+/* One snapshot call of op ended, ok or failed; bytes (ok only) of the
+ * archive written to the store (create, import, persist) or read from it
+ * (restore, export). */
+void agent_metrics_snapshot(enum agent_metrics_snap_op op, int ok, uint64_t bytes);
+/* n bytes received from a registry by an image pull. Safe from the pull
+ * thread: relaxed atomic adds into the agent's one slot (metrics.h). */
+void agent_metrics_pull_bytes(uint64_t n);
 
 /* Render a's metrics into out (collects the node's state first). 0 or -1. */
 int agent_metrics_render(struct agent *a, struct buf *out);

@@ -1,6 +1,7 @@
 /* The data routes of snapshots (agent_snapshots.h). */
 #include "agent_snapshots.h"
 #include "agent.h"
+#include "agent_metrics.h"
 #include "agent_sandboxes.h"
 #include "files_worker.h"
 #include "fspath.h"
@@ -51,6 +52,9 @@ struct snap_ctx {
 	int export;                    /* GET …/archive: answer with the archive */
 	int on_start;                  /* a start's restoreFrom: answer with the sandbox */
 	struct snap_job *job;          /* restore: filled from the record */
+	enum agent_metrics_snap_op op; /* what it is counted as */
+	int started;                   /* the work began: it ends counted */
+	int counted;                   /* its end is counted */
 };
 
 static struct snapstore store;
@@ -102,10 +106,21 @@ static void ctx_unref(void *arg)
 	x->r = NULL;
 	if (--x->refs > 0)
 		return;
+	if (x->started && !x->counted)
+		agent_metrics_snapshot(x->op, 0, 0);
 	if (x->put.fd >= 0 || (x->put.tmp[0] && !x->committed))
 		snapstore_abort(&store, &x->put);
 	free(x->job);
 	free(x);
+}
+
+/* x ended well, bytes of archive written or read: counted (once). A
+ * started x that ends otherwise is counted failed by ctx_unref. */
+static void ctx_ok(struct snap_ctx *x, uint64_t bytes)
+{
+	if (!x->counted)
+		agent_metrics_snapshot(x->op, 1, bytes);
+	x->counted = 1;
 }
 
 static void ctx_closed(void *arg, int failed)
@@ -383,6 +398,14 @@ static void rec_fill(struct rec_kv *k, const struct snap_ctx *x, const char *dig
 	}
 }
 
+/* A record's decimal size as bytes (0 when it is not one). */
+static uint64_t size_bytes(const char *s)
+{
+	int64_t n = 0;
+
+	return util_parse_i64(s, 0, INT64_MAX, &n) == 0 ? (uint64_t)n : 0;
+}
+
 struct add_req {
 	struct snap_ctx *x;
 	struct rec_kv k;
@@ -423,6 +446,8 @@ static void added(void *arg, struct redisReply *reply)
 
 	if (!ok || reply->element[0]->integer != 1)
 		drop_archive(x);
+	else
+		ctx_ok(x, size_bytes(q->k.size));
 	if (x->r) {
 		if (!ok) {
 			err_set(&e, SBX_E_REDIS_UNAVAILABLE, "cannot record the snapshot, retry");
@@ -507,6 +532,7 @@ static int start_archive(struct agent_call *c, struct snap_ctx *x, enum fw_mode 
 		return -1;
 	}
 	job_spec(&spec, mode, fn, j, x->put.fd);
+	x->started = 1;
 	spec.on_json = on_archived;
 	spec.ctx = x;
 	spec.ctx_free = ctx_unref;
@@ -584,6 +610,7 @@ int agent_snap_import(struct agent_call *c, struct sbx_err *e)
 		ctx_unref(x);
 		return -1;
 	}
+	x->op = AM_SNAP_IMPORT;
 	return start_archive(c, x, FW_UPLOAD, child_import, j, e);
 }
 
@@ -621,6 +648,7 @@ static void on_started(struct httpd_req *r, int status, json_t *body, void *ctx)
 	struct sbx_err e;
 
 	(void)status;
+	ctx_ok(x, (uint64_t)json_integer_value(json_object_get(body, "size")));
 	json_decref(body);
 	if (!sb) {
 		err_set(&e, SBX_E_NODE_UNAVAILABLE, "the sandbox was stopped during its restore");
@@ -629,6 +657,13 @@ static void on_started(struct httpd_req *r, int status, json_t *body, void *ctx)
 	}
 	log_info("sandbox '%s' restored from snapshot %s", x->key, x->sid);
 	httpd_reply_json(r, 201, agent_sb_json(sb));
+}
+
+/* A restore call's helper is done: count it, answer its answer. */
+static void on_restored(struct httpd_req *r, int status, json_t *body, void *ctx)
+{
+	ctx_ok(ctx, (uint64_t)json_integer_value(json_object_get(body, "size")));
+	httpd_reply_json(r, status, body);
 }
 
 static void restore_got(void *arg, struct redisReply *rep)
@@ -658,6 +693,7 @@ static void restore_got(void *arg, struct redisReply *rep)
 			goto fail;
 		}
 		httpd_add_header(r, "Content-Disposition", "attachment");
+		ctx_ok(x, (uint64_t)st.st_size);
 		httpd_reply_fd(r, 200, "application/zstd", steal_fd(&fd), 0, (uint64_t)st.st_size);
 		goto out;
 	}
@@ -694,12 +730,10 @@ static void restore_got(void *arg, struct redisReply *rep)
 		goto fail;
 	}
 	job_spec(&spec, FW_COLLECT, child_restore, x->job, fd);
-	if (x->on_start) {
-		spec.on_json = on_started;
-		spec.ctx = x;
-		spec.ctx_free = ctx_unref;
-		x->refs++;
-	}
+	spec.on_json = x->on_start ? on_started : on_restored;
+	spec.ctx = x;
+	spec.ctx_free = ctx_unref;
+	x->refs++;
 	if (fw_start(r, sb, &spec, &e) < 0)
 		goto fail;
 	goto out;
@@ -717,6 +751,7 @@ static int read_record(struct httpd_req *r, struct snap_ctx *x, struct sbx_err *
 	char key[RKEYS_MAX];
 
 	rkeys_snapshot(key, x->tenant, x->sid);
+	x->started = 1;
 	if (registry_command(x->a->reg, restore_got, x, "HGETALL %s", key) < 0) {
 		ctx_unref(x);
 		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "cannot read the snapshot, retry");
@@ -745,6 +780,7 @@ static struct snap_ctx *record_ctx(struct agent_call *c, const char *sid, struct
 /* x's restore job for sb (x is released on failure). */
 static int restore_job(struct snap_ctx *x, const struct agent_sb *sb, struct sbx_err *e)
 {
+	x->op = AM_SNAP_RESTORE;
 	x->job = calloc(1, sizeof(*x->job));
 	if (!x->job) {
 		ctx_unref(x);
@@ -790,6 +826,7 @@ int agent_snap_export(struct agent_call *c, struct sbx_err *e)
 	if (!x)
 		return -1;
 	x->export = 1;
+	x->op = AM_SNAP_EXPORT;
 	return read_record(c->r, x, e);
 }
 
@@ -817,6 +854,7 @@ struct persist_req {
 	char key[AGENT_KEY_MAX];
 	char sid[24];
 	char loc[SNAPSTORE_LOC_MAX];
+	uint64_t size;
 };
 
 static void persisted(void *arg, struct redisReply *rep)
@@ -826,6 +864,7 @@ static void persisted(void *arg, struct redisReply *rep)
 	int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
 		 rep->element[0]->type == REDIS_REPLY_INTEGER;
 
+	agent_metrics_snapshot(AM_SNAP_PERSIST, ok && rep->element[0]->integer == 1, q->size);
 	if (ok && rep->element[0]->integer == 1) {
 		if (rep->element[1]->type == REDIS_REPLY_STRING && rep->element[1]->str[0] &&
 		    snapstore_remove(&store, rep->element[1]->str, &e) < 0)
@@ -863,6 +902,8 @@ int agent_snap_persist(struct agent *a, struct agent_sb *sb, char sid[24], struc
 		goto out;
 	j->max_entries = (uint64_t)a->conf->snapshots.max_entries;
 	snprintf(x->name, sizeof(x->name), "persist");
+	x->op = AM_SNAP_PERSIST;
+	x->started = 1;
 	if (new_snapshot(x, e) < 0 || paths_json(j, x->paths, sizeof(x->paths), e) < 0)
 		goto out;
 	job_spec(&spec, FW_COLLECT, child_create, j, x->put.fd);
@@ -876,6 +917,7 @@ int agent_snap_persist(struct agent *a, struct agent_sb *sb, char sid[24], struc
 	snprintf(pr->key, sizeof(pr->key), "%s", sb->key);
 	snprintf(pr->sid, sizeof(pr->sid), "%s", x->sid);
 	snprintf(pr->loc, sizeof(pr->loc), "%s", x->put.loc);
+	pr->size = size_bytes(q->k.size);
 	if (registry_command(a->reg, persisted, pr,
 			     "EVAL %s 4 %s %s %s %s %s %s %s %s %s %s "
 			     "%s %s %s %s %s %s %s %s %s %s %s %s "
@@ -890,6 +932,7 @@ int agent_snap_persist(struct agent *a, struct agent_sb *sb, char sid[24], struc
 		goto out;
 	}
 	pr = NULL;   /* the reply's */
+	x->counted = 1;   /* by persisted() */
 	snprintf(sid, 24, "%s", x->sid);
 	rc = 0;
 out:

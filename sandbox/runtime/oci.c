@@ -74,6 +74,7 @@ struct client {
 	char cafile[CONF_STR_MAX];  /* its CA bundle, or "": the system's */
 	int basic;               /* the registry asked for Basic auth: send userpwd */
 	int plain;               /* plain HTTP: loopback, or named in [images] plain_http */
+	void (*received)(uint64_t bytes);   /* oci_pull_opts.received */
 };
 
 /* In list ("reg=value reg2 ..."), the word for registry: its value into
@@ -153,6 +154,7 @@ static int http_get(struct client *c, const char *url, const char *accept, const
 		    const char *userpwd, struct reply *r, struct sbx_err *e)
 {
 	struct curl_slist *h = NULL;
+	int64_t before = r->got;
 	CURLcode rc;
 
 	if (accept)
@@ -184,6 +186,8 @@ static int http_get(struct client *c, const char *url, const char *accept, const
 	}
 	rc = curl_easy_perform(c->curl);
 	curl_slist_free_all(h);
+	if (c->received && r->got > before)
+		c->received((uint64_t)(r->got - before));
 	curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &r->status);
 	if (r->too_large)
 		return err_set(e, SBX_E_IMAGE_TOO_LARGE, "'%s' is larger than allowed", url);
@@ -749,7 +753,7 @@ static const char *pick_platform(json_t *index, const char *arch)
 
 int oci_pull(const struct oci_pull_opts *o, const struct imgref *ref, struct sbx_err *e)
 {
-	struct client c = { .ref = ref };
+	struct client c = { .ref = ref, .received = o->received };
 	char rec[PATH_MAX], mdigest[IMGREF_DIGEST_LEN + 1], canon[IMGREF_MAX], p[PATH_MAX];
 	json_auto_t *man = NULL;
 	json_auto_t *cfg = NULL;

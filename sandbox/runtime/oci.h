@@ -35,6 +35,8 @@ struct oci_pull_opts {
 	const char *ca;           /* [images] registry_ca: "registry=/path/ca.pem ..." */
 	const char *plain_http;   /* [images] plain_http: "registry ..." */
 	int64_t budget_bytes;     /* [images] disk_budget_mib: GC after a pull; 0 = none */
+	void (*received)(uint64_t bytes); /* or NULL: told the bytes of each registry GET,
+					   * from the pulling thread */
 };
 
 /* Pull ref unless its record exists: manifest (index → this platform),

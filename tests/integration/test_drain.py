@@ -36,8 +36,12 @@ def test_a_drained_node_gets_no_new_placements(stack, api):
 
 def test_drain_refusals(stack, api):
     admin = stack.admin_key
-    assert_error(api("POST", "/v1/nodes/agent-1/drain", key=admin, json={"migrate": True}),
-                 501, "NOT_IMPLEMENTED")
+    for bad in ({"migrate": "yes"}, {"migrate": True, "drain": False}, {"force": True},
+                {"migrate": True, "limit": 0}, {"migrate": True, "limit": 101},
+                {"migrate": True, "limit": "5"}, {"migrate": True, "cursor": ""},
+                {"migrate": True, "cursor": 3}, {"cursor": "a/b"}):
+        assert_error(api("POST", "/v1/nodes/agent-1/drain", key=admin, json=bad),
+                     400, "VALIDATION_FAILED")
     assert node_of(api, stack, "agent-1")["drained"] is False
     assert_error(api("POST", "/v1/nodes/agent-1/drain", key=admin, json={"drain": "yes"}),
                  400, "VALIDATION_FAILED")
@@ -77,3 +81,76 @@ def test_admin_acts_on_another_tenant(stack, api, new_key):
         assert api("DELETE", "/v1/sandboxes/" + box, key=stack.admin_key,
                    headers=as_other).status_code == 204
     assert_error(api("GET", "/v1/sandboxes/" + box, key=other), 404, "SANDBOX_NOT_FOUND")
+
+
+def sh(api, sid, command):
+    r = api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": command}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["exitCode"] == 0, r.json()
+    return r.json()["stdout"]
+
+
+def test_drain_with_migrate_moves_persisting_sandboxes(stack, api):
+    """A persisting sandbox of the drained node sleeps (its save goes with
+    the stop) and its next call wakes it on the other node with its files;
+    one without persist stays, reported, unless force."""
+    import pytest
+    if stack.agents < 2:
+        pytest.skip("needs two agents")
+    admin = stack.admin_key
+    tag = uuid.uuid4().hex[:6]
+    keep, plain = "dr-mig-%s" % tag, "dr-plain-%s" % tag
+    drain = "/v1/nodes/agent-1/drain"
+    # only agent-1 takes the two new sandboxes
+    assert api("POST", "/v1/nodes/agent-2/drain", key=admin, json={}).status_code == 200
+    try:
+        r = api("PUT", "/v1/sandboxes/" + keep, json={"persist": {"paths": ["/workspace"]}},
+                timeout=30)
+        assert r.status_code == 201 and r.json()["node"] == "agent-1", r.text
+        r = api("PUT", "/v1/sandboxes/" + plain, json={}, timeout=30)
+        assert r.status_code == 201 and r.json()["node"] == "agent-1", r.text
+        sh(api, keep, "echo moved > /workspace/m")
+        sh(api, plain, "echo here > /tmp/p")
+        assert api("POST", "/v1/nodes/agent-2/drain", key=admin,
+                   json={"drain": False}).status_code == 200
+        r = api("POST", drain, key=admin, json={"migrate": True}, timeout=120)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["node"] == "agent-1" and "cursor" not in body
+        assert keep in body["migrated"] and plain not in body["migrated"]
+        assert [s["id"] for s in body["skipped"] if s["id"] == plain] == [plain]
+        assert "persist" in next(s for s in body["skipped"] if s["id"] == plain)["reason"]
+        assert node_of(api, stack, "agent-1")["drained"] is True
+        assert api("GET", "/v1/sandboxes/" + keep).json()["state"] == "sleeping"
+        # the skipped one still runs where it was, its files intact
+        assert sh(api, plain, "cat /tmp/p") == "here\n"
+        assert api("GET", "/v1/sandboxes/" + plain).json()["node"] == "agent-1"
+        # the next call wakes the moved one on agent-2, with its file
+        assert sh(api, keep, "cat /workspace/m") == "moved\n"
+        assert api("GET", "/v1/sandboxes/" + keep).json()["node"] == "agent-2"
+        # a page of one: the cursor walks the node's set
+        pages, cursor = [], None
+        while True:
+            page = {"migrate": True, "limit": 1}
+            if cursor:
+                page["cursor"] = cursor
+            r = api("POST", drain, key=admin, json=page, timeout=60)
+            assert r.status_code == 200, r.text
+            pages.append(r.json())
+            assert len(pages[-1]["migrated"]) + len(pages[-1]["skipped"]) <= 1
+            cursor = r.json().get("cursor")
+            if not cursor:
+                break
+            assert len(pages) < 10
+        assert [s["id"] for p in pages for s in p["skipped"]] == [plain]
+        # force puts the plain one to sleep too
+        r = api("POST", drain, key=admin, json={"migrate": True, "force": True}, timeout=120)
+        assert r.status_code == 200 and plain in r.json()["migrated"], r.text
+        assert api("GET", "/v1/sandboxes/" + plain).json()["state"] == "sleeping"
+        assert sh(api, plain, "echo woke") == "woke\n"
+        assert api("GET", "/v1/sandboxes/" + plain).json()["node"] == "agent-2"
+    finally:
+        for n in ("agent-1", "agent-2"):
+            api("POST", "/v1/nodes/%s/drain" % n, key=admin, json={"drain": False})
+        for i in (keep, plain):
+            api("DELETE", "/v1/sandboxes/" + i, timeout=30)

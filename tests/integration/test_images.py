@@ -284,6 +284,7 @@ def test_concurrent_creates_pull_once(stack, reg):
     ref = "%s/test/many:1" % reg.host
     before = {n: s["pullsStarted"] for n, s in store_of(stack).items()}
     ok0 = agents_value(stack, "sbx_agent_image_pulls_total", result="ok")
+    bytes0 = agents_value(stack, "sbx_agent_image_pull_bytes_total")
     with concurrent.futures.ThreadPoolExecutor(20) as ex:
         sids = list(ex.map(lambda _: create(stack, ref), range(20)))
     try:
@@ -293,6 +294,9 @@ def test_concurrent_creates_pull_once(stack, reg):
         pulls = sum(after[n] - before[n] for n in after)
         assert pulls >= 1
         assert agents_value(stack, "sbx_agent_image_pulls_total", result="ok") == ok0 + pulls
+        # at least the new layer's bytes came from the registry, on each node that pulled
+        assert (agents_value(stack, "sbx_agent_image_pull_bytes_total") >=
+                bytes0 + pulls * len(layers[1][0]))
         assert "file /etc/many.txt many" in probe(stack, sids[-1], "/etc/many.txt")
         listed = [i["ref"] for s in store_of(stack).values() for i in s["images"]]
         assert ref in listed

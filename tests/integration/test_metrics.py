@@ -279,3 +279,70 @@ def test_prometheus_scrapes_the_stack(stack):
                 proc.kill()
                 proc.wait()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_snapshot_counters_follow_the_calls(stack, api):
+    """Each snapshot op counts once, ok or failed, and the archive's bytes
+    go to written (create, import, persist) or read (restore, export)."""
+    sid = "mx-" + uuid.uuid4().hex[:8]
+
+    def snaps(op, result="ok"):
+        return agents_value(stack, "sbx_agent_snapshots_total", op=op, result=result)
+
+    def moved(direction):
+        return agents_value(stack, "sbx_agent_snapshot_bytes_total", direction=direction)
+
+    assert api("PUT", "/v1/sandboxes/" + sid, json={"persist": {"paths": ["/workspace"]}},
+               timeout=30).status_code == 201
+    try:
+        r = api("POST", "/v1/sandboxes/%s/exec" % sid, timeout=30,
+                json={"command": "head -c 20000 /dev/urandom > /workspace/blob"})
+        assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text
+        c0, w0, rd0 = snaps("create"), moved("written"), moved("read")
+        cf0, pf0 = snaps("create", "failed"), snaps("persist", "failed")
+        r = api("POST", "/v1/sandboxes/%s/snapshots" % sid, json={}, timeout=60)
+        assert r.status_code == 201, r.text
+        snap = r.json()
+        assert snap["size"] > 0
+        assert snaps("create") == c0 + 1 and moved("written") == w0 + snap["size"]
+
+        r0, f0 = snaps("restore"), snaps("restore", "failed")
+        r = api("POST", "/v1/sandboxes/%s/restore" % sid, json={"snapshot": snap["id"]},
+                timeout=60)
+        assert r.status_code == 200, r.text
+        assert snaps("restore") == r0 + 1 and moved("read") == rd0 + r.json()["size"]
+        r = api("POST", "/v1/sandboxes/%s/restore" % sid, json={"snapshot": "sn-0000000000000000"},
+                timeout=60)
+        assert r.status_code == 404, r.text
+        assert snaps("restore", "failed") == f0 + 1 and snaps("restore") == r0 + 1
+
+        e0, rd1 = snaps("export"), moved("read")
+        r = api("GET", "/v1/sandboxes/%s/archive?snapshot=%s" % (sid, snap["id"]), timeout=60)
+        assert r.status_code == 200 and len(r.content) == snap["size"]
+        assert snaps("export") == e0 + 1 and moved("read") == rd1 + snap["size"]
+
+        i0, w1 = snaps("import"), moved("written")
+        r = api("PUT", "/v1/sandboxes/%s/archive?name=back" % sid, data=r.content, timeout=60,
+                headers={"Content-Type": "application/zstd"})
+        assert r.status_code == 201, r.text
+        assert snaps("import") == i0 + 1 and moved("written") == w1 + r.json()["size"]
+
+        p0, w2 = snaps("persist"), moved("written")
+        assert api("POST", "/v1/sandboxes/%s/sleep" % sid, timeout=60).status_code == 200
+        saved = api("GET", "/v1/snapshots/" + api("GET", "/v1/sandboxes/" + sid).json()[
+            "restoreFrom"]).json()
+        assert snaps("persist") == p0 + 1 and moved("written") == w2 + saved["size"]
+        # the wake restores the save: one more restore, counted as such
+        r1 = snaps("restore")
+        r = api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": "test -s /workspace/blob"},
+                timeout=60)
+        assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text
+        assert snaps("restore") == r1 + 1
+        assert snaps("create", "failed") == cf0 and snaps("persist", "failed") == pf0
+    finally:
+        api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+    # promtool still takes every agent's text with the new families
+    for u in urls(stack)[1:]:
+        r = subprocess.run(["promtool", "check", "metrics"], input=scrape(u), capture_output=True,
+                           text=True, timeout=30)
+        assert r.returncode == 0, r.stdout + r.stderr
