@@ -202,9 +202,11 @@ async function loadDetail() {
     return;
   }
   show("#detail-record", rec);
-  // A data call would wake a sleeping sandbox: processes only while it
-  // runs, and not while an action of ours changes it (it answers 503 then).
-  if (rec.state === "running" && !state.acting) {
+  // Not while an action of ours changes the sandbox: it answers 503 in
+  // the transition, 404 once destroyed.
+  if (state.acting) return;
+  // A data call would wake a sleeping sandbox: processes only while it runs.
+  if (rec.state === "running") {
     api("GET", base + "/processes", opt).then((v) => show("#detail-processes", v),
       (e) => show("#detail-processes", e.message));
   } else {
