@@ -467,6 +467,7 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	spec = (struct rt_spec){ .key = sb->key, .hostname = sb->id, .image = sb->image,
 				 .layers = remote ? img.layers : NULL,
 				 .workdir = remote && img.workdir[0] ? img.workdir : NULL,
+				 .uid = remote ? img.uid : 0, .gid = remote ? img.gid : 0,
 				 .network = sb->network, .limits = sb->limits, .env = sb->base_env };
 	/* warm pool (pool.h): a matching spec takes a pre-built sandbox */
 	sb->rt = pool_claim(a->pool, &spec);

@@ -1143,3 +1143,133 @@ int oci_gc(const char *images_dir, int64_t budget, const char *keep_record)
 	free(l.v);
 	return removed;
 }
+
+/* ---- the image's User ------------------------------------------------------ */
+
+/* The numeric field `field` (0-based, ':'-separated) of the line of a
+ * passwd- or group-format text whose field 0 (by_name) or field 2 is key;
+ * 0 with *out, or -1 when no line matches. */
+static int id_db_find(const char *db, const char *key, int by_name, int field, int64_t *out)
+{
+	for (const char *line = db; line && *line;) {
+		const char *nl = strchr(line, '\n');
+		size_t len = nl ? (size_t)(nl - line) : strlen(line);
+		char buf[512], *f[4] = { 0 };
+		int nf = 0;
+
+		if (len < sizeof(buf)) {
+			memcpy(buf, line, len);
+			buf[len] = '\0';
+			for (char *p = buf; nf < 4; nf++) {
+				f[nf] = p;
+				p = strchr(p, ':');
+				if (!p)
+					break;
+				*p++ = '\0';
+			}
+			if (nf >= 3 && strcmp(by_name ? f[0] : f[2], key) == 0 &&
+			    util_parse_i64(f[field], 0, UINT32_MAX - 1, out) == 0)
+				return 0;
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+	return -1;
+}
+
+int oci_user_resolve(const char *passwd, const char *group, const char *user, uint32_t *uid,
+		     uint32_t *gid, struct sbx_err *e)
+{
+	char u[256];
+	const char *g = NULL;
+	char *colon;
+	int64_t v, pg = 0;
+
+	*uid = *gid = 0;
+	if (!user || !user[0])
+		return 0;
+	if (snprintf(u, sizeof(u), "%s", user) >= (int)sizeof(u))
+		return err_set(e, SBX_E_IMAGE_USER_UNKNOWN, "the image's User is too long");
+	colon = strchr(u, ':');
+	if (colon) {
+		*colon = '\0';
+		g = colon + 1;
+	}
+	if (util_parse_i64(u, 0, UINT32_MAX - 1, &v) == 0) {
+		/* a number needs no entry; its entry, if any, gives the group */
+		*uid = (uint32_t)v;
+		if (id_db_find(passwd, u, 0, 3, &pg) < 0)
+			pg = 0;
+	} else if (id_db_find(passwd, u, 1, 2, &v) == 0 && id_db_find(passwd, u, 1, 3, &pg) == 0) {
+		*uid = (uint32_t)v;
+	} else {
+		return err_set(e, SBX_E_IMAGE_USER_UNKNOWN,
+			       "the image's user '%.64s' is not in its /etc/passwd", u);
+	}
+	*gid = (uint32_t)pg;
+	if (!g || !g[0])
+		return 0;
+	if (util_parse_i64(g, 0, UINT32_MAX - 1, &v) < 0 && id_db_find(group, g, 1, 2, &v) < 0)
+		return err_set(e, SBX_E_IMAGE_USER_UNKNOWN,
+			       "the image's group '%.64s' is not in its /etc/group", g);
+	*gid = (uint32_t)v;
+	return 0;
+}
+
+/* The text of etc/<name> of the topmost layer of layers (':'-joined
+ * digests, top first) that has or removes it; NULL when none has it or
+ * it cannot be read. Never follows a symlink out of a layer. */
+static char *layers_etc_file(const char *images_dir, const char *layers, const char *name)
+{
+	for (const char *l = layers; l && *l;) {
+		const char *end = strchr(l, ':');
+		size_t n = end ? (size_t)(end - l) : strlen(l);
+		char dir[PATH_MAX];
+		struct stat st;
+		int etc, fd;
+
+		if (snprintf(dir, sizeof(dir), "%s/layers/%.*s/etc", images_dir, (int)n, l) >= (int)sizeof(dir))
+			return NULL;
+		l = end ? end + 1 : NULL;
+		etc = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (etc < 0)
+			continue;
+		fd = openat(etc, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0 && fstatat(etc, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+			close(etc);
+			return NULL;   /* a whiteout or a symlink: not followed */
+		}
+		close(etc);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 20)) {
+			close(fd);
+			return NULL;   /* a whiteout (char device) or not a file */
+		}
+		{
+			char *text = calloc(1, (size_t)st.st_size + 1);
+			ssize_t r = text ? read(fd, text, (size_t)st.st_size) : -1;
+
+			close(fd);
+			if (r < 0) {
+				free(text);
+				return NULL;
+			}
+			text[r] = '\0';
+			return text;
+		}
+	}
+	return NULL;
+}
+
+int oci_image_user(const char *images_dir, const char *layers, const char *user, uint32_t *uid,
+		   uint32_t *gid, struct sbx_err *e)
+{
+	auto_free char *passwd = NULL, *group = NULL;
+
+	*uid = *gid = 0;
+	if (!user || !user[0])
+		return 0;
+	passwd = layers_etc_file(images_dir, layers, "passwd");
+	group = layers_etc_file(images_dir, layers, "group");
+	return oci_user_resolve(passwd, group, user, uid, gid, e);
+}
