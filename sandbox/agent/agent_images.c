@@ -204,7 +204,8 @@ int agent_image_get(struct agent *a, const struct imgref *ref, struct agent_imag
 		snprintf(out->workdir, sizeof(out->workdir), "%s",
 			 json_string_value(json_object_get(rec, "workingDir")));
 	if (oci_image_user(a->conf->agent.images_dir, out->layers,
-			   json_string_value(json_object_get(rec, "user")), &out->uid, &out->gid, e) < 0) {
+			   json_string_value(json_object_get(rec, "user")), &out->uid, &out->gid,
+			   out->home, sizeof(out->home), e) < 0) {
 		json_decref(rec);
 		agent_image_release(out);
 		err_prefix(e, "image '%s'", out->canon);

@@ -21,6 +21,7 @@ struct agent_image {
 	char layers[8192];       /* ':'-joined layer dirs, top first (rt_spec.layers) */
 	char workdir[256];       /* "" = none */
 	uint32_t uid, gid;       /* its User, resolved in its own /etc/passwd, group (0: root) */
+	char home[256];          /* its User's home ("" = the default HOME) */
 	char **env;              /* the image's Env as "K=V" (agent_env_free), or NULL */
 	int lock_fd;             /* shared flock on its record (oci_record), or -1 */
 };

@@ -1146,45 +1146,50 @@ int oci_gc(const char *images_dir, int64_t budget, const char *keep_record)
 
 /* ---- the image's User ------------------------------------------------------ */
 
-/* The numeric field `field` (0-based, ':'-separated) of the line of a
- * passwd- or group-format text whose field 0 (by_name) or field 2 is key;
- * 0 with *out, or -1 when no line matches. */
-static int id_db_find(const char *db, const char *key, int by_name, int field, int64_t *out)
+#define ID_DB_FIELDS 7   /* name:pw:uid:gid:gecos:home:shell */
+
+/* The ':'-separated fields (into f[], copied into buf) of the line of a
+ * passwd- or group-format text whose field 0 (by_name) or field 2 is key
+ * and whose field num is a valid id (into *id); 0, or -1 when none is. */
+static int id_db_line(const char *db, const char *key, int by_name, int num, int64_t *id,
+		      char *buf, size_t cap, char **f)
 {
-	for (const char *line = db; line && *line;) {
+	for (const char *line = db, *next; line && *line; line = next) {
 		const char *nl = strchr(line, '\n');
 		size_t len = nl ? (size_t)(nl - line) : strlen(line);
-		char buf[512], *f[4] = { 0 };
 		int nf = 0;
 
-		if (len < sizeof(buf)) {
-			memcpy(buf, line, len);
-			buf[len] = '\0';
-			for (char *p = buf; nf < 4; nf++) {
-				f[nf] = p;
-				p = strchr(p, ':');
-				if (!p)
-					break;
+		next = nl ? nl + 1 : NULL;
+		if (len >= cap)
+			continue;
+		memcpy(buf, line, len);
+		buf[len] = '\0';
+		memset(f, 0, ID_DB_FIELDS * sizeof(*f));
+		for (char *p = buf; p && nf < ID_DB_FIELDS; nf++) {
+			f[nf] = p;
+			p = strchr(p, ':');
+			if (p)
 				*p++ = '\0';
-			}
-			if (nf >= 3 && strcmp(by_name ? f[0] : f[2], key) == 0 &&
-			    util_parse_i64(f[field], 0, UINT32_MAX - 1, out) == 0)
-				return 0;
 		}
-		line = nl ? nl + 1 : NULL;
+		if (nf > num && nf > 2 && strcmp(by_name ? f[0] : f[2], key) == 0 &&
+		    util_parse_i64(f[num], 0, UINT32_MAX - 1, id) == 0)
+			return 0;
 	}
 	return -1;
 }
 
 int oci_user_resolve(const char *passwd, const char *group, const char *user, uint32_t *uid,
-		     uint32_t *gid, struct sbx_err *e)
+		     uint32_t *gid, char *home, size_t home_cap, struct sbx_err *e)
 {
-	char u[256];
+	char u[256], line[512], *f[ID_DB_FIELDS];
 	const char *g = NULL;
 	char *colon;
 	int64_t v, pg = 0;
+	int entry;
 
 	*uid = *gid = 0;
+	if (home_cap)
+		home[0] = '\0';
 	if (!user || !user[0])
 		return 0;
 	if (snprintf(u, sizeof(u), "%s", user) >= (int)sizeof(u))
@@ -1197,18 +1202,26 @@ int oci_user_resolve(const char *passwd, const char *group, const char *user, ui
 	if (util_parse_i64(u, 0, UINT32_MAX - 1, &v) == 0) {
 		/* a number needs no entry; its entry, if any, gives the group */
 		*uid = (uint32_t)v;
-		if (id_db_find(passwd, u, 0, 3, &pg) < 0)
+		entry = id_db_line(passwd, u, 0, 3, &pg, line, sizeof(line), f) == 0;
+		if (!entry)
 			pg = 0;
-	} else if (id_db_find(passwd, u, 1, 2, &v) == 0 && id_db_find(passwd, u, 1, 3, &pg) == 0) {
+	} else if (id_db_line(passwd, u, 1, 2, &v, line, sizeof(line), f) == 0 &&
+		   f[3] && util_parse_i64(f[3], 0, UINT32_MAX - 1, &pg) == 0) {
 		*uid = (uint32_t)v;
+		entry = 1;
 	} else {
 		return err_set(e, SBX_E_IMAGE_USER_UNKNOWN,
 			       "the image's user '%.64s' is not in its /etc/passwd", u);
 	}
 	*gid = (uint32_t)pg;
+	/* HOME: the entry's, else "/" (root without an entry keeps the default) */
+	if (home_cap && (entry || *uid != 0) &&
+	    snprintf(home, home_cap, "%s", entry && f[5] && f[5][0] == '/' ? f[5] : "/") >= (int)home_cap)
+		snprintf(home, home_cap, "/");
 	if (!g || !g[0])
 		return 0;
-	if (util_parse_i64(g, 0, UINT32_MAX - 1, &v) < 0 && id_db_find(group, g, 1, 2, &v) < 0)
+	if (util_parse_i64(g, 0, UINT32_MAX - 1, &v) < 0 &&
+	    id_db_line(group, g, 1, 2, &v, line, sizeof(line), f) < 0)
 		return err_set(e, SBX_E_IMAGE_USER_UNKNOWN,
 			       "the image's group '%.64s' is not in its /etc/group", g);
 	*gid = (uint32_t)v;
@@ -1262,14 +1275,16 @@ static char *layers_etc_file(const char *images_dir, const char *layers, const c
 }
 
 int oci_image_user(const char *images_dir, const char *layers, const char *user, uint32_t *uid,
-		   uint32_t *gid, struct sbx_err *e)
+		   uint32_t *gid, char *home, size_t home_cap, struct sbx_err *e)
 {
 	auto_free char *passwd = NULL, *group = NULL;
 
 	*uid = *gid = 0;
+	if (home_cap)
+		home[0] = '\0';
 	if (!user || !user[0])
 		return 0;
 	passwd = layers_etc_file(images_dir, layers, "passwd");
 	group = layers_etc_file(images_dir, layers, "group");
-	return oci_user_resolve(passwd, group, user, uid, gid, e);
+	return oci_user_resolve(passwd, group, user, uid, gid, home, home_cap, e);
 }

@@ -292,6 +292,7 @@ def test_image_user_applies(stack, reg):
         out = probe(stack, sid, "+/workspace/mine")
         assert "ids 1000:1000" in out, out
         assert "made /workspace/mine 1000:1000" in out, out
+        assert "env HOME=/\n" in out, out      # no passwd entry: HOME is /
         # a background process: the same user (its file, were it root's
         # 0644, could not be opened for writing by 1000)
         r = stack.api("POST", "/v1/sandboxes/%s/processes" % sid,
@@ -305,7 +306,8 @@ def test_image_user_applies(stack, reg):
         stack.api("DELETE", "/v1/sandboxes/" + sid)
     sid = create(stack, "%s/test/user:name" % reg.host)
     try:
-        assert "ids 1000:50" in probe(stack, sid)
+        out = probe(stack, sid)
+        assert "ids 1000:50" in out and "env HOME=/app\n" in out, out   # its entry's home
     finally:
         stack.api("DELETE", "/v1/sandboxes/" + sid)
     r = create(stack, "%s/test/user:ghost" % reg.host, expect=400)
