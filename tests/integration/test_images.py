@@ -43,6 +43,7 @@ int main(int argc, char **argv)
 	char cwd[4096];
 	printf("cwd=%s\n", getcwd(cwd, sizeof(cwd)) ? cwd : "?");
 	printf("ids %d:%d\n", (int)getuid(), (int)getgid());
+	printf("effective %d:%d\n", (int)geteuid(), (int)getegid());
 	for (char **e = environ; *e; e++)
 		printf("env %s\n", *e);
 	for (int i = 1; i < argc; i++) {
@@ -50,6 +51,12 @@ int main(int argc, char **argv)
 		size_t n;
 		struct stat st;
 		FILE *f;
+		if (argv[i][0] == '?') {   /* ?path: its owner and mode */
+			if (stat(argv[i] + 1, &st) == 0)
+				printf("stat %s %d:%d %o\n", argv[i] + 1, (int)st.st_uid, (int)st.st_gid,
+				       (unsigned)st.st_mode & 07777);
+			continue;
+		}
 		if (argv[i][0] == '+') {   /* +path: create it, say its owner */
 			f = fopen(argv[i] + 1, "w");
 			if (!f || fclose(f) != 0 || stat(argv[i] + 1, &st) != 0) {
@@ -284,7 +291,9 @@ def test_image_user_applies(stack, reg):
     image's own /etc/passwd and /etc/group; /workspace is that user's."""
     ids = layer([("etc/passwd", "file", b"root:x:0:0::/root:/bin/sh\napp:x:1000:1001::/app:/bin/sh\n"),
                  ("etc/group", "file", b"root:x:0:\nstaff:x:50:app\n")])
-    reg.image("test/user", "num", [reg.base_layer], env=["PATH=/bin"], user="1000:1000")
+    # a setuid-root copy of the probe: no_new_privs keeps it from raising the ids
+    suid = layer([("bin/suidprobe", "file", reg.probe, 0o6755)])
+    reg.image("test/user", "num", [reg.base_layer, suid], env=["PATH=/bin"], user="1000:1000")
     reg.image("test/user", "name", [reg.base_layer, ids], env=["PATH=/bin"], user="app:staff")
     reg.image("test/user", "ghost", [reg.base_layer, ids], env=["PATH=/bin"], user="ghost")
     sid = create(stack, "%s/test/user:num" % reg.host)
@@ -293,6 +302,10 @@ def test_image_user_applies(stack, reg):
         assert "ids 1000:1000" in out, out
         assert "made /workspace/mine 1000:1000" in out, out
         assert "env HOME=/\n" in out, out      # no passwd entry: HOME is /
+        r = stack.api("POST", "/v1/sandboxes/%s/exec" % sid, json={"argv": ["/bin/suidprobe"]},
+                      timeout=60)
+        assert "effective 1000:1000" in r.json()["stdout"], r.text
+        assert "stat /bin/suidprobe 0:0 6755" in probe(stack, sid, "?/bin/suidprobe")
         # a background process: the same user (its file, were it root's
         # 0644, could not be opened for writing by 1000)
         r = stack.api("POST", "/v1/sandboxes/%s/processes" % sid,
