@@ -203,6 +203,14 @@ int agent_image_get(struct agent *a, const struct imgref *ref, struct agent_imag
 	if (json_string_value(json_object_get(rec, "workingDir")))
 		snprintf(out->workdir, sizeof(out->workdir), "%s",
 			 json_string_value(json_object_get(rec, "workingDir")));
+	if (oci_image_user(a->conf->agent.images_dir, out->layers,
+			   json_string_value(json_object_get(rec, "user")), &out->uid, &out->gid,
+			   out->home, sizeof(out->home), e) < 0) {
+		json_decref(rec);
+		agent_image_release(out);
+		err_prefix(e, "image '%s'", out->canon);
+		return -1;
+	}
 	env = json_object_get(rec, "env");
 	if (json_is_array(env)) {
 		out->env = calloc(json_array_size(env) + 1, sizeof(char *));

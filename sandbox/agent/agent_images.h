@@ -20,6 +20,8 @@ struct agent_image {
 	char canon[IMGREF_MAX];  /* canonical reference */
 	char layers[8192];       /* ':'-joined layer dirs, top first (rt_spec.layers) */
 	char workdir[256];       /* "" = none */
+	uint32_t uid, gid;       /* its User, resolved in its own /etc/passwd, group (0: root) */
+	char home[256];          /* its User's home ("" = the default HOME) */
 	char **env;              /* the image's Env as "K=V" (agent_env_free), or NULL */
 	int lock_fd;             /* shared flock on its record (oci_record), or -1 */
 };
@@ -34,7 +36,8 @@ int agent_image_is_remote(struct agent *a, const char *name, struct imgref *ref,
 
 /* The pulled image of ref into out (lastUsed touched, its record locked
  * until agent_image_release or until the lock_fd is stolen); -1 with
- * IMAGE_NOT_FOUND when this node does not hold it. */
+ * IMAGE_NOT_FOUND when this node does not hold it, IMAGE_USER_UNKNOWN when
+ * its User names no entry of its /etc/passwd or /etc/group. */
 int agent_image_get(struct agent *a, const struct imgref *ref, struct agent_image *out,
 		    struct sbx_err *e);
 void agent_image_release(struct agent_image *img);

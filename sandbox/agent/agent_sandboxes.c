@@ -315,14 +315,15 @@ static int parse_put(const struct sbx_conf *conf, json_t *body, struct put_req *
 	return 0;
 }
 
-/* The defaults, then an image's Env over them (may be NULL), then the
- * sandbox's env over both. */
-static char **base_env_for(const char *id, char *const *image_env, const json_t *env)
+/* The defaults (HOME: home, or "/root" when NULL or ""), then an image's
+ * Env over them (may be NULL), then the sandbox's env over both. */
+static char **base_env_for(const char *id, const char *home, char *const *image_env,
+			   const json_t *env)
 {
-	char host[80];
+	char host[80], homev[300];
 	char *defaults[] = {
 		(char *)"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		(char *)"HOME=/root",
+		homev,
 		(char *)"LANG=C.UTF-8",
 		host,
 		NULL,
@@ -331,6 +332,7 @@ static char **base_env_for(const char *id, char *const *image_env, const json_t 
 	char **mid, **out;
 
 	snprintf(host, sizeof(host), "HOSTNAME=%s", id);
+	snprintf(homev, sizeof(homev), "HOME=%s", home && home[0] ? home : "/root");
 	if (!img)
 		return NULL;
 	for (size_t i = 0; image_env && image_env[i]; i++) {
@@ -454,7 +456,7 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	agent_env_free(sb->base_env);
 	sb->labels = p.labels ? json_deep_copy(p.labels) : json_object();
 	sb->env = p.env ? json_deep_copy(p.env) : json_object();
-	sb->base_env = base_env_for(sb->id, img.env, sb->env);
+	sb->base_env = base_env_for(sb->id, img.home, img.env, sb->env);
 	sb->generation = p.generation;
 	sb->epoch = p.epoch;
 	snprintf(sb->image, sizeof(sb->image), "%s", remote ? img.canon : p.image);
@@ -467,6 +469,7 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	spec = (struct rt_spec){ .key = sb->key, .hostname = sb->id, .image = sb->image,
 				 .layers = remote ? img.layers : NULL,
 				 .workdir = remote && img.workdir[0] ? img.workdir : NULL,
+				 .uid = remote ? img.uid : 0, .gid = remote ? img.gid : 0,
 				 .network = sb->network, .limits = sb->limits, .env = sb->base_env };
 	/* warm pool (pool.h): a matching spec takes a pre-built sandbox */
 	sb->rt = pool_claim(a->pool, &spec);

@@ -64,6 +64,7 @@ static const struct {
 	[SBX_E_IMAGE_PLATFORM_UNSUPPORTED] = { 400, "IMAGE_PLATFORM_UNSUPPORTED" },
 	[SBX_E_IMAGE_LAYER_REFUSED] = { 422, "IMAGE_LAYER_REFUSED" },
 	[SBX_E_IMAGE_TOO_LARGE] = { 507, "IMAGE_TOO_LARGE" },
+	[SBX_E_IMAGE_USER_UNKNOWN] = { 400, "IMAGE_USER_UNKNOWN" },
 };
 
 int err_set(struct sbx_err *e, enum sbx_ecode code, const char *fmt, ...)

@@ -68,6 +68,7 @@ enum sbx_ecode {
 	SBX_E_IMAGE_PLATFORM_UNSUPPORTED, /* 400: no manifest for this node's platform */
 	SBX_E_IMAGE_LAYER_REFUSED, /* 422: a layer entry breaks the extraction rules */
 	SBX_E_IMAGE_TOO_LARGE,     /* 507: above [images] max_image_mib */
+	SBX_E_IMAGE_USER_UNKNOWN,  /* 400: the image's User is not in its /etc/passwd or /etc/group */
 	SBX_E__COUNT
 };
 

@@ -12,6 +12,7 @@
 
 #define SPAWN_FIXED (sizeof(struct initproto_hdr) + 2 * sizeof(uint32_t))
 #define FIXED_LEN   (sizeof(struct initproto_hdr) + 2 * sizeof(int32_t))
+#define SPAWN_AS_FIXED (SPAWN_FIXED + 2 * sizeof(uint32_t))
 
 static int put_str(char *buf, size_t cap, size_t *off, const char *s)
 {
@@ -29,18 +30,25 @@ static int put_str(char *buf, size_t cap, size_t *off, const char *s)
 ssize_t initproto_encode_spawn(void *buf, size_t cap, int64_t handle, const char *cwd,
 			       char *const *argv, char *const *env)
 {
+	return initproto_encode_spawn_as(buf, cap, handle, -1, -1, cwd, argv, env);
+}
+
+ssize_t initproto_encode_spawn_as(void *buf, size_t cap, int64_t handle, int64_t uid, int64_t gid,
+				  const char *cwd, char *const *argv, char *const *env)
+{
 	struct initproto_hdr h;
 	uint32_t argc = 0, envc = 0;
-	size_t off = SPAWN_FIXED;
+	size_t off = uid >= 0 ? SPAWN_AS_FIXED : SPAWN_FIXED;
 	char *p = buf;
 
-	if (!argv || !argv[0] || !cwd) {
+	if (!argv || !argv[0] || !cwd || uid >= (int64_t)UINT32_MAX ||
+	    (uid >= 0 && (gid < 0 || gid >= (int64_t)UINT32_MAX))) {
 		errno = EINVAL;
 		return -1;
 	}
 	if (cap > INITPROTO_MAX)
 		cap = INITPROTO_MAX;
-	if (cap < SPAWN_FIXED) {
+	if (cap < off) {
 		errno = E2BIG;
 		return -1;
 	}
@@ -52,12 +60,17 @@ ssize_t initproto_encode_spawn(void *buf, size_t cap, int64_t handle, const char
 	for (; env && env[envc]; envc++)
 		if (argc + envc >= INITPROTO_MAX_ARGS || put_str(p, cap, &off, env[envc]) < 0)
 			goto too_big;
-	h.type = INITPROTO_SPAWN;
+	h.type = uid >= 0 ? INITPROTO_SPAWN_AS : INITPROTO_SPAWN;
 	h.len = (uint32_t)off;
 	h.handle = handle;
 	memcpy(p, &h, sizeof(h));
 	memcpy(p + sizeof(h), &argc, sizeof(argc));
 	memcpy(p + sizeof(h) + sizeof(argc), &envc, sizeof(envc));
+	if (uid >= 0) {
+		uint32_t ids[2] = { (uint32_t)uid, (uint32_t)gid };
+
+		memcpy(p + SPAWN_FIXED, ids, sizeof(ids));
+	}
 	return (ssize_t)off;
 too_big:
 	errno = E2BIG;
@@ -87,28 +100,38 @@ ssize_t initproto_encode(void *buf, size_t cap, uint32_t type, int64_t handle, i
 	return FIXED_LEN;
 }
 
-/* Split the packed strings of a SPAWN into cwd/argv/env. */
-static int decode_spawn(const char *p, size_t len, struct initproto_msg *m)
+/* Split the packed strings of a SPAWN (as_user: a SPAWN_AS, with its ids)
+ * into cwd/argv/env. */
+static int decode_spawn(const char *p, size_t len, int as_user, struct initproto_msg *m)
 {
-	uint32_t argc, envc;
+	size_t fixed = as_user ? SPAWN_AS_FIXED : SPAWN_FIXED;
+	uint32_t argc, envc, ids[2];
 	const char *s, *end = p + len;
 	char **v;
 	size_t i, n;
 
-	if (len < SPAWN_FIXED)
+	if (len < fixed)
 		goto bad;
 	memcpy(&argc, p + sizeof(struct initproto_hdr), sizeof(argc));
 	memcpy(&envc, p + sizeof(struct initproto_hdr) + sizeof(argc), sizeof(envc));
 	if (argc < 1 || argc > INITPROTO_MAX_ARGS || envc > INITPROTO_MAX_ARGS ||
 	    argc + envc > INITPROTO_MAX_ARGS)
 		goto bad;
+	m->uid = m->gid = -1;
+	if (as_user) {
+		memcpy(ids, p + SPAWN_FIXED, sizeof(ids));
+		if (ids[0] == UINT32_MAX || ids[1] == UINT32_MAX)
+			goto bad;
+		m->uid = ids[0];
+		m->gid = ids[1];
+	}
 	n = (size_t)argc + envc + 2;
 	v = calloc(n, sizeof(*v));
 	if (!v) {
 		errno = ENOMEM;
 		return -1;
 	}
-	s = p + SPAWN_FIXED;
+	s = p + fixed;
 	for (i = 0; i < (size_t)argc + envc + 1; i++) {
 		const char *nul = memchr(s, '\0', (size_t)(end - s));
 
@@ -152,8 +175,10 @@ int initproto_decode(const void *buf, size_t len, struct initproto_msg *m)
 		goto bad;
 	m->type = h.type;
 	m->handle = h.handle;
-	if (h.type == INITPROTO_SPAWN)
-		return decode_spawn(p, len, m);
+	if (h.type == INITPROTO_SPAWN || h.type == INITPROTO_SPAWN_AS) {
+		m->type = INITPROTO_SPAWN;
+		return decode_spawn(p, len, h.type == INITPROTO_SPAWN_AS, m);
+	}
 	if (h.type < INITPROTO_SIGNAL || h.type > INITPROTO_GONE || len != FIXED_LEN)
 		goto bad;
 	memcpy(&a, p + sizeof(h), sizeof(a));

@@ -16,6 +16,9 @@
  *
  * SPAWN payload: u32 argc, u32 envc, then argc+envc+1 NUL-terminated
  * strings packed back to back: cwd, argv[0..argc-1], env[0..envc-1].
+ * SPAWN_AS is a SPAWN whose u32 argc, u32 envc are followed by u32 uid,
+ * u32 gid: init drops to them (no supplementary groups) just before exec;
+ * a plain SPAWN runs as init's own ids (root of the sandbox).
  *
  * This file is compiled into both the agent and the static init: libc only,
  * no allocation except in initproto_decode_spawn().
@@ -38,6 +41,7 @@ enum initproto_type {
 	INITPROTO_FAILED = 4,
 	INITPROTO_EXITED = 5,
 	INITPROTO_GONE = 6,
+	INITPROTO_SPAWN_AS = 7,
 };
 
 struct initproto_hdr {
@@ -57,6 +61,7 @@ struct initproto_msg {
 	int32_t tree;       /* SIGNAL: 1 = every process of the tree (its group and
 			     * every descendant, while any is left), 0 = the
 			     * process only (while it runs) */
+	int64_t uid, gid;   /* SPAWN: -1 = as init (root); SPAWN_AS: 0..UINT32_MAX-1 */
 	const char *cwd;    /* SPAWN */
 	char **argv;        /* SPAWN, NULL-terminated */
 	char **env;         /* SPAWN, NULL-terminated */
@@ -67,6 +72,11 @@ struct initproto_msg {
 ssize_t initproto_encode_spawn(void *buf, size_t cap, int64_t handle, const char *cwd,
 			       char *const *argv, char *const *env);
 
+/* The same as a SPAWN_AS with uid and gid when uid >= 0 (gid >= 0 then;
+ * both below UINT32_MAX, else EINVAL); uid < 0 encodes a plain SPAWN. */
+ssize_t initproto_encode_spawn_as(void *buf, size_t cap, int64_t handle, int64_t uid, int64_t gid,
+				  const char *cwd, char *const *argv, char *const *env);
+
 /* Encode a fixed-size message (SIGNAL, STARTED, FAILED, EXITED, GONE): a
  * and b are (sig, tree), (pid, 0), (errno, 0) or (pid, status). Returns the length
  * or -1 (EINVAL for an unknown type, E2BIG when cap is too small). */
@@ -74,7 +84,8 @@ ssize_t initproto_encode(void *buf, size_t cap, uint32_t type, int64_t handle, i
 
 /* Decode and validate one message of len bytes. 0, or -1 with errno EBADMSG
  * (truncated, oversized, bad counts, missing NUL, unknown type) or ENOMEM.
- * On success with a SPAWN, the caller frees m->argv. */
+ * On success with a SPAWN or SPAWN_AS (type SPAWN in m, uid/gid set), the
+ * caller frees m->argv. */
 int initproto_decode(const void *buf, size_t len, struct initproto_msg *m);
 
 /* Send one message with nfds (0..3) fds attached; MSG_NOSIGNAL, flags may

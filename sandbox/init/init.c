@@ -17,6 +17,7 @@
 #include "initproto.h"
 
 #include <dirent.h>
+#include <grp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -128,6 +129,11 @@ static void child_exec(const struct initproto_msg *m, const int *fds, int errpip
 	if (isatty(0) && ioctl(0, TIOCSCTTY, 0) < 0)
 		goto fail;
 	syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+	/* The ids last, after everything that needs root; chdir and exec as
+	 * the user. Dropping from uid 0 clears every capability. */
+	if (m->uid >= 0 && (setgroups(0, NULL) < 0 || setgid((gid_t)m->gid) < 0 ||
+			    setuid((uid_t)m->uid) < 0))
+		goto fail;
 	if (chdir(m->cwd) < 0)
 		goto fail;
 	environ = m->env;
@@ -502,7 +508,7 @@ static int on_socket(char *buf)
 
 		if ((size_t)n >= sizeof(h)) {
 			memcpy(&h, buf, sizeof(h));
-			if (h.type == INITPROTO_SPAWN)
+			if (h.type == INITPROTO_SPAWN || h.type == INITPROTO_SPAWN_AS)
 				send_msg(INITPROTO_FAILED, h.handle, EINVAL, 0);
 		}
 	} else if (m.type == INITPROTO_SPAWN) {

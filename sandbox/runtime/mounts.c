@@ -233,6 +233,7 @@ int mnt_plan_build(struct mnt_plan *p, const struct mnt_params *mp, struct sbx_e
 				goto oom;
 			op->target = t;
 			op->uid = mp->owner;
+			op->gid = mp->owner;
 		}
 	}
 	/* /etc/hosts naming the sandbox, written into the upper layer */
@@ -246,6 +247,7 @@ int mnt_plan_build(struct mnt_plan *p, const struct mnt_params *mp, struct sbx_e
 		goto oom;
 	op->target = fmt(p, "%s/etc", upper);
 	op->uid = mp->owner;
+	op->gid = mp->owner;
 	op = add(p, MNT_WRITE, "write /etc/hosts");
 	if (!op)
 		goto oom;
@@ -283,7 +285,9 @@ int mnt_plan_build(struct mnt_plan *p, const struct mnt_params *mp, struct sbx_e
 		if (!ch)
 			goto oom;
 		ch->target = in(&c, "/workspace");
-		ch->uid = mp->owner;
+		/* the image's User owns it (unset: the sandbox's root) */
+		ch->uid = mp->ws_uid ? mp->ws_uid : mp->owner;
+		ch->gid = mp->ws_gid ? mp->ws_gid : mp->owner;
 	}
 	op_simple(&c, MNT_MKDIR, "mkdir", "/tmp", NULL, 01777, 0);
 	op_mount(&c, "tmpfs", "/tmp", "tmpfs", nsd, small, 0);
@@ -439,7 +443,7 @@ static int run_op(const struct mnt_op *op)
 		return 0;
 	}
 	case MNT_CHOWN:
-		return lchown(op->target, op->uid, op->uid);
+		return lchown(op->target, op->uid, op->gid);
 	case MNT_ATTACH:
 		return (int)syscall(SYS_move_mount, op->fd, "", AT_FDCWD, op->target,
 				    MOVE_MOUNT_F_EMPTY_PATH);

@@ -19,7 +19,7 @@ enum mnt_kind {
 	MNT_MKFILE,       /* create an empty file (a bind mount target) */
 	MNT_SYMLINK,      /* symlink(src, target); EEXIST is fine */
 	MNT_WRITE,        /* write data into a new file target with mode */
-	MNT_CHOWN,        /* chown(target, uid, uid) */
+	MNT_CHOWN,        /* chown(target, uid, gid) */
 	MNT_ATTACH,       /* move_mount(fd) onto target: a detached (idmapped) tree */
 };
 
@@ -32,6 +32,7 @@ struct mnt_op {
 	unsigned long mflags;   /* MS_* */
 	unsigned mode;
 	uid_t uid;
+	gid_t gid;              /* MNT_CHOWN */
 	int fd;                 /* MNT_ATTACH */
 	const char *src, *target, *fstype, *data;
 	const char *what;       /* the step, for errors: "mount /proc" */
@@ -54,6 +55,8 @@ struct mnt_params {
 	int bind_usr;           /* the default image: bind the host's /usr read-only */
 	int64_t disk_mib;       /* size of the tmpfs holding upper + work */
 	uid_t owner;            /* host uid of the sandbox's root */
+	uid_t ws_uid;           /* host ids of /workspace's owner: the image's User */
+	gid_t ws_gid;
 	const char *hostname;
 	int userns;
 };

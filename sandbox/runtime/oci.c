@@ -1143,3 +1143,148 @@ int oci_gc(const char *images_dir, int64_t budget, const char *keep_record)
 	free(l.v);
 	return removed;
 }
+
+/* ---- the image's User ------------------------------------------------------ */
+
+#define ID_DB_FIELDS 7   /* name:pw:uid:gid:gecos:home:shell */
+
+/* The ':'-separated fields (into f[], copied into buf) of the line of a
+ * passwd- or group-format text whose field 0 (by_name) or field 2 is key
+ * and whose field num is a valid id (into *id); 0, or -1 when none is. */
+static int id_db_line(const char *db, const char *key, int by_name, int num, int64_t *id,
+		      char *buf, size_t cap, char **f)
+{
+	for (const char *line = db, *next; line && *line; line = next) {
+		const char *nl = strchr(line, '\n');
+		size_t len = nl ? (size_t)(nl - line) : strlen(line);
+		int nf = 0;
+
+		next = nl ? nl + 1 : NULL;
+		if (len >= cap)
+			continue;
+		memcpy(buf, line, len);
+		buf[len] = '\0';
+		memset(f, 0, ID_DB_FIELDS * sizeof(*f));
+		for (char *p = buf; p && nf < ID_DB_FIELDS; nf++) {
+			f[nf] = p;
+			p = strchr(p, ':');
+			if (p)
+				*p++ = '\0';
+		}
+		if (nf > num && nf > 2 && strcmp(by_name ? f[0] : f[2], key) == 0 &&
+		    util_parse_i64(f[num], 0, UINT32_MAX - 1, id) == 0)
+			return 0;
+	}
+	return -1;
+}
+
+int oci_user_resolve(const char *passwd, const char *group, const char *user, uint32_t *uid,
+		     uint32_t *gid, char *home, size_t home_cap, struct sbx_err *e)
+{
+	char u[256], line[512], *f[ID_DB_FIELDS];
+	const char *g = NULL;
+	char *colon;
+	int64_t v, pg = 0;
+	int entry;
+
+	*uid = *gid = 0;
+	if (home_cap)
+		home[0] = '\0';
+	if (!user || !user[0])
+		return 0;
+	if (snprintf(u, sizeof(u), "%s", user) >= (int)sizeof(u))
+		return err_set(e, SBX_E_IMAGE_USER_UNKNOWN, "the image's User is too long");
+	colon = strchr(u, ':');
+	if (colon) {
+		*colon = '\0';
+		g = colon + 1;
+	}
+	if (util_parse_i64(u, 0, UINT32_MAX - 1, &v) == 0) {
+		/* a number needs no entry; its entry, if any, gives the group */
+		*uid = (uint32_t)v;
+		entry = id_db_line(passwd, u, 0, 3, &pg, line, sizeof(line), f) == 0;
+		if (!entry)
+			pg = 0;
+	} else if (id_db_line(passwd, u, 1, 2, &v, line, sizeof(line), f) == 0 &&
+		   f[3] && util_parse_i64(f[3], 0, UINT32_MAX - 1, &pg) == 0) {
+		*uid = (uint32_t)v;
+		entry = 1;
+	} else {
+		return err_set(e, SBX_E_IMAGE_USER_UNKNOWN,
+			       "the image's user '%.64s' is not in its /etc/passwd", u);
+	}
+	*gid = (uint32_t)pg;
+	/* HOME: the entry's, else "/" (root without an entry keeps the default) */
+	if (home_cap && (entry || *uid != 0) &&
+	    snprintf(home, home_cap, "%s", entry && f[5] && f[5][0] == '/' ? f[5] : "/") >= (int)home_cap)
+		snprintf(home, home_cap, "/");
+	if (!g || !g[0])
+		return 0;
+	if (util_parse_i64(g, 0, UINT32_MAX - 1, &v) < 0 &&
+	    id_db_line(group, g, 1, 2, &v, line, sizeof(line), f) < 0)
+		return err_set(e, SBX_E_IMAGE_USER_UNKNOWN,
+			       "the image's group '%.64s' is not in its /etc/group", g);
+	*gid = (uint32_t)v;
+	return 0;
+}
+
+/* The text of etc/<name> of the topmost layer of layers (':'-joined
+ * digests, top first) that has or removes it; NULL when none has it or
+ * it cannot be read. Never follows a symlink out of a layer. */
+static char *layers_etc_file(const char *images_dir, const char *layers, const char *name)
+{
+	for (const char *l = layers; l && *l;) {
+		const char *end = strchr(l, ':');
+		size_t n = end ? (size_t)(end - l) : strlen(l);
+		char dir[PATH_MAX];
+		struct stat st;
+		int etc, fd;
+
+		if (snprintf(dir, sizeof(dir), "%s/layers/%.*s/etc", images_dir, (int)n, l) >= (int)sizeof(dir))
+			return NULL;
+		l = end ? end + 1 : NULL;
+		etc = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (etc < 0)
+			continue;
+		fd = openat(etc, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0 && fstatat(etc, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+			close(etc);
+			return NULL;   /* a whiteout or a symlink: not followed */
+		}
+		close(etc);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 20)) {
+			close(fd);
+			return NULL;   /* a whiteout (char device) or not a file */
+		}
+		{
+			char *text = calloc(1, (size_t)st.st_size + 1);
+			ssize_t r = text ? read(fd, text, (size_t)st.st_size) : -1;
+
+			close(fd);
+			if (r < 0) {
+				free(text);
+				return NULL;
+			}
+			text[r] = '\0';
+			return text;
+		}
+	}
+	return NULL;
+}
+
+int oci_image_user(const char *images_dir, const char *layers, const char *user, uint32_t *uid,
+		   uint32_t *gid, char *home, size_t home_cap, struct sbx_err *e)
+{
+	auto_free char *passwd = NULL, *group = NULL;
+
+	*uid = *gid = 0;
+	if (home_cap)
+		home[0] = '\0';
+	if (!user || !user[0])
+		return 0;
+	passwd = layers_etc_file(images_dir, layers, "passwd");
+	group = layers_etc_file(images_dir, layers, "group");
+	return oci_user_resolve(passwd, group, user, uid, gid, home, home_cap, e);
+}

@@ -76,6 +76,21 @@ void oci_clean_tmp(const char *images_dir, int64_t older_than_s);
  * nodes; ids shifted by owner. Exported for the unit tests. */
 int oci_unpack(int fd, const char *dir, uid_t owner, struct sbx_err *e);
 
+/* An image's User ("uid", "uid:gid", "name", "name:group", mixes) into ids:
+ * names are looked up in passwd / group (their text, either may be NULL);
+ * a user alone takes its passwd entry's group (none: 0). "" is root.
+ * home (home_cap bytes, may be 0) gets the entry's home directory, "/" for
+ * a user without one, "" for root without one or no User. 0, or -1 with
+ * IMAGE_USER_UNKNOWN. */
+int oci_user_resolve(const char *passwd, const char *group, const char *user, uint32_t *uid,
+		     uint32_t *gid, char *home, size_t home_cap, struct sbx_err *e);
+
+/* The same against the image's own etc/passwd and etc/group: those of the
+ * topmost of layers (':'-joined digests under images_dir/layers, top
+ * first) that has them. */
+int oci_image_user(const char *images_dir, const char *layers, const char *user, uint32_t *uid,
+		   uint32_t *gid, char *home, size_t home_cap, struct sbx_err *e);
+
 /* The host's platform in OCI terms ("amd64", "arm64", ...). */
 const char *oci_host_arch(void);
 

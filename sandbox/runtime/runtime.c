@@ -72,6 +72,7 @@ struct rt_sandbox {
 	int pidfd, sock, netns_fd, root_fd;
 	int64_t host_uid;         /* its id range's first id; -1: none (no userns) */
 	char workdir[256];        /* an image's WorkingDir: processes' cwd for "/workspace" */
+	int64_t uid, gid;         /* an image's User (rt_spec); uid -1: root */
 	struct event *ev_sock, *ev_write, *ev_pid;
 	struct rt_proc *procs;
 	struct rt_out *outq, **outq_tail;
@@ -623,6 +624,16 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 	if (spec->workdir && spec->workdir[0] == '/' &&
 	    snprintf(sb->workdir, sizeof(sb->workdir), "%s", spec->workdir) >= (int)sizeof(sb->workdir))
 		sb->workdir[0] = '\0';
+	sb->uid = sb->gid = -1;
+	if (spec->uid || spec->gid) {
+		if (spec->uid >= IDRANGE_SIZE || spec->gid >= IDRANGE_SIZE) {
+			free(sb);
+			return err_set(e, SBX_E_VALIDATION, "user %u:%u is outside the sandbox's %u ids",
+				       spec->uid, spec->gid, IDRANGE_SIZE), NULL;
+		}
+		sb->uid = spec->uid;
+		sb->gid = spec->gid;
+	}
 
 	if (rt->userns) {
 		struct stat ist;
@@ -651,6 +662,8 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 	mp.bind_usr = !spec->layers && strcmp(image, "default") == 0;
 	mp.disk_mib = disk;
 	mp.owner = rt->userns ? (uid_t)sb->host_uid : 0;
+	mp.ws_uid = mp.owner + (sb->uid > 0 ? (uid_t)sb->uid : 0);
+	mp.ws_gid = mp.owner + (sb->gid > 0 ? (gid_t)sb->gid : 0);
 	mp.hostname = spec->hostname;
 	mp.userns = rt->userns;
 	if (mnt_plan_build(&plan, &mp, e) < 0) {
@@ -994,9 +1007,9 @@ int64_t rt_spawn(struct rt_sandbox *sb, const struct rt_proc_spec *ps, rt_starte
 		return err_set(e, SBX_E_VALIDATION, "cwd must be an absolute path");
 	}
 	handle = sb->next_handle++;
-	len = initproto_encode_spawn(sb->rt->buf, INITPROTO_MAX, handle,
-				     sb->workdir[0] && strcmp(ps->cwd, "/workspace") == 0 ? sb->workdir : ps->cwd,
-				     ps->argv, ps->env);
+	len = initproto_encode_spawn_as(sb->rt->buf, INITPROTO_MAX, handle, sb->uid, sb->gid,
+					sb->workdir[0] && strcmp(ps->cwd, "/workspace") == 0 ? sb->workdir : ps->cwd,
+					ps->argv, ps->env);
 	if (len < 0) {
 		close_fds(fds, 3);
 		return err_set(e, SBX_E_VALIDATION, "command and environment are too large");

@@ -37,6 +37,9 @@ struct rt_spec {
 				* <images_dir>/layers, ':'-joined, top first (oci.h) */
 	const char *workdir;   /* or NULL: the image's WorkingDir, the cwd of a process
 				* asked to run in "/workspace" (the default) */
+	uint32_t uid, gid;     /* the image's User: the ids (inside the user namespace)
+				* every process runs as, and the owner of /workspace;
+				* 0, 0 = root; each below IDRANGE_SIZE */
 	enum rt_network network;
 	struct rt_limits limits;
 	char *const *env;      /* NULL-terminated "K=V" base environment of every process */

@@ -42,7 +42,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			FUZZ_ASSERT(*a >= lo && *a + strlen(*a) < hi);
 		for (char **a = m.env; *a; a++)
 			FUZZ_ASSERT(*a >= lo && *a + strlen(*a) < hi);
-		n = initproto_encode_spawn(again, INITPROTO_MAX, m.handle, m.cwd, m.argv, m.env);
+		n = initproto_encode_spawn_as(again, INITPROTO_MAX, m.handle, m.uid, m.gid, m.cwd, m.argv,
+					      m.env);
 		free(m.argv);
 	} else if (m.type == INITPROTO_SIGNAL) {
 		FUZZ_ASSERT(m.value >= 1 && m.value <= 64 && (m.tree == 0 || m.tree == 1));

@@ -35,18 +35,38 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 
 PROBE_C = r"""
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 extern char **environ;
 int main(int argc, char **argv)
 {
 	char cwd[4096];
 	printf("cwd=%s\n", getcwd(cwd, sizeof(cwd)) ? cwd : "?");
+	printf("ids %d:%d\n", (int)getuid(), (int)getgid());
+	printf("effective %d:%d\n", (int)geteuid(), (int)getegid());
 	for (char **e = environ; *e; e++)
 		printf("env %s\n", *e);
 	for (int i = 1; i < argc; i++) {
 		char buf[256];
 		size_t n;
-		FILE *f = fopen(argv[i], "r");
+		struct stat st;
+		FILE *f;
+		if (argv[i][0] == '?') {   /* ?path: its owner and mode */
+			if (stat(argv[i] + 1, &st) == 0)
+				printf("stat %s %d:%d %o\n", argv[i] + 1, (int)st.st_uid, (int)st.st_gid,
+				       (unsigned)st.st_mode & 07777);
+			continue;
+		}
+		if (argv[i][0] == '+') {   /* +path: create it, say its owner */
+			f = fopen(argv[i] + 1, "w");
+			if (!f || fclose(f) != 0 || stat(argv[i] + 1, &st) != 0) {
+				printf("made %s failed\n", argv[i] + 1);
+				continue;
+			}
+			printf("made %s %d:%d\n", argv[i] + 1, (int)st.st_uid, (int)st.st_gid);
+			continue;
+		}
+		f = fopen(argv[i], "r");
 		if (!f) { printf("file %s missing\n", argv[i]); continue; }
 		n = fread(buf, 1, sizeof(buf) - 1, f);
 		buf[n] = 0;
@@ -157,11 +177,13 @@ class Registry:
         assert r.status_code == 201, r.text
         return sha(body)
 
-    def image(self, repo, tag, layers, env=None, workdir=None, media="gzip"):
+    def image(self, repo, tag, layers, env=None, workdir=None, media="gzip", user=None):
         """Push an image of layers [(blob, diff)]; its manifest digest."""
         cfg = {"architecture": "amd64", "os": "linux",
                "config": {"Env": env or [], "WorkingDir": workdir or ""},
                "rootfs": {"type": "layers", "diff_ids": [sha(d) for _, d in layers]}}
+        if user is not None:
+            cfg["config"]["User"] = user
         cb = json.dumps(cfg).encode()
         lt = {"gzip": "application/vnd.oci.image.layer.v1.tar+gzip",
               "zstd": "application/vnd.oci.image.layer.v1.tar+zstd"}[media]
@@ -262,6 +284,48 @@ def test_image_layers_whiteouts_env_workdir(stack, reg):
     suid = os.path.join(stack.dir, "images", "layers", digest, "bin", "suid")
     assert os.stat(suid).st_mode & 0o7777 == 0o4755
     assert "security.capability" not in os.listxattr(suid)
+
+
+def test_image_user_applies(stack, reg):
+    """The image's User runs every command, as numbers or as names of the
+    image's own /etc/passwd and /etc/group; /workspace is that user's."""
+    ids = layer([("etc/passwd", "file", b"root:x:0:0::/root:/bin/sh\napp:x:1000:1001::/app:/bin/sh\n"),
+                 ("etc/group", "file", b"root:x:0:\nstaff:x:50:app\n")])
+    # a setuid-root copy of the probe: no_new_privs keeps it from raising the ids
+    suid = layer([("bin/suidprobe", "file", reg.probe, 0o6755)])
+    reg.image("test/user", "num", [reg.base_layer, suid], env=["PATH=/bin"], user="1000:1000")
+    reg.image("test/user", "name", [reg.base_layer, ids], env=["PATH=/bin"], user="app:staff")
+    reg.image("test/user", "ghost", [reg.base_layer, ids], env=["PATH=/bin"], user="ghost")
+    sid = create(stack, "%s/test/user:num" % reg.host)
+    try:
+        out = probe(stack, sid, "+/workspace/mine")
+        assert "ids 1000:1000" in out, out
+        assert "made /workspace/mine 1000:1000" in out, out
+        assert "env HOME=/\n" in out, out      # no passwd entry: HOME is /
+        r = stack.api("POST", "/v1/sandboxes/%s/exec" % sid, json={"argv": ["/bin/suidprobe"]},
+                      timeout=60)
+        assert "effective 1000:1000" in r.json()["stdout"], r.text
+        assert "stat /bin/suidprobe 0:0 6755" in probe(stack, sid, "?/bin/suidprobe")
+        # a background process: the same user (its file, were it root's
+        # 0644, could not be opened for writing by 1000)
+        r = stack.api("POST", "/v1/sandboxes/%s/processes" % sid,
+                      json={"argv": ["/bin/probe", "+/workspace/proc"]}, timeout=60)
+        assert r.status_code == 201, r.text
+        deadline = time.monotonic() + 30
+        while "missing" in probe(stack, sid, "/workspace/proc") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "made /workspace/proc 1000:1000" in probe(stack, sid, "+/workspace/proc")
+    finally:
+        stack.api("DELETE", "/v1/sandboxes/" + sid)
+    sid = create(stack, "%s/test/user:name" % reg.host)
+    try:
+        out = probe(stack, sid)
+        assert "ids 1000:50" in out and "env HOME=/app\n" in out, out   # its entry's home
+    finally:
+        stack.api("DELETE", "/v1/sandboxes/" + sid)
+    r = create(stack, "%s/test/user:ghost" % reg.host, expect=400)
+    assert r.json()["error"]["code"] == "IMAGE_USER_UNKNOWN", r.text
+    assert "ghost" in r.json()["error"]["message"], r.text
 
 
 def admin(st, method, path, **kw):

@@ -9,6 +9,7 @@ Run with `make test-multihost` (root). SBX_KEEP=1 leaves everything up
 """
 
 import collections
+import contextlib
 import ctypes
 import json
 import os
@@ -674,3 +675,26 @@ def test_redis_failover_to_a_promoted_replica(mh):
     assert put(mh, "a", "mh-fo")["epoch"] == rec2["epoch"]
     r = mh.api("b", "PUT", "/v1/sandboxes/mh-fo-new")
     assert r.status_code == 201, r.text
+
+
+@contextlib.contextmanager
+def deployment(dir_, env=None):
+    """`hosts up` in dir_ (env: its environment), this thread in the lan
+    namespace while it is used; the MH, then `hosts down` (unless SBX_KEEP=1)."""
+    r = subprocess.run([HOSTS_SCRIPT, "up", "--dir", dir_], capture_output=True, text=True,
+                       timeout=180, env=env)
+    if r.returncode != 0:
+        subprocess.run([HOSTS_SCRIPT, "down", "--dir", dir_], capture_output=True, timeout=120,
+                       env=env)
+        pytest.fail("hosts up failed:\n%s%s" % (r.stdout, r.stderr))
+    orig = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        env_file = read_env(os.path.join(dir_, "env"))
+        setns("/run/netns/%s-lan" % env_file["MH_PREFIX"])
+        yield MH(env_file)
+    finally:
+        ctypes.CDLL(None, use_errno=True).setns(orig, CLONE_NEWNET)
+        os.close(orig)
+        if os.environ.get("SBX_KEEP") != "1":
+            subprocess.run([HOSTS_SCRIPT, "down", "--dir", dir_], capture_output=True,
+                           timeout=120, env=env)

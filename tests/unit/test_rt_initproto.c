@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -152,4 +153,51 @@ TEST(rt_initproto_fd_passing)
 	close(sv[1]);
 	close(p[0]);
 	close(p[1]);
+}
+
+TEST(rt_initproto_spawn_as_user)
+{
+	static char buf[INITPROTO_MAX];
+	char a0[] = "id", e0[] = "A=1";
+	char *argv[] = { a0, NULL };
+	char *env[] = { e0, NULL };
+	struct initproto_msg m;
+	struct initproto_hdr h;
+	ssize_t n = initproto_encode_spawn_as(buf, sizeof(buf), 3, 1000, 100, "/w", argv, env);
+
+	CHECK(n > 0);
+	memcpy(&h, buf, sizeof(h));
+	CHECK_INT(h.type, INITPROTO_SPAWN_AS);
+	CHECK_INT(initproto_decode(buf, (size_t)n, &m), 0);
+	CHECK_INT(m.type, INITPROTO_SPAWN);
+	CHECK_INT(m.uid, 1000);
+	CHECK_INT(m.gid, 100);
+	CHECK_STR(m.cwd, "/w");
+	CHECK_STR(m.argv[0], "id");
+	CHECK(m.argv[1] == NULL);
+	CHECK_STR(m.env[0], "A=1");
+	free(m.argv);
+
+	/* uid -1: a plain SPAWN, which runs as root */
+	n = initproto_encode_spawn_as(buf, sizeof(buf), 4, -1, -1, "/", argv, NULL);
+	memcpy(&h, buf, sizeof(h));
+	CHECK_INT(h.type, INITPROTO_SPAWN);
+	CHECK_INT(initproto_decode(buf, (size_t)n, &m), 0);
+	CHECK_INT(m.uid, -1);
+	CHECK_INT(m.gid, -1);
+	free(m.argv);
+
+	/* a uid without a gid, ids out of range */
+	CHECK_INT(initproto_encode_spawn_as(buf, sizeof(buf), 5, 0, -1, "/", argv, NULL), -1);
+	CHECK_INT(initproto_encode_spawn_as(buf, sizeof(buf), 5, UINT32_MAX, 0, "/", argv, NULL), -1);
+
+	/* a SPAWN_AS cut short of its ids, and one naming id -1 */
+	n = initproto_encode_spawn_as(buf, sizeof(buf), 6, 1, 1, "/", argv, NULL);
+	memcpy(&h, buf, sizeof(h));
+	h.len = (uint32_t)(sizeof(h) + 12);
+	memcpy(buf, &h, sizeof(h));
+	CHECK_INT(initproto_decode(buf, sizeof(h) + 12, &m), -1);
+	n = initproto_encode_spawn_as(buf, sizeof(buf), 6, 1, 1, "/", argv, NULL);
+	memset(buf + sizeof(h) + 8, 0xff, 4);
+	CHECK_INT(initproto_decode(buf, (size_t)n, &m), -1);
 }
