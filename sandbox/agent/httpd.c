@@ -519,8 +519,6 @@ void httpd_reply_stream(struct httpd_req *r, int status, const char *content_typ
 {
 	struct MHD_Response *resp;
 
-	if (r->filter && r->filter->stream && !r->replied)
-		r->filter->stream(r->filter_arg, &read, &arg);
 	r->read = read;
 	r->read_arg = arg;
 	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, r, NULL);

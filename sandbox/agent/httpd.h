@@ -211,9 +211,6 @@ void httpd_upgrade_close(struct httpd_upgrade *u);
 
 /* A filter on the answer of r; every hook may be NULL. */
 struct httpd_filter {
-	/* A streamed answer: may replace its reader and the reader's arg (a
-	 * file watch's events, which come from its helper as sbx frames). */
-	void (*stream)(void *arg, httpd_read_fn *read, void **read_arg);
 	/* A typed result, handed over by a source before it answers (the
 	 * source's own struct, named by type): return 1 when the filter
 	 * answered r from it, 0 to let the source answer as usual. */

@@ -41,6 +41,7 @@
 #define FW_REC_MAX (16 * 1024)                 /* payload bytes of one record */
 #define FW_SOCKBUF (128 * 1024)                /* SO_SNDBUF of each end */
 #define FW_COLLECT_MAX (64 * 1024 * 1024)
+#define FW_VIEW_OUT_MAX (2 * 1024 * 1024)    /* FW_EVENTS with a view: its frames not yet sent */
 #define FW_COLLECT_NODE_MAX (128 * 1024 * 1024)
 #define FW_META_TIMEOUT_S 60                   /* list, delete, stat, move, mkdir, open */
 #define FW_TRANSFER_TIMEOUT_S 3600             /* an encoded read, an upload */
@@ -149,6 +150,22 @@ extern const struct agent_module fw_module;
 struct agent_files_result {
 	int status;
 	const json_t *body;
+};
+
+/* An event of a FW_EVENTS stream (a file watch: agent_watch.h) whose
+ * request has a view (httpd_filtered), offered to it typed
+ * (httpd_filter_typed, type AGENT_WATCH_EVENT): the helper's frame as its
+ * name (ready, create, modify, delete, move, overflow, error) and data
+ * object. A view that takes it appends its own frames to out, the
+ * stream's event buffer (bounded: FW_VIEW_OUT_MAX); one that declines it
+ * gets the frame as the helper wrote it. Keep-alive comments pass through
+ * untouched. */
+#define AGENT_WATCH_EVENT "watch-event"
+struct buf;
+struct agent_watch_event {
+	const char *name;
+	const json_t *data;
+	struct buf *out;
 };
 
 #endif
