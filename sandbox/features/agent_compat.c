@@ -13,11 +13,11 @@
  *      arguments of the native call (struct agent_call_args: its JSON
  *      body, path tail, session or process id, query, stream or not, the
  *      decoded content of a write); the request itself is left as sent;
- *   2. a filter (struct httpd_filter) is put on the answer;
+ *   2. a view (struct agent_call_view) is put on the answer;
  *   3. the native call runs (agent_call_serve: the same flags, fields and
  *      function as its own route's row), and the filter turns its answer
  *      into the SDK's shape. Typed answers (the filter's typed hook) are
- *      rendered from their structs: every error (struct httpd_error: the
+ *      rendered from their structs: every error (struct agent_call_error: the
  *      SDK's error object {code, message, context, httpStatus, timestamp}
  *      built by err_cf_error from the struct sbx_err, as sbx-api builds
  *      its own), an exec's result (struct agent_exec_result, the SDK's
@@ -216,7 +216,7 @@ static void cf_reply(struct httpd_req *r, int status, json_t *body)
 
 /* An sbx error (its struct and details) as the SDK's error object, its
  * context the details and the request's path, process or session. */
-static void cf_error(struct cf_req *c, struct httpd_req *r, const struct httpd_error *he)
+static void cf_error(struct cf_req *c, struct httpd_req *r, const struct agent_call_error *he)
 {
 	json_t *ctx = json_is_object(he->details) ? json_deep_copy(he->details) : json_object();
 
@@ -433,7 +433,8 @@ static void cf_port_watch_reply(struct cf_req *c, struct httpd_req *r, const cha
 /* The wait's error: the process exited or the wait timed out (events);
  * a refusal of the request itself (no such process, bad arguments) stays
  * an HTTP error (0). */
-static int cf_port_watch_error(struct cf_req *c, struct httpd_req *r, const struct httpd_error *he)
+static int cf_port_watch_error(struct cf_req *c, struct httpd_req *r,
+			       const struct agent_call_error *he)
 {
 	if (he->e->code == SBX_E_PROCESS_EXITED_BEFORE_READY)
 		cf_port_watch_reply(c, r, "process_exited",
@@ -604,7 +605,7 @@ static int cf_commands_result(struct cf_req *c, struct httpd_req *r,
 			err_sys(&e, ENOMEM, "command list");
 		json_decref(arr);
 		buf_release(&out);
-		cf_error(c, r, &(struct httpd_error){ &e, NULL });
+		cf_error(c, r, &(struct agent_call_error){ &e, NULL });
 		return 1;
 	}
 	for (const char *p = out.data; arr && *p;) {
@@ -633,7 +634,7 @@ static int cf_git_result(struct httpd_req *r, const struct agent_git_result *g)
 static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, const void *result)
 {
 	struct cf_req *c = arg;
-	const struct httpd_error *he = result;
+	const struct agent_call_error *he = result;
 
 	if (strcmp(type, AGENT_GIT_RESULT) == 0)
 		return c->kind == CF_GIT && cf_git_result(r, result);
@@ -660,7 +661,7 @@ static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, con
 		cf_ok(r, cf_files_result(c, ((const struct agent_files_result *)result)->body));
 		return 1;
 	}
-	if (strcmp(type, HTTPD_ERROR) != 0)
+	if (strcmp(type, AGENT_CALL_ERROR) != 0)
 		return 0;
 	if (c->kind == CF_PORT_WATCH && cf_port_watch_error(c, r, he))
 		return 1;
@@ -1005,7 +1006,7 @@ static int cf_file_stream(struct cf_req *c, struct httpd_req *r, const struct ag
 	return 1;
 }
 
-static const struct httpd_filter cf_filter = {
+static const struct agent_call_view cf_filter = {
 	.typed = cf_filter_typed,
 	.free = cf_free,
 };
@@ -1020,7 +1021,7 @@ static struct cf_req *cf_begin(struct httpd_req *r, enum cf_kind kind)
 
 	if (!c) {
 		err_sys(&e, ENOMEM, "compat request");
-		httpd_reply_err(r, &e);
+		agent_call_reply_err(r, &e);
 		return NULL;
 	}
 	c->r = r;
@@ -1030,7 +1031,7 @@ static struct cf_req *cf_begin(struct httpd_req *r, enum cf_kind kind)
 	buf_init(&c->out, CF_SSE_OUT_MAX);
 	/* The SDK's routes take no query, nor a range: the call reads only
 	 * c->args. */
-	httpd_set_filter(r, &cf_filter, c);
+	agent_call_set_view(r, &cf_filter, c);
 	return c;
 }
 
@@ -1747,18 +1748,18 @@ void agent_cf_dispatch(struct httpd_req *r)
 	if (httpd_body_too_large(r) == 2) {
 		err_set(&e, SBX_E_NO_CAPACITY,
 			"this node buffers too many large request bodies at once; retry");
-		httpd_reply_err(r, &e);
+		agent_call_reply_err(r, &e);
 		return;
 	}
 	if (httpd_body_too_large(r)) {
 		/* over the bound of the route's row (HTTPD_ROUTE_BIG_BODY) */
 		err_set(&e, rt && rt->kind == CF_WRITE ? SBX_E_FILE_TOO_LARGE : SBX_E_PAYLOAD_TOO_LARGE,
 			"the request body is larger than %d bytes", HTTPD_MAX_BIG_BODY);
-		httpd_reply_err(r, &e);
+		agent_call_reply_err(r, &e);
 		return;
 	}
 	if (cf_map(r, rt, c, params, &e) < 0) {
-		httpd_reply_err(r, &e);
+		agent_call_reply_err(r, &e);
 		return;
 	}
 	/* c lives with r's filter: as long as the request */

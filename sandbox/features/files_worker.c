@@ -10,6 +10,7 @@
 #include "agent_lifecycle.h"
 #include "agent_sse.h"
 #include "buf.h"
+#include "call.h"
 #include "jsonv.h"
 #include "log.h"
 #include "runtime.h"
@@ -327,7 +328,7 @@ static void answer_err(struct fw_call *c, const struct sbx_err *e)
 	if (c->answered || !c->r)
 		return;
 	c->answered = 1;
-	httpd_reply_err(c->r, e);
+	agent_call_reply_err(c->r, e);
 }
 
 /* Why the helper ended (its channel closed) without a complete answer. */
@@ -389,12 +390,12 @@ static void answer_json(struct fw_call *c)
 	}
 	if (c->head.status == 204 && !c->body.len) {
 		c->answered = 1;
-		if (!httpd_filter_typed(c->r, AGENT_FILES_RESULT,
+		if (!agent_call_offer(c->r, AGENT_FILES_RESULT,
 					&(struct agent_files_result){ 204, NULL }))
 			httpd_reply_empty(c->r, 204);
 		return;
 	}
-	if (!httpd_filtered(c->r)) {
+	if (!agent_call_viewed(c->r)) {
 		/* the helper's text is what httpd_reply_json would send: no parse */
 		c->answered = 1;
 		httpd_reply_bytes(c->r, c->head.status, "application/json",
@@ -417,11 +418,11 @@ static void answer_json(struct fw_call *c)
 		err_set(&e, code ? err_from_name(code) : SBX_E_INTERNAL, "%s", msg ? msg : "file helper error");
 		if (e.code == SBX_E_NONE)
 			e.code = SBX_E_INTERNAL;
-		httpd_reply_err_details(c->r, &e, json_object_get(err, "details"));
+		agent_call_reply_err_details(c->r, &e, json_object_get(err, "details"));
 		json_decref(body);
 		return;
 	}
-	if (httpd_filter_typed(c->r, AGENT_FILES_RESULT,
+	if (agent_call_offer(c->r, AGENT_FILES_RESULT,
 			       &(struct agent_files_result){ c->head.status, body })) {
 		json_decref(body);
 		return;
@@ -486,14 +487,14 @@ static void on_head(struct fw_call *c, const char *rec, size_t n, int fd)
 	if (fd >= 0)
 		close(fd);
 	if (c->spec.mode == FW_STREAM) {
+		int view = (c->spec.flags & FW_EVENTS) && agent_call_viewed(c->r);
+
 		c->answered = 1;
 		event_del(c->ev_read);
 		if (c->spec.flags & FW_EVENTS)
 			httpd_add_header(c->r, "Cache-Control", "no-store");
 		httpd_reply_stream(c->r, c->head.status, c->spec.content_type,
-				   (c->spec.flags & FW_EVENTS) && httpd_filtered(c->r) ? view_read
-										: stream_read,
-				   c);
+				   view ? view_read : stream_read, c);
 	}
 }
 
@@ -652,7 +653,7 @@ static void view_frame(struct fw_call *c, const char *f, size_t n)
 	if (d && c->r) {
 		struct agent_watch_event ev = { name, d, &c->vout };
 
-		if (httpd_filter_typed(c->r, AGENT_WATCH_EVENT, &ev)) {
+		if (agent_call_offer(c->r, AGENT_WATCH_EVENT, &ev)) {
 			json_decref(d);
 			return;
 		}

@@ -143,7 +143,7 @@ int fw_run(struct agent_sb *sb, const struct fw_spec *spec, json_t **answer, str
 extern const struct agent_module fw_module;
 
 /* The answer of a collected file call (FW_COLLECT: a view's request),
- * offered typed to the view (httpd_filter_typed, type AGENT_FILES_RESULT)
+ * offered typed to the view (agent_call_offer, type AGENT_FILES_RESULT)
  * before it is sent as JSON: the helper's status and its answer object
  * (NULL for an empty one), as the helper wrote it over its channel. */
 #define AGENT_FILES_RESULT "files"
@@ -153,8 +153,8 @@ struct agent_files_result {
 };
 
 /* An event of a FW_EVENTS stream (a file watch: agent_watch.h) whose
- * request has a view (httpd_filtered), offered to it typed
- * (httpd_filter_typed, type AGENT_WATCH_EVENT): the helper's frame as its
+ * request has a view (agent_call_viewed), offered to it typed
+ * (agent_call_offer, type AGENT_WATCH_EVENT): the helper's frame as its
  * name (ready, create, modify, delete, move, overflow, error) and data
  * object. A view that takes it appends its own frames to out, the
  * stream's event buffer (bounded: FW_VIEW_OUT_MAX); one that declines it
