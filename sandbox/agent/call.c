@@ -123,7 +123,7 @@ void agent_call_serve(struct httpd_req *r, const struct agent_call_spec *spec,
 	struct sbx_err e = { 0 };
 
 	if (call_prepare(spec, &c, &e) < 0 || spec->fn(&c, &e) < 0)
-		httpd_reply_err(r, &e);
+		agent_call_reply_err(r, &e);
 	json_decref(c.body);
 }
 
@@ -168,4 +168,46 @@ int agent_call_sse(const struct agent_call *c)
 	if (c->args)
 		return c->args->sse;
 	return acc && strstr(acc, "text/event-stream") != NULL;
+}
+
+/* --- views --- */
+
+void agent_call_set_view(struct httpd_req *r, const struct agent_call_view *v, void *arg)
+{
+	httpd_set_slot(r, v, arg, v->free);
+}
+
+int agent_call_offer(struct httpd_req *r, const char *type, const void *result)
+{
+	void *arg;
+	const struct agent_call_view *v = httpd_slot(r, &arg);
+
+	if (!v || !v->typed)
+		return 0;
+	/* also once a stream answer has begun: its events come typed */
+	return v->typed(arg, r, type, result) == 1;
+}
+
+int agent_call_viewed(const struct httpd_req *r)
+{
+	void *arg;
+
+	return httpd_slot(r, &arg) != NULL;
+}
+
+void agent_call_reply_err_details(struct httpd_req *r, const struct sbx_err *e,
+				  const json_t *details)
+{
+	struct agent_call_error ce = { e, details };
+
+	if (agent_call_offer(r, AGENT_CALL_ERROR, &ce)) {
+		httpd_log_err(r, e);
+		return;
+	}
+	httpd_reply_err_details(r, e, details);
+}
+
+void agent_call_reply_err(struct httpd_req *r, const struct sbx_err *e)
+{
+	agent_call_reply_err_details(r, e, NULL);
 }

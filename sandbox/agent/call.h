@@ -108,4 +108,40 @@ void agent_call_serve(struct httpd_req *r, const struct agent_call_spec *spec,
  * AGENT_CALL_OF(spec) } (a spec also served by another view). */
 #define AGENT_CALL_OF(spec_) .fn = agent_call_run, .data = &(spec_)
 
+/* --- views: a translation layer (agent_compat.c) runs another route's
+ * call (its typed arguments: struct agent_call_args) and answers from
+ * that call's typed results; no answer of the call is read back. The view
+ * sits in r's opaque slot (httpd_set_slot). --- */
+
+/* A view on the answer of r; every hook may be NULL. */
+struct agent_call_view {
+	/* A typed result, handed over by a source before it answers (the
+	 * source's own struct, named by type): return 1 when the view
+	 * answered r from it, 0 to let the source answer as usual. */
+	int (*typed)(void *arg, struct httpd_req *r, const char *type, const void *result);
+	/* arg is freed with the request (after the close callback). */
+	void (*free)(void *arg);
+};
+void agent_call_set_view(struct httpd_req *r, const struct agent_call_view *v, void *arg);
+/* Offer r's view the typed result of its answer (or an event of a
+ * stream answer that has begun): 1 when the view answered r (took the
+ * event), 0 when the source answers (no view, no hook, declined). */
+int agent_call_offer(struct httpd_req *r, const char *type, const void *result);
+/* 1 when r has a view: the calls serving r hand it their results typed
+ * (so a result it needs whole is collected, not streamed). */
+int agent_call_viewed(const struct httpd_req *r);
+
+/* A call's error: offered to r's view typed (AGENT_CALL_ERROR, struct
+ * agent_call_error), so it builds its own shape from the struct, else
+ * answered by httpd_reply_err_details. httpd's own refusals (no route,
+ * a body too large, a handler that gave no answer) are not offered. */
+#define AGENT_CALL_ERROR "error"
+struct agent_call_error {
+	const struct sbx_err *e;
+	const json_t *details;      /* NULL: none */
+};
+void agent_call_reply_err(struct httpd_req *r, const struct sbx_err *e);
+void agent_call_reply_err_details(struct httpd_req *r, const struct sbx_err *e,
+				  const json_t *details);
+
 #endif

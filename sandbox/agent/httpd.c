@@ -97,9 +97,10 @@ struct httpd_req {
 	struct event *file_ev;     /* a file answer: checks the file's size */
 	int file_fd;               /* borrowed: MHD owns it with the answer */
 	uint64_t file_end;         /* offset + length announced */
-	/* A view: the filter its answer goes through (httpd_set_filter). */
-	const struct httpd_filter *filter;
-	void *filter_arg;
+	/* the opaque slot (httpd_set_slot) */
+	const void *slot_tag;
+	void *slot_arg;
+	void (*slot_free)(void *arg);
 	struct httpd_upgrade *upgrade; /* an upgrade answer not yet carried out */
 };
 
@@ -271,22 +272,21 @@ static void peer_cb(evutil_socket_t fd, short what, void *arg)
 	resume_req(r);
 }
 
-/* --- views --- */
+/* --- the opaque slot --- */
 
-void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *arg)
+void httpd_set_slot(struct httpd_req *r, const void *tag, void *arg, void (*free_fn)(void *arg))
 {
-	if (r->filter && r->filter->free)
-		r->filter->free(r->filter_arg);
-	r->filter = f;
-	r->filter_arg = arg;
+	if (r->slot_free)
+		r->slot_free(r->slot_arg);
+	r->slot_tag = tag;
+	r->slot_arg = arg;
+	r->slot_free = free_fn;
 }
 
-int httpd_filter_typed(struct httpd_req *r, const char *type, const void *result)
+const void *httpd_slot(const struct httpd_req *r, void **arg)
 {
-	if (!r->filter || !r->filter->typed)
-		return 0;
-	/* also once a stream answer has begun: its events come typed */
-	return r->filter->typed(r->filter_arg, r, type, result) == 1;
+	*arg = r->slot_arg;
+	return r->slot_tag;
 }
 
 int httpd_body_too_large(const struct httpd_req *r)
@@ -327,11 +327,6 @@ static int body_add(struct httpd_req *r, const char *data, size_t n)
 		r->h->big_held += n;
 	}
 	return 0;
-}
-
-int httpd_filtered(const struct httpd_req *r)
-{
-	return r->filter != NULL;
 }
 
 #define FEED_CHUNK (64 * 1024)
@@ -449,15 +444,17 @@ void httpd_reply_err(struct httpd_req *r, const struct sbx_err *e)
 	httpd_reply_err_details(r, e, NULL);
 }
 
-void httpd_reply_err_details(struct httpd_req *r, const struct sbx_err *e, const json_t *details)
+void httpd_log_err(const struct httpd_req *r, const struct sbx_err *e)
 {
-	struct httpd_error he = { e, details };
-	json_t *body;
-
 	if (e->code == SBX_E_INTERNAL || e->code == SBX_E_NONE)
 		log_error("%s %s [%s]: %s", r->method, r->path, httpd_request_id(r), e->msg);
-	if (httpd_filter_typed(r, HTTPD_ERROR, &he))
-		return;
+}
+
+void httpd_reply_err_details(struct httpd_req *r, const struct sbx_err *e, const json_t *details)
+{
+	json_t *body;
+
+	httpd_log_err(r, e);
 	body = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", err_name(e->code), "message",
 			 err_public_message(e), "details",
 			 details ? json_deep_copy(details) : json_object());
@@ -519,8 +516,6 @@ void httpd_reply_stream(struct httpd_req *r, int status, const char *content_typ
 {
 	struct MHD_Response *resp;
 
-	if (r->filter && r->filter->stream && !r->replied)
-		r->filter->stream(r->filter_arg, &read, &arg);
 	r->read = read;
 	r->read_arg = arg;
 	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, r, NULL);
@@ -700,8 +695,8 @@ static void req_free(struct httpd_req *r)
 		free(r->hdr_name[i]);
 		free(r->hdr_value[i]);
 	}
-	if (r->filter && r->filter->free)
-		r->filter->free(r->filter_arg);
+	if (r->slot_free)
+		r->slot_free(r->slot_arg);
 	if (r->upgrade)
 		r->upgrade->fn = NULL;   /* MHD may still call upgrade_cb: it closes the socket */
 	buf_release(&r->body);

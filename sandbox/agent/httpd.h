@@ -139,15 +139,13 @@ void httpd_reply_json(struct httpd_req *r, int status, json_t *body);
 /* The JSON error of e: {"error":{code,message,details:{}}} with err_status(). */
 void httpd_reply_err(struct httpd_req *r, const struct sbx_err *e);
 /* The one renderer of the agent's errors: {"error":{code, message,
- * details}} with details (an object, borrowed; NULL: {}). A view's filter
- * is offered the error typed first (HTTPD_ERROR, struct httpd_error), so
- * it builds its own shape from the struct, never from this JSON. */
-#define HTTPD_ERROR "error"
-struct httpd_error {
-	const struct sbx_err *e;
-	const json_t *details;      /* NULL: none */
-};
+ * details}} with details (an object, borrowed; NULL: {}). The calls
+ * answer through agent_call_reply_err (call.h), which offers a view the
+ * error typed first. */
 void httpd_reply_err_details(struct httpd_req *r, const struct sbx_err *e, const json_t *details);
+/* Log e with r's method, path and request id when it is an internal error
+ * (as httpd_reply_err_details does). */
+void httpd_log_err(const struct httpd_req *r, const struct sbx_err *e);
 /* No body (204, ...). */
 void httpd_reply_empty(struct httpd_req *r, int status);
 /* Raw bytes (copied) with a content type. */
@@ -205,30 +203,14 @@ void httpd_upgrade_on_abort(struct httpd_upgrade *u, void (*fn)(void *arg), void
 /* The upgraded connection is done: its socket is closed, u is freed. */
 void httpd_upgrade_close(struct httpd_upgrade *u);
 
-/* --- views: a translation layer (agent_compat.c) runs another route's
- * call (its typed arguments: call.h) and answers from that call's typed
- * results; no answer of the call is read back --- */
+/* --- the opaque slot: one per request, for the layer above (call.h's
+ * view); httpd only frees it --- */
 
-/* A filter on the answer of r; every hook may be NULL. */
-struct httpd_filter {
-	/* A streamed answer: may replace its reader and the reader's arg (a
-	 * file watch's events, which come from its helper as sbx frames). */
-	void (*stream)(void *arg, httpd_read_fn *read, void **read_arg);
-	/* A typed result, handed over by a source before it answers (the
-	 * source's own struct, named by type): return 1 when the filter
-	 * answered r from it, 0 to let the source answer as usual. */
-	int (*typed)(void *arg, struct httpd_req *r, const char *type, const void *result);
-	/* arg is freed with the request (after the close callback). */
-	void (*free)(void *arg);
-};
-void httpd_set_filter(struct httpd_req *r, const struct httpd_filter *f, void *arg);
-/* Offer r's filter the typed result of its answer (or an event of a
- * stream answer that has begun): 1 when the filter answered r (took the
- * event), 0 when the source answers (no filter, no hook, declined). */
-int httpd_filter_typed(struct httpd_req *r, const char *type, const void *result);
-/* 1 when r has a filter: the calls serving r hand it their results typed
- * (so a result it needs whole is collected, not streamed). */
-int httpd_filtered(const struct httpd_req *r);
+/* Put tag and arg in r's slot; free_fn(arg) (may be NULL) runs when the
+ * slot is replaced and when r is freed (after its close callback). */
+void httpd_set_slot(struct httpd_req *r, const void *tag, void *arg, void (*free_fn)(void *arg));
+/* The slot's tag (NULL: empty) and its arg in *arg. */
+const void *httpd_slot(const struct httpd_req *r, void **arg);
 
 /* Feed data to the sink a HTTPD_ROUTE_STREAM_BODY handler registered
  * while it was called on a buffered request (a view's call), as the whole

@@ -13,11 +13,11 @@
  *      arguments of the native call (struct agent_call_args: its JSON
  *      body, path tail, session or process id, query, stream or not, the
  *      decoded content of a write); the request itself is left as sent;
- *   2. a filter (struct httpd_filter) is put on the answer;
+ *   2. a view (struct agent_call_view) is put on the answer;
  *   3. the native call runs (agent_call_serve: the same flags, fields and
  *      function as its own route's row), and the filter turns its answer
  *      into the SDK's shape. Typed answers (the filter's typed hook) are
- *      rendered from their structs: every error (struct httpd_error: the
+ *      rendered from their structs: every error (struct agent_call_error: the
  *      SDK's error object {code, message, context, httpStatus, timestamp}
  *      built by err_cf_error from the struct sbx_err, as sbx-api builds
  *      its own), an exec's result (struct agent_exec_result, the SDK's
@@ -29,10 +29,10 @@
  *      of an exec or a process's log stream, struct agent_interp_event of
  *      a code run) are framed as `data: {"type":…}` into the call's own
  *      event buffer; readFileStream's file comes typed (struct
- *      agent_files_fd) and is sent as metadata/chunk/complete events. No
- *      answer of a call is read back, except a file watch's events: its
- *      helper writes sbx frames over the file channel, which the filter's
- *      stream hook re-frames (cf_reframe).
+ *      agent_files_fd) and is sent as metadata/chunk/complete events; a file
+ *      watch's events come typed from the file helper's call (struct
+ *      agent_watch_event) and are framed the same way. No answer of a call
+ *      is read back.
  * So exec, sessions, processes and files keep one code path each.
  *
  * The SDK's bodies are parsed strictly as JSON, but fields sbx does not map
@@ -63,7 +63,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CF_SSE_IN_MAX (8 * 1024 * 1024)     /* one frame of a file watch */
 #define CF_SSE_OUT_MAX (16 * 1024 * 1024)
 #define CF_FILE_CHUNK (48 * 1024)           /* a multiple of 3: clean base64 */
 #define CF_SNIFF 8192
@@ -138,11 +137,7 @@ struct cf_req {
 	char *exclude, *include;
 	unsigned watch_types;      /* 1 << CF_WT_*; 0: all */
 	char watch_id[17];
-	/* re-framed event stream (a file watch) */
-	httpd_read_fn inner;
-	void *inner_arg;
-	int inner_done;
-	struct buf in;
+	/* the SDK's events not yet handed on */
 	struct buf out;
 	size_t out_off;
 	/* file stream */
@@ -158,6 +153,7 @@ static void cf_emit(struct cf_req *c, json_t *ev);
 static int cf_file_stream(struct cf_req *c, struct httpd_req *r, const struct agent_files_fd *f);
 static int cf_exec_event(struct cf_req *c, const struct agent_exec_event *ev);
 static int cf_interp_event(struct cf_req *c, const struct agent_interp_event *ev);
+static int cf_watch_event(struct cf_req *c, const struct agent_watch_event *ev);
 
 /* --- small helpers --- */
 
@@ -186,7 +182,6 @@ static void cf_free(void *arg)
 	free(c->q_path);
 	json_decref(c->args.body);
 	buf_release(&c->content);
-	buf_release(&c->in);
 	buf_release(&c->out);
 	if (c->fd >= 0)
 		close(c->fd);
@@ -221,7 +216,7 @@ static void cf_reply(struct httpd_req *r, int status, json_t *body)
 
 /* An sbx error (its struct and details) as the SDK's error object, its
  * context the details and the request's path, process or session. */
-static void cf_error(struct cf_req *c, struct httpd_req *r, const struct httpd_error *he)
+static void cf_error(struct cf_req *c, struct httpd_req *r, const struct agent_call_error *he)
 {
 	json_t *ctx = json_is_object(he->details) ? json_deep_copy(he->details) : json_object();
 
@@ -438,7 +433,8 @@ static void cf_port_watch_reply(struct cf_req *c, struct httpd_req *r, const cha
 /* The wait's error: the process exited or the wait timed out (events);
  * a refusal of the request itself (no such process, bad arguments) stays
  * an HTTP error (0). */
-static int cf_port_watch_error(struct cf_req *c, struct httpd_req *r, const struct httpd_error *he)
+static int cf_port_watch_error(struct cf_req *c, struct httpd_req *r,
+			       const struct agent_call_error *he)
 {
 	if (he->e->code == SBX_E_PROCESS_EXITED_BEFORE_READY)
 		cf_port_watch_reply(c, r, "process_exited",
@@ -609,7 +605,7 @@ static int cf_commands_result(struct cf_req *c, struct httpd_req *r,
 			err_sys(&e, ENOMEM, "command list");
 		json_decref(arr);
 		buf_release(&out);
-		cf_error(c, r, &(struct httpd_error){ &e, NULL });
+		cf_error(c, r, &(struct agent_call_error){ &e, NULL });
 		return 1;
 	}
 	for (const char *p = out.data; arr && *p;) {
@@ -638,12 +634,14 @@ static int cf_git_result(struct httpd_req *r, const struct agent_git_result *g)
 static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, const void *result)
 {
 	struct cf_req *c = arg;
-	const struct httpd_error *he = result;
+	const struct agent_call_error *he = result;
 
 	if (strcmp(type, AGENT_GIT_RESULT) == 0)
 		return c->kind == CF_GIT && cf_git_result(r, result);
 	if (strcmp(type, AGENT_INTERP_EVENT) == 0)
 		return c->kind == CF_CODE_RUN && cf_interp_event(c, result);
+	if (strcmp(type, AGENT_WATCH_EVENT) == 0)
+		return c->kind == CF_WATCH && cf_watch_event(c, result);
 	if (strcmp(type, AGENT_EXEC_EVENT) == 0)
 		return (c->kind == CF_EXEC_STREAM || c->kind == CF_PROC_STREAM) &&
 		       cf_exec_event(c, result);
@@ -663,7 +661,7 @@ static int cf_filter_typed(void *arg, struct httpd_req *r, const char *type, con
 		cf_ok(r, cf_files_result(c, ((const struct agent_files_result *)result)->body));
 		return 1;
 	}
-	if (strcmp(type, HTTPD_ERROR) != 0)
+	if (strcmp(type, AGENT_CALL_ERROR) != 0)
 		return 0;
 	if (c->kind == CF_PORT_WATCH && cf_port_watch_error(c, r, he))
 		return 1;
@@ -777,10 +775,6 @@ static void cf_translate(struct cf_req *c, const char *name, const json_t *d)
 	json_t *ev, *v;
 	char ts[32];
 
-	if (c->kind == CF_WATCH) {
-		cf_watch_translate(c, name, d);
-		return;
-	}
 	if (c->kind == CF_CODE_RUN) {
 		if ((ev = cf_code_event(name, d)))
 			cf_emit(c, ev);
@@ -887,59 +881,12 @@ static int cf_interp_event(struct cf_req *c, const struct agent_interp_event *ev
 	return cf_events_to(c, ev->out);
 }
 
-/* Re-frame the complete frames in c->in (at the end: all of it). */
-static void cf_reframe(struct cf_req *c, int at_end)
+/* An event of a file watch (typed) as the SDK's, appended to the
+ * stream's event buffer. */
+static int cf_watch_event(struct cf_req *c, const struct agent_watch_event *ev)
 {
-	size_t off = 0;
-
-	for (;;) {
-		const char *start = c->in.data ? c->in.data + off : "";
-		size_t avail = c->in.len - off;
-		const char *endp = avail ? memmem(start, avail, "\n\n", 2) : NULL;
-		size_t flen = endp ? (size_t)(endp - start) : (at_end ? avail : 0);
-		char name[16] = "";
-		const char *data = NULL;
-		size_t dlen = 0, pos = 0;
-		int comment = 0;
-
-		if (flen == 0 && !endp)
-			break;
-		while (pos < flen) {
-			const char *line = start + pos;
-			const char *nl = memchr(line, '\n', flen - pos);
-			size_t llen = nl ? (size_t)(nl - line) : flen - pos;
-
-			if (llen > 7 && memcmp(line, "event: ", 7) == 0 && llen - 7 < sizeof(name)) {
-				memcpy(name, line + 7, llen - 7);
-				name[llen - 7] = '\0';
-			} else if (llen > 6 && memcmp(line, "data: ", 6) == 0) {
-				data = line + 6;
-				dlen = llen - 6;
-			} else if (llen && line[0] == ':') {
-				comment = 1;
-			}
-			pos += llen + 1;
-		}
-		if (data && *name) {
-			struct sbx_err e;
-			json_t *d = jsonv_parse(data, dlen, &e);
-
-			if (d)
-				cf_translate(c, name, d);
-			json_decref(d);
-		} else if (comment) {
-			buf_adds(&c->out, ": keep-alive\n\n");
-		}
-		off += flen + (endp ? 2 : 0);
-		if (!endp)
-			break;
-	}
-	if (off >= c->in.len) {
-		buf_reset(&c->in);
-	} else if (off) {
-		memmove(c->in.data, c->in.data + off, c->in.len - off);
-		c->in.len -= off;
-	}
+	cf_watch_translate(c, ev->name, ev->data);
+	return cf_events_to(c, ev->out);
 }
 
 static ssize_t cf_take_out(struct cf_req *c, char *buf, size_t max)
@@ -955,48 +902,6 @@ static ssize_t cf_take_out(struct cf_req *c, char *buf, size_t max)
 		c->out_off = 0;
 	}
 	return (ssize_t)n;
-}
-
-/* httpd's reader of a re-framed stream: pulls from the sbx reader. */
-static ssize_t cf_sse_read(void *arg, char *buf, size_t max)
-{
-	struct cf_req *c = arg;
-	char tmp[16 * 1024];
-
-	for (;;) {
-		ssize_t n;
-
-		if (c->out.len > c->out_off)
-			return cf_take_out(c, buf, max);
-		if (c->inner_done)
-			return -1;
-		n = c->inner(c->inner_arg, tmp, sizeof(tmp));
-		if (n == 0)
-			return 0;
-		if (n < 0) {
-			c->inner_done = 1;
-			cf_reframe(c, 1);
-			continue;
-		}
-		if (buf_add(&c->in, tmp, (size_t)n) < 0) {
-			log_error("compat: an event larger than %d bytes was dropped", CF_SSE_IN_MAX);
-			buf_reset(&c->in);
-			continue;
-		}
-		cf_reframe(c, 0);
-	}
-}
-
-static void cf_filter_stream(void *arg, httpd_read_fn *read, void **read_arg)
-{
-	struct cf_req *c = arg;
-
-	if (c->kind != CF_WATCH)
-		return;
-	c->inner = *read;
-	c->inner_arg = *read_arg;
-	*read = cf_sse_read;
-	*read_arg = c;
 }
 
 /* --- file streams: the file sbx would send raw, as metadata/chunk/complete --- */
@@ -1101,8 +1006,7 @@ static int cf_file_stream(struct cf_req *c, struct httpd_req *r, const struct ag
 	return 1;
 }
 
-static const struct httpd_filter cf_filter = {
-	.stream = cf_filter_stream,
+static const struct agent_call_view cf_filter = {
 	.typed = cf_filter_typed,
 	.free = cf_free,
 };
@@ -1117,18 +1021,17 @@ static struct cf_req *cf_begin(struct httpd_req *r, enum cf_kind kind)
 
 	if (!c) {
 		err_sys(&e, ENOMEM, "compat request");
-		httpd_reply_err(r, &e);
+		agent_call_reply_err(r, &e);
 		return NULL;
 	}
 	c->r = r;
 	c->kind = kind;
 	c->fd = -1;
 	c->t0 = util_now_ms();
-	buf_init(&c->in, CF_SSE_IN_MAX);
 	buf_init(&c->out, CF_SSE_OUT_MAX);
 	/* The SDK's routes take no query, nor a range: the call reads only
 	 * c->args. */
-	httpd_set_filter(r, &cf_filter, c);
+	agent_call_set_view(r, &cf_filter, c);
 	return c;
 }
 
@@ -1845,18 +1748,18 @@ void agent_cf_dispatch(struct httpd_req *r)
 	if (httpd_body_too_large(r) == 2) {
 		err_set(&e, SBX_E_NO_CAPACITY,
 			"this node buffers too many large request bodies at once; retry");
-		httpd_reply_err(r, &e);
+		agent_call_reply_err(r, &e);
 		return;
 	}
 	if (httpd_body_too_large(r)) {
 		/* over the bound of the route's row (HTTPD_ROUTE_BIG_BODY) */
 		err_set(&e, rt && rt->kind == CF_WRITE ? SBX_E_FILE_TOO_LARGE : SBX_E_PAYLOAD_TOO_LARGE,
 			"the request body is larger than %d bytes", HTTPD_MAX_BIG_BODY);
-		httpd_reply_err(r, &e);
+		agent_call_reply_err(r, &e);
 		return;
 	}
 	if (cf_map(r, rt, c, params, &e) < 0) {
-		httpd_reply_err(r, &e);
+		agent_call_reply_err(r, &e);
 		return;
 	}
 	/* c lives with r's filter: as long as the request */

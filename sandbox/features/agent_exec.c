@@ -227,7 +227,7 @@ static int sse_offer(struct agent_exec *x, const char *name, const json_t *data,
 {
 	struct agent_exec_event ev = { name, data, bytes, len, &x->sse };
 
-	return x->r && httpd_filter_typed(x->r, AGENT_EXEC_EVENT, &ev);
+	return x->r && agent_call_offer(x->r, AGENT_EXEC_EVENT, &ev);
 }
 
 /* One output event of stream name (bytes p[0..n)). 0 or -1 (buffer full). */
@@ -558,7 +558,7 @@ void agent_exec_reply_text(struct agent_exec *x, const char *content_type, const
 		struct sbx_err e;
 
 		err_sys(&e, ENOMEM, "exec answer");
-		httpd_reply_err(x->r, &e);
+		agent_call_reply_err(x->r, &e);
 		return;
 	}
 	x->jpart = 0;
@@ -581,7 +581,7 @@ static void finish_error(struct agent_exec *x, const struct sbx_err *e, const js
 		sse_wake(x);
 		return;
 	}
-	httpd_reply_err_details(x->r, e, details);
+	agent_call_reply_err_details(x->r, e, details);
 }
 
 /* The process has exited and its output is read: produce the answer. */
@@ -648,7 +648,7 @@ static void exec_finish(struct agent_exec *x)
 		if (stream_pread(&x->out[1], stream_kept(&x->out[1]) - 1, &last, 1) == 1)
 			res.stderr_last = (unsigned char)last;
 	}
-	if (httpd_filter_typed(x->r, AGENT_EXEC_RESULT, &res))
+	if (agent_call_offer(x->r, AGENT_EXEC_RESULT, &res))
 		return;
 	util_xsnprintf(head, sizeof(head), "{\"exitCode\":%lld,\"success\":%s,\"stdout\":\"",
 		       (long long)res.exit_code,
@@ -1040,7 +1040,7 @@ void agent_exec_run(struct httpd_req *r, struct agent_sb *sb, int stream, const 
 		rt_signal(sb->rt, x->handle, SIGKILL, 1);
 		x->r = NULL;
 		err_sys(&e, ENOMEM, "exec pipes");
-		httpd_reply_err(r, &e);
+		agent_call_reply_err(r, &e);
 		return;
 	}
 	child_io_close_stdin(x->io, 0); /* empty stdin: the process reads EOF at once */
@@ -1056,7 +1056,7 @@ fail:
 	agent_env_free(env);
 	if (x)
 		exec_free(x);
-	httpd_reply_err(r, &e);
+	agent_call_reply_err(r, &e);
 }
 
 int agent_new_id(const json_t *body, const char *prefix, char *id, size_t idsz, struct sbx_err *e)

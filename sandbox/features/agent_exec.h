@@ -86,7 +86,7 @@ void agent_exec_begin(struct agent_exec *x);
 void agent_exec_arm_timeout(struct agent_exec *x, int64_t ms);
 
 /* An event of a stream exec (an exec, a process's log stream), offered
- * typed to a view of the request (httpd_filter_typed, type
+ * typed to a view of the request (agent_call_offer, type
  * AGENT_EXEC_EVENT) before the engine frames it: its name (start, stdout,
  * stderr, exit, error) and data (an object) or, for output, the bytes
  * (whole UTF-8 sequences, except at the end). A view that takes it
@@ -102,7 +102,7 @@ struct agent_exec_event {
 };
 
 /* The result of a JSON exec that has finished, offered to a filter of the
- * request (httpd_filter_typed, type AGENT_EXEC_RESULT) before the engine
+ * request (agent_call_offer, type AGENT_EXEC_RESULT) before the engine
  * answers with its own JSON. A filter that takes it answers with
  * agent_exec_reply_text (the output never has to be in memory whole). */
 #define AGENT_EXEC_RESULT "exec"

@@ -582,7 +582,7 @@ static void send_file(struct httpd_req *r, struct agent_sb *sb, int fd, uint64_t
 	/* the path was valid when the call started: parse it again for its name */
 	if (fspath_from_url(agent_call_tail(&view), &fp, &e) < 0) {
 		close(fd);
-		httpd_reply_err(r, &e);
+		agent_call_reply_err(r, &e);
 		return;
 	}
 	rg = fspath_range(agent_call_header(&view, "Range"), size, &first, &last);
@@ -594,7 +594,7 @@ static void send_file(struct httpd_req *r, struct agent_sb *sb, int fd, uint64_t
 		httpd_add_header(r, "Content-Range", cr);
 		err_set(&e, SBX_E_RANGE_NOT_SATISFIABLE, "range not satisfiable for '%s' (%llu bytes)",
 			fp.abs, (unsigned long long)size);
-		httpd_reply_err(r, &e);
+		agent_call_reply_err(r, &e);
 		return;
 	}
 	httpd_add_header(r, "Accept-Ranges", "bytes");
@@ -607,7 +607,7 @@ static void send_file(struct httpd_req *r, struct agent_sb *sb, int fd, uint64_t
 		httpd_reply_fd(r, 206, fspath_mime(fp.name), fd, first, last - first + 1);
 		return;
 	}
-	if (httpd_filter_typed(r, AGENT_FILES_FD, &(struct agent_files_fd){ fd, size, fp.name }))
+	if (agent_call_offer(r, AGENT_FILES_FD, &(struct agent_files_fd){ fd, size, fp.name }))
 		return;
 	httpd_reply_fd(r, 200, fspath_mime(fp.name), fd, 0, size);
 }
@@ -633,7 +633,7 @@ int agent_files_get(struct agent_call *c, struct sbx_err *e)
 		spec.fd_arg = (void *)c->args;   /* NULL, or as long as the request */
 	} else {
 		/* a filter (the compat view) rewrites the JSON: it needs it whole */
-		spec.mode = httpd_filtered(c->r) ? FW_COLLECT : FW_STREAM;
+		spec.mode = agent_call_viewed(c->r) ? FW_COLLECT : FW_STREAM;
 		spec.timeout_s = FW_TRANSFER_TIMEOUT_S;
 		spec.content_type = "application/json";
 		spec.fn = child_encoded;
@@ -1198,7 +1198,7 @@ int agent_dirs_get(struct agent_call *c, struct sbx_err *e)
 			 strspn(o.cursor, "0123456789abcdef") != strlen(o.cursor)))
 		return err_set(e, SBX_E_VALIDATION, "bad cursor");
 	/* a page can be large: streamed, unless a filter needs the JSON whole */
-	return run_helper(c, httpd_filtered(c->r) ? FW_COLLECT : FW_STREAM, FW_META_TIMEOUT_S,
+	return run_helper(c, agent_call_viewed(c->r) ? FW_COLLECT : FW_STREAM, FW_META_TIMEOUT_S,
 			  child_list, &o, e);
 }
 

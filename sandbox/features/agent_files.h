@@ -27,7 +27,7 @@ int agent_move(struct agent_call *c, struct sbx_err *e);
 
 /* A file answered whole from its open descriptor (GET …/files/{path}
  * without ?encoding=), offered typed to a view of the request
- * (httpd_filter_typed, type AGENT_FILES_FD) before it is sent raw: the
+ * (agent_call_offer, type AGENT_FILES_FD) before it is sent raw: the
  * descriptor at offset 0, its length, its name (borrowed). A view that
  * takes it owns fd. */
 #define AGENT_FILES_FD "file"

@@ -290,7 +290,7 @@ static void answer(struct git_run *g)
 		out_field(g, "commit", commit, sizeof(commit));
 		res = (struct agent_git_result){ g->url.redacted, branch, commit, g->target,
 						 util_now_ms() - g->t0 };
-		if (httpd_filter_typed(g->r, AGENT_GIT_RESULT, &res))
+		if (agent_call_offer(g->r, AGENT_GIT_RESULT, &res))
 			return;
 		httpd_reply_json(g->r, 200,
 				 json_pack("{s:s, s:s, s:s, s:s, s:I}", "url", g->url.redacted, "branch",
@@ -298,7 +298,7 @@ static void answer(struct git_run *g)
 					   (json_int_t)(util_now_ms() - g->t0)));
 		return;
 	}
-	httpd_reply_err(g->r, &e);
+	agent_call_reply_err(g->r, &e);
 }
 
 static void on_exited(void *arg, const struct rt_exit *ex)

@@ -26,7 +26,7 @@ extern const struct jsonv_field agent_git_checkout_fields[];
 int agent_git_checkout(struct agent_call *c, struct sbx_err *e);
 
 /* The typed result of a checkout, offered to a view of the request
- * (httpd_filter_typed, type AGENT_GIT_RESULT) before the call answers in
+ * (agent_call_offer, type AGENT_GIT_RESULT) before the call answers in
  * its own JSON: the URL (credentials redacted), branch, commit and target
  * directory. Borrowed for the offer. */
 #define AGENT_GIT_RESULT "git"

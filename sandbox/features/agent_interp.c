@@ -192,7 +192,7 @@ static void sse_put(struct irun *u, const char *name, const char *json, const js
 
 	if (!u->r)
 		return;
-	if (httpd_filter_typed(u->r, AGENT_INTERP_EVENT, &ev)) {
+	if (agent_call_offer(u->r, AGENT_INTERP_EVENT, &ev)) {
 		/* framed by the view */
 	} else if (agent_sse_event(&u->sse, name, json) < 0) {
 		u->truncated = 1;
@@ -295,7 +295,7 @@ static void run_fail(struct irun *u, const struct sbx_err *e)
 	}
 	u->finished = 1;
 	if (u->r)
-		httpd_reply_err(u->r, e);
+		agent_call_reply_err(u->r, e);
 	else
 		run_free(u);
 }
@@ -814,14 +814,14 @@ static void reply_ctx(struct httpd_req *r, int status, const struct ictx *x,
 	struct agent_interp_result res = { .op = op, .ctxs = &info, .nctxs = 1 };
 
 	ctx_info(x, &info);
-	if (!httpd_filter_typed(r, AGENT_INTERP_RESULT, &res))
+	if (!agent_call_offer(r, AGENT_INTERP_RESULT, &res))
 		httpd_reply_json(r, status, ctx_info_json(&info));
 }
 
 /* Answer a deletion of context id. */
 static void reply_ctx_deleted(struct httpd_req *r, const char *id)
 {
-	if (!httpd_filter_typed(r, AGENT_INTERP_RESULT,
+	if (!agent_call_offer(r, AGENT_INTERP_RESULT,
 				&(struct agent_interp_result){ .op = AGENT_INTERP_DELETED, .id = id }))
 		httpd_reply_empty(r, 204);
 }
@@ -938,7 +938,7 @@ int agent_interp_list(struct agent_call *c, struct sbx_err *e)
 	for (struct ictx *x = b ? b->list : NULL; x; x = x->next)
 		ctx_info(x, &infos[res.nctxs++]);
 	res.ctxs = infos;
-	if (httpd_filter_typed(c->r, AGENT_INTERP_RESULT, &res))
+	if (agent_call_offer(c->r, AGENT_INTERP_RESULT, &res))
 		return 0;
 	arr = json_array();
 	for (size_t i = 0; arr && i < res.nctxs; i++)

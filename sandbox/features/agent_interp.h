@@ -28,7 +28,7 @@ int agent_interp_run(struct agent_call *c, struct sbx_err *e);
 int agent_interp_run_default(struct agent_call *c, struct sbx_err *e);
 
 /* An event of a streamed run, offered typed to a view of the request
- * (httpd_filter_typed, type AGENT_INTERP_EVENT) before the run frames
+ * (agent_call_offer, type AGENT_INTERP_EVENT) before the run frames
  * it: its name (stdout, stderr, result, error, end) and data. A view that
  * takes it appends its own frames to out, the run's event buffer. */
 #define AGENT_INTERP_EVENT "interp-event"
@@ -47,7 +47,7 @@ struct agent_interp_info {
 };
 
 /* The typed result of the context calls, offered to a view of the
- * request (httpd_filter_typed, type AGENT_INTERP_RESULT) before the call
+ * request (agent_call_offer, type AGENT_INTERP_RESULT) before the call
  * answers in its own JSON. All borrowed for the offer. */
 #define AGENT_INTERP_RESULT "context"
 enum agent_interp_op {

@@ -391,7 +391,7 @@ static void reply_proc(struct httpd_req *r, int status, const struct proc *p, en
 	struct agent_proc_result res = { .op = op, .procs = &info, .nprocs = 1 };
 
 	proc_info(p, &info);
-	if (!httpd_filter_typed(r, AGENT_PROC_RESULT, &res))
+	if (!agent_call_offer(r, AGENT_PROC_RESULT, &res))
 		httpd_reply_json(r, status, proc_info_json(&info));
 }
 
@@ -555,7 +555,7 @@ static void wait_answer(struct proc_wait *w, int status, json_t *body, const str
 	wait_unlink(w);
 	httpd_on_close(r, NULL, NULL);
 	if (e) {
-		httpd_reply_err_details(r, e, body);
+		agent_call_reply_err_details(r, e, body);
 		json_decref(body);
 	} else {
 		httpd_reply_json(r, status, body);
@@ -570,7 +570,7 @@ static void reply_port_ready(struct httpd_req *r, int port, int http_status)
 	struct agent_proc_result res = { .op = AGENT_PROC_PORT_READY, .port = port,
 					 .http_status = http_status };
 
-	if (httpd_filter_typed(r, AGENT_PROC_RESULT, &res))
+	if (agent_call_offer(r, AGENT_PROC_RESULT, &res))
 		return;
 	if (http_status)
 		httpd_reply_json(r, 200, json_pack("{s:i, s:i}", "port", port, "status", http_status));
@@ -812,7 +812,7 @@ static void stdin_answer(struct proc_stdin *w, const struct sbx_err *e)
 	stdin_unlink(w);
 	httpd_on_close(w->r, NULL, NULL);
 	if (e)
-		httpd_reply_err(w->r, e);
+		agent_call_reply_err(w->r, e);
 	else
 		httpd_reply_json(w->r, 200, json_pack("{s:I}", "written", (json_int_t)w->len));
 	free(w);
@@ -1139,7 +1139,7 @@ int agent_proc_list(struct agent_call *c, struct sbx_err *e)
 	res.procs = infos;
 	for (struct proc *p = b ? b->list : NULL; p; p = p->next)
 		res.nprocs++;
-	if (httpd_filter_typed(c->r, AGENT_PROC_RESULT, &res))
+	if (agent_call_offer(c->r, AGENT_PROC_RESULT, &res))
 		return 0;
 	arr = json_array();
 	for (size_t i = 0; arr && i < res.nprocs; i++)
@@ -1174,7 +1174,7 @@ int agent_proc_logs(struct agent_call *c, struct sbx_err *e)
 			.evicted = p->evicted,
 		};
 
-		if (httpd_filter_typed(c->r, AGENT_PROC_RESULT, &res))
+		if (agent_call_offer(c->r, AGENT_PROC_RESULT, &res))
 			return 0;
 		httpd_reply_json(c->r, 200,
 				 json_pack("{s:o*,s:o*,s:b,s:b}", "stdout", plog_text(&p->log[0]), "stderr",
@@ -1351,7 +1351,7 @@ int agent_proc_kill_all(struct agent_call *c, struct sbx_err *e)
 		if (proc_signal(p, sig, grace) == 0 && running)
 			n++;
 	}
-	if (!httpd_filter_typed(c->r, AGENT_PROC_RESULT,
+	if (!agent_call_offer(c->r, AGENT_PROC_RESULT,
 				&(struct agent_proc_result){ .op = AGENT_PROC_KILLED_ALL, .killed = n }))
 		httpd_reply_json(c->r, 200, json_pack("{s:i}", "killed", n));
 	return 0;
@@ -1452,7 +1452,7 @@ static int wait_met(struct agent_call *c, struct proc *p, const char *needle, si
 		return 1;
 	}
 	body = exited_before_ready(p, &ee);
-	httpd_reply_err_details(c->r, &ee, body);
+	agent_call_reply_err_details(c->r, &ee, body);
 	json_decref(body);
 	return 1;
 }

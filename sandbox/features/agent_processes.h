@@ -36,7 +36,7 @@ struct agent_proc_info {
 };
 
 /* The typed result of the process calls, offered to a view of the
- * request (httpd_filter_typed, type AGENT_PROC_RESULT) before the call
+ * request (agent_call_offer, type AGENT_PROC_RESULT) before the call
  * answers in its own JSON. All borrowed for the offer. */
 #define AGENT_PROC_RESULT "process"
 enum agent_proc_op {

@@ -909,7 +909,7 @@ int agent_session_create(struct agent_call *c, struct sbx_err *e)
 			sess_free(s);
 		return -1;
 	}
-	if (!httpd_filter_typed(c->r, AGENT_SESSION_RESULT,
+	if (!agent_call_offer(c->r, AGENT_SESSION_RESULT,
 				&(struct agent_session_result){ .op = AGENT_SESSION_CREATED, .id = id }))
 		httpd_reply_json(c->r, 201, json_pack("{s:s}", "id", id));
 	return 0;
@@ -930,7 +930,7 @@ int agent_session_list(struct agent_call *c, struct sbx_err *e)
 	for (struct sess *s = b ? b->list : NULL; s; s = s->next)
 		ids[res.nids++] = s->id;
 	res.ids = ids;
-	if (httpd_filter_typed(c->r, AGENT_SESSION_RESULT, &res))
+	if (agent_call_offer(c->r, AGENT_SESSION_RESULT, &res))
 		return 0;
 	arr = json_array();
 	for (struct sess *s = b ? b->list : NULL; arr && s; s = s->next) {
@@ -976,7 +976,7 @@ int agent_session_delete(struct agent_call *c, struct sbx_err *e)
 		sess_free(s);
 	}
 	log_info("session '%s' of '%s' deleted", sid, c->sb->key);
-	if (!httpd_filter_typed(c->r, AGENT_SESSION_RESULT,
+	if (!agent_call_offer(c->r, AGENT_SESSION_RESULT,
 				&(struct agent_session_result){ .op = AGENT_SESSION_DELETED, .id = sid }))
 		httpd_reply_empty(c->r, 204);
 	return 0;

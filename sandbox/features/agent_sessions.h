@@ -40,7 +40,7 @@ int agent_session_list(struct agent_call *c, struct sbx_err *e);
 int agent_session_delete(struct agent_call *c, struct sbx_err *e);
 
 /* The typed result of those calls, offered to a view of the request
- * (httpd_filter_typed, type AGENT_SESSION_RESULT) before the call answers
+ * (agent_call_offer, type AGENT_SESSION_RESULT) before the call answers
  * in its own JSON: the session created or deleted (id), or the ids of the
  * sandbox's sessions (list). All borrowed for the offer. */
 #define AGENT_SESSION_RESULT "session"

@@ -451,7 +451,7 @@ static void added(void *arg, struct redisReply *reply)
 	if (x->r) {
 		if (!ok) {
 			err_set(&e, SBX_E_REDIS_UNAVAILABLE, "cannot record the snapshot, retry");
-			httpd_reply_err(x->r, &e);
+			agent_call_reply_err(x->r, &e);
 		} else if (reply->element[0]->integer != 1) {
 			long long used = reply->element[1]->type == REDIS_REPLY_INTEGER
 						 ? reply->element[1]->integer
@@ -460,7 +460,7 @@ static void added(void *arg, struct redisReply *reply)
 			err_set(&e, SBX_E_QUOTA_EXCEEDED,
 				"the tenant's snapshots use %lld of %lld MiB; this one needs %s bytes",
 				used >> 20, (long long)(q->quota >> 20), q->k.size);
-			httpd_reply_err(x->r, &e);
+			agent_call_reply_err(x->r, &e);
 		} else {
 			json_t *rec = snapstore_record_json(ARRAY_SIZE(q->k.kv), q->k.kv);
 
@@ -468,7 +468,7 @@ static void added(void *arg, struct redisReply *reply)
 				httpd_reply_json(x->r, 201, rec);
 			} else {
 				err_set(&e, SBX_E_INTERNAL, "snapshot record");
-				httpd_reply_err(x->r, &e);
+				agent_call_reply_err(x->r, &e);
 			}
 		}
 	}
@@ -515,7 +515,7 @@ static void on_archived(struct httpd_req *r, int status, json_t *body, void *ctx
 fail:
 	free(q);
 	json_decref(body);
-	httpd_reply_err(r, &e);
+	agent_call_reply_err(r, &e);
 }
 
 static int start_archive(struct agent_call *c, struct snap_ctx *x, enum fw_mode mode,
@@ -652,7 +652,7 @@ static void on_started(struct httpd_req *r, int status, json_t *body, void *ctx)
 	json_decref(body);
 	if (!sb) {
 		err_set(&e, SBX_E_NODE_UNAVAILABLE, "the sandbox was stopped during its restore");
-		httpd_reply_err(r, &e);
+		agent_call_reply_err(r, &e);
 		return;
 	}
 	log_info("sandbox '%s' restored from snapshot %s", x->key, x->sid);
@@ -740,7 +740,7 @@ static void restore_got(void *arg, struct redisReply *rep)
 fail:
 	if (x->on_start && (sb = ctx_sandbox(x)))
 		agent_sb_stop(x->a, sb);   /* the start failed: nothing half-made runs */
-	httpd_reply_err(r, &e);
+	agent_call_reply_err(r, &e);
 out:
 	json_decref(paths);
 	ctx_unref(x);

@@ -213,7 +213,7 @@ static void term_free(struct term *t)
 			continue;
 		httpd_on_close(r, NULL, NULL);
 		err_set(&e, SBX_E_TERMINAL_NOT_FOUND, "terminal '%s' was deleted while it started", t->id);
-		httpd_reply_err(r, &e);
+		agent_call_reply_err(r, &e);
 	}
 	free(t->command);
 	free(t);
@@ -892,7 +892,7 @@ static void ticket_reply(void *arg, struct redisReply *reply)
 		httpd_on_close(q->r, NULL, NULL);
 		if (!reply || reply->type != REDIS_REPLY_STATUS) {
 			err_set(&e, SBX_E_REDIS_UNAVAILABLE, "cannot store the ticket, retry");
-			httpd_reply_err(q->r, &e);
+			agent_call_reply_err(q->r, &e);
 		} else {
 			httpd_reply_json(q->r, 201, json_pack("{s:s, s:i}", "ticket", q->ticket,
 							      "expiresIn", TERM_TICKET_TTL_S));
@@ -949,7 +949,7 @@ static void cf_attach(struct term *t)
 	t->cf_req = NULL;
 	httpd_on_close(r, NULL, NULL);
 	if (view_open(t->box->a, t->box->sb, r, t, &e) < 0)
-		httpd_reply_err(r, &e);
+		agent_call_reply_err(r, &e);
 }
 
 static void cf_closed(void *arg, int failed)

@@ -10,6 +10,8 @@
 #include "agent_lifecycle.h"
 #include "agent_sse.h"
 #include "buf.h"
+#include "call.h"
+#include "jsonv.h"
 #include "log.h"
 #include "runtime.h"
 #include "util.h"
@@ -55,6 +57,11 @@ struct fw_call {
 	struct buf pend;           /* FW_UPLOAD: body bytes not yet sent */
 	int body_end, end_sent, paused;
 	int ended;                 /* FW_EVENTS: the closing `error` event is out */
+	/* FW_EVENTS with a view (view_read) */
+	struct buf frames;         /* the helper's text short of a whole frame */
+	struct buf vout;           /* frames for the client, from vout_off */
+	size_t vout_off;
+	int vend;                  /* stream_read's end (-1, -2) once it came */
 };
 
 static struct fw_call *calls;
@@ -274,6 +281,8 @@ static void call_free(struct fw_call *c)
 		c->spec.ctx_free(c->spec.ctx);
 	buf_release(&c->body);
 	buf_release(&c->pend);
+	buf_release(&c->frames);
+	buf_release(&c->vout);
 	free(c->rec);
 	free(c);
 }
@@ -319,7 +328,7 @@ static void answer_err(struct fw_call *c, const struct sbx_err *e)
 	if (c->answered || !c->r)
 		return;
 	c->answered = 1;
-	httpd_reply_err(c->r, e);
+	agent_call_reply_err(c->r, e);
 }
 
 /* Why the helper ended (its channel closed) without a complete answer. */
@@ -381,12 +390,12 @@ static void answer_json(struct fw_call *c)
 	}
 	if (c->head.status == 204 && !c->body.len) {
 		c->answered = 1;
-		if (!httpd_filter_typed(c->r, AGENT_FILES_RESULT,
+		if (!agent_call_offer(c->r, AGENT_FILES_RESULT,
 					&(struct agent_files_result){ 204, NULL }))
 			httpd_reply_empty(c->r, 204);
 		return;
 	}
-	if (!httpd_filtered(c->r)) {
+	if (!agent_call_viewed(c->r)) {
 		/* the helper's text is what httpd_reply_json would send: no parse */
 		c->answered = 1;
 		httpd_reply_bytes(c->r, c->head.status, "application/json",
@@ -409,11 +418,11 @@ static void answer_json(struct fw_call *c)
 		err_set(&e, code ? err_from_name(code) : SBX_E_INTERNAL, "%s", msg ? msg : "file helper error");
 		if (e.code == SBX_E_NONE)
 			e.code = SBX_E_INTERNAL;
-		httpd_reply_err_details(c->r, &e, json_object_get(err, "details"));
+		agent_call_reply_err_details(c->r, &e, json_object_get(err, "details"));
 		json_decref(body);
 		return;
 	}
-	if (httpd_filter_typed(c->r, AGENT_FILES_RESULT,
+	if (agent_call_offer(c->r, AGENT_FILES_RESULT,
 			       &(struct agent_files_result){ c->head.status, body })) {
 		json_decref(body);
 		return;
@@ -431,6 +440,7 @@ static struct agent_sb *call_sandbox(struct fw_call *c)
 }
 
 static ssize_t stream_read(void *arg, char *out, size_t max);
+static ssize_t view_read(void *arg, char *out, size_t max);
 
 /* The head ('R' / 'F') arrived. */
 static void on_head(struct fw_call *c, const char *rec, size_t n, int fd)
@@ -477,11 +487,14 @@ static void on_head(struct fw_call *c, const char *rec, size_t n, int fd)
 	if (fd >= 0)
 		close(fd);
 	if (c->spec.mode == FW_STREAM) {
+		int view = (c->spec.flags & FW_EVENTS) && agent_call_viewed(c->r);
+
 		c->answered = 1;
 		event_del(c->ev_read);
 		if (c->spec.flags & FW_EVENTS)
 			httpd_add_header(c->r, "Cache-Control", "no-store");
-		httpd_reply_stream(c->r, c->head.status, c->spec.content_type, stream_read, c);
+		httpd_reply_stream(c->r, c->head.status, c->spec.content_type,
+				   view ? view_read : stream_read, c);
 	}
 }
 
@@ -610,6 +623,90 @@ static ssize_t stream_read(void *arg, char *out, size_t max)
 	return (ssize_t)max;
 }
 
+/* One whole frame of the helper (text f[0..n), without its blank line):
+ * an `event:` + `data:` frame offered to the view typed, else (declined,
+ * a comment) the frame as it came into c->vout. */
+static void view_frame(struct fw_call *c, const char *f, size_t n)
+{
+	char name[16] = "";
+	const char *data = NULL;
+	size_t dlen = 0;
+	json_t *d = NULL;
+	struct sbx_err e;
+
+	for (size_t pos = 0; pos < n;) {
+		const char *line = f + pos;
+		const char *nl = memchr(line, '\n', n - pos);
+		size_t len = nl ? (size_t)(nl - line) : n - pos;
+
+		if (len > 7 && memcmp(line, "event: ", 7) == 0 && len - 7 < sizeof(name)) {
+			memcpy(name, line + 7, len - 7);
+			name[len - 7] = '\0';
+		} else if (len > 6 && memcmp(line, "data: ", 6) == 0) {
+			data = line + 6;
+			dlen = len - 6;
+		}
+		pos += len + 1;
+	}
+	if (*name && data && !(d = jsonv_parse(data, dlen, &e)))
+		log_error("file helper of '%s' sent a bad event: %s", c->key, e.msg);
+	if (d && c->r) {
+		struct agent_watch_event ev = { name, d, &c->vout };
+
+		if (agent_call_offer(c->r, AGENT_WATCH_EVENT, &ev)) {
+			json_decref(d);
+			return;
+		}
+	}
+	json_decref(d);
+	if (buf_add(&c->vout, f, n) < 0 || buf_adds(&c->vout, "\n\n") < 0)
+		log_error("file helper of '%s': an event was dropped (the client is behind)", c->key);
+}
+
+/* FW_EVENTS' reader when r has a view: the helper's frames (stream_read's
+ * bytes) cut at their blank lines, each through view_frame; then
+ * stream_read's end. */
+static ssize_t view_read(void *arg, char *out, size_t max)
+{
+	struct fw_call *c = arg;
+	char tmp[FW_BUF];
+
+	while (c->vout_off >= c->vout.len) {
+		ssize_t n;
+		size_t off = 0;
+		const char *end;
+
+		buf_reset(&c->vout);
+		c->vout_off = 0;
+		if (c->vend)
+			return c->vend;
+		n = stream_read(c, tmp, sizeof(tmp));
+		if (n == 0)
+			return 0;
+		if (n < 0) {
+			c->vend = (int)n;   /* a frame cut short is dropped */
+			continue;
+		}
+		if (buf_add(&c->frames, tmp, (size_t)n) < 0) {
+			log_error("file helper of '%s': a frame over %d bytes was dropped", c->key,
+				  FW_VIEW_OUT_MAX);
+			buf_reset(&c->frames);
+			continue;
+		}
+		while ((end = memmem(c->frames.data + off, c->frames.len - off, "\n\n", 2))) {
+			view_frame(c, c->frames.data + off, (size_t)(end - c->frames.data) - off);
+			off = (size_t)(end - c->frames.data) + 2;
+		}
+		memmove(c->frames.data, c->frames.data + off, c->frames.len - off + 1);
+		c->frames.len -= off;
+	}
+	if (max > c->vout.len - c->vout_off)
+		max = c->vout.len - c->vout_off;
+	memcpy(out, c->vout.data + c->vout_off, max);
+	c->vout_off += max;
+	return (ssize_t)max;
+}
+
 /* FW_UPLOAD: send what is pending; 1 while bytes are left (the socket is
  * full), 0 when all is out, -1 when the helper is gone. */
 static int flush_pend(struct fw_call *c)
@@ -728,6 +825,8 @@ int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spe
 	c->run = sb->run;
 	buf_init(&c->body, FW_COLLECT_MAX);
 	buf_init(&c->pend, FW_PEND_MAX);
+	buf_init(&c->frames, FW_VIEW_OUT_MAX);
+	buf_init(&c->vout, FW_VIEW_OUT_MAX);
 	if (spec->mode == FW_STREAM && !(c->rec = malloc(FW_BUF)))
 		goto nomem;
 	if (rt_helper_open(rsb, &h, e) < 0)

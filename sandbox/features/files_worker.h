@@ -41,6 +41,7 @@
 #define FW_REC_MAX (16 * 1024)                 /* payload bytes of one record */
 #define FW_SOCKBUF (128 * 1024)                /* SO_SNDBUF of each end */
 #define FW_COLLECT_MAX (64 * 1024 * 1024)
+#define FW_VIEW_OUT_MAX (2 * 1024 * 1024)    /* FW_EVENTS with a view: its frames not yet sent */
 #define FW_COLLECT_NODE_MAX (128 * 1024 * 1024)
 #define FW_META_TIMEOUT_S 60                   /* list, delete, stat, move, mkdir, open */
 #define FW_TRANSFER_TIMEOUT_S 3600             /* an encoded read, an upload */
@@ -142,13 +143,29 @@ int fw_run(struct agent_sb *sb, const struct fw_spec *spec, json_t **answer, str
 extern const struct agent_module fw_module;
 
 /* The answer of a collected file call (FW_COLLECT: a view's request),
- * offered typed to the view (httpd_filter_typed, type AGENT_FILES_RESULT)
+ * offered typed to the view (agent_call_offer, type AGENT_FILES_RESULT)
  * before it is sent as JSON: the helper's status and its answer object
  * (NULL for an empty one), as the helper wrote it over its channel. */
 #define AGENT_FILES_RESULT "files"
 struct agent_files_result {
 	int status;
 	const json_t *body;
+};
+
+/* An event of a FW_EVENTS stream (a file watch: agent_watch.h) whose
+ * request has a view (agent_call_viewed), offered to it typed
+ * (agent_call_offer, type AGENT_WATCH_EVENT): the helper's frame as its
+ * name (ready, create, modify, delete, move, overflow, error) and data
+ * object. A view that takes it appends its own frames to out, the
+ * stream's event buffer (bounded: FW_VIEW_OUT_MAX); one that declines it
+ * gets the frame as the helper wrote it. Keep-alive comments pass through
+ * untouched. */
+#define AGENT_WATCH_EVENT "watch-event"
+struct buf;
+struct agent_watch_event {
+	const char *name;
+	const json_t *data;
+	struct buf *out;
 };
 
 #endif

@@ -103,7 +103,7 @@ static void tun_answer(struct tun *t, const struct sbx_err *e)
 		if (t->ready && !e)
 			httpd_reply_json(w->r, 200, tun_json(t, w->created));
 		else
-			httpd_reply_err(w->r, e);
+			agent_call_reply_err(w->r, e);
 	}
 }
 

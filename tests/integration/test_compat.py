@@ -270,3 +270,40 @@ def test_large_bodies_buffered_at_once_are_bounded():
         assert r.status_code == 200, r.text
     finally:
         stack_down(st)
+
+
+def test_watch_events_are_the_sdks_and_a_stop_ends_them(stack, api):
+    """A file watch through compat, framed from the watch's typed events:
+    watching first, only the event types asked for, and a sandbox stopped
+    under it ends the stream with the SDK's error event."""
+    sid = "cf-w-" + uuid.uuid4().hex[:8]
+    r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+    assert r.status_code == 201, r.text
+    try:
+        r = cf(api, sid, "POST", "watch", json={"path": "/workspace", "events": ["delete"]},
+               stream=True)
+        assert r.status_code == 200, r.text
+        chunks = r.iter_content(chunk_size=None)
+        text = ""
+        while "\n\n" not in text:
+            text += next(chunks).decode()
+        first = json.loads(text.split("\n\n")[0][len("data: "):])
+        assert first["type"] == "watching" and first["path"] == "/workspace", first
+        assert isinstance(first["watchId"], str) and first["watchId"], first
+        x = cf(api, sid, "POST", "execute",
+               json={"command": "touch /workspace/x; sleep 0.3; rm /workspace/x"})
+        assert x.status_code == 200 and x.json()["exitCode"] == 0, x.text
+        while '"eventType":"delete"' not in text:
+            text += next(chunks).decode()
+        s = stack.api("POST", "/v1/sandboxes/%s/sleep" % sid, timeout=30)
+        assert s.status_code == 200, s.text
+        text += "".join(c.decode() for c in chunks)   # to the stream's end
+        frames = [f for f in text.split("\n\n") if f.strip() and not f.startswith(":")]
+        assert all(f.startswith("data: ") for f in frames), frames
+        events = [json.loads(f[len("data: "):]) for f in frames]
+        assert [e["type"] for e in events] == ["watching", "event", "error"], events
+        assert events[1]["eventType"] == "delete" and events[1]["path"] == "/workspace/x"
+        assert events[1]["isDirectory"] is False, events[1]
+        assert isinstance(events[2]["error"], str) and events[2]["error"], events[2]
+    finally:
+        stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
