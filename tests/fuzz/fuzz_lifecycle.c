@@ -15,6 +15,7 @@
 #include "conf.h"
 #include "err.h"
 #include "ids.h"
+#include "imgref.h"
 #include "jsonv.h"
 #include "lifecycle.h"
 
@@ -59,9 +60,14 @@ static void check_spec(const struct lc_spec *s)
 			FUZZ_ASSERT(json_string_length(v) <= LC_ENV_VALUE_MAX);
 		}
 	}
-	if (s->has & LC_HAS_IMAGE)
-		FUZZ_ASSERT(s->image[0] && strspn(s->image, "abcdefghijklmnopqrstuvwxyz0123456789._-") ==
-						   strlen(s->image));
+	if (s->has & LC_HAS_IMAGE) {
+		/* a local image's name, or a registry reference that parses */
+		struct imgref ref;
+		struct sbx_err ie = { 0 };
+
+		FUZZ_ASSERT(ids_valid_image(s->image) ||
+			    imgref_parse(s->image, "docker.io", 1, &ref, &ie) == 0);
+	}
 	if (s->has & LC_HAS_NETWORK)
 		FUZZ_ASSERT(strcmp(s->network, "none") == 0 || strcmp(s->network, "egress") == 0);
 	if (s->has & LC_HAS_RESOURCES) {
