@@ -96,6 +96,10 @@ static int pattern_fits(const char *pattern, const char *decoded, struct router_
 
 	if (!route_fit(pattern, decoded, &caps) || caps.n > ROUTER_MAX_CAPS)
 		return 0;
+	/* a rest capture ({name*}) spans segments: it may not fit one */
+	for (int i = 0; i < caps.n; i++)
+		if (caps.cap[i].len >= ROUTER_CAP_MAX)
+			return 0;
 	if (!m)
 		return 1;
 	for (int i = 0; i < caps.n; i++) {
@@ -104,7 +108,7 @@ static int pattern_fits(const char *pattern, const char *decoded, struct router_
 
 		memcpy(m->cap[i].name, caps.cap[i].name, nl);
 		m->cap[i].name[nl] = '\0';
-		memcpy(m->cap[i].value, caps.cap[i].value, caps.cap[i].len);   /* < ROUTER_CAP_MAX */
+		memcpy(m->cap[i].value, caps.cap[i].value, caps.cap[i].len);   /* checked above */
 		m->cap[i].value[caps.cap[i].len] = '\0';
 	}
 	m->ncap = caps.n;

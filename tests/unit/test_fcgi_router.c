@@ -141,3 +141,24 @@ TEST(fcgi_router_real_table_sane)
 	CHECK(m.route->flags & ROUTE_INTERNAL);
 	CHECK(m.route->flags & ROUTE_AUTHREQ);
 }
+
+/* A rest capture spans segments, each shorter than ROUTER_CAP_MAX, but
+ * together longer than one capture holds: no fit, and nothing overflows
+ * (found by fuzz_router under UBSan). */
+TEST(fcgi_router_rest_capture_longer_than_a_capture)
+{
+	struct router_match m;
+	struct sbx_err e;
+	char path[ROUTER_PATH_MAX];
+	size_t o = (size_t)snprintf(path, sizeof(path), "/v1/images");
+
+	for (int i = 0; i < 3; i++) {
+		path[o++] = '/';
+		memset(path + o, 'a', 120);
+		o += 120;
+	}
+	path[o] = '\0';
+	CHECK_INT(router_match(router_routes, router_nroutes, "DELETE", path, &m, &e), -1);
+	CHECK_INT(router_match(router_routes, router_nroutes, "DELETE", "/v1/images/a/b:1", &m, &e), 0);
+	CHECK_STR(router_cap(&m, "ref"), "a/b:1");
+}
