@@ -60,7 +60,12 @@ from benchlib import Harness  # noqa: E402
 DURATION = int(os.environ.get("BENCH_DURATION", "5"))
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 CONNS = int(os.environ.get("BENCH_CONNECTIONS", "32"))
-OUT = os.environ.get("BENCH_OUT") or os.path.join(ROOT, "docs", "PERFORMANCE.md")
+# BENCH_ONLY=name,name: run only those figure groups (the run_fig names;
+# "baselines" always runs) and write to BENCH_OUT or a temp file, never over
+# docs/PERFORMANCE.md. A figure that compares to another needs that one too.
+ONLY = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
+OUT = os.environ.get("BENCH_OUT") or (
+    "/tmp/sbx-bench-only.md" if ONLY else os.path.join(ROOT, "docs", "PERFORMANCE.md"))
 
 
 class Result:
@@ -431,11 +436,15 @@ def kept_notes():
 
 
 def run_fig(name, fn, *args):
+    """Runs one figure group; returns its Results as a list (none when the
+    group writes into ctx, or BENCH_ONLY leaves it out)."""
+    if ONLY and name not in ONLY and name != "baselines":
+        return []
     t0 = time.monotonic()
     print("bench: %s (load %.2f) ..." % (name, os.getloadavg()[0]), end="", flush=True)
     out = fn(*args)
     print(" %.1f s" % (time.monotonic() - t0), flush=True)
-    return out
+    return [o for o in (out if isinstance(out, list) else [out]) if o is not None]
 
 
 def main():
@@ -461,9 +470,9 @@ def main():
             run_fig("interp", interp_figs.fig_interp, st, ctx)
             run_fig("terminals", terminal_figs.fig_terminals, st, ctx)
             for fig in FIGURES:
-                results.append(run_fig(fig.__name__, fig, st))
+                results += run_fig(fig.__name__, fig, st)
             results += run_fig("exec-throughput", fig_exec_throughput, st)
-            results.append(run_fig("get-record", fig_get_record, st))
+            results += run_fig("get-record", fig_get_record, st)
             results += run_fig("preview", tunnel_figs.fig_preview, st, sys.modules[__name__])
             results += run_fig("tunnel-lookup", tunnel_figs.fig_tunnel_lookup, st, ctx,
                                sys.modules[__name__])
@@ -483,7 +492,8 @@ def main():
         finally:
             stack_down(st)
         # The warm pool figures, on a second stack with agent.warm_pool set.
-        run_fig("warm-pool", sandbox_figs.fig_warm_pool, ctx)
+        if not ONLY or "warm-pool" in ONLY:
+            run_fig("warm-pool", sandbox_figs.fig_warm_pool, ctx)
     finally:
         harness.close()
     text = report(results, ctx, (load0, os.getloadavg()), started, time.monotonic() - t_start)
