@@ -19,6 +19,8 @@ const state = {
   refreshTimer: null,
   pending: null,          // debounced refresh after an event
   acting: false,          // an action (sleep, restart, destroy) is under way
+  migrateAsked: "",       // the node whose Migrate button asks to be sure
+  migrating: "",          // the node being migrated
 };
 
 const $ = (sel) => document.querySelector(sel);
@@ -89,6 +91,14 @@ function renderNodes() {
     b.dataset.action = n.drained ? "undrain" : "drain";
     b.addEventListener("click", () => drain(n.name, !n.drained));
     td.appendChild(b);
+    const m = document.createElement("button");
+    m.dataset.action = "migrate";
+    m.textContent = state.migrating === n.name ? "Migrating…"
+      : state.migrateAsked === n.name ? "Really migrate?" : "Migrate";
+    if (state.migrateAsked === n.name) m.classList.add("confirm");
+    m.disabled = state.migrating !== "";
+    m.addEventListener("click", () => migrate(n.name));
+    td.appendChild(m);
     tbody.appendChild(tr);
   }
 }
@@ -100,6 +110,41 @@ async function drain(node, on) {
   } catch (e) {
     setStatus("drain " + node + ": " + e.message);
   }
+}
+
+// Drain the node and move its sandboxes away (POST …/drain {migrate}), one
+// page after the other until the answer has no cursor. The first click
+// asks; the second migrates. Sandboxes without persist stay (no force from
+// the page: sleeping them would lose their files) and are reported.
+async function migrate(node) {
+  if (state.migrateAsked !== node) {
+    state.migrateAsked = node;
+    renderNodes();
+    return;
+  }
+  state.migrateAsked = "";
+  state.migrating = node;
+  renderNodes();
+  const moved = [], kept = [];
+  try {
+    let cursor = "";
+    for (let pages = 0; pages < 1000; pages++) {
+      const body = { migrate: true };
+      if (cursor) body.cursor = cursor;
+      const r = await api("POST", "/v1/nodes/" + encodeURIComponent(node) + "/drain", { body });
+      moved.push(...r.migrated);
+      kept.push(...r.skipped.map((k) => k.id + " (" + k.reason + ")"));
+      if (!r.cursor) break;
+      cursor = r.cursor;
+    }
+    setStatus("migrate " + node + ": " + moved.length + " moved, " + kept.length + " kept" +
+      (kept.length ? ": " + kept.join(", ") : ""));
+  } catch (e) {
+    setStatus("migrate " + node + ": " + e.message + " (" + moved.length + " moved before)");
+  } finally {
+    state.migrating = "";
+  }
+  await refresh();
 }
 
 // ---- sandboxes ----------------------------------------------------------
@@ -182,6 +227,8 @@ async function select(tenant, id) {
   await loadDetail();
 }
 
+const DETAIL_PANES = ["#detail-processes", "#detail-tunnels", "#detail-ports", "#detail-snapshots"];
+
 async function loadDetail() {
   const sel = state.selected;
   if (!sel) return;
@@ -191,14 +238,14 @@ async function loadDetail() {
   // Gone from the list (destroyed): nothing to ask the API for.
   if (!state.sandboxes.some((s) => s.tenant === sel.tenant && s.id === sel.id)) {
     show("#detail-record", "(gone)");
-    for (const p of ["#detail-processes", "#detail-tunnels", "#detail-ports"]) show(p, "");
+    for (const p of DETAIL_PANES) show(p, "");
     return;
   }
   try {
     rec = await api("GET", base, opt);
   } catch (e) {
     show("#detail-record", e.status === 404 ? "(gone)" : e.message);
-    for (const p of ["#detail-processes", "#detail-tunnels", "#detail-ports"]) show(p, "");
+    for (const p of DETAIL_PANES) show(p, "");
     return;
   }
   show("#detail-record", rec);
@@ -216,6 +263,9 @@ async function loadDetail() {
     (e) => show("#detail-tunnels", e.message));
   api("GET", base + "/ports", opt).then((v) => show("#detail-ports", v),
     (e) => show("#detail-ports", e.message));
+  // Its snapshots (the tenant's, by this sandbox; first page, newest first).
+  api("GET", "/v1/snapshots?limit=20&sandbox=" + encodeURIComponent(sel.id), opt)
+    .then((v) => show("#detail-snapshots", v), (e) => show("#detail-snapshots", e.message));
 }
 
 function resetConfirm() {

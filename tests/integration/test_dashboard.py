@@ -2,8 +2,8 @@
 Chromium, driven over the DevTools protocol (python3-websocket).
 
 The page loads with no console error, lists the nodes and a sandbox the test
-created, shows a new event within 2 s, and sleep and destroy work from the
-page. A screenshot is kept in the test's temp dir (its path is printed)."""
+created with its snapshot, shows a new event within 2 s, sleep and destroy
+work from the page, and so does migrating a node away. A screenshot is kept in the test's temp dir (its path is printed)."""
 
 import base64
 import json
@@ -35,6 +35,8 @@ def row(box):
 def test_dashboard(stack, api, browser, tmp_path):
     box = "ui-" + uuid.uuid4().hex[:8]
     assert api("PUT", "/v1/sandboxes/" + box, json={"labels": {"team": "ops"}}).status_code == 201
+    snap = api("POST", "/v1/sandboxes/%s/snapshots" % box, json={"name": "ui-snap"}, timeout=60)
+    assert snap.status_code == 201, snap.text
     try:
         b = browser
         b.call("Page.navigate", url=stack.url + "/ui/")
@@ -70,6 +72,9 @@ def test_dashboard(stack, api, browser, tmp_path):
         b.click(row(box))
         b.wait("the detail", "document.querySelector('#detail-record').textContent.includes(%s)"
                % json.dumps('"id": "%s"' % box))
+        # Its snapshot is listed in the detail.
+        b.wait("the snapshot", "document.querySelector('#detail-snapshots').textContent.includes(%s)"
+               % json.dumps(snap.json()["id"]))
         b.click('#detail [data-action="sleep"]')
         stack.wait("the sandbox to sleep",
                    lambda: api("GET", "/v1/sandboxes/" + box).json()["state"] == "sleeping")
@@ -99,6 +104,69 @@ def test_dashboard(stack, api, browser, tmp_path):
         assert [e for e in b.errors if not transient.match(e)] == [], b.errors
     finally:
         api("DELETE", "/v1/sandboxes/" + box)
+        api("DELETE", "/v1/snapshots/" + snap.json()["id"])
     # The key travels in headers only: no URL nginx logged holds it.
     with open(os.path.join(stack.dir, "logs", "nginx-access.log"), errors="replace") as f:
         assert stack.admin_key not in f.read()
+
+
+def sh(api, sid, command):
+    r = api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": command}, timeout=60)
+    assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text
+    return r.json()["stdout"]
+
+
+def test_dashboard_migrates_a_node(stack, api, browser):
+    """Migrate on a node's row asks first, then drains the node and moves its
+    sandboxes away, page by page: a persisting one sleeps with its save and
+    wakes on the other node with its files; one without persist stays and
+    the page says so."""
+    if stack.agents < 2:
+        pytest.skip("needs two agents")
+    tag = uuid.uuid4().hex[:6]
+    keep, plain = "ui-mig-%s" % tag, "ui-plain-%s" % tag
+    admin = stack.admin_key
+    # only agent-1 takes the two sandboxes
+    assert api("POST", "/v1/nodes/agent-2/drain", key=admin, json={}).status_code == 200
+    try:
+        r = api("PUT", "/v1/sandboxes/" + keep, json={"persist": {"paths": ["/workspace"]}},
+                timeout=30)
+        assert r.status_code == 201 and r.json()["node"] == "agent-1", r.text
+        r = api("PUT", "/v1/sandboxes/" + plain, json={}, timeout=30)
+        assert r.status_code == 201 and r.json()["node"] == "agent-1", r.text
+        sh(api, keep, "echo moved > /workspace/m")
+        assert api("POST", "/v1/nodes/agent-2/drain", key=admin,
+                   json={"drain": False}).status_code == 200
+
+        b = browser
+        b.call("Page.navigate", url=stack.url + "/ui/")
+        b.wait("the page", "document.readyState === 'complete' && !!document.querySelector('#key')")
+        b.js("document.querySelector('#key').value = %s" % json.dumps(admin))
+        b.click("#connect")
+        button = '#nodes tr[data-node="agent-1"] [data-action="migrate"]'
+        b.wait("the migrate button", "!!document.querySelector(%s)" % json.dumps(button))
+        b.click(button)
+        b.wait("the question", "document.querySelector(%s).textContent === 'Really migrate?'"
+               % json.dumps(button))
+        # Asking changed nothing yet.
+        assert api("GET", "/v1/sandboxes/" + keep).json()["state"] == "running"
+        b.click(button)
+        status = b.wait("the result", "(() => { const t = document.querySelector('#status')"
+                        ".textContent; return t.startsWith('migrate agent-1: ') && t; })()",
+                        timeout=60)
+        assert re.match(r"migrate agent-1: \d+ moved, \d+ kept: .*%s \(.*persist" % plain,
+                        status), status
+        assert api("GET", "/v1/sandboxes/" + keep).json()["state"] == "sleeping"
+        assert api("GET", "/v1/sandboxes/" + plain).json()["state"] == "running"
+        b.wait("the node shown drained", "document.querySelector('#nodes tr[data-node=\"agent-1\"]')"
+               ".children[7].textContent.startsWith('drained')")
+        # The moved one wakes on agent-2 with its file.
+        assert sh(api, keep, "cat /workspace/m") == "moved\n"
+        assert api("GET", "/v1/sandboxes/" + keep).json()["node"] == "agent-2"
+        b.call("Runtime.evaluate", expression="1")   # collect what is queued
+        assert b.errors == [], b.errors
+    finally:
+        api("POST", "/v1/nodes/agent-1/drain", key=admin, json={"drain": False})
+        api("POST", "/v1/nodes/agent-2/drain", key=admin, json={"drain": False})
+        api("DELETE", "/v1/sandboxes/" + keep)
+        api("DELETE", "/v1/sandboxes/" + plain)
