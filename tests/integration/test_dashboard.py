@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("websocket")
 from sbxbrowser import CHROMIUM, Browser  # noqa: E402
+from sbxdrain import sh, two_on_agent1  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not CHROMIUM, reason="Debian's chromium is not installed")
 
@@ -110,12 +111,6 @@ def test_dashboard(stack, api, browser, tmp_path):
         assert stack.admin_key not in f.read()
 
 
-def sh(api, sid, command):
-    r = api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": command}, timeout=60)
-    assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text
-    return r.json()["stdout"]
-
-
 def test_dashboard_migrates_a_node(stack, api, browser):
     """Migrate on a node's row asks first, then drains the node and moves its
     sandboxes away, page by page: a persisting one sleeps with its save and
@@ -126,18 +121,8 @@ def test_dashboard_migrates_a_node(stack, api, browser):
     tag = uuid.uuid4().hex[:6]
     keep, plain = "ui-mig-%s" % tag, "ui-plain-%s" % tag
     admin = stack.admin_key
-    # only agent-1 takes the two sandboxes
-    assert api("POST", "/v1/nodes/agent-2/drain", key=admin, json={}).status_code == 200
     try:
-        r = api("PUT", "/v1/sandboxes/" + keep, json={"persist": {"paths": ["/workspace"]}},
-                timeout=30)
-        assert r.status_code == 201 and r.json()["node"] == "agent-1", r.text
-        r = api("PUT", "/v1/sandboxes/" + plain, json={}, timeout=30)
-        assert r.status_code == 201 and r.json()["node"] == "agent-1", r.text
-        sh(api, keep, "echo moved > /workspace/m")
-        assert api("POST", "/v1/nodes/agent-2/drain", key=admin,
-                   json={"drain": False}).status_code == 200
-
+        two_on_agent1(api, admin, keep, plain)
         b = browser
         b.call("Page.navigate", url=stack.url + "/ui/")
         b.wait("the page", "document.readyState === 'complete' && !!document.querySelector('#key')")

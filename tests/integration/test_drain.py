@@ -4,6 +4,7 @@ admin's Sbx-Tenant header (docs/API.md "Nodes")."""
 import uuid
 
 from conftest import assert_error
+from sbxdrain import sh, two_on_agent1
 
 
 def node_of(api, stack, name):
@@ -83,13 +84,6 @@ def test_admin_acts_on_another_tenant(stack, api, new_key):
     assert_error(api("GET", "/v1/sandboxes/" + box, key=other), 404, "SANDBOX_NOT_FOUND")
 
 
-def sh(api, sid, command):
-    r = api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": command}, timeout=60)
-    assert r.status_code == 200, r.text
-    assert r.json()["exitCode"] == 0, r.json()
-    return r.json()["stdout"]
-
-
 def test_drain_with_migrate_moves_persisting_sandboxes(stack, api):
     """A persisting sandbox of the drained node sleeps (its save goes with
     the stop) and its next call wakes it on the other node with its files;
@@ -101,18 +95,9 @@ def test_drain_with_migrate_moves_persisting_sandboxes(stack, api):
     tag = uuid.uuid4().hex[:6]
     keep, plain = "dr-mig-%s" % tag, "dr-plain-%s" % tag
     drain = "/v1/nodes/agent-1/drain"
-    # only agent-1 takes the two new sandboxes
-    assert api("POST", "/v1/nodes/agent-2/drain", key=admin, json={}).status_code == 200
     try:
-        r = api("PUT", "/v1/sandboxes/" + keep, json={"persist": {"paths": ["/workspace"]}},
-                timeout=30)
-        assert r.status_code == 201 and r.json()["node"] == "agent-1", r.text
-        r = api("PUT", "/v1/sandboxes/" + plain, json={}, timeout=30)
-        assert r.status_code == 201 and r.json()["node"] == "agent-1", r.text
-        sh(api, keep, "echo moved > /workspace/m")
+        two_on_agent1(api, admin, keep, plain)
         sh(api, plain, "echo here > /tmp/p")
-        assert api("POST", "/v1/nodes/agent-2/drain", key=admin,
-                   json={"drain": False}).status_code == 200
         r = api("POST", drain, key=admin, json={"migrate": True}, timeout=120)
         assert r.status_code == 200, r.text
         body = r.json()
