@@ -208,6 +208,16 @@ def test_shipped_rules_and_config_check():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_alert_rules_fire_on_their_series(tmp_path):
+    """promtool's unit tests of the shipped rules (prometheus/alerts_test.yml):
+    each alert fires on its series and for its node only."""
+    shutil.copy(os.path.join(PROM_DIR, "alerts.yml"), tmp_path)
+    shutil.copy(os.path.join(os.path.dirname(__file__), "prometheus", "alerts_test.yml"), tmp_path)
+    r = subprocess.run(["promtool", "test", "rules", "alerts_test.yml"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_rules_and_dashboard_use_served_metrics(stack):
     """Every metric the alert rules and the dashboard query is one sbx serves."""
     served = {"up"}
