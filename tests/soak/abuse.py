@@ -9,22 +9,37 @@ Tenant "mallory", from several threads at once:
   - opens exec SSE streams and closes each after its first bytes (--streams
     in all, through nginx);
   - uploads past its sandbox's memory limit (a 32 MiB sandbox, 96 MiB
-    bodies: every one must be refused with a 4xx);
+    bodies: every one must be refused with a 4xx, or 503 NO_CAPACITY when
+    the node's budget of large bodies in flight is used up);
   - reads a 16 MiB file with ?encoding=utf-8 and stalls, many at once;
-  - starts processes that write 1 MiB of logs each.
+  - starts processes that write 1 MiB of logs each;
+  - creates terminals running `yes` (a flood into each pty) up to its cap and
+    past it, opens their WebSockets and drops them after the first bytes;
+  - runs code contexts that spin (`while True: pass`, timed out) and that
+    allocate past its memory limit, and creates contexts past the cap;
+  - opens recursive watches of /workspace and drops them, while a process
+    keeps creating and deleting files there;
+  - imports a zstd bomb (a tar of one 1 GiB file of zeros, ~40 KiB
+    compressed) as a snapshot and restores it past its disk limit.
 Tenant "alice" runs exec in its own sandbox all along, and every answer
 is recorded.
 
 It prints alice's exec count, errors and p50/p99, the agent's fds and RSS
 before and after, and the node's state seen every second. Exit status 1
-when alice saw any error, the node was ever not `up` (it flapped), or the
-agent's fds / RSS did not come back near where they started.
+when alice saw any error, the node was ever not `up` (it flapped), one of
+mallory's terminal, context, watch or import calls was answered with a 5xx
+other than 503, the bomb was restored, or the agent's fds / RSS did not come
+back near where they started.
 """
 
 import argparse
+import base64
+import io
 import os
 import socket
+import subprocess
 import sys
+import tarfile
 import threading
 import time
 import uuid
@@ -71,7 +86,11 @@ def big_uploads(st, key, sid, stop, refused):
     while not stop.is_set():
         r = api(st, key, "PUT", "/v1/sandboxes/%s/files/workspace/big.bin" % sid, data=blob,
                 timeout=120)
-        refused.append(r.status_code)
+        try:
+            code = r.json()["error"]["code"]
+        except (ValueError, KeyError, TypeError):
+            code = ""
+        refused.append((r.status_code, code))
 
 
 def stalled_readers(st, key, sid, stop, n=8):
@@ -101,6 +120,116 @@ def log_heavy(st, key, sid, stop):
             json={"command": "head -c 1048576 /dev/zero | tr '\\0' x", "id": "log-%d" % n})
         n += 1
         stop.wait(0.2)
+
+
+def raw_get(st, key, path, extra=""):
+    """A socket that sent GET path (auth, extra headers) and read the head."""
+    host, port = st.url.split("//", 1)[1].split(":")
+    s = socket.create_connection((host, int(port)), timeout=30)
+    s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n%s\r\n"
+               % (path, host, key, extra)).encode())
+    s.recv(4096)
+    return s
+
+
+def terminal_churn(st, key, sid, stop, statuses):
+    base = "/v1/sandboxes/%s/terminals" % sid
+    upgrade = ("Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+               "Sec-WebSocket-Key: %s\r\n" % base64.b64encode(os.urandom(16)).decode())
+    while not stop.is_set():
+        r = api(st, key, "POST", base, json={"argv": ["yes"]})
+        statuses.append(r.status_code)
+        if r.status_code != 201:
+            # the cap: make room, every terminal's tree is killed
+            for t in api(st, key, "GET", base).json().get("terminals", []):
+                statuses.append(api(st, key, "DELETE", base + "/" + t["id"]).status_code)
+            continue
+        try:
+            raw_get(st, key, "%s/%s/ws" % (base, r.json()["id"]), upgrade).close()
+        except OSError:
+            pass
+
+
+def context_churn(st, key, sid, stop, statuses):
+    base = "/v1/sandboxes/%s/contexts" % sid
+    codes = ["while True: pass", "x = bytearray(256 << 20)", "1 + 1"]
+    n = 0
+    while not stop.is_set():
+        r = api(st, key, "POST", base, json={"language": "python"}, timeout=120)
+        statuses.append(r.status_code)
+        if r.status_code != 201:
+            for c in api(st, key, "GET", base).json().get("contexts", []):
+                statuses.append(api(st, key, "DELETE", base + "/" + c["id"]).status_code)
+            continue
+        ctx = r.json()["id"]
+        for code in codes:
+            r = api(st, key, "POST", "%s/%s/run" % (base, ctx),
+                    json={"code": code, "timeoutMs": 1000}, timeout=120)
+            statuses.append(r.status_code)
+        n += 1
+        if n % 4 == 0:      # keep some, to reach the cap now and then
+            statuses.append(api(st, key, "DELETE", base + "/" + ctx).status_code)
+
+
+def watch_churn(st, key, sid, stop, statuses):
+    r = api(st, key, "POST", "/v1/sandboxes/%s/processes" % sid,
+            json={"command": "mkdir -p /workspace/w; while :; do for i in 1 2 3 4 5 6 7 8; do "
+                             "mkdir -p /workspace/w/d$i; : > /workspace/w/d$i/f; done; "
+                             "rm -rf /workspace/w/d*; done", "id": "watch-churn"})
+    statuses.append(r.status_code)
+    while not stop.is_set():
+        try:
+            socks = [raw_get(st, key, "/v1/sandboxes/%s/watch?path=/workspace&recursive=true"
+                             % sid, "Accept: text/event-stream\r\n") for _ in range(4)]
+            stop.wait(0.5)
+            for s in socks:
+                s.close()
+        except OSError:
+            pass
+
+
+def zstd_bomb():
+    """A zstd tar of workspace/zeros, 1 GiB of zeros: tens of KiB."""
+    z = subprocess.Popen(["zstd", "-q", "-3", "-c"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    class Zeros(io.RawIOBase):
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            b[:] = bytes(len(b))
+            return len(b)
+
+    import threading as th
+    out = []
+    reader = th.Thread(target=lambda: out.append(z.stdout.read()))
+    reader.start()
+    with tarfile.open(fileobj=z.stdin, mode="w|") as tf:
+        ti = tarfile.TarInfo("workspace/zeros")
+        ti.size = 1 << 30
+        tf.addfile(ti, io.BufferedReader(Zeros(), 1 << 20))
+    z.stdin.close()
+    reader.join()
+    z.wait()
+    return out[0]
+
+
+def import_bombs(st, key, sid, stop, statuses, restored):
+    bomb = zstd_bomb()
+    while not stop.is_set():
+        r = api(st, key, "PUT", "/v1/sandboxes/%s/archive?name=bomb" % sid, data=bomb,
+                timeout=120)
+        statuses.append(r.status_code)
+        if r.status_code != 201:
+            stop.wait(1)
+            continue
+        snap = r.json()["id"]
+        r = api(st, key, "POST", "/v1/sandboxes/%s/restore" % sid, json={"snapshot": snap},
+                timeout=120)
+        statuses.append(r.status_code)
+        if r.status_code < 300:
+            restored.append(snap)
+        statuses.append(api(st, key, "DELETE", "/v1/snapshots/" + snap).status_code)
 
 
 def alice_execs(st, key, sid, stop, lat, errors):
@@ -141,6 +270,12 @@ def main():
         r = api(st, mallory, "PUT", "/v1/sandboxes/" + msid,
                 json={"keepAlive": True, "resources": {"memoryMiB": 32}})
         assert r.status_code == 201, r.text
+        # the terminals, contexts, watches and bombs go to a second sandbox
+        # of mallory's, with room for an interpreter and a 256 MiB disk
+        m2 = "m2-" + uuid.uuid4().hex[:8]
+        r = api(st, mallory, "PUT", "/v1/sandboxes/" + m2,
+                json={"keepAlive": True, "resources": {"memoryMiB": 256, "diskMiB": 256}})
+        assert r.status_code == 201, r.text
         r = api(st, alice, "PUT", "/v1/sandboxes/" + asid, json={"keepAlive": True})
         assert r.status_code == 201, r.text
         r = api(st, mallory, "PUT", "/v1/sandboxes/%s/files/workspace/text.txt" % msid,
@@ -151,6 +286,8 @@ def main():
 
         stop = threading.Event()
         lat, errors, states, refused = [], [], [], []
+        feats = {"terminals": [], "contexts": [], "watches": [], "imports": []}
+        restored = []
         streams_done = []
         threads = [
             threading.Thread(target=lambda: streams_done.append(
@@ -158,6 +295,13 @@ def main():
             threading.Thread(target=big_uploads, args=(st, mallory, msid, stop, refused)),
             threading.Thread(target=stalled_readers, args=(st, mallory, msid, stop)),
             threading.Thread(target=log_heavy, args=(st, mallory, msid, stop)),
+            threading.Thread(target=terminal_churn,
+                             args=(st, mallory, m2, stop, feats["terminals"])),
+            threading.Thread(target=context_churn,
+                             args=(st, mallory, m2, stop, feats["contexts"])),
+            threading.Thread(target=watch_churn, args=(st, mallory, m2, stop, feats["watches"])),
+            threading.Thread(target=import_bombs,
+                             args=(st, mallory, m2, stop, feats["imports"], restored)),
             threading.Thread(target=alice_execs, args=(st, alice, asid, stop, lat, errors)),
             threading.Thread(target=node_watch, args=(st, stop, states)),
         ]
@@ -171,6 +315,11 @@ def main():
             t.join(150)
         wall = time.monotonic() - t0
         fds_peak = fd_count(agent)
+        # the second sandbox goes with its terminals, contexts and watches
+        gone = api(st, mallory, "DELETE", "/v1/sandboxes/" + m2).status_code
+        if gone != 204:
+            print("DELETE of mallory's second sandbox: %d" % gone)
+            ok = False
         # what the storm held must go back: wait for it, then judge
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and fd_count(agent) > fds0 + FD_SLACK:
@@ -185,14 +334,24 @@ def main():
         print("agent: fds %d -> peak %d -> %d; RSS %d KiB -> %d KiB" % (
             fds0, fds_peak, fds1, rss0, rss1))
         print("node states seen: %s" % {s: states.count(s) for s in set(states)})
+        for name, sts in feats.items():
+            print("mallory's %s: statuses %s" % (name, {c: sts.count(c) for c in sorted(set(sts))}))
+            if any(c >= 500 and c != 503 for c in sts):
+                print("mallory's %s got a 5xx other than 503" % name)
+                ok = False
+        if restored:
+            print("the bomb was restored: %s" % restored)
+            ok = False
         if errors:
             print("alice's errors: %r" % errors[:10])
             ok = False
         if any(s != "up" for s in states):
             print("the node was not up throughout")
             ok = False
-        if any(not (400 <= s < 500) for s in refused):
-            print("an upload past the limit was not refused with a 4xx")
+        # 4xx, or the node's budget of bodies in flight (shared with the
+        # imports) used up: 503 NO_CAPACITY
+        if any(not (400 <= s < 500 or (s, c) == (503, "NO_CAPACITY")) for s, c in refused):
+            print("an upload past the limit was not refused with a 4xx or NO_CAPACITY")
             ok = False
         if fds1 > fds0 + FD_SLACK or rss1 > rss0 + RSS_SLACK_MIB * 1024:
             print("the agent did not come back to where it started")
