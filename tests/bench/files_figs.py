@@ -26,14 +26,12 @@ the agent during each transfer.
 
 Environment: BENCH_FILE_MIB (default 1024), BENCH_FILE_RUNS (5).
 
-Standalone: `SBX_BUILD=build /usr/bin/python3 tests/bench/files_figs.py`
-brings up its own 1-agent stack and prints just these figures.
+Alone: `BENCH_ONLY=files make bench` (run.py).
 """
 
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -268,27 +266,3 @@ def fig_files(st, ctx):
             "start, every 100 ms) during each 1 GiB %s; worst of %d runs" % (side, RUNS),
             (worst_n.peak[1] - worst_n.start[1]) / 1024.0, "MiB", target=FLAT_MIB,
             compare="nginx %s" % fmt_mem(*[x[1] for x in (worst_n.start, worst_n.peak)])))
-
-
-def main():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    sys.path.insert(0, os.path.join(root, "tests", "integration"))
-    from conftest import stack_down, stack_up
-
-    class Ctx:
-        values = []
-
-    st = stack_up(agents=1)
-    try:
-        fig_files(st, Ctx)
-    finally:
-        stack_down(st)
-    for v in Ctx.values:
-        tr = v.target_ratio()
-        print("%-24s %10.1f %-6s target %s%s (%s)  %s" % (
-            v.name, v.value, v.unit, "≥" if v.sense == "ge" else "≤", round(v.target or 0, 1),
-            "" if tr is None else " ratio-to-target %.2f" % tr, v.compare))
-
-
-if __name__ == "__main__":
-    main()

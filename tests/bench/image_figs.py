@@ -10,8 +10,7 @@ Registry):
 - image-warm-create: `PUT` of a new sandbox of that image once pulled,
   beside `create` (the `default` image) of sandbox_figs.
 
-`python3 tests/bench/image_figs.py` runs them alone on a stack of its own
-and prints the figures.
+Alone: `BENCH_ONLY=images make bench` (run.py).
 """
 
 import os
@@ -96,21 +95,3 @@ def fig_images(st, ctx):
             st.http.delete(st.url + "/v1/sandboxes/" + sid, headers=auth, timeout=60)
         reg.stop()
         shutil.rmtree(root, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    from conftest import stack_down, stack_up  # noqa: E402
-
-    class _Ctx:
-        lat = []
-        values = []
-
-    stack = stack_up(agents=1)
-    try:
-        fig_images(stack, _Ctx())
-        for v in _Ctx.values:
-            print("%-18s %.3f %s  %s" % (v.name, v.value, v.unit, v.compare))
-        for f in _Ctx.lat:
-            print("%-18s p50 %.3f ms  p99 %.3f ms  (load %.2f)" % (f.name, f.p50, f.p99, f.load))
-    finally:
-        stack_down(stack)

@@ -5,17 +5,14 @@ context; beside them `python3 -c 1` cold start and a plain exec round trip
 through the same path.
 
 fig_interp(st, ctx) appends Lat/Value records to ctx (sandbox_figs.Ctx), as
-the other figure modules do. Run alone, this file brings up its own stack
-and prints only its rows (it does not touch docs/PERFORMANCE.md):
-
-    SBX_BUILD=build /usr/bin/python3 tests/bench/interp_figs.py
+the other figure modules do. Alone: `BENCH_ONLY=interp make bench` (run.py;
+it does not touch docs/PERFORMANCE.md then).
 
 Environment: BENCH_N_INTERP (runs per latency figure, default 200),
 BENCH_N_CTX (contexts created for the creation and memory figures, 10).
 """
 
 import os
-import sys
 import time
 
 import requests
@@ -143,24 +140,3 @@ def fig_interp(st, ctx):
                                     sum(pss(p) for p in pids) / len(pids) / 1048576.0, "MiB"))
     finally:
         s.delete(base, timeout=30)
-
-
-def main():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    sys.path.insert(0, os.path.join(root, "tests", "integration"))
-    from conftest import stack_down, stack_up
-    import run
-    import sandbox_figs
-    ctx = sandbox_figs.Ctx(None)
-    st = stack_up(agents=1)
-    try:
-        fig_interp(st, ctx)
-    finally:
-        stack_down(st)
-    print("\n".join(run.report_latency(ctx) + [""] + run.report_values(ctx)))
-    for what, why in ctx.skipped:
-        print("not measured: %s: %s" % (what, why))
-
-
-if __name__ == "__main__":
-    main()

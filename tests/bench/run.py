@@ -17,11 +17,11 @@ process baselines, 500 live sandboxes, concurrent streams) are in
 sandbox_figs.py; the preview and tunnel figures in tunnel_figs.py; the 1 GiB
 file upload/download figures in files_figs.py; the terminal figures
 (keystroke echo over the WebSocket, terminal creation) in terminal_figs.py; the
-code-context figures in interp_figs.py (which also runs alone:
-`python3 tests/bench/interp_figs.py`); shared
-file upload/download figures in files_figs.py; the watch latency in
-watch_figs.py; shared
-helpers and the C spawn harness in benchlib.py.
+code-context figures in interp_figs.py; the watch latency in watch_figs.py;
+the image figures in image_figs.py; the snapshot figures in
+snapshot_figs.py; shared helpers and the C spawn harness in benchlib.py.
+`BENCH_ONLY=watch,snapshots make bench` runs only the groups named (the
+names run_fig prints).
 docs/PERFORMANCE.md is regenerated except what follows NOTES_MARKER, which
 is hand-written and kept.
 

@@ -11,13 +11,11 @@
 - the extra sleep → wake time that persistence costs: the same sleep and
   wake of an equal sandbox without `persist`, p50 of each.
 
-Standalone: `SBX_BUILD=build /usr/bin/python3 tests/bench/snapshot_figs.py`
-brings up its own 1-agent stack and prints just these figures.
+Alone: `BENCH_ONLY=snapshots make bench` (run.py).
 """
 
 import os
 import statistics
-import sys
 import time
 
 from benchlib import Value
@@ -122,28 +120,3 @@ def fig_snapshots(st, ctx):
         "snap-persist-cost-ms", "extra sleep → wake time of persisting %d MiB (save + "
         "restore), p50 of %d" % (WAKE_MIB, RUNS), both - plain_both, "ms",
         compare="sleep + wake %.0f ms with, %.0f ms without" % (both, plain_both)))
-
-
-def main():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    sys.path.insert(0, os.path.join(root, "tests", "integration"))
-    from conftest import stack_down, stack_up
-
-    class Ctx:
-        values = []
-
-    st = stack_up(agents=1)
-    try:
-        fig_snapshots(st, Ctx)
-    finally:
-        stack_down(st)
-    for v in Ctx.values:
-        tr = v.target_ratio()
-        print("%-22s %10.1f %-6s %s%s  %s" % (
-            v.name, v.value, v.unit,
-            "target ≥ %.1f" % v.target if v.target else "",
-            "" if tr is None else " (ratio-to-target %.2f)" % tr, v.compare))
-
-
-if __name__ == "__main__":
-    main()

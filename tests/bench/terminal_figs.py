@@ -6,15 +6,12 @@
 - terminal-create: `POST …/terminals` (a pty in the sandbox's devpts, a
   process on it; answered once it runs) on one persistent connection.
 
-`python3 tests/bench/terminal_figs.py` runs them alone on a stack of its
-own and prints the figures.
+Alone: `BENCH_ONLY=terminals make bench` (run.py).
 """
 
 import http.client
 import json
 import os
-import sys
-import time
 import urllib.parse
 
 import websocket
@@ -86,22 +83,3 @@ def fig_terminals(st, ctx):
     finally:
         conn.close()
         st.http.delete(st.url + "/v1/sandboxes/" + SID, headers=auth, timeout=30)
-
-
-if __name__ == "__main__":
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, os.path.join(here, "..", "integration"))
-    from conftest import stack_down, stack_up  # noqa: E402
-
-    class _Ctx:
-        lat = []
-
-    stack = stack_up(agents=1)
-    try:
-        for f in fig_terminals(stack, _Ctx()):
-            print("%-16s p50 %.3f ms  p99 %.3f ms  min %.3f  max %.3f  (target %s, load %.2f)" % (
-                f.name, f.p50, f.p99, min(f.samples), max(f.samples),
-                "%.1f ms" % f.target_ms if f.target_ms else "-", f.load))
-    finally:
-        stack_down(stack)
-        time.sleep(0)

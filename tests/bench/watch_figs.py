@@ -18,15 +18,13 @@ host, read by the writer's neighbour).
 
 Environment: BENCH_WATCH_N (events, default 100).
 
-Standalone: `SBX_BUILD=build /usr/bin/python3 tests/bench/watch_figs.py`
-brings up its own 1-agent stack and prints just these figures.
+Alone: `BENCH_ONLY=watch make bench` (run.py).
 """
 
 import ctypes
 import os
 import select
 import statistics
-import sys
 import tempfile
 import time
 
@@ -109,25 +107,3 @@ def fig_watch(st, ctx):
     ctx.values.append(Value("watch-latency-p99", "the same, p99", pct(lat, 99), "ms",
                             target=WINDOW_MS + 40,
                             compare="max %.1f ms, min %.1f ms" % (max(lat), min(lat))))
-
-
-def main():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    sys.path.insert(0, os.path.join(root, "tests", "integration"))
-    sys.path.insert(0, os.path.join(root, "tests", "lib"))
-    from conftest import stack_down, stack_up
-
-    class Ctx:
-        values = []
-
-    st = stack_up(agents=1)
-    try:
-        fig_watch(st, Ctx)
-    finally:
-        stack_down(st)
-    for v in Ctx.values:
-        print("%-20s %8.2f %-3s target ≤ %s  %s" % (v.name, v.value, v.unit, v.target, v.compare))
-
-
-if __name__ == "__main__":
-    main()
