@@ -1179,6 +1179,7 @@ struct bg_save {
 	struct snap_ctx *x;
 	struct fw_child ch;
 	int64_t epoch, seq;
+	int64_t t0;                /* monotonic ms: when it began */
 	json_t *ans;
 	int rc;
 };
@@ -1212,8 +1213,8 @@ static void saved_bg(void *arg)
 		log_warn("sandbox '%s': background save failed: %s", x->key, x->err.msg);
 	} else if (unchanged(b->ans)) {
 		ctx_ok(x, 0);
-		log_debug("sandbox '%s': nothing changed since save %s", x->key,
-			  slot ? slot->sid : "-");
+		log_debug("sandbox '%s': nothing changed since save %s (%lld ms)", x->key,
+			  slot ? slot->sid : "-", (long long)(util_now_ms() - b->t0));
 	} else if (!slot || slot->seq != b->seq) {
 		/* a later save (a stop's) or the container's end came first */
 		x->committed = 1;
@@ -1224,7 +1225,8 @@ static void saved_bg(void *arg)
 		if (record_save(x, b->ans, b->epoch, b->seq, &e) < 0)
 			log_warn("sandbox '%s': background save not recorded: %s", x->key, e.msg);
 		else
-			log_info("sandbox '%s': background save %s", x->key, x->sid);
+			log_info("sandbox '%s': background save %s (%lld ms)", x->key, x->sid,
+				 (long long)(util_now_ms() - b->t0));
 	}
 	json_decref(b->ans);
 	ctx_unref(x);
@@ -1247,6 +1249,7 @@ static void start_bg_save(struct agent *a, struct agent_sb *sb, struct persist_s
 		goto fail;
 	b->epoch = sb->epoch;
 	b->seq = ++slot->seq;
+	b->t0 = util_now_ms();
 	job_spec(&spec, FW_COLLECT, child_persist, j, b->x->put.fd);
 	if (fw_fork(sb, &spec, &b->ch, &e) < 0)
 		goto fail;
