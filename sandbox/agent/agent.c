@@ -255,6 +255,8 @@ int main(int argc, char **argv)
 
 	httpd_free(httpd);
 	agent_images_release(&agent);
+	if (agent_persist_release)
+		agent_persist_release(&agent);
 	bgwork_release(&agent);
 	agent_metrics_stop();
 	fwd_release_all();

@@ -51,6 +51,9 @@ extern const agent_persist_fn agent_persist_before_stop;
  * agent_modules[]; NULL: none. */
 typedef int (*agent_init_fn)(struct agent *a, struct sbx_err *e);
 extern const agent_init_fn agent_persist_init;
+/* Its end, once the loop has stopped. NULL: none. */
+typedef void (*agent_release_fn)(struct agent *a);
+extern const agent_release_fn agent_persist_release;
 
 /* agent_persist_before_stop when sb persists and runs, with the outcome
  * logged; sid as there ("" when nothing was saved). */

@@ -1315,6 +1315,14 @@ int agent_snap_init(struct agent *a, struct sbx_err *e)
 	return 0;
 }
 
+void agent_snap_release(struct agent *a)
+{
+	(void)a;
+	if (tick_ev)
+		event_free(tick_ev);
+	tick_ev = NULL;
+}
+
 static void snap_container_gone(struct agent *a, struct agent_sb *sb)
 {
 	void **p = agent_sb_slot(sb, &agent_snap_module);

@@ -53,6 +53,8 @@ int agent_snap_persist(struct agent *a, struct agent_sb *sb, char sid[24], struc
  * and recorded as the sandbox's restoreFrom by the persist script, which
  * drops the save before it. */
 int agent_snap_init(struct agent *a, struct sbx_err *e);
+/* agent_persist_release (module.h): the timer goes. */
+void agent_snap_release(struct agent *a);
 extern const struct agent_module agent_snap_module;
 
 #endif
