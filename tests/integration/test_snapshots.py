@@ -487,16 +487,17 @@ S3RVER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 class S3Front:
     """A loopback TCP relay in front of the stand-in that notes each
     request line (each of the agent's S3 requests is a connection of its
-    own). With hold set, an upload (PUT) waits for release before it is
-    relayed (held is set when one does); a request whose line holds cut is
-    cut off (the connection reset) instead."""
+    own). With hold set to a method ("PUT": an upload, "GET": a download),
+    a request of it waits for release before it is relayed (held is set
+    when one does); a request whose line holds cut is cut off (the
+    connection reset) instead."""
 
     def __init__(self, upstream):
         import socket
         import threading
         self.upstream = upstream
         self.lines = []
-        self.hold = False
+        self.hold = None
         self.held = threading.Event()
         self.release = threading.Event()
         self.cut = None
@@ -526,7 +527,7 @@ class S3Front:
             c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             c.close()
             return
-        if self.hold and line.startswith("PUT "):
+        if self.hold and line.startswith(self.hold + " "):
             self.held.set()
             self.release.wait(120)
         u = socket.create_connection(("127.0.0.1", self.upstream))
@@ -682,35 +683,52 @@ def test_s3_multipart_failure_aborts_the_upload(s3):
     assert not objects_of(data, ids.pop())
 
 
-def test_s3_upload_is_off_the_loop(s3):
-    """While a snapshot's upload is held up, an exec in another sandbox of
-    the same agent is answered: the exec's answer comes before the
-    snapshot's."""
+def while_held(front, method, slow, other):
+    """slow() while the stand-in's next request of method is held up, and
+    other() (an exec) once it is: the order their answers and the release
+    of the held request came in, with the answers."""
     import threading
+    order = []
+    front.held.clear()
+    front.release.clear()
+    front.hold = method
+    try:
+        t = threading.Thread(target=lambda: order.append(("slow", slow())))
+        t.start()
+        assert front.held.wait(60), "no %s reached the store" % method
+        e = threading.Thread(target=lambda: order.append(("exec", other())))
+        e.start()
+        e.join(30)
+    finally:
+        front.hold = None
+        order.append(("released", None))
+        front.release.set()
+    t.join(120)
+    e.join(60)
+    return order
+
+
+def test_s3_transfers_are_off_the_loop(s3):
+    """While a snapshot's upload, then a restore's download, is held up, an
+    exec in another sandbox of the same agent is answered: the exec's answer
+    comes while it is held, before the snapshot's (the restore's)."""
     st, front, data = s3
     big = new_box(st.api, resources={"diskMiB": 256})
     other = new_box(st.api)
     sh(st.api, big, "head -c 8000000 /dev/urandom > /workspace/big")
-    order = []
-    front.held.clear()
-    front.release.clear()
-    front.hold = True
-    try:
-        t = threading.Thread(target=lambda: order.append(("snapshot", snap(st.api, big))))
-        t.start()
-        assert front.held.wait(60), "the upload never began"
-        e = threading.Thread(target=lambda: order.append(("exec", st.api(
-            "POST", "/v1/sandboxes/%s/exec" % other, json={"command": "echo up"}, timeout=60))))
-        e.start()
-        e.join(30)
-    finally:
-        front.hold = False
-        front.release.set()
-    t.join(120)
-    e.join(60)
-    assert [k for k, _ in order] == ["exec", "snapshot"], order
+
+    def exec_other():
+        return st.api("POST", "/v1/sandboxes/%s/exec" % other, json={"command": "echo up"},
+                      timeout=60)
+
+    order = while_held(front, "PUT", lambda: snap(st.api, big), exec_other)
+    assert [k for k, _ in order] == ["exec", "released", "slow"], order
     assert order[0][1].status_code == 200 and order[0][1].json()["stdout"] == "up\n"
-    assert order[1][1].status_code == 201, order[1][1].text
+    assert order[2][1].status_code == 201, order[2][1].text
+    rec = order[2][1].json()
+    order = while_held(front, "GET", lambda: restore(st.api, big, snapshot=rec["id"]), exec_other)
+    assert [k for k, _ in order] == ["exec", "released", "slow"], order
+    assert order[2][1].status_code == 200, order[2][1].text
 
 
 def tempfile_dir():
