@@ -1209,7 +1209,11 @@ static void saved_bg(void *arg)
 	bg_saves--;
 	if (slot)
 		slot->busy = 0;
-	if (b->rc < 0) {
+	if (b->rc < 0 && (!slot || slot->seq != b->seq)) {
+		/* its container stopped meanwhile (the stop's own save counts) */
+		x->counted = 1;
+		log_debug("sandbox '%s': background save cut short: %s", x->key, x->err.msg);
+	} else if (b->rc < 0) {
 		log_warn("sandbox '%s': background save failed: %s", x->key, x->err.msg);
 	} else if (unchanged(b->ans)) {
 		ctx_ok(x, 0);
