@@ -50,20 +50,26 @@ static const struct jsonv_field persist_fields[] = {
 };
 
 #define PERSIST_PATHS_MAX 16
+#define PERSIST_INTERVAL_MIN_S 10
+#define PERSIST_INTERVAL_MAX_S 86400
 
 /* persist {paths, intervalS?}: 1-16 absolute paths below /, none with
- * "." or ".." parts (the agent normalises them further). A canonical copy
- * into s, or -1 with e. */
+ * "." or ".." parts (the agent normalises them further); intervalS, the
+ * background saves' period, 10-86400. A canonical copy into s, or -1
+ * with e. */
 static int parse_persist(const json_t *v, struct lc_spec *s, struct sbx_err *e)
 {
 	const json_t *paths = json_object_get(v, "paths"), *p;
+	int64_t interval = 0;
 	size_t i;
 
 	if (jsonv_check(v, persist_fields, "persist", e) < 0)
 		return -1;
-	if (json_object_get(v, "intervalS"))
-		return err_set(e, SBX_E_NOT_IMPLEMENTED,
-			       "persist.intervalS (saves in the background) is not in this build");
+	if (json_object_get(v, "intervalS") &&
+	    jsonv_int(v, "intervalS", PERSIST_INTERVAL_MIN_S, PERSIST_INTERVAL_MAX_S, &interval,
+		      e) < 0)
+		return err_set(e, SBX_E_VALIDATION, "persist.intervalS must be %d-%d (seconds)",
+			       PERSIST_INTERVAL_MIN_S, PERSIST_INTERVAL_MAX_S);
 	if (json_array_size(paths) == 0 || json_array_size(paths) > PERSIST_PATHS_MAX)
 		return err_set(e, SBX_E_VALIDATION, "persist.paths must hold 1-%d paths",
 			       PERSIST_PATHS_MAX);
@@ -77,7 +83,9 @@ static int parse_persist(const json_t *v, struct lc_spec *s, struct sbx_err *e)
 			return err_set(e, SBX_E_VALIDATION,
 				       "persist.paths holds absolute directories below /");
 	}
-	s->persist = json_pack("{s:O}", "paths", paths);
+	s->persist = interval ? json_pack("{s:O, s:I}", "paths", paths, "intervalS",
+					  (json_int_t)interval)
+			      : json_pack("{s:O}", "paths", paths);
 	if (!s->persist)
 		return err_set(e, SBX_E_INTERNAL, "out of memory");
 	s->has |= LC_HAS_PERSIST;
@@ -288,6 +296,12 @@ json_t *lifecycle_record_json(const json_t *f)
 
 		util_iso8601(fint(f, "persistedAt", 0), when);
 		json_object_set_new(o, "persistedAt", json_string(when));
+		/* the persist script makes each save the restoreFrom */
+		json_object_set_new(o, "persistedSnapshot", str_or_null(fstr(f, "restoreFrom")));
+		json_object_set_new(o, "persistedAgeS",
+				    json_integer(util_wall_ms() > fint(f, "persistedAt", 0)
+							 ? (util_wall_ms() - fint(f, "persistedAt", 0)) / 1000
+							 : 0));
 	}
 	return o;
 }

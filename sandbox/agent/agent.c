@@ -9,6 +9,7 @@
 #include "agent_images.h"
 #include "agent_lifecycle.h"
 #include "agent_metrics.h"
+#include "bgwork.h"
 #include "forward.h"
 #include "conf.h"
 #include "httpd.h"
@@ -194,6 +195,11 @@ int main(int argc, char **argv)
 		rt_free(agent.rt);
 		return 1;
 	}
+	if (bgwork_init(&agent, &e) < 0) {
+		log_error("%s", e.msg);
+		rt_free(agent.rt);
+		return 1;
+	}
 	agent.pool = pool_new(base, agent.rt, &conf, &e);
 	if (!agent.pool && conf.agent.warm_pool > 0) {
 		log_error("%s", e.msg);
@@ -231,6 +237,10 @@ int main(int argc, char **argv)
 		log_error("%s", e.msg);
 		return 1;
 	}
+	if (agent_persist_init && agent_persist_init(&agent, &e) < 0) {
+		log_error("%s", e.msg);
+		return 1;
+	}
 	sigterm = evsignal_new(base, SIGTERM, signal_cb, reg);
 	sigint = evsignal_new(base, SIGINT, signal_cb, reg);
 	if (!sigterm || !sigint || evsignal_add(sigterm, NULL) < 0 || evsignal_add(sigint, NULL) < 0) {
@@ -245,6 +255,9 @@ int main(int argc, char **argv)
 
 	httpd_free(httpd);
 	agent_images_release(&agent);
+	if (agent_persist_release)
+		agent_persist_release(&agent);
+	bgwork_release(&agent);
 	agent_metrics_stop();
 	fwd_release_all();
 	agent_sb_destroy_all(&agent);

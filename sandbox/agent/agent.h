@@ -23,6 +23,7 @@ struct registry;
 struct agent_lc;
 struct pool;
 struct agent_images;
+struct agent_bg;
 
 #define AGENT_VERSION "0.1.0"
 #define AGENT_KEY_MAX 128
@@ -91,6 +92,7 @@ struct agent {
 	struct agent_lc *lc;         /* sleep timer, fencing sweep (agent_lifecycle.c) */
 	struct pool *pool;           /* warm pool (pool.h); NULL when agent.warm_pool is 0 */
 	struct agent_images *images; /* registry images (agent_images.h) */
+	struct agent_bg *bg;         /* work off the loop (bgwork.h) */
 	int64_t runs;                /* container starts so far: the source of agent_sb.run */
 	int shutting_down;
 };

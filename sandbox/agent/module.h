@@ -45,6 +45,16 @@ typedef int (*agent_persist_fn)(struct agent *a, struct agent_sb *sb, char sid[2
 				struct sbx_err *e);
 extern const agent_persist_fn agent_persist_before_stop;
 
+/* Once, when the agent has its loop and registry: start the background
+ * saves of the sandboxes whose persist has an intervalS (their timer on
+ * a->base). 0, or -1 with e (the agent does not start). Set with
+ * agent_modules[]; NULL: none. */
+typedef int (*agent_init_fn)(struct agent *a, struct sbx_err *e);
+extern const agent_init_fn agent_persist_init;
+/* Its end, once the loop has stopped. NULL: none. */
+typedef void (*agent_release_fn)(struct agent *a);
+extern const agent_release_fn agent_persist_release;
+
 /* agent_persist_before_stop when sb persists and runs, with the outcome
  * logged; sid as there ("" when nothing was saved). */
 void agent_persist_save(struct agent *a, struct agent_sb *sb, char sid[24]);

@@ -111,6 +111,7 @@ static const struct conf_entry entries[] = {
 	{ "snapshots", "s3_secret_key", T_STR, OFF(snapshots.s3_secret_key), "", 0, 0, NULL },
 	{ "snapshots", "tenant_quota_mib", T_INT, OFF(snapshots.tenant_quota_mib), "10240", 1, 1073741824, NULL },
 	{ "snapshots", "max_entries", T_INT, OFF(snapshots.max_entries), "200000", 1, 10000000, NULL },
+	{ "snapshots", "s3_part_mib", T_INT, OFF(snapshots.s3_part_mib), "16", 5, 5120, NULL },
 
 	{ "images", "default_registry", T_STR, OFF(images.default_registry), "docker.io", 0, 0, NULL },
 	{ "images", "library_prefix", T_INT, OFF(images.library_prefix), "1", 0, 1, NULL },

@@ -113,6 +113,7 @@ struct sbx_conf {
 		char s3_secret_key[CONF_STR_MAX];
 		int64_t tenant_quota_mib;       /* archive bytes a tenant may keep */
 		int64_t max_entries;            /* entries of one archive */
+		int64_t s3_part_mib;            /* s3: multipart above one part of this size */
 	} snapshots;
 	struct {
 		char default_registry[CONF_STR_MAX]; /* of a reference without one */

@@ -40,6 +40,7 @@ int snapstore_init(struct snapstore *s, const struct sbx_conf *conf, struct sbx_
 		return err_set(e, SBX_E_VALIDATION, "snapshots.s3_bucket is empty");
 	s->ops = &snapstore_s3_ops;
 	s->s3.virtual_host = strcmp(conf->snapshots.s3_style, "virtual") == 0;
+	s->s3.part_bytes = (uint64_t)conf->snapshots.s3_part_mib << 20;
 	if (copy(s->s3.endpoint, sizeof(s->s3.endpoint), conf->snapshots.s3_endpoint,
 		 "snapshots.s3_endpoint", e) < 0)
 		return -1;

@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define SNAPSTORE_LOC_MAX 256
 
@@ -52,6 +53,7 @@ struct snapstore {
 		char access_key[CONF_STR_MAX];
 		char secret_key[CONF_STR_MAX];
 		int virtual_host;
+		uint64_t part_bytes;   /* multipart above this */
 	} s3;
 };
 

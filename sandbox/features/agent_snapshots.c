@@ -3,6 +3,7 @@
 #include "agent.h"
 #include "agent_metrics.h"
 #include "agent_sandboxes.h"
+#include "bgwork.h"
 #include "files_worker.h"
 #include "fspath.h"
 #include "ids.h"
@@ -17,14 +18,18 @@
 #include <hiredis/hiredis.h>
 
 #include <errno.h>
+#include <event2/event.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define SNAP_EXCLUDE_MAX 64
 #define SNAP_NAME_LEN 64
+#define SNAP_TICK_MS 2000           /* how often the background saves are looked at */
+#define SNAP_BG_SAVES_MAX 4         /* background saves in progress on the node */
 
 /* What a helper is given (copied by the fork). */
 struct snap_job {
@@ -36,6 +41,8 @@ struct snap_job {
 	char sid[24];
 	uint64_t max_entries;
 	uint64_t max_bytes;            /* restore: the disk; import: the quota left */
+	int to_file;                   /* a backup: the archive goes to the file target */
+	char prev_tree[65];            /* a save: the tree digest of the last one ("" none) */
 };
 
 /* The agent's side of one request, across its helper and its Redis calls. */
@@ -55,6 +62,9 @@ struct snap_ctx {
 	enum agent_metrics_snap_op op; /* what it is counted as */
 	int started;                   /* the work began: it ends counted */
 	int counted;                   /* its end is counted */
+	char loc[SNAPSTORE_LOC_MAX];   /* restore / export: the archive's location */
+	int fd;                        /* its fd, opened off the loop (open_work) */
+	struct sbx_err err;            /* what the work off the loop ran into */
 };
 
 static struct snapstore store;
@@ -79,6 +89,7 @@ static struct snap_ctx *ctx_of(struct agent *a, const struct agent_sb *sb, struc
 	x->refs = 1;
 	x->a = a;
 	x->put.fd = -1;
+	x->fd = -1;
 	snprintf(x->key, sizeof(x->key), "%s", sb->key);
 	x->run = sb->run;
 	snprintf(x->tenant, sizeof(x->tenant), "%s", sb->tenant);
@@ -110,6 +121,8 @@ static void ctx_unref(void *arg)
 		agent_metrics_snapshot(x->op, 0, 0);
 	if (x->put.fd >= 0 || (x->put.tmp[0] && !x->committed))
 		snapstore_abort(&store, &x->put);
+	if (x->fd >= 0)
+		close(x->fd);
 	free(x->job);
 	free(x);
 }
@@ -306,6 +319,30 @@ static int child_create(void *arg, const struct fw_env *env)
 	return child_answer(env, rc, &e, &sum, NULL);
 }
 
+/* A save of persisted paths: nothing is written when the tree's digest is
+ * the last save's (j->prev_tree); the answer carries the digest ("tree"),
+ * and "unchanged": true when it was. */
+static int child_persist(void *arg, const struct fw_env *env)
+{
+	const struct snap_job *j = arg;
+	const char *paths[SNAP_PATHS_MAX];
+	struct snap_sum sum;
+	struct sbx_err e;
+	char tree[65];
+	int rc;
+
+	err_clear(&e);
+	job_ptrs(j, paths, NULL);
+	if (snap_tree_digest(env->root, paths, j->npaths, NULL, 0, j->max_entries, tree, &e) < 0)
+		return child_answer(env, -1, &e, &sum, NULL);
+	if (j->prev_tree[0] && strcmp(tree, j->prev_tree) == 0)
+		return fw_send_json(env->chan, 200,
+				    json_pack("{s:b, s:s}", "unchanged", 1, "tree", tree)) < 0;
+	rc = snap_archive_write(env->root, paths, j->npaths, NULL, 0, env->xfd, j->max_entries,
+				&sum, &e);
+	return child_answer(env, rc, &e, &sum, json_pack("{s:s}", "tree", tree));
+}
+
 struct upload_src {
 	int chan;
 	char rec[FW_REC_MAX + 64];
@@ -368,13 +405,54 @@ static int child_restore(void *arg, const struct fw_env *env)
 
 /* --- a new archive: commit, record, answer --- */
 
+/* --- the store's slow calls, off the loop (bgwork.h) --- */
+
+struct removal {
+	char loc[SNAPSTORE_LOC_MAX];
+	int rc;
+	struct sbx_err e;
+};
+
+static void remove_work(void *arg)
+{
+	struct removal *m = arg;
+
+	m->rc = snapstore_remove(&store, m->loc, &m->e);
+}
+
+static void removed(void *arg)
+{
+	struct removal *m = arg;
+
+	if (m->rc < 0)
+		log_warn("snapshot archive '%s' stays: %s", m->loc, m->e.msg);
+	free(m);
+}
+
+/* Remove the archive at loc from the store, off the loop (on it when no
+ * thread can be had); a failure is logged. */
+static void remove_later(struct agent *a, const char *loc)
+{
+	struct removal *m = calloc(1, sizeof(*m));
+	struct sbx_err e;
+
+	if (m) {
+		snprintf(m->loc, sizeof(m->loc), "%s", loc);
+		if (bgwork_run(a, remove_work, removed, m, &e) == 0)
+			return;
+		remove_work(m);
+		removed(m);
+		return;
+	}
+	if (snapstore_remove(&store, loc, &e) < 0)
+		log_warn("snapshot archive '%s' stays: %s", loc, e.msg);
+}
+
 /* The agent's own failure after the helper succeeded: the archive goes. */
 static void drop_archive(struct snap_ctx *x)
 {
-	struct sbx_err e;
-
-	if (x->committed && snapstore_remove(&store, x->put.loc, &e) < 0)
-		log_warn("snapshot %s: %s", x->sid, e.msg);
+	if (x->committed)
+		remove_later(x->a, x->put.loc);
 	x->committed = 0;
 	x->put.tmp[0] = '\0';
 }
@@ -411,6 +489,8 @@ struct add_req {
 	struct rec_kv k;
 	char digest[65];
 	int64_t quota;
+	json_t *ans;               /* the helper's answer, until the commit is done */
+	int rc;                    /* of the commit (commit_work) */
 };
 
 /* q's record from the helper's answer ans, and the keys the scripts take:
@@ -476,27 +556,32 @@ static void added(void *arg, struct redisReply *reply)
 	ctx_unref(x);
 }
 
-static void on_archived(struct httpd_req *r, int status, json_t *body, void *ctx)
+/* On a thread: the new archive into the store (an fsync, an upload). */
+static void commit_work(void *arg)
 {
-	struct snap_ctx *x = ctx;
-	struct add_req *q = calloc(1, sizeof(*q));
+	struct add_req *q = arg;
+
+	q->rc = snapstore_commit(&store, &q->x->put, &q->x->err);
+}
+
+/* On the loop: the commit is done; record the snapshot (added answers). */
+static void committed(void *arg)
+{
+	struct add_req *q = arg;
+	struct snap_ctx *x = q->x;
 	char kbytes[RKEYS_MAX], krec[RKEYS_MAX], kidx[RKEYS_MAX], quota[24];
 	struct sbx_err e;
 	const char **kv;
 
-	(void)status;
-	if (!q || !json_is_string(json_object_get(body, "digest"))) {
-		err_set(&e, SBX_E_INTERNAL, "snapshot helper answered badly");
+	if (q->rc < 0) {
+		e = x->err;
 		goto fail;
 	}
-	q->x = x;
-	x->r = r;   /* until the call ends (ctx_unref) */
-	if (snapstore_commit(&store, &x->put, &e) < 0)
-		goto fail;
 	x->committed = 1;
-	add_fill(q, x, body, quota, kbytes, krec, kidx);
+	add_fill(q, x, q->ans, quota, kbytes, krec, kidx);
+	json_decref(q->ans);
+	q->ans = NULL;
 	kv = q->k.kv;
-	x->refs++;
 	if (registry_command(x->a->reg, added, q,
 			     "EVAL %s 3 %s %s %s %s %s %s %s "
 			     "%s %s %s %s %s %s %s %s %s %s %s %s "
@@ -504,13 +589,37 @@ static void on_archived(struct httpd_req *r, int status, json_t *body, void *ctx
 			     rscripts_source(RSCRIPT_SNAPSHOT_ADD), kbytes, krec, kidx, q->k.size, quota,
 			     q->k.created, x->sid, kv[0], kv[1], kv[2], kv[3], kv[4], kv[5], kv[6],
 			     kv[7], kv[8], kv[9], kv[10], kv[11], kv[12], kv[13], kv[14], kv[15],
-			     kv[16], kv[17], kv[18], kv[19], kv[20], kv[21], kv[22], kv[23]) < 0) {
-		x->refs--;
-		drop_archive(x);
-		err_set(&e, SBX_E_REDIS_UNAVAILABLE, "cannot record the snapshot, retry");
+			     kv[16], kv[17], kv[18], kv[19], kv[20], kv[21], kv[22], kv[23]) == 0)
+		return;   /* added() ends it */
+	drop_archive(x);
+	err_set(&e, SBX_E_REDIS_UNAVAILABLE, "cannot record the snapshot, retry");
+fail:
+	if (x->r)
+		agent_call_reply_err(x->r, &e);
+	json_decref(q->ans);
+	free(q);
+	ctx_unref(x);
+}
+
+static void on_archived(struct httpd_req *r, int status, json_t *body, void *ctx)
+{
+	struct snap_ctx *x = ctx;
+	struct add_req *q = calloc(1, sizeof(*q));
+	struct sbx_err e;
+
+	(void)status;
+	if (!q || !json_is_string(json_object_get(body, "digest"))) {
+		err_set(&e, SBX_E_INTERNAL, "snapshot helper answered badly");
 		goto fail;
 	}
-	json_decref(body);
+	q->x = x;
+	q->ans = body;
+	x->r = r;   /* until the call ends (ctx_unref) */
+	x->refs++;
+	if (bgwork_run(x->a, commit_work, committed, q, &e) < 0) {
+		x->refs--;
+		goto fail;
+	}
 	return;
 fail:
 	free(q);
@@ -626,8 +735,8 @@ static const char *reply_field(const struct redisReply *rep, const char *name)
 	return NULL;
 }
 
-/* The archive of the record in rep, opened; -1 with e. */
-static int open_record(const struct snap_ctx *x, const struct redisReply *rep, struct sbx_err *e)
+/* The location of the archive of the record in rep into x->loc; -1 with e. */
+static int record_loc(struct snap_ctx *x, const struct redisReply *rep, struct sbx_err *e)
 {
 	const char *loc, *tenant;
 
@@ -637,7 +746,17 @@ static int open_record(const struct snap_ctx *x, const struct redisReply *rep, s
 	tenant = reply_field(rep, "tenant");
 	if (!loc || !tenant || strcmp(tenant, x->tenant) != 0)
 		return err_set(e, SBX_E_SNAPSHOT_NOT_FOUND, "no snapshot '%s'", x->sid);
-	return snapstore_open(&store, loc, e);
+	if ((size_t)snprintf(x->loc, sizeof(x->loc), "%s", loc) >= sizeof(x->loc))
+		return err_set(e, SBX_E_INTERNAL, "snapshot '%s' has a bad record", x->sid);
+	return 0;
+}
+
+/* On a thread: open the archive (a download, for s3). */
+static void open_work(void *arg)
+{
+	struct snap_ctx *x = arg;
+
+	x->fd = snapstore_open(&store, x->loc, &x->err);
 }
 
 /* A start's restore is done: answer the start. */
@@ -666,25 +785,24 @@ static void on_restored(struct httpd_req *r, int status, json_t *body, void *ctx
 	httpd_reply_json(r, status, body);
 }
 
-static void restore_got(void *arg, struct redisReply *rep)
+/* On the loop: the archive is open (or not): export it, or restore it. */
+static void opened(void *arg)
 {
 	struct snap_ctx *x = arg;
 	struct httpd_req *r = x->r;
 	struct agent_sb *sb;
 	struct fw_spec spec;
 	struct sbx_err e;
-	auto_close int fd = -1;
-	json_t *paths = NULL;
-	size_t i;
-	json_t *p;
+	auto_close int fd = steal_fd(&x->fd);
 
 	if (!r)
 		goto out;
 	httpd_on_close(r, NULL, NULL);
 	x->r = NULL;
-	fd = open_record(x, rep, &e);
-	if (fd < 0)
+	if (fd < 0) {
+		e = x->err;
 		goto fail;
+	}
 	if (x->export) {
 		struct stat st;
 
@@ -697,6 +815,44 @@ static void restore_got(void *arg, struct redisReply *rep)
 		httpd_reply_fd(r, 200, "application/zstd", steal_fd(&fd), 0, (uint64_t)st.st_size);
 		goto out;
 	}
+	sb = ctx_sandbox(x);
+	if (!sb) {
+		err_set(&e, SBX_E_NODE_UNAVAILABLE, "the sandbox was stopped during the restore");
+		goto fail;
+	}
+	job_spec(&spec, FW_COLLECT, child_restore, x->job, fd);
+	spec.on_json = x->on_start ? on_started : on_restored;
+	spec.ctx = x;
+	spec.ctx_free = ctx_unref;
+	x->refs++;
+	if (fw_start(r, sb, &spec, &e) < 0)
+		goto fail;
+	goto out;
+fail:
+	if (x->on_start && (sb = ctx_sandbox(x)))
+		agent_sb_stop(x->a, sb);   /* the start failed: nothing half-made runs */
+	agent_call_reply_err(r, &e);
+out:
+	ctx_unref(x);
+}
+
+/* The record is read: check it, then open its archive off the loop. */
+static void restore_got(void *arg, struct redisReply *rep)
+{
+	struct snap_ctx *x = arg;
+	struct httpd_req *r = x->r;
+	struct agent_sb *sb;
+	struct sbx_err e;
+	json_t *paths = NULL;
+	size_t i;
+	json_t *p;
+
+	if (!r)
+		goto out;
+	if (record_loc(x, rep, &e) < 0)
+		goto fail;
+	if (x->export)
+		goto open;
 	paths = json_loads(reply_field(rep, "paths") ? reply_field(rep, "paths") : "", 0, NULL);
 	if (!json_is_array(paths) || json_array_size(paths) == 0 ||
 	    json_array_size(paths) > SNAP_PATHS_MAX) {
@@ -724,20 +880,14 @@ static void restore_got(void *arg, struct redisReply *rep)
 		err_set(&e, SBX_E_VALIDATION, "targetDir needs a snapshot of one path");
 		goto fail;
 	}
-	sb = ctx_sandbox(x);
-	if (!sb) {
-		err_set(&e, SBX_E_NODE_UNAVAILABLE, "the sandbox was stopped during the restore");
-		goto fail;
+open:
+	if (bgwork_run(x->a, open_work, opened, x, &e) == 0) {
+		json_decref(paths);
+		return;   /* opened() ends x's reference */
 	}
-	job_spec(&spec, FW_COLLECT, child_restore, x->job, fd);
-	spec.on_json = x->on_start ? on_started : on_restored;
-	spec.ctx = x;
-	spec.ctx_free = ctx_unref;
-	x->refs++;
-	if (fw_start(r, sb, &spec, &e) < 0)
-		goto fail;
-	goto out;
 fail:
+	httpd_on_close(r, NULL, NULL);
+	x->r = NULL;
 	if (x->on_start && (sb = ctx_sandbox(x)))
 		agent_sb_stop(x->a, sb);   /* the start failed: nothing half-made runs */
 	agent_call_reply_err(r, &e);
@@ -848,143 +998,376 @@ int agent_snap_restore_on_start(struct httpd_req *r, struct agent_sb *sb, const 
 	return read_record(r, x, e);
 }
 
-/* --- persisted paths (module.h agent_persist_before_stop) --- */
+/* --- persisted paths: saved before a stop (module.h agent_persist_before_stop)
+ * and, with intervalS, in the background while the container runs --- */
+
+/* The background saves of one container: its slot of agent_snap_module. */
+struct persist_slot {
+	int64_t due_ms;            /* monotonic: the next background save (0: not yet set) */
+	int busy;                  /* a background save is in progress */
+	int64_t seq;               /* saves begun; a save is recorded only if it is the last */
+	char tree[65];             /* the tree digest of the last recorded save ("" none) */
+	char sid[24];              /* and its snapshot */
+};
+
+static unsigned bg_saves;          /* background saves in progress on the node */
+static struct event *tick_ev;
+
+static struct persist_slot *slot_of(struct agent_sb *sb, int make)
+{
+	void **p = agent_sb_slot(sb, &agent_snap_module);
+
+	if (!*p && make)
+		*p = calloc(1, sizeof(struct persist_slot));
+	return *p;
+}
 
 struct persist_req {
+	struct agent *a;
 	char key[AGENT_KEY_MAX];
+	int64_t run, seq;
 	char sid[24];
 	char loc[SNAPSTORE_LOC_MAX];
+	char tree[65];
 	uint64_t size;
 };
 
 static void persisted(void *arg, struct redisReply *rep)
 {
 	struct persist_req *q = arg;
-	struct sbx_err e;
+	struct agent_sb *sb;
+	struct persist_slot *slot;
 	int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
 		 rep->element[0]->type == REDIS_REPLY_INTEGER;
 
 	agent_metrics_snapshot(AM_SNAP_PERSIST, ok && rep->element[0]->integer == 1, q->size);
 	if (ok && rep->element[0]->integer == 1) {
-		if (rep->element[1]->type == REDIS_REPLY_STRING && rep->element[1]->str[0] &&
-		    snapstore_remove(&store, rep->element[1]->str, &e) < 0)
-			log_warn("sandbox '%s': the previous save stays: %s", q->key, e.msg);
+		if (rep->element[1]->type == REDIS_REPLY_STRING && rep->element[1]->str[0])
+			remove_later(q->a, rep->element[1]->str);
+		sb = agent_sb_find(q->a, q->key);
+		slot = sb && sb->run == q->run ? slot_of(sb, 0) : NULL;
+		if (slot && slot->seq == q->seq) {
+			memcpy(slot->tree, q->tree, sizeof(slot->tree));
+			memcpy(slot->sid, q->sid, sizeof(slot->sid));
+		}
 	} else {
 		log_warn("sandbox '%s': save %s not recorded (%s); its archive goes", q->key, q->sid,
 			 !ok ? "no answer from redis"
 			 : rep->element[0]->integer == 0 ? "the tenant's snapshot quota is used up"
 							 : "the sandbox moved on");
-		if (snapstore_remove(&store, q->loc, &e) < 0)
-			log_warn("snapshot %s: %s", q->sid, e.msg);
+		remove_later(q->a, q->loc);
 	}
 	free(q);
+}
+
+/* Record the save x made (committed; ans its helper's answer) at epoch:
+ * the persist script makes it the sandbox's restoreFrom and drops the save
+ * before it (persisted). 0, or -1 with e and the archive dropped. */
+static int record_save(struct snap_ctx *x, const json_t *ans, int64_t epoch, int64_t seq,
+		       struct sbx_err *e)
+{
+	auto_free struct add_req *q = calloc(1, sizeof(*q));
+	struct persist_req *pr = calloc(1, sizeof(*pr));
+	char kbytes[RKEYS_MAX], krec[RKEYS_MAX], kidx[RKEYS_MAX], ksb[RKEYS_MAX], quota[24],
+		epochs[24];
+	const char **kv;
+
+	if (!q || !pr) {
+		free(pr);
+		drop_archive(x);
+		return err_sys(e, ENOMEM, "persist");
+	}
+	add_fill(q, x, ans, quota, kbytes, krec, kidx);
+	kv = q->k.kv;
+	util_xsnprintf(epochs, sizeof(epochs), "%lld", (long long)epoch);
+	rkeys_sandbox(ksb, x->tenant, x->sandbox);
+	pr->a = x->a;
+	snprintf(pr->key, sizeof(pr->key), "%s", x->key);
+	pr->run = x->run;
+	pr->seq = seq;
+	snprintf(pr->sid, sizeof(pr->sid), "%s", x->sid);
+	snprintf(pr->loc, sizeof(pr->loc), "%s", x->put.loc);
+	snprintf(pr->tree, sizeof(pr->tree), "%s",
+		 json_string_value(json_object_get(ans, "tree")) ?: "");
+	pr->size = size_bytes(q->k.size);
+	if (registry_command(x->a->reg, persisted, pr,
+			     "EVAL %s 4 %s %s %s %s %s %s %s %s %s %s "
+			     "%s %s %s %s %s %s %s %s %s %s %s %s "
+			     "%s %s %s %s %s %s %s %s %s %s %s %s",
+			     rscripts_source(RSCRIPT_SNAPSHOT_PERSIST), kbytes, krec, kidx, ksb,
+			     q->k.size, quota, q->k.created, x->sid, epochs, x->sandbox, kv[0], kv[1],
+			     kv[2], kv[3], kv[4], kv[5], kv[6], kv[7], kv[8], kv[9], kv[10], kv[11],
+			     kv[12], kv[13], kv[14], kv[15], kv[16], kv[17], kv[18], kv[19], kv[20],
+			     kv[21], kv[22], kv[23]) < 0) {
+		free(pr);
+		drop_archive(x);
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "cannot record the save");
+	}
+	x->counted = 1;   /* by persisted() */
+	return 0;
+}
+
+/* A save of sb's persist paths begun: its context (the archive made in the
+ * store) and its helper's job j (the last save's digest in it, so an
+ * unchanged tree is not written again). NULL with e. */
+static struct snap_ctx *persist_begin(struct agent *a, struct agent_sb *sb, struct snap_job *j,
+				      struct sbx_err *e)
+{
+	struct persist_slot *slot = slot_of(sb, 0);
+	struct snap_ctx *x;
+
+	if (!get_store(a, e) || parse_paths(json_object_get(sb->persist, "paths"), j, e) < 0 ||
+	    !(x = ctx_of(a, sb, e)))
+		return NULL;
+	j->max_entries = (uint64_t)a->conf->snapshots.max_entries;
+	if (slot && slot->sid[0])
+		memcpy(j->prev_tree, slot->tree, sizeof(j->prev_tree));
+	snprintf(x->name, sizeof(x->name), "persist");
+	x->op = AM_SNAP_PERSIST;
+	x->started = 1;
+	if (new_snapshot(x, e) < 0 || paths_json(j, x->paths, sizeof(x->paths), e) < 0) {
+		ctx_unref(x);
+		return NULL;
+	}
+	return x;
 }
 
 int agent_snap_persist(struct agent *a, struct agent_sb *sb, char sid[24], struct sbx_err *e)
 {
 	auto_free struct snap_job *j = calloc(1, sizeof(*j));
-	auto_free struct add_req *q = calloc(1, sizeof(*q));
-	struct persist_req *pr = calloc(1, sizeof(*pr));
-	char kbytes[RKEYS_MAX], krec[RKEYS_MAX], kidx[RKEYS_MAX], ksb[RKEYS_MAX], quota[24],
-		epoch[24];
+	struct persist_slot *slot = slot_of(sb, 0);
 	struct snap_ctx *x = NULL;
 	struct fw_spec spec;
 	json_t *ans = NULL;
-	const char **kv;
 	int rc = -1;
 
-	if (!j || !q || !pr) {
+	if (!j) {
 		err_sys(e, ENOMEM, "persist");
 		goto out;
 	}
-	if (!get_store(a, e) || parse_paths(json_object_get(sb->persist, "paths"), j, e) < 0 ||
-	    !(x = ctx_of(a, sb, e)))
+	if (!(x = persist_begin(a, sb, j, e)))
 		goto out;
-	j->max_entries = (uint64_t)a->conf->snapshots.max_entries;
-	snprintf(x->name, sizeof(x->name), "persist");
-	x->op = AM_SNAP_PERSIST;
-	x->started = 1;
-	if (new_snapshot(x, e) < 0 || paths_json(j, x->paths, sizeof(x->paths), e) < 0)
+	if (slot)
+		slot->seq++;   /* a background save under way is not recorded after this one */
+	job_spec(&spec, FW_COLLECT, child_persist, j, x->put.fd);
+	if (fw_run(sb, &spec, &ans, e) < 0)
 		goto out;
-	job_spec(&spec, FW_COLLECT, child_create, j, x->put.fd);
-	if (fw_run(sb, &spec, &ans, e) < 0 || snapstore_commit(&store, &x->put, e) < 0)
-		goto out;
-	x->committed = 1;
-	add_fill(q, x, ans, quota, kbytes, krec, kidx);
-	kv = q->k.kv;
-	util_xsnprintf(epoch, sizeof(epoch), "%lld", (long long)sb->epoch);
-	rkeys_sandbox(ksb, x->tenant, x->sandbox);
-	snprintf(pr->key, sizeof(pr->key), "%s", sb->key);
-	snprintf(pr->sid, sizeof(pr->sid), "%s", x->sid);
-	snprintf(pr->loc, sizeof(pr->loc), "%s", x->put.loc);
-	pr->size = size_bytes(q->k.size);
-	if (registry_command(a->reg, persisted, pr,
-			     "EVAL %s 4 %s %s %s %s %s %s %s %s %s %s "
-			     "%s %s %s %s %s %s %s %s %s %s %s %s "
-			     "%s %s %s %s %s %s %s %s %s %s %s %s",
-			     rscripts_source(RSCRIPT_SNAPSHOT_PERSIST), kbytes, krec, kidx, ksb,
-			     q->k.size, quota, q->k.created, x->sid, epoch, x->sandbox, kv[0], kv[1],
-			     kv[2], kv[3], kv[4], kv[5], kv[6], kv[7], kv[8], kv[9], kv[10], kv[11],
-			     kv[12], kv[13], kv[14], kv[15], kv[16], kv[17], kv[18], kv[19], kv[20],
-			     kv[21], kv[22], kv[23]) < 0) {
-		err_set(e, SBX_E_REDIS_UNAVAILABLE, "cannot record the save");
-		drop_archive(x);
+	if (json_is_true(json_object_get(ans, "unchanged")) && slot) {
+		/* the last background save holds it all: it stays the restoreFrom */
+		ctx_ok(x, 0);
+		snprintf(sid, 24, "%s", slot->sid);
+		rc = 0;
 		goto out;
 	}
-	pr = NULL;   /* the reply's */
-	x->counted = 1;   /* by persisted() */
+	if (snapstore_commit(&store, &x->put, e) < 0)
+		goto out;
+	x->committed = 1;
+	if (record_save(x, ans, sb->epoch, slot ? slot->seq : 0, e) < 0)
+		goto out;
 	snprintf(sid, 24, "%s", x->sid);
 	rc = 0;
 out:
-	free(pr);
 	json_decref(ans);
 	if (x)
 		ctx_unref(x);
 	return rc;
 }
 
+/* A background save: its helper is waited for and its archive committed
+ * off the loop (save_work), then it is recorded on the loop (saved_bg). */
+struct bg_save {
+	struct snap_ctx *x;
+	struct fw_child ch;
+	int64_t epoch, seq;
+	int64_t t0;                /* monotonic ms: when it began */
+	json_t *ans;
+	int rc;
+};
+
+static int unchanged(const json_t *ans)
+{
+	return json_is_true(json_object_get(ans, "unchanged"));
+}
+
+static void save_work(void *arg)
+{
+	struct bg_save *b = arg;
+
+	b->rc = fw_wait(&b->ch, &b->ans, &b->x->err);
+	if (b->rc == 0 && !unchanged(b->ans))
+		b->rc = snapstore_commit(&store, &b->x->put, &b->x->err);
+}
+
+static void saved_bg(void *arg)
+{
+	struct bg_save *b = arg;
+	struct snap_ctx *x = b->x;
+	struct agent_sb *sb = ctx_sandbox(x);
+	struct persist_slot *slot = sb ? slot_of(sb, 0) : NULL;
+	struct sbx_err e;
+
+	bg_saves--;
+	if (slot)
+		slot->busy = 0;
+	if (b->rc < 0 && (!slot || slot->seq != b->seq)) {
+		/* its container stopped meanwhile (the stop's own save counts) */
+		x->counted = 1;
+		log_debug("sandbox '%s': background save cut short: %s", x->key, x->err.msg);
+	} else if (b->rc < 0) {
+		log_warn("sandbox '%s': background save failed: %s", x->key, x->err.msg);
+	} else if (unchanged(b->ans)) {
+		ctx_ok(x, 0);
+		log_debug("sandbox '%s': nothing changed since save %s (%lld ms)", x->key,
+			  slot ? slot->sid : "-", (long long)(util_now_ms() - b->t0));
+	} else if (!slot || slot->seq != b->seq) {
+		/* a later save (a stop's) or the container's end came first */
+		x->committed = 1;
+		x->counted = 1;
+		drop_archive(x);
+	} else {
+		x->committed = 1;
+		if (record_save(x, b->ans, b->epoch, b->seq, &e) < 0)
+			log_warn("sandbox '%s': background save not recorded: %s", x->key, e.msg);
+		else
+			log_info("sandbox '%s': background save %s (%lld ms)", x->key, x->sid,
+				 (long long)(util_now_ms() - b->t0));
+	}
+	json_decref(b->ans);
+	ctx_unref(x);
+	free(b);
+}
+
+static void start_bg_save(struct agent *a, struct agent_sb *sb, struct persist_slot *slot)
+{
+	auto_free struct snap_job *j = calloc(1, sizeof(*j));
+	struct bg_save *b = calloc(1, sizeof(*b));
+	struct fw_spec spec;
+	struct sbx_err e;
+
+	err_clear(&e);
+	if (!j || !b) {
+		err_sys(&e, ENOMEM, "background save");
+		goto fail;
+	}
+	if (!(b->x = persist_begin(a, sb, j, &e)))
+		goto fail;
+	b->epoch = sb->epoch;
+	b->seq = ++slot->seq;
+	b->t0 = util_now_ms();
+	job_spec(&spec, FW_COLLECT, child_persist, j, b->x->put.fd);
+	if (fw_fork(sb, &spec, &b->ch, &e) < 0)
+		goto fail;
+	if (bgwork_run(a, save_work, saved_bg, b, &e) < 0) {
+		kill(b->ch.pid, SIGKILL);
+		fw_wait(&b->ch, &b->ans, &b->x->err);
+		json_decref(b->ans);
+		goto fail;
+	}
+	slot->busy = 1;
+	bg_saves++;
+	return;
+fail:
+	log_warn("sandbox '%s': cannot start a background save: %s", sb->key, e.msg);
+	if (b && b->x)
+		ctx_unref(b->x);
+	free(b);
+}
+
+/* The persist.intervalS of sb in ms (0: none). */
+static int64_t interval_ms(const struct agent_sb *sb)
+{
+	json_int_t s = json_integer_value(json_object_get(sb->persist, "intervalS"));
+
+	return s > 0 ? (int64_t)s * 1000 : 0;
+}
+
+/* Every SNAP_TICK_MS: start the background saves that are due (one per
+ * container at a time, SNAP_BG_SAVES_MAX on the node; a save that cannot
+ * start now starts at a later tick). The first is due one interval after
+ * the container started (or after the agent first saw it). */
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct agent *a = arg;
+	int64_t now = util_now_ms();
+
+	(void)fd;
+	(void)what;
+	for (struct agent_sb *sb = a->sandboxes; sb && !a->shutting_down; sb = sb->next) {
+		int64_t iv = sb->persist ? interval_ms(sb) : 0;
+		struct persist_slot *slot;
+
+		if (!iv || !agent_sb_container(sb) || !(slot = slot_of(sb, 1)))
+			continue;
+		if (!slot->due_ms) {
+			slot->due_ms = now + iv;
+			continue;
+		}
+		if (slot->busy || now < slot->due_ms || bg_saves >= SNAP_BG_SAVES_MAX)
+			continue;
+		slot->due_ms = now + iv;
+		start_bg_save(a, sb, slot);
+	}
+}
+
+int agent_snap_init(struct agent *a, struct sbx_err *e)
+{
+	struct timeval tv = { SNAP_TICK_MS / 1000, (SNAP_TICK_MS % 1000) * 1000 };
+
+	tick_ev = event_new(a->base, -1, EV_PERSIST, tick_cb, a);
+	if (!tick_ev || event_add(tick_ev, &tv) < 0)
+		return err_sys(e, ENOMEM, "the background saves' timer");
+	return 0;
+}
+
+void agent_snap_release(struct agent *a)
+{
+	(void)a;
+	if (tick_ev)
+		event_free(tick_ev);
+	tick_ev = NULL;
+}
+
+static void snap_container_gone(struct agent *a, struct agent_sb *sb)
+{
+	void **p = agent_sb_slot(sb, &agent_snap_module);
+
+	(void)a;
+	free(*p);
+	*p = NULL;
+}
+
+const struct agent_module agent_snap_module = {
+	.name = "snapshots",
+	.container_gone = snap_container_gone,
+};
+
 /* --- archives as files of the sandbox (the compat view's backups) --- */
 
-static int child_to_file(void *arg, const struct fw_env *env)
+/* A backup: the archive of j's path written to the sandbox's file
+ * j->target (to_file), or that file's archive restored into the path. */
+static int child_file(void *arg, const struct fw_env *env)
 {
 	const struct snap_job *j = arg;
 	const char *paths[SNAP_PATHS_MAX], *excl[SNAP_EXCLUDE_MAX];
 	struct snap_sum sum;
 	struct sbx_err e;
-	int fd, rc;
+	auto_close int fd = -1;
+	int rc;
 
 	err_clear(&e);
 	job_ptrs(j, paths, excl);
-	fd = snap_open_file(env->root, j->target, 1, &e);
-	rc = fd < 0 ? -1
-		    : snap_archive_write(env->root, paths, j->npaths, excl, j->nexclude, fd,
-					 j->max_entries, &sum, &e);
-	if (fd >= 0 && (rc < 0 || fsync(fd) < 0)) {
-		if (rc == 0)
-			rc = err_set(&e, SBX_E_NO_SPACE, "cannot write '%s'", j->target);
-	}
-	if (fd >= 0)
-		close(fd);
-	return child_answer(env, rc, &e, &sum, json_pack("{s:s}", "archivePath", j->target));
-}
-
-static int child_from_file(void *arg, const struct fw_env *env)
-{
-	const struct snap_job *j = arg;
-	const char *paths[SNAP_PATHS_MAX];
-	struct snap_sum sum;
-	struct sbx_err e;
-	int fd, rc;
-
-	err_clear(&e);
-	job_ptrs(j, paths, NULL);
-	fd = snap_open_file(env->root, j->target, 0, &e);
-	rc = fd < 0 ? -1
-		    : snap_archive_extract(env->root, fd, paths, j->npaths, NULL, j->max_bytes,
-					   j->max_entries, &sum, &e);
-	if (fd >= 0)
-		close(fd);
-	return child_answer(env, rc, &e, &sum, NULL);
+	fd = snap_open_file(env->root, j->target, j->to_file, &e);
+	if (fd < 0)
+		rc = -1;
+	else if (!j->to_file)
+		rc = snap_archive_extract(env->root, fd, paths, j->npaths, NULL, j->max_bytes,
+					  j->max_entries, &sum, &e);
+	else if ((rc = snap_archive_write(env->root, paths, j->npaths, excl, j->nexclude, fd,
+					  j->max_entries, &sum, &e)) == 0 &&
+		 fsync(fd) < 0)
+		rc = err_set(&e, SBX_E_NO_SPACE, "cannot write '%s'", j->target);
+	return child_answer(env, rc, &e, &sum,
+			    j->to_file ? json_pack("{s:s}", "archivePath", j->target) : NULL);
 }
 
 const struct jsonv_field agent_snap_file_fields[] = {
@@ -1021,23 +1404,24 @@ static struct snap_job *file_job(struct agent_call *c, struct sbx_err *e)
 	return j;
 }
 
-static int file_call(struct agent_call *c, fw_child_fn fn, struct sbx_err *e)
+static int file_call(struct agent_call *c, int to_file, struct sbx_err *e)
 {
 	auto_free struct snap_job *j = file_job(c, e);
 	struct fw_spec spec;
 
 	if (!j)
 		return -1;
-	job_spec(&spec, FW_COLLECT, fn, j, 0);
+	j->to_file = to_file;
+	job_spec(&spec, FW_COLLECT, child_file, j, 0);
 	return fw_start(c->r, c->sb, &spec, e);
 }
 
 int agent_snap_to_file(struct agent_call *c, struct sbx_err *e)
 {
-	return file_call(c, child_to_file, e);
+	return file_call(c, 1, e);
 }
 
 int agent_snap_from_file(struct agent_call *c, struct sbx_err *e)
 {
-	return file_call(c, child_from_file, e);
+	return file_call(c, 0, e);
 }

@@ -39,7 +39,22 @@ extern const struct jsonv_field agent_snap_file_fields[];
 int agent_snap_to_file(struct agent_call *c, struct sbx_err *e);
 int agent_snap_from_file(struct agent_call *c, struct sbx_err *e);
 
-/* agent_persist_before_stop (module.h): save sb's persist paths. */
+/* agent_persist_before_stop (module.h): save sb's persist paths. With
+ * persist.intervalS, nothing is written when the tree is as the last
+ * background save left it (its digest, snap_tree_digest): that save
+ * stays the restoreFrom and its id is sid. */
 int agent_snap_persist(struct agent *a, struct agent_sb *sb, char sid[24], struct sbx_err *e);
+
+/* agent_persist_init (module.h): the timer of the background saves. A
+ * container whose persist has intervalS is saved every intervalS seconds
+ * (looked at every 2 s) while it runs: its helper (child_persist) first
+ * takes the digest of the tree's metadata and writes nothing when it is
+ * the last save's; else a full archive, committed off the loop (bgwork.h)
+ * and recorded as the sandbox's restoreFrom by the persist script, which
+ * drops the save before it. */
+int agent_snap_init(struct agent *a, struct sbx_err *e);
+/* agent_persist_release (module.h): the timer goes. */
+void agent_snap_release(struct agent *a);
+extern const struct agent_module agent_snap_module;
 
 #endif

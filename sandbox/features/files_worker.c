@@ -787,6 +787,18 @@ static void call_close(void *arg, int failed)
 		call_free(c);
 }
 
+/* What starting a helper opened in the agent: the sandbox's namespaces,
+ * the channel's ends still held (-1: none), /proc. */
+static void setup_release(struct rt_helper *h, int sv[2], int proc)
+{
+	rt_helper_release(h);
+	for (int i = 0; i < 2; i++)
+		if (sv[i] >= 0)
+			close(sv[i]);
+	if (proc >= 0)
+		close(proc);
+}
+
 int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spec,
 	     struct sbx_err *e)
 {
@@ -895,12 +907,7 @@ int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spe
 nomem:
 	err_sys(e, ENOMEM, "file call");
 fail:
-	rt_helper_release(&h);
-	for (int i = 0; i < 2; i++)
-		if (sv[i] >= 0)
-			close(sv[i]);
-	if (proc >= 0)
-		close(proc);
+	setup_release(&h, sv, proc);
 	ncalls++;   /* call_free counts it out */
 	nevents += !!(spec->flags & FW_EVENTS);
 	c->next = calls;
@@ -909,26 +916,22 @@ fail:
 	return -1;
 }
 
-/* The helper of a call the agent waits for (fw_run): no request, no loop. */
-int fw_run(struct agent_sb *sb, const struct fw_spec *spec, json_t **answer, struct sbx_err *e)
+int fw_fork(struct agent_sb *sb, const struct fw_spec *spec, struct fw_child *ch,
+	    struct sbx_err *e)
 {
 	struct rt_sandbox *rsb = agent_sb_container(sb);
 	struct rt_helper h = { .mnt_fd = -1, .user_fd = -1 };
-	int sv[2] = { -1, -1 }, proc = -1, status = 0, rc = -1, ended = 0;
-	struct fw_result head;
-	struct buf body;
-	char *rec = NULL;
-	pid_t pid = -1;
+	int sv[2] = { -1, -1 }, proc = -1, rc = -1;
+	pid_t pid;
 
-	*answer = NULL;
-	memset(&head, 0, sizeof(head));
-	buf_init(&body, FW_COLLECT_MAX);
+	ch->pid = -1;
+	ch->chan = -1;
+	snprintf(ch->key, sizeof(ch->key), "%s", sb->key);
 	if (!rsb)
 		return err_set(e, SBX_E_NODE_UNAVAILABLE, FW_GONE);
 	if (rt_helper_open(rsb, &h, e) < 0)
 		return -1;
-	rec = malloc(FW_BUF);
-	if (!rec || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 ||
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 ||
 	    (proc = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		err_sys(e, errno, "helper");
 		goto out;
@@ -942,11 +945,27 @@ int fw_run(struct agent_sb *sb, const struct fw_spec *spec, json_t **answer, str
 		close(sv[0]);
 		child_main(rsb, &h, sv[1], proc, spec);
 	}
-	close(sv[1]);
-	sv[1] = -1;
+	ch->pid = pid;
+	ch->chan = steal_fd(&sv[0]);
+	rc = 0;
+out:
+	setup_release(&h, sv, proc);
+	return rc;
+}
+
+int fw_wait(struct fw_child *ch, json_t **answer, struct sbx_err *e)
+{
+	int status = 0, rc = -1, ended = 0;
+	struct fw_result head;
+	struct buf body;
+	char *rec = malloc(FW_BUF);
+
+	*answer = NULL;
+	memset(&head, 0, sizeof(head));
+	buf_init(&body, FW_COLLECT_MAX);
 	for (;;) {
-		int fd;
-		ssize_t n = recv_rec(sv[0], rec, FW_BUF, &fd);
+		int fd = -1;
+		ssize_t n = rec ? recv_rec(ch->chan, rec, FW_BUF, &fd) : 0;
 
 		if (fd >= 0)
 			close(fd);
@@ -962,29 +981,33 @@ int fw_run(struct agent_sb *sb, const struct fw_spec *spec, json_t **answer, str
 			break;
 		}
 	}
-	close(sv[0]);
-	sv[0] = -1;
-	kill(pid, SIGKILL);   /* done with it: a helper that lingers goes */
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+	close(ch->chan);
+	ch->chan = -1;
+	kill(ch->pid, SIGKILL);   /* done with it: a helper that lingers goes */
+	while (waitpid(ch->pid, &status, 0) < 0 && errno == EINTR)
 		;
+	ch->pid = -1;
 	if (head.status == 0 && head.code > SBX_E_NONE && head.code < SBX_E__COUNT) {
 		err_set(e, (enum sbx_ecode)head.code, "%s", head.msg);
 	} else if (!ended || head.status == 0) {
-		err_set(e, SBX_E_INTERNAL, "helper of '%s' ended without an answer", sb->key);
+		err_set(e, SBX_E_INTERNAL, "helper of '%s' ended without an answer", ch->key);
 	} else {
 		*answer = json_loadb(body.data ? body.data : "", body.len, 0, NULL);
-		rc = *answer ? 0 : err_set(e, SBX_E_INTERNAL, "helper of '%s' sent bad JSON", sb->key);
+		rc = *answer ? 0 : err_set(e, SBX_E_INTERNAL, "helper of '%s' sent bad JSON", ch->key);
 	}
-out:
-	rt_helper_release(&h);
-	for (int i = 0; i < 2; i++)
-		if (sv[i] >= 0)
-			close(sv[i]);
-	if (proc >= 0)
-		close(proc);
 	free(rec);
 	buf_release(&body);
 	return rc;
+}
+
+int fw_run(struct agent_sb *sb, const struct fw_spec *spec, json_t **answer, struct sbx_err *e)
+{
+	struct fw_child ch;
+
+	*answer = NULL;
+	if (fw_fork(sb, spec, &ch, e) < 0)
+		return -1;
+	return fw_wait(&ch, answer, e);
 }
 
 /* The container of sb is gone: its helpers die with it (they are in its

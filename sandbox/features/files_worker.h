@@ -140,6 +140,19 @@ int fw_start(struct httpd_req *r, struct agent_sb *sb, const struct fw_spec *spe
  * reference), or -1 with e. */
 int fw_run(struct agent_sb *sb, const struct fw_spec *spec, json_t **answer, struct sbx_err *e);
 
+/* fw_run in two halves, for a helper waited for off the loop (bgwork.h):
+ * fw_fork starts it (on the loop); fw_wait, which touches no state of the
+ * loop and may run on a worker thread, reads its answer as fw_run does
+ * and reaps it (ch is spent either way). */
+struct fw_child {
+	pid_t pid;
+	int chan;
+	char key[AGENT_KEY_MAX];
+};
+int fw_fork(struct agent_sb *sb, const struct fw_spec *spec, struct fw_child *ch,
+	    struct sbx_err *e);
+int fw_wait(struct fw_child *ch, json_t **answer, struct sbx_err *e);
+
 extern const struct agent_module fw_module;
 
 /* The answer of a collected file call (FW_COLLECT: a view's request),

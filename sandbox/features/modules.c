@@ -24,8 +24,11 @@ const struct agent_module *const agent_modules[] = {
 	&tunnel_module,
 	&fwd_module,
 	&fw_module,
+	&agent_snap_module,
 	NULL,
 };
 
 const agent_restore_fn agent_restore_on_start = agent_snap_restore_on_start;
 const agent_persist_fn agent_persist_before_stop = agent_snap_persist;
+const agent_init_fn agent_persist_init = agent_snap_init;
+const agent_release_fn agent_persist_release = agent_snap_release;

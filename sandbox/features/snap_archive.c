@@ -104,7 +104,8 @@ static la_ssize_t hashed_read(struct archive *a, void *arg, const void **out)
 /* --- making an archive --- */
 
 struct walker {
-	struct archive *a;
+	struct archive *a;             /* NULL: only the tree's digest (tree) */
+	EVP_MD_CTX *tree;
 	struct archive_entry_linkresolver *lr;
 	const char *const *exclude;
 	size_t nexclude;
@@ -177,6 +178,37 @@ static int write_data(struct walker *w, int fd, off_t size)
 
 static int walk_dir(struct walker *w, int dfd, const char *rel, int depth);
 
+/* The digest's part of one entry (st of name in dirfd, named rel): what
+ * any change to it moves (its inode's ctime moves with every write,
+ * chmod, chown, link or rename; a directory's mtime with what it holds),
+ * then below it, for a directory. No file is read. */
+static int tree_entry(struct walker *w, int dirfd, const char *name, const char *rel,
+		      const struct stat *st, int depth)
+{
+	const int64_t meta[] = { (int64_t)st->st_ino,	       (int64_t)st->st_mode,
+				 (int64_t)st->st_uid,	       (int64_t)st->st_gid,
+				 (int64_t)st->st_size,	       (int64_t)st->st_nlink,
+				 (int64_t)st->st_mtim.tv_sec,  (int64_t)st->st_mtim.tv_nsec,
+				 (int64_t)st->st_ctim.tv_sec,  (int64_t)st->st_ctim.tv_nsec };
+	int fd;
+
+	if (EVP_DigestUpdate(w->tree, rel, strlen(rel) + 1) != 1 ||
+	    EVP_DigestUpdate(w->tree, meta, sizeof(meta)) != 1)
+		return err_set(w->e, SBX_E_INTERNAL, "tree digest");
+	if (!S_ISDIR(st->st_mode))
+		return 0;
+	fd = openat(dirfd, name, O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT || errno == ELOOP || errno == ENOTDIR
+			       ? 0
+			       : err_sys(w->e, errno, "cannot open '%s'", rel);
+	if (!files_fs_allowed(fd, 0)) {
+		close(fd);
+		return 0;
+	}
+	return walk_dir(w, fd, rel, depth + 1);
+}
+
 /* One entry: name in dirfd, archived as rel (and below it, for a directory). */
 static int add_entry(struct walker *w, int dirfd, const char *name, const char *rel, int depth)
 {
@@ -193,6 +225,8 @@ static int add_entry(struct walker *w, int dirfd, const char *name, const char *
 	if (++w->sum->entries > w->max_entries)
 		return err_set(w->e, SBX_E_LIMIT_EXCEEDED, "the snapshot has more than %llu entries",
 			       (unsigned long long)w->max_entries);
+	if (!w->a)
+		return tree_entry(w, dirfd, name, rel, &st, depth);
 	if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) {
 		struct stat fst;
 
@@ -361,6 +395,63 @@ int snap_open_file(int root, const char *p, int write, struct sbx_err *e)
 	return fd;
 }
 
+/* Every path's tree (absolute, a directory) under root through w. */
+static int walk_paths(struct walker *w, int root, const char *const *paths, size_t npaths)
+{
+	for (size_t i = 0; i < npaths; i++) {
+		auto_close int pfd = -1;
+		const char *base;
+		struct stat st;
+
+		pfd = open_parent_of(root, paths[i], &base, w->e);
+		if (pfd < 0)
+			return -1;
+		if (fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			return err_set(w->e, SBX_E_FILE_NOT_FOUND, "'%s' does not exist", paths[i]);
+		if (!S_ISDIR(st.st_mode))
+			return err_set(w->e, SBX_E_NOT_DIRECTORY, "'%s' is not a directory", paths[i]);
+		if (add_entry(w, pfd, base, paths[i] + 1, 0) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int snap_tree_digest(int root, const char *const *paths, size_t npaths,
+		     const char *const *exclude, size_t nexclude, uint64_t max_entries,
+		     char out[65], struct sbx_err *e)
+{
+	struct snap_sum sum;
+	struct walker *w = calloc(1, sizeof(*w));
+	unsigned char d[EVP_MAX_MD_SIZE];
+	unsigned n = 0;
+	int rc = -1;
+
+	memset(&sum, 0, sizeof(sum));
+	if (!w || !(w->tree = EVP_MD_CTX_new()) ||
+	    EVP_DigestInit_ex(w->tree, EVP_sha256(), NULL) != 1) {
+		err_sys(e, ENOMEM, "tree digest");
+		goto out;
+	}
+	w->exclude = exclude;
+	w->nexclude = nexclude;
+	w->max_entries = max_entries;
+	w->sum = &sum;
+	w->e = e;
+	if (walk_paths(w, root, paths, npaths) < 0)
+		goto out;
+	if (EVP_DigestFinal_ex(w->tree, d, &n) != 1 || n < 32) {
+		err_set(e, SBX_E_INTERNAL, "tree digest");
+		goto out;
+	}
+	util_hex(d, 32, out);
+	rc = 0;
+out:
+	if (w)
+		EVP_MD_CTX_free(w->tree);
+	free(w);
+	return rc;
+}
+
 int snap_archive_write(int root, const char *const *paths, size_t npaths,
 		       const char *const *exclude, size_t nexclude, int out, uint64_t max_entries,
 		       struct snap_sum *sum, struct sbx_err *e)
@@ -397,25 +488,8 @@ int snap_archive_write(int root, const char *const *paths, size_t npaths,
 		archive_fail(e, w->a, "archive");
 		goto out;
 	}
-	for (size_t i = 0; i < npaths; i++) {
-		auto_close int pfd = -1;
-		const char *base;
-		struct stat st;
-
-		pfd = open_parent_of(root, paths[i], &base, e);
-		if (pfd < 0)
-			goto out;
-		if (fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			err_set(e, SBX_E_FILE_NOT_FOUND, "'%s' does not exist", paths[i]);
-			goto out;
-		}
-		if (!S_ISDIR(st.st_mode)) {
-			err_set(e, SBX_E_NOT_DIRECTORY, "'%s' is not a directory", paths[i]);
-			goto out;
-		}
-		if (add_entry(w, pfd, base, paths[i] + 1, 0) < 0)
-			goto out;
-	}
+	if (walk_paths(w, root, paths, npaths) < 0)
+		goto out;
 	if (archive_write_close(w->a) != ARCHIVE_OK) {
 		archive_fail(e, w->a, "archive");
 		goto out;

@@ -47,6 +47,15 @@ int snap_archive_write(int root, const char *const *paths, size_t npaths,
 		       const char *const *exclude, size_t nexclude, int out, uint64_t max_entries,
 		       struct snap_sum *sum, struct sbx_err *e);
 
+/* A digest of the trees of paths under root as snap_archive_write would
+ * take them (the same exclude and bounds), from their entries' names and
+ * metadata only (inode, mode, owner, size, links, mtime and ctime; no
+ * file is read): equal digests mean nothing changed that an archive would
+ * hold. 64 hex digits into out; 0, or -1 with e. */
+int snap_tree_digest(int root, const char *const *paths, size_t npaths,
+		     const char *const *exclude, size_t nexclude, uint64_t max_entries,
+		     char out[65], struct sbx_err *e);
+
 /* The source of an archive: up to max bytes into buf; 0 at its end, -1
  * with errno. */
 typedef ssize_t (*snap_read_fn)(void *arg, void *buf, size_t max);

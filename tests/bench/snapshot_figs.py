@@ -9,7 +9,11 @@
 - the wake of a sandbox whose `persist` workspace holds BENCH_SNAP_WAKE_MIB
   (default 50) MiB: the first exec after a sleep (which restores it), p50;
 - the extra sleep → wake time that persistence costs: the same sleep and
-  wake of an equal sandbox without `persist`, p50 of each.
+  wake of an equal sandbox without `persist`, p50 of each;
+- the cost of one save of that workspace with `persist.intervalS` when
+  nothing changed since the last background save (a walk, nothing
+  written) and when a file changed (the whole archive), as the extra time
+  of a sleep over one without `persist`.
 
 Alone: `BENCH_ONLY=snapshots make bench` (run.py).
 """
@@ -109,6 +113,40 @@ def fig_snapshots(st, ctx):
             results[sid] = [cycle(sid) for _ in range(RUNS)]
         finally:
             api("DELETE", "/v1/sandboxes/" + sid)
+    # one save of an unchanged and of a changed persisted workspace (the
+    # helper a background save runs), as the extra time of a sleep over a
+    # sleep without persist: with intervalS, a background save of the tree
+    # is waited for, then the sleep finds it unchanged (a walk, nothing
+    # written); after a change the sleep writes it all
+    make("bench-interval", resources={"memoryMiB": 1024, "diskMiB": WAKE_MIB * 2 + 100},
+         persist={"paths": ["/workspace"], "intervalS": 10})
+    unchanged_s, changed_s = [], []
+    try:
+        sh("bench-interval", fill(WAKE_MIB))
+        for i in range(RUNS):
+            before = api("GET", "/v1/sandboxes/bench-interval").json().get("persistedSnapshot")
+            deadline = time.monotonic() + 60
+            while api("GET", "/v1/sandboxes/bench-interval").json().get(
+                    "persistedSnapshot") == before:
+                if time.monotonic() > deadline:
+                    raise AssertionError("no background save in 60 s")
+                time.sleep(0.2)
+            time.sleep(0.5)   # the agent has the save's answer from Redis too
+            unchanged_s.append(cycle("bench-interval")[0])
+            sh("bench-interval", "echo %d > /workspace/t/changed" % i)
+            changed_s.append(cycle("bench-interval")[0])
+    finally:
+        api("DELETE", "/v1/sandboxes/bench-interval")
+    plain_sleep = statistics.median(s for s, _ in results["bench-plain"]) * 1000
+    for name, what, samples in (("unchanged", "nothing changed since the last save: a walk of "
+                                 "the tree's metadata, nothing written", unchanged_s),
+                                ("changed", "one file changed: the whole archive written and "
+                                 "committed", changed_s)):
+        ms = statistics.median(samples) * 1000
+        ctx.values.append(Value(
+            "snap-save-%s-ms" % name, "one save of a %d MiB persisted workspace, %s (the extra "
+            "time of a sleep), p50 of %d" % (WAKE_MIB, what, RUNS), ms - plain_sleep, "ms",
+            compare="sleep %.0f ms with, %.0f ms without persist" % (ms, plain_sleep)))
     wake = statistics.median(w for _, w in results["bench-persist"]) * 1000
     plain_wake = statistics.median(w for _, w in results["bench-plain"]) * 1000
     both = statistics.median(s + w for s, w in results["bench-persist"]) * 1000

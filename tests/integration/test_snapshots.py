@@ -380,13 +380,68 @@ def test_persist_survives_a_killed_node(api, stack):
         api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 
 
+def test_persist_interval_saves_in_the_background(api, stack, new_key):
+    """persist.intervalS: saves while the sandbox runs (no sleep, no stop),
+    shown on the record (persistedSnapshot, persistedAgeS); a save that
+    finds nothing changed since the last one writes nothing and keeps it; a
+    changed tree replaces it, so one persisted save (and its bytes) stays."""
+    from test_metrics import agents_value
+    tenant = "pi" + uuid.uuid4().hex[:8]
+    key = new_key(tenant)
+
+    def kapi(method, path, **kw):
+        return api(method, path, key=key, **kw)
+
+    def record():
+        return kapi("GET", "/v1/sandboxes/" + sid).json()
+
+    def persist_ok():
+        return agents_value(stack, "sbx_agent_snapshots_total", op="persist", result="ok")
+
+    sid = new_box(kapi, persist={"paths": ["/workspace"], "intervalS": 10})
+    try:
+        rec = record()
+        assert rec["persist"] == {"paths": ["/workspace"], "intervalS": 10}
+        assert "persistedSnapshot" not in rec
+        sh(kapi, sid, "echo one > /workspace/a")
+        first = stack.wait("a background save", lambda: record().get("persistedSnapshot"),
+                           timeout=40, interval=0.5)
+        rec = record()
+        assert rec["state"] == "running" and rec["persistedAgeS"] >= 0
+        assert rec["restoreFrom"] == first
+        assert kapi("GET", "/v1/snapshots/" + first).json()["name"] == "persist"
+        # nothing changed: the next save is counted and writes nothing
+        n = persist_ok()
+        stack.wait("a save of the unchanged tree", lambda: persist_ok() > n, timeout=40,
+                   interval=0.5)
+        assert record()["persistedSnapshot"] == first
+        # a change: the next save replaces the first
+        sh(kapi, sid, "echo two > /workspace/b")
+        second = stack.wait("a save of the changed tree", lambda: (
+            record().get("persistedSnapshot") != first and record()["persistedSnapshot"]),
+            timeout=40, interval=0.5)
+        assert_error(kapi("GET", "/v1/snapshots/" + first), 404, "SNAPSHOT_NOT_FOUND")
+        saves = kapi("GET", "/v1/snapshots").json()["snapshots"]
+        assert [s["id"] for s in saves] == [second]
+        assert int(stack.redis_cli("GET", "sbx:tenant:{%s}:snapbytes" % tenant)) == \
+            saves[0]["size"]
+        # and a stop (here: a restart) of the unchanged tree starts from that save
+        assert kapi("POST", "/v1/sandboxes/%s/restart" % sid, timeout=60).status_code == 200
+        assert sh(kapi, sid, "cat /workspace/a /workspace/b") == "one\ntwo\n"
+        assert record()["restoreFrom"] == second
+    finally:
+        kapi("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
 def test_persist_bad_input(api, box):
     for bad in ({"paths": []}, {"paths": ["rel"]}, {"paths": ["/a/../b"]}, {"paths": "/w"},
                 {"paths": ["/w"], "other": 1}):
         assert_error(api("PUT", "/v1/sandboxes/sn-persist-bad", json={"persist": bad}), 400,
                      "VALIDATION_FAILED")
-    assert_error(api("PUT", "/v1/sandboxes/sn-persist-bad",
-                     json={"persist": {"paths": ["/w"], "intervalS": 60}}), 501, "NOT_IMPLEMENTED")
+    for bad in (0, 9, 86401, "60", 1.5):
+        assert_error(api("PUT", "/v1/sandboxes/sn-persist-bad",
+                         json={"persist": {"paths": ["/w"], "intervalS": bad}}), 400,
+                     "VALIDATION_FAILED")
     assert_error(api("PATCH", "/v1/sandboxes/" + box, json={"persist": {"paths": ["/w"]}}), 400,
                  "VALIDATION_FAILED")
 
@@ -429,11 +484,91 @@ S3RVER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
                       "s3rver")
 
 
-def test_s3_store_round_trip_on_a_stand_in():
-    """The s3 store against s3rver (a stand-in for an S3-compatible store
-    on loopback, started here; it does not check signatures), on a stack
-    of its own: snapshot, list, export, restore, fork, delete."""
+class S3Front:
+    """A loopback TCP relay in front of the stand-in that notes each
+    request line (each of the agent's S3 requests is a connection of its
+    own). With hold set to a method ("PUT": an upload, "GET": a download),
+    a request of it waits for release before it is relayed (held is set
+    when one does); a request whose line holds cut is cut off (the
+    connection reset) instead."""
+
+    def __init__(self, upstream):
+        import socket
+        import threading
+        self.upstream = upstream
+        self.lines = []
+        self.hold = None
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self.cut = None
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(64)
+        self.port = self.srv.getsockname()[1]
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        import threading
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.relay, args=(c,), daemon=True).start()
+
+    def relay(self, c):
+        import socket
+        import struct
+        import threading
+        first = c.recv(65536)
+        line = first.split(b"\r\n", 1)[0].decode(errors="replace")
+        self.lines.append(line)
+        if self.cut and self.cut in line:
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            c.close()
+            return
+        if self.hold and line.startswith(self.hold + " "):
+            self.held.set()
+            self.release.wait(120)
+        u = socket.create_connection(("127.0.0.1", self.upstream))
+
+        def pump(a, b):
+            try:
+                while True:
+                    d = a.recv(65536)
+                    if not d:
+                        break
+                    b.sendall(d)
+            except OSError:
+                pass
+            for x in (a, b):
+                try:
+                    x.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        u.sendall(first)
+        t = threading.Thread(target=pump, args=(u, c), daemon=True)
+        t.start()
+        pump(c, u)
+        t.join(120)
+        c.close()
+        u.close()
+
+    def stop(self):
+        self.release.set()
+        self.srv.close()
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A stack of its own whose store is s3rver (a stand-in for an
+    S3-compatible store on loopback, started here; it does not check
+    signatures, and it does not implement the abort of a multipart
+    upload), reached through an S3Front; parts of 5 MiB. Yields
+    (stack, front, the stand-in's data directory)."""
     import shutil
+    import socket
     import subprocess
     import time
     from conftest import free_port, stack_down, stack_up
@@ -446,53 +581,154 @@ def test_s3_store_round_trip_on_a_stand_in():
         assert r.returncode == 0, "npm ci failed:\n%s%s" % (r.stdout, r.stderr)
     data = tempfile_dir()
     port = free_port()
-    s3 = subprocess.Popen([os.path.join(S3RVER, "node_modules", ".bin", "s3rver"), "-d", data,
-                           "-a", "127.0.0.1", "-p", str(port), "--configure-bucket", "snaps",
-                           "--silent"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    st = None
+    proc = subprocess.Popen([os.path.join(S3RVER, "node_modules", ".bin", "s3rver"), "-d", data,
+                             "-a", "127.0.0.1", "-p", str(port), "--configure-bucket", "snaps",
+                             "--silent"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    front = st = None
     try:
         for _ in range(100):
             try:
-                import socket
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
                 time.sleep(0.1)
+        front = S3Front(port)
         st = stack_up(agents=1, overrides=[
-            "snapshots.store=s3", "snapshots.s3_endpoint=http://127.0.0.1:%d" % port,
+            "snapshots.store=s3", "snapshots.s3_endpoint=http://127.0.0.1:%d" % front.port,
             "snapshots.s3_bucket=snaps", "snapshots.s3_access_key=S3RVER",
-            "snapshots.s3_secret_key=S3RVER-secret-never-logged"])
-        sid = new_box(st.api)
-        sh(st.api, sid, "mkdir -p /workspace/q && echo s3 > /workspace/q/f")
-        r = snap(st.api, sid)
-        assert r.status_code == 201, r.text
-        rec = r.json()
-        assert rec["store"] == "s3"
-        objects = [os.path.join(d, f) for d, _, fs in os.walk(data) for f in fs]
-        assert any(rec["id"] in o for o in objects), objects
-        got = st.api("GET", "/v1/sandboxes/%s/archive?snapshot=%s" % (sid, rec["id"]), timeout=60)
-        assert hashlib.sha256(got.content).hexdigest() == rec["digest"]
-        sh(st.api, sid, "rm -rf /workspace/q")
-        assert restore(st.api, sid, snapshot=rec["id"]).status_code == 200
-        assert sh(st.api, sid, "cat /workspace/q/f") == "s3\n"
-        r = st.api("PUT", "/v1/sandboxes/s3-fork", json={"fromSnapshot": rec["id"]}, timeout=60)
-        assert r.status_code == 201, r.text
-        assert sh(st.api, "s3-fork", "cat /workspace/q/f") == "s3\n"
-        assert st.api("DELETE", "/v1/snapshots/" + rec["id"]).status_code == 204
-        objects = [f for _, _, fs in os.walk(data) for f in fs]
-        assert not any(rec["id"] in o for o in objects), objects
-        # the secret is in no log
-        for d, _, fs in os.walk(os.path.join(st.dir, "logs")):
-            for f in fs:
-                with open(os.path.join(d, f), errors="replace") as fh:
-                    assert "S3RVER-secret-never-logged" not in fh.read()
+            "snapshots.s3_secret_key=S3RVER-secret-never-logged", "snapshots.s3_part_mib=5"])
+        yield st, front, data
     finally:
         if st:
             stack_down(st)
-        s3.kill()
-        s3.wait()
-        import shutil as sh_
-        sh_.rmtree(data, ignore_errors=True)
+        if front:
+            front.stop()
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def objects_of(data, sid):
+    return [os.path.join(d, f) for d, _, fs in os.walk(data) for f in fs
+            if sid in f and "uploads" not in d]
+
+
+def test_s3_store_round_trip_on_a_stand_in(s3):
+    """snapshot, list, export, restore, fork, delete; the secret in no log."""
+    st, front, data = s3
+    sid = new_box(st.api)
+    sh(st.api, sid, "mkdir -p /workspace/q && echo s3 > /workspace/q/f")
+    r = snap(st.api, sid)
+    assert r.status_code == 201, r.text
+    rec = r.json()
+    assert rec["store"] == "s3"
+    assert objects_of(data, rec["id"])
+    got = st.api("GET", "/v1/sandboxes/%s/archive?snapshot=%s" % (sid, rec["id"]), timeout=60)
+    assert hashlib.sha256(got.content).hexdigest() == rec["digest"]
+    sh(st.api, sid, "rm -rf /workspace/q")
+    assert restore(st.api, sid, snapshot=rec["id"]).status_code == 200
+    assert sh(st.api, sid, "cat /workspace/q/f") == "s3\n"
+    r = st.api("PUT", "/v1/sandboxes/s3-fork", json={"fromSnapshot": rec["id"]}, timeout=60)
+    assert r.status_code == 201, r.text
+    assert sh(st.api, "s3-fork", "cat /workspace/q/f") == "s3\n"
+    assert st.api("DELETE", "/v1/snapshots/" + rec["id"]).status_code == 204
+    assert not objects_of(data, rec["id"])
+    for d, _, fs in os.walk(os.path.join(st.dir, "logs")):
+        for f in fs:
+            with open(os.path.join(d, f), errors="replace") as fh:
+                assert "S3RVER-secret-never-logged" not in fh.read()
+
+
+def test_s3_multipart_above_one_part(s3):
+    """An archive of more than one part (5 MiB here) goes up in parts
+    (initiate, a PUT per part, complete) and comes back whole."""
+    st, front, data = s3
+    sid = new_box(st.api, resources={"diskMiB": 256})
+    sh(st.api, sid, "head -c 12000000 /dev/urandom > /workspace/big")
+    n = len(front.lines)
+    r = snap(st.api, sid)
+    assert r.status_code == 201, r.text
+    rec = r.json()
+    assert rec["size"] > 10 * 1024 * 1024
+    lines = [l for l in front.lines[n:] if rec["id"] in l]
+    assert lines[0].startswith("POST ") and lines[0].split()[1].endswith("?uploads"), lines
+    assert sorted(int(l.split("partNumber=")[1].split("&")[0]) for l in lines
+                  if "partNumber=" in l) == [1, 2, 3], lines
+    assert lines[-1].startswith("POST ") and "uploadId=" in lines[-1], lines
+    got = st.api("GET", "/v1/sandboxes/%s/archive?snapshot=%s" % (sid, rec["id"]), timeout=60)
+    assert hashlib.sha256(got.content).hexdigest() == rec["digest"]
+    sh(st.api, sid, "rm /workspace/big")
+    assert restore(st.api, sid, snapshot=rec["id"]).status_code == 200
+    assert int(sh(st.api, sid, "stat -c %s /workspace/big")) == 12000000
+
+
+def test_s3_multipart_failure_aborts_the_upload(s3):
+    """A part that cannot go up fails the snapshot: no record, no object,
+    and the upload is aborted (DELETE ?uploadId=…)."""
+    st, front, data = s3
+    sid = new_box(st.api, resources={"diskMiB": 256})
+    sh(st.api, sid, "head -c 12000000 /dev/urandom > /workspace/big")
+    n = len(front.lines)
+    front.cut = "partNumber=2&"
+    try:
+        r = snap(st.api, sid, name="cut-part")
+    finally:
+        front.cut = None
+    assert_error(r, 503, "NO_CAPACITY")
+    assert [s for s in st.api("GET", "/v1/snapshots?name=cut-part").json()["snapshots"]] == []
+    lines = front.lines[n:]
+    ids = {l.split()[1].split("/")[-1].split(".")[0] for l in lines if "?uploads" in l}
+    assert len(ids) == 1, lines
+    assert any(l.startswith("DELETE ") and "uploadId=" in l for l in lines), lines
+    assert not objects_of(data, ids.pop())
+
+
+def while_held(front, method, slow, other):
+    """slow() while the stand-in's next request of method is held up, and
+    other() (an exec) once it is: the order their answers and the release
+    of the held request came in, with the answers."""
+    import threading
+    order = []
+    front.held.clear()
+    front.release.clear()
+    front.hold = method
+    try:
+        t = threading.Thread(target=lambda: order.append(("slow", slow())))
+        t.start()
+        assert front.held.wait(60), "no %s reached the store" % method
+        e = threading.Thread(target=lambda: order.append(("exec", other())))
+        e.start()
+        e.join(30)
+    finally:
+        front.hold = None
+        order.append(("released", None))
+        front.release.set()
+    t.join(120)
+    e.join(60)
+    return order
+
+
+def test_s3_transfers_are_off_the_loop(s3):
+    """While a snapshot's upload, then a restore's download, is held up, an
+    exec in another sandbox of the same agent is answered: the exec's answer
+    comes while it is held, before the snapshot's (the restore's)."""
+    st, front, data = s3
+    big = new_box(st.api, resources={"diskMiB": 256})
+    other = new_box(st.api)
+    sh(st.api, big, "head -c 8000000 /dev/urandom > /workspace/big")
+
+    def exec_other():
+        return st.api("POST", "/v1/sandboxes/%s/exec" % other, json={"command": "echo up"},
+                      timeout=60)
+
+    order = while_held(front, "PUT", lambda: snap(st.api, big), exec_other)
+    assert [k for k, _ in order] == ["exec", "released", "slow"], order
+    assert order[0][1].status_code == 200 and order[0][1].json()["stdout"] == "up\n"
+    assert order[2][1].status_code == 201, order[2][1].text
+    rec = order[2][1].json()
+    order = while_held(front, "GET", lambda: restore(st.api, big, snapshot=rec["id"]), exec_other)
+    assert [k for k, _ in order] == ["exec", "released", "slow"], order
+    assert order[2][1].status_code == 200, order[2][1].text
 
 
 def tempfile_dir():

@@ -150,23 +150,8 @@ class MH:
 def mh():
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces)")
-    r = subprocess.run([HOSTS_SCRIPT, "up", "--dir", DIR], capture_output=True, text=True,
-                       timeout=180)
-    if r.returncode != 0:
-        subprocess.run([HOSTS_SCRIPT, "down", "--dir", DIR], capture_output=True, timeout=120)
-        pytest.fail("hosts up failed:\n%s%s" % (r.stdout, r.stderr))
-    orig = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        env = read_env(os.path.join(DIR, "env"))
-        setns("/run/netns/%s-lan" % env["MH_PREFIX"])
-        yield MH(env)
-    finally:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.setns(orig, CLONE_NEWNET)
-        os.close(orig)
-        if os.environ.get("SBX_KEEP") != "1":
-            subprocess.run([HOSTS_SCRIPT, "down", "--dir", DIR], capture_output=True,
-                           timeout=120)
+    with deployment(DIR) as m:
+        yield m
 
 
 def put(mh, host, sid, **body):

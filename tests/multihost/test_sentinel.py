@@ -24,7 +24,6 @@ the sentinels promote the replica, and
 """
 
 import collections
-import ctypes
 import os
 import subprocess
 import threading
@@ -48,28 +47,11 @@ def hosts_env():
 def mh():
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces)")
-    r = subprocess.run([base.HOSTS_SCRIPT, "up", "--dir", DIR], capture_output=True, text=True,
-                       timeout=180, env=hosts_env())
-    if r.returncode != 0:
-        subprocess.run([base.HOSTS_SCRIPT, "down", "--dir", DIR], capture_output=True,
-                       timeout=120, env=hosts_env())
-        pytest.fail("hosts up failed:\n%s%s" % (r.stdout, r.stderr))
-    orig = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        env = base.read_env(os.path.join(DIR, "env"))
-        base.setns("/run/netns/%s-lan" % env["MH_PREFIX"])
-        mh = base.MH(env)
+    with base.deployment(DIR, hosts_env()) as m:
         # Nothing may use redis.url (the service address the stacks were
         # brought up with): it goes away.
-        mh.ip("-n", mh.ns("r1"), "addr", "del", mh.vip + "/24", "dev", "eth0")
-        yield mh
-    finally:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.setns(orig, base.CLONE_NEWNET)
-        os.close(orig)
-        if os.environ.get("SBX_KEEP") != "1":
-            subprocess.run([base.HOSTS_SCRIPT, "down", "--dir", DIR], capture_output=True,
-                           timeout=120, env=hosts_env())
+        m.ip("-n", m.ns("r1"), "addr", "del", m.vip + "/24", "dev", "eth0")
+        yield m
 
 
 def sentinel(mh, addr, *args):

@@ -2,6 +2,7 @@
  * and a round trip through a real archive between two temp roots. */
 #include "unit.h"
 #include "snap_archive.h"
+#include "util.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -75,4 +76,42 @@ TEST(snap_archive_round_trip)
 	close(droot);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s %s %s", src, dst, arc);
 	CHECK_INT(system(cmd), 0);
+}
+
+/* The tree digest (background saves skip an unchanged tree): the same for
+ * an untouched tree; moved by a write, a chmod, a rename, a new empty
+ * directory and a removal; blind to an excluded name. */
+TEST(snap_tree_digest_moves_with_every_change)
+{
+	char dir[] = "/dev/shm/sbx-snap-tree-XXXXXX", cmd[512];
+	char d0[65], d1[65], seen[8][65];
+	const char *paths[] = { "/workspace" };
+	const char *steps[] = {
+		"echo more >> workspace/a", "chmod 600 workspace/a", "mv workspace/a workspace/b",
+		"mkdir workspace/e", "rm workspace/d/f", "ln -s b workspace/l",
+	};
+	struct sbx_err e;
+	int root;
+
+	CHECK(mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd), "cd %s && mkdir -p workspace/d && echo a > workspace/a && "
+		 "echo f > workspace/d/f", dir);
+	CHECK_INT(system(cmd), 0);
+	root = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	CHECK(root >= 0);
+	CHECK_INT(snap_tree_digest(root, paths, 1, NULL, 0, 1000, d0, &e), 0);
+	CHECK_INT(snap_tree_digest(root, paths, 1, NULL, 0, 1000, d1, &e), 0);
+	CHECK_STR(d0, d1);
+	CHECK_INT((int)strlen(d0), 64);
+	for (size_t i = 0; i < ARRAY_SIZE(steps); i++) {
+		snprintf(cmd, sizeof(cmd), "cd %s && %s", dir, steps[i]);
+		CHECK_INT(system(cmd), 0);
+		CHECK_INT(snap_tree_digest(root, paths, 1, NULL, 0, 1000, seen[i], &e), 0);
+		CHECK(strcmp(seen[i], i ? seen[i - 1] : d0) != 0);
+	}
+	CHECK_INT(snap_tree_digest(root, paths, 1, NULL, 0, 2, d1, &e), -1);
+	CHECK_INT(e.code, SBX_E_LIMIT_EXCEEDED);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CHECK_INT(system(cmd), 0);
+	close(root);
 }
