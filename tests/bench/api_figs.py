@@ -8,17 +8,25 @@
   headers and access log of the `sbx_api` locations.
 - healthz, nodes, get-record: the API routes, each a ratio to fcgi-hello.
 
-The runs alternate (hello, healthz, nodes, get-record, hello, ...) so that
-every route and its ceiling see the same load; the load average of each
-round is printed.
+The figures take turns in 1-second wrk slices (hello, healthz, nodes,
+get-record, hello, ...), so that every route and its ceiling see the same
+load; each row's req/s are those of its slices, and its description adds
+the median of the per-slice ratios to fcgi-hello, and the CPU time per
+request of nginx's workers, the FastCGI workers (the responder's or
+sbx-api's) and Redis (/proc/PID/stat over the slices): a cost that the
+machine's other load disturbs less than req/s. The load average of each
+run is printed.
 """
 
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 
 import sandbox_figs
+
+SLICE_S = 1   # seconds of one wrk slice; each run is DURATION / SLICE_S slices per figure
 
 HELLO_C = r"""
 #define _GNU_SOURCE
@@ -117,6 +125,57 @@ class Hello:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+TICK_US = 1e6 / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid):
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def _pidfile(st, name):
+    with open(os.path.join(st.dir, "pids", name + ".pid")) as f:
+        return int(f.read().split()[0])
+
+
+def _cpu_us(pids):
+    """CPU time (user + system) the processes have used so far, in µs."""
+    total = 0
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])   # utime, stime
+    return total * TICK_US
+
+
+class Cost:
+    """CPU µs per request of each process group, summed over the slices."""
+
+    def __init__(self, groups):
+        self.groups = groups        # {name: [pid]}
+        self.us = dict.fromkeys(groups, 0.0)
+        self.requests = 0.0
+
+    def measure(self, fn):
+        before = {g: _cpu_us(p) for g, p in self.groups.items()}
+        rps = fn()
+        for g, p in self.groups.items():
+            self.us[g] += _cpu_us(p) - before[g]
+        self.requests += rps * SLICE_S
+
+    def text(self):
+        if not self.requests:
+            return ""
+        return "CPU per request: " + ", ".join(
+            "%s %.0f µs" % (g, self.us[g] / self.requests) for g in self.groups)
+
+
 def fig_api(st, run):
     """wrk Results of run (run.py's module): fcgi-hello and the API routes
     as a ratio to it, measured in alternating runs."""
@@ -142,13 +201,30 @@ def fig_api(st, run):
         figs = ((ceiling, st.static_url.rsplit("/", 1)[0] + "/fcgi-hello", ()),
                 (healthz, st.url + "/healthz", ()), (nodes, st.url + "/v1/nodes", admin),
                 (record, rec_url, auth))
+        nginx = _children(_pidfile(st, "nginx"))
+        redis = [_pidfile(st, "redis")]
+        api = _children(_pidfile(st, "api"))
+        costs = [Cost({"nginx": nginx, "responder": _children(hello.proc.pid)})]
+        costs += [Cost({"nginx": nginx, "sbx-api": api, "redis": redis}) for _ in figs[1:]]
+        ratios = {healthz.name: [], nodes.name: [], record.name: []}
         for i in range(run.RUNS):
-            print("\n  round %d (load %.2f):" % (i + 1, os.getloadavg()[0]), end="", flush=True)
-            for res, url, headers in figs:
-                run.peak(res, url, runs=1, headers=headers)
-                print(" %s %.0f" % (res.name, res.rps[-1]), end="", flush=True)
-            print(" get-record/fcgi-hello %.3f" % (record.rps[-1] / ceiling.rps[-1]), end="",
-                  flush=True)
+            print("\n  run %d (load %.2f):" % (i + 1, os.getloadavg()[0]), end="", flush=True)
+            # SLICE_S-second slices in turn: a load that comes and goes (the
+            # machine is shared) falls on every figure alike.
+            for _ in range(max(1, run.DURATION // SLICE_S)):
+                for (res, url, headers), cost in zip(figs, costs):
+                    cost.measure(lambda: run.peak(res, url, runs=1, headers=headers,
+                                                  duration=SLICE_S).rps[-1])
+                for res, _, _ in figs[1:]:
+                    ratios[res.name].append(res.rps[-1] / ceiling.rps[-1])
+            print(" " + ", ".join("%s/fcgi-hello %.3f" % (k, statistics.median(v))
+                                  for k, v in ratios.items()), end="", flush=True)
+        for res, _, _ in figs[1:]:
+            res.what += ("; median of the per-slice ratios to fcgi-hello: %.3f" %
+                         statistics.median(ratios[res.name]))
+        for (res, _, _), cost in zip(figs, costs):
+            res.what += "; " + cost.text()
+            print("\n  %s: %s" % (res.name, cost.text()), end="", flush=True)
         for res, url, headers in figs:
             run.half_peak(res, url, headers=headers)
     finally:
