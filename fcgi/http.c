@@ -197,10 +197,24 @@ int http_add_header(struct http_req *r, const char *name, const char *value)
 	return buf_printf(&r->headers, "%s: %s\r\n", name, value);
 }
 
+/* Copy the string s into dst (room bytes, not terminated): its length, or
+ * what fits. */
+static size_t put_lit(char *dst, size_t room, const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n > room)
+		n = room;
+	memcpy(dst, s, n);
+	return n;
+}
+
 /* Write the status line, our headers and the body; marks r responded. */
 static int respond(struct http_req *r, int status, const char *ctype, const char *body, size_t len)
 {
 	FCGX_Stream *out = r->fcgx->out;
+	char head[256];
+	size_t hl;
 	int rc = 0;
 
 	if (r->responded) {
@@ -210,10 +224,23 @@ static int respond(struct http_req *r, int status, const char *ctype, const char
 	}
 	r->responded = 1;
 	r->status = status;
-	if (FCGX_FPrintF(out, "Status: %d %s\r\nCache-Control: no-store\r\n", status,
-			 http_reason(status)) < 0)
-		rc = -1;
-	if (body && FCGX_FPrintF(out, "Content-Type: %s\r\n", ctype) < 0)
+	if (status < 100 || status > 999)
+		status = 500;
+	/* The fixed head without printf: this runs on every answer. */
+	memcpy(head, "Status: ", 8);
+	head[8] = (char)('0' + status / 100);
+	head[9] = (char)('0' + status / 10 % 10);
+	head[10] = (char)('0' + status % 10);
+	head[11] = ' ';
+	hl = 12;
+	hl += put_lit(head + hl, sizeof(head) - hl, http_reason(status));
+	hl += put_lit(head + hl, sizeof(head) - hl, "\r\nCache-Control: no-store\r\n");
+	if (body) {
+		hl += put_lit(head + hl, sizeof(head) - hl, "Content-Type: ");
+		hl += put_lit(head + hl, sizeof(head) - hl, ctype);
+		hl += put_lit(head + hl, sizeof(head) - hl, "\r\n");
+	}
+	if (FCGX_PutStr(head, (int)hl, out) < 0)
 		rc = -1;
 	if (r->headers.len && FCGX_PutStr(r->headers.data, (int)r->headers.len, out) < 0)
 		rc = -1;
@@ -232,6 +259,11 @@ static int respond(struct http_req *r, int status, const char *ctype, const char
 	if (body && len && FCGX_PutStr(body, (int)len, out) < 0)
 		rc = -1;
 	return rc;
+}
+
+int http_respond_json_text(struct http_req *r, int status, const char *json, size_t len)
+{
+	return respond(r, status, "application/json", json, len);
 }
 
 int http_respond_json(struct http_req *r, int status, const json_t *body)

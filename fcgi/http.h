@@ -74,6 +74,10 @@ int http_add_header(struct http_req *r, const char *name, const char *value);
 /* Send status + JSON body (NULL: no body). 0 or -1 when the client is gone. */
 int http_respond_json(struct http_req *r, int status, const json_t *body);
 
+/* Send status + a JSON body already rendered (len bytes of json; borrowed).
+ * 0 or -1 when the client is gone. */
+int http_respond_json_text(struct http_req *r, int status, const char *json, size_t len);
+
 /* The one mapping of an error to a response: status from err_status(), code
  * from err_name(), message from err_public_message(); INTERNAL details are
  * logged with the request id. 503 adds Retry-After: 1. Under HTTP_F_AUTHREQ

@@ -253,18 +253,12 @@ static json_t *str_or_null(const char *v)
 	return v && *v && ids_valid_utf8(v, strlen(v)) ? json_string(v) : json_null();
 }
 
-json_t *lifecycle_record_json(const json_t *f)
+void lifecycle_pending_view(json_t *pending)
 {
-	json_t *o = json_object(), *pending = fjson(f, "pending"), *penv;
-	const char *keep = fstr(f, "keepAlive");
+	json_t *penv = json_object_get(pending, "env");
 
-	if (!o || !pending) {
-		json_decref(o);
-		json_decref(pending);
-		return NULL;
-	}
 	/* env may hold secrets: only the names of pending variables are shown. */
-	if ((penv = json_object_get(pending, "env"))) {
+	if (penv) {
 		json_t *names = json_array();
 		const char *k;
 		json_t *v;
@@ -272,6 +266,19 @@ json_t *lifecycle_record_json(const json_t *f)
 			json_array_append_new(names, json_string(k));
 		json_object_set_new(pending, "env", names ? names : json_null());
 	}
+}
+
+json_t *lifecycle_record_json(const json_t *f)
+{
+	json_t *o = json_object(), *pending = fjson(f, "pending");
+	const char *keep = fstr(f, "keepAlive");
+
+	if (!o || !pending) {
+		json_decref(o);
+		json_decref(pending);
+		return NULL;
+	}
+	lifecycle_pending_view(pending);
 	json_object_set_new(o, "id", str_or_null(fstr(f, "id")));
 	json_object_set_new(o, "state", str_or_null(fstr(f, "state")));
 	json_object_set_new(o, "node", str_or_null(fstr(f, "node")));

@@ -90,6 +90,10 @@ json_t *lifecycle_pending_merge(const json_t *applied, const json_t *pending,
  * reference, NULL when out of memory. */
 json_t *lifecycle_record_json(const json_t *fields);
 
+/* The client's view of a record's pending object, in place: its env (which
+ * may hold secrets) becomes the array of the variables' names. */
+void lifecycle_pending_view(json_t *pending);
+
 /* The fields of an HGETALL reply of a record as an object of strings; NULL
  * when the reply holds no (complete) record. New reference. */
 json_t *lifecycle_hash_json(const redisReply *r);

@@ -68,15 +68,20 @@ static int64_t int_of(const redisReply *r, int64_t def)
 	return def;
 }
 
-/* Queue the NODE_CMDS commands that describe one node. */
+/* Queue the NODE_CMDS commands that describe one node, and with image one
+ * more (NODE_CMDS_IMAGE in all): whether its image set holds image — all
+ * in the one pipelined round trip of the registry read. */
 #define NODE_CMDS 4
-static int append_node(const char *name, struct sbx_err *e)
+#define NODE_CMDS_IMAGE 5
+static int append_node(const char *name, const char *image, struct sbx_err *e)
 {
 	if (store_append(e, "EXISTS %s", RK_NODE(name, "alive")) < 0 ||
 	    store_append(e, "EXISTS %s", RK_NODE(name, "drain")) < 0 ||
 	    store_append(e, "HMGET %s address capacity sandboxes memoryMiB cpusMilli state",
 			 RK_NODE(name, NULL)) < 0 ||
 	    store_append(e, "SCARD %s", RK_NODE(name, "sandboxes")) < 0)
+		return -1;
+	if (image && store_append(e, "SISMEMBER %s %s", RK_NODE(name, "images"), image) < 0)
 		return -1;
 	return 0;
 }
@@ -110,7 +115,7 @@ int placement_fetch_node(const char *name, struct placement_node *out, struct sb
 
 	if (!ids_valid_node(name))
 		return err_set(e, SBX_E_INTERNAL, "invalid node name");
-	if (append_node(name, e) < 0 || store_collect(rep, NODE_CMDS, 0, e) < 0)
+	if (append_node(name, NULL, e) < 0 || store_collect(rep, NODE_CMDS, 0, e) < 0)
 		return -1;
 	parse_node(name, rep, out);
 	store_free_replies(rep, NODE_CMDS);
@@ -190,27 +195,17 @@ int placement_room_for(struct placement_node *n, const struct placement_need *ne
 	return placement_fits(n, need);
 }
 
-/* Mark (drained |= 2) the nodes whose image set lacks image, unless none
- * has it. 0 or -1 with e. */
-static int prefer_image(struct placement_node *nodes, size_t n, const char *image, struct sbx_err *e)
+/* Mark (drained |= 2) the nodes whose image set lacks the image (reps: the
+ * SISMEMBER reply of each node, stride apart), unless none has it. */
+static void prefer_image(struct placement_node *nodes, size_t n, redisReply **reps, size_t stride)
 {
-	auto_free redisReply **reps = calloc(n + 1, sizeof(*reps));
 	int any = 0;
 
-	if (!reps)
-		return err_set(e, SBX_E_INTERNAL, "out of memory placing a sandbox");
 	for (size_t i = 0; i < n; i++)
-		if (store_append(e, "SISMEMBER %s %s", RK_NODE(nodes[i].name, "images"), image) < 0)
-			return -1;
-	if (store_collect(reps, n, 0, e) < 0)
-		return -1;
-	for (size_t i = 0; i < n; i++)
-		any |= reps[i]->type == REDIS_REPLY_INTEGER && reps[i]->integer == 1;
+		any |= reps[i * stride]->type == REDIS_REPLY_INTEGER && reps[i * stride]->integer == 1;
 	for (size_t i = 0; any && i < n; i++)
-		if (!(reps[i]->type == REDIS_REPLY_INTEGER && reps[i]->integer == 1))
+		if (!(reps[i * stride]->type == REDIS_REPLY_INTEGER && reps[i * stride]->integer == 1))
 			nodes[i].drained |= 2;
-	store_free_replies(reps, n);
-	return 0;
 }
 
 int placement_pick(const struct placement_need *need, struct placement_node *out,
@@ -220,9 +215,9 @@ int placement_pick(const struct placement_need *need, struct placement_node *out
 	auto_free struct placement_node *nodes = NULL;
 	auto_free redisReply **reps = NULL;
 	auto_free unsigned char *known = NULL;   /* committed sums read, per node */
-	const char *names[PLACEMENT_NODES_MAX];
+	const char *names[PLACEMENT_NODES_MAX], *image;
 	uint32_t rnd[2] = { 0, 0 };
-	size_t n = 0;
+	size_t n = 0, stride;
 	int k;
 
 	members = store_command(e, "SMEMBERS " RKEYS_NODES);
@@ -237,18 +232,23 @@ int placement_pick(const struct placement_need *need, struct placement_node *out
 	}
 	if (n == 0)
 		return err_set(e, SBX_E_NO_CAPACITY, "no node is registered");
+	image = need ? need->image : NULL;
+	stride = image ? NODE_CMDS_IMAGE : NODE_CMDS;
 	nodes = calloc(n, sizeof(*nodes));
-	reps = calloc(NODE_CMDS * n, sizeof(*reps));
+	reps = calloc(stride * n, sizeof(*reps));
 	if (!nodes || !reps)
 		return err_set(e, SBX_E_INTERNAL, "out of memory placing a sandbox");
 	for (size_t i = 0; i < n; i++)
-		if (append_node(names[i], e) < 0)
+		if (append_node(names[i], image, e) < 0)
 			return -1;
-	if (store_collect(reps, NODE_CMDS * n, 0, e) < 0)
+	if (store_collect(reps, stride * n, 0, e) < 0)
 		return -1;
 	for (size_t i = 0; i < n; i++)
-		parse_node(names[i], reps + NODE_CMDS * i, &nodes[i]);
-	store_free_replies(reps, NODE_CMDS * n);
+		parse_node(names[i], reps + stride * i, &nodes[i]);
+	/* the nodes without the image sit out a first round (as if drained) */
+	if (image)
+		prefer_image(nodes, n, reps + NODE_CMDS, stride);
+	store_free_replies(reps, stride * n);
 	if (util_random(rnd, sizeof(rnd)) < 0) {
 		rnd[0] = (uint32_t)util_now_ms();
 		rnd[1] = rnd[0] >> 7;
@@ -259,9 +259,6 @@ int placement_pick(const struct placement_need *need, struct placement_node *out
 	known = calloc(n, 1);
 	if (!known)
 		return err_set(e, SBX_E_INTERNAL, "out of memory placing a sandbox");
-	/* the nodes without the image sit out a first round (as if drained) */
-	if (need && need->image && prefer_image(nodes, n, need->image, e) < 0)
-		return -1;
 	for (int round = 0; round < 2; round++) {
 		while ((k = placement_choose_fit(nodes, n, need, rnd[0], rnd[1])) >= 0 && need &&
 		       !known[k]) {

@@ -19,9 +19,10 @@ file upload/download figures in files_figs.py; the terminal figures
 (keystroke echo over the WebSocket, terminal creation) in terminal_figs.py; the
 code-context figures in interp_figs.py; the watch latency in watch_figs.py;
 the image figures in image_figs.py; the snapshot figures in
-snapshot_figs.py; shared helpers and the C spawn harness in benchlib.py.
-`BENCH_ONLY=watch,snapshots make bench` runs only the groups named (the
-names run_fig prints).
+snapshot_figs.py; the API tier (fcgi-hello, its ceiling, and healthz, nodes,
+get-record as ratios to it) in api_figs.py; shared helpers and the C spawn
+harness in benchlib.py. `BENCH_ONLY=watch,snapshots make bench` runs only
+the groups named (the names run_fig prints).
 docs/PERFORMANCE.md is regenerated except what follows NOTES_MARKER, which
 is hand-written and kept.
 
@@ -55,6 +56,7 @@ import snapshot_figs  # noqa: E402
 import terminal_figs  # noqa: E402
 import image_figs  # noqa: E402
 import watch_figs  # noqa: E402
+import api_figs  # noqa: E402
 from benchlib import Harness  # noqa: E402
 
 DURATION = int(os.environ.get("BENCH_DURATION", "5"))
@@ -189,23 +191,6 @@ def fig_nginx_static(st):
     return half_peak(res, st.static_url)
 
 
-def fig_healthz(st):
-    # No authenticated route does exactly one Redis round trip yet: /healthz
-    # (no auth, one SET) stands in for "nginx -> worker -> one Redis call".
-    res = Result("healthz", "`GET /healthz`: nginx -> FastCGI worker -> one Redis SET "
-                 "(stand-in for a one-round-trip route; no auth)", baseline="nginx-static")
-    peak(res, st.url + "/healthz")
-    return half_peak(res, st.url + "/healthz")
-
-
-def fig_nodes(st):
-    auth = ("Authorization: Bearer " + st.admin_key,)
-    res = Result("nodes", "`GET /v1/nodes` (admin key): auth lookup + node registry "
-                 "reads, %d nodes" % st.agents, baseline="nginx-static")
-    peak(res, st.url + "/v1/nodes", headers=auth)
-    return half_peak(res, st.url + "/v1/nodes", headers=auth)
-
-
 def fig_route_refusal(st):
     auth = ("Authorization: Bearer " + st.key,)
     url = st.url + "/v1/sandboxes/%s/exec" % ("b" * 40)
@@ -216,17 +201,7 @@ def fig_route_refusal(st):
     return peak(res, url, headers=auth, method="POST", body='{"command":"true"}')
 
 
-FIGURES = [fig_nginx_static, fig_healthz, fig_nodes, fig_route_refusal]
-
-
-def fig_get_record(st):
-    auth = ("Authorization: Bearer " + st.key,)
-    url = st.url + "/v1/sandboxes/" + sandbox_figs.EXEC_SANDBOXES[0]
-    res = Result("get-record", "`GET /v1/sandboxes/{id}` (tenant key, a running sandbox): "
-                 "auth + one record read in Redis", baseline="nginx-static")
-    res.target = 0.40
-    peak(res, url, headers=auth)
-    return half_peak(res, url, headers=auth)
+FIGURES = [fig_nginx_static, fig_route_refusal]
 
 
 EXEC_DURATION = int(os.environ.get("BENCH_EXEC_DURATION", "3"))
@@ -472,7 +447,8 @@ def main():
             for fig in FIGURES:
                 results += run_fig(fig.__name__, fig, st)
             results += run_fig("exec-throughput", fig_exec_throughput, st)
-            results += run_fig("get-record", fig_get_record, st)
+            # fcgi-hello (the API tier's ceiling), healthz, nodes, get-record.
+            results += run_fig("api", api_figs.fig_api, st, sys.modules[__name__])
             results += run_fig("preview", tunnel_figs.fig_preview, st, sys.modules[__name__])
             results += run_fig("tunnel-lookup", tunnel_figs.fig_tunnel_lookup, st, ctx,
                                sys.modules[__name__])
