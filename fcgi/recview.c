@@ -184,7 +184,7 @@ int recview_render(const redisReply *r, struct buf *out)
 {
 	const char *v[RECVIEW_NFIELDS];
 	size_t n[RECVIEW_NFIELDS];
-	int64_t persisted;
+	int64_t persisted, now;
 	int rc = 0;
 
 	buf_reset(out);
@@ -225,6 +225,11 @@ int recview_render(const redisReply *r, struct buf *out)
 
 		util_iso8601(persisted, when);
 		rc |= put_str_or_null(out, ",\"persistedAt\":", when, strlen(when));
+		/* the persist script makes each save the restoreFrom */
+		rc |= put_str_or_null(out, ",\"persistedSnapshot\":", v[F_RESTORE_FROM],
+				      n[F_RESTORE_FROM]);
+		now = util_wall_ms();
+		rc |= put_int(out, ",\"persistedAgeS\":", now > persisted ? (now - persisted) / 1000 : 0);
 	}
 	rc |= buf_add(out, "}", 1);
 	return rc ? -1 : 1;
