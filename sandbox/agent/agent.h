@@ -9,6 +9,7 @@
 #ifndef SBX_AGENT_H
 #define SBX_AGENT_H
 
+#include "capacity.h"
 #include "conf.h"
 #include "err.h"
 #include "httpd.h"
@@ -94,6 +95,7 @@ struct agent {
 	struct agent_images *images; /* registry images (agent_images.h) */
 	struct agent_bg *bg;         /* work off the loop (bgwork.h) */
 	int64_t runs;                /* container starts so far: the source of agent_sb.run */
+	struct capacity cap;         /* what the node takes (capacity.h) */
 	int shutting_down;
 };
 

@@ -383,6 +383,7 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	struct agent_sb *sb = c->sb, *fresh = NULL;
 	struct rt_spec spec;
 	unsigned running = 0;
+	const char *by;
 	char saved[24] = "";
 	struct imgref ref;
 	struct agent_image img = { .lock_fd = -1 };
@@ -413,8 +414,9 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	}
 	for (struct agent_sb *s = a->sandboxes; s; s = s->next)
 		running += s->rt != NULL && s != sb;
-	if (running >= (unsigned)a->conf->agent.capacity)
-		return err_set(e, SBX_E_NO_CAPACITY, "this node is full");
+	if (running >= capacity_now(&a->cap, running, &by))
+		return err_set(e, SBX_E_NO_CAPACITY, "this node is full (%u sandboxes; limit: %s)",
+			       running, by);
 	remote = agent_image_is_remote(a, p.image, &ref, e);
 	if (remote < 0)
 		return -1;
@@ -480,6 +482,8 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	}
 	if (!sb->rt) {
 		err_prefix(e, "cannot start sandbox '%s'", sb->key);
+		/* a kernel limit reached anyway: the node is full, not broken */
+		capacity_classify(e);
 		goto fail;
 	}
 	sb->started_at = sb->last_active_at = util_wall_ms();
