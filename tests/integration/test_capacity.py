@@ -1,0 +1,68 @@
+"""A node at a host limit is full, not broken (docs/DEPLOY.md "Capacity"):
+an agent whose RLIMIT_NOFILE leaves no room for another sandbox answers
+503 NO_CAPACITY with Retry-After (never NODE_UNAVAILABLE), keeps serving
+its live sandboxes, reports the lower capacity in the registry, and its
+creates go to the other node."""
+
+import os
+import resource
+import time
+import uuid
+
+from conftest import assert_error
+
+
+def node_of(api, stack, name):
+    nodes = api("GET", "/v1/nodes", key=stack.admin_key).json()["nodes"]
+    return next(n for n in nodes if n["name"] == name)
+
+
+def drain(api, stack, name, on):
+    r = api("POST", "/v1/nodes/%s/drain" % name, key=stack.admin_key, json={"drain": on})
+    assert r.status_code == 200, r.text
+
+
+def test_a_node_out_of_fds_is_full_and_creates_go_elsewhere(stack, api):
+    tag = uuid.uuid4().hex[:6]
+    live, moved = "cap-live-" + tag, ["cap-%s-%d" % (tag, i) for i in range(4)]
+    last = "cap-last-" + tag
+    pid = stack.pid("agent-1")
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    try:
+        drain(api, stack, "agent-2", True)
+        try:
+            r = api("PUT", "/v1/sandboxes/" + live, json={}, timeout=30)
+            assert r.status_code == 201 and r.json()["node"] == "agent-1", r.text
+        finally:
+            drain(api, stack, "agent-2", False)
+        # room for the connections of the live sandbox, none for another one
+        spare = len(os.listdir("/proc/%d/fd" % pid)) + 40
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (spare, hard))
+        # at once (before a heartbeat reports it): agent-1 refuses, the
+        # create goes to agent-2; then placement skips agent-1 itself
+        for sid in moved:
+            r = api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+            assert r.status_code == 201, r.text
+            assert r.json()["node"] == "agent-2", r.text
+        r = api("POST", "/v1/sandboxes/%s/exec" % live, json={"command": "echo still here"})
+        assert r.status_code == 200 and r.json()["stdout"] == "still here\n", r.text
+        deadline = time.monotonic() + 10
+        while node_of(api, stack, "agent-1")["capacity"] > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert node_of(api, stack, "agent-1")["capacity"] <= 1
+        assert stack.redis_cli("HGET", "sbx:node:{agent-1}", "capacityBy") == "nofile"
+        # no node with room: a clean 503 to retry, not a broken node
+        drain(api, stack, "agent-2", True)
+        try:
+            r = api("PUT", "/v1/sandboxes/" + last, json={}, timeout=30)
+            assert_error(r, 503, "NO_CAPACITY")
+            assert r.headers.get("Retry-After"), dict(r.headers)
+            assert api("GET", "/v1/sandboxes/" + last).status_code == 404
+        finally:
+            drain(api, stack, "agent-2", False)
+        r = api("POST", "/v1/sandboxes/%s/exec" % live, json={"command": "true"})
+        assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+        for sid in [live, last] + moved:
+            api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
