@@ -7,8 +7,9 @@
  *
  * What bounds it, per idle sandbox: CAPACITY_FDS_PER_SANDBOX fds of the
  * agent (its pidfd and init socket) within RLIMIT_NOFILE, less the fds open
- * at start and a reserve for connections (agent.max_connections), streams
- * and execs; one pid within kernel.pid_max and kernel.threads-max (host
+ * at start and a reserve: the agent's HTTP connections (agent.max_connections
+ * and the reserved ones) in full, CAPACITY_FDS_SPARE for streams, execs and
+ * forwarded connections (capped by agent.max_forward_conns*); one pid within kernel.pid_max and kernel.threads-max (host
  * wide: measured at each check); one uid range (with user namespaces); one
  * of each namespace within the smallest user.max_*_namespaces. The warm
  * pool's sandboxes count against all of these.
@@ -20,7 +21,7 @@
 #include "err.h"
 
 #define CAPACITY_FDS_PER_SANDBOX 2
-#define CAPACITY_FDS_SPARE 256    /* execs, streams, spill files, forwarders */
+#define CAPACITY_FDS_SPARE 1024   /* execs, streams, spill files, forwarded conns */
 #define CAPACITY_PIDS_SPARE 1024  /* the processes of commands in sandboxes */
 
 /* What the host allows; -1 for a limit that does not apply. */
