@@ -6,10 +6,11 @@ creates go to the other node."""
 
 import os
 import resource
+import subprocess
 import time
 import uuid
 
-from conftest import assert_error
+from conftest import STACK, assert_error, reap_orphans
 
 
 def node_of(api, stack, name):
@@ -20,6 +21,45 @@ def node_of(api, stack, name):
 def drain(api, stack, name, on):
     r = api("POST", "/v1/nodes/%s/drain" % name, key=stack.admin_key, json={"drain": on})
     assert r.status_code == 200, r.text
+
+
+def wait_for(what, cond, timeout=15):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out waiting for " + what
+        time.sleep(0.2)
+
+
+def test_an_agent_started_with_a_low_nofile_takes_no_sandbox(stack, api):
+    """Hard nofile 1024 leaves no fds for sandboxes past the connection
+    reserve: the agent says so at start, registers capacity 0 (by nofile),
+    and creates answer NO_CAPACITY or go to the other node."""
+    sid = "cap-low-" + uuid.uuid4().hex[:6]
+    r = subprocess.run(["prlimit", "--nofile=1024:1024", STACK, "restart-agent", "1",
+                        "--dir", stack.dir], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, SBX_BUILD=stack.build))
+    reap_orphans()
+    try:
+        assert r.returncode == 0, r.stderr
+        wait_for("agent-1 up with capacity 0", lambda: node_of(api, stack, "agent-1")["state"] ==
+                 "up" and node_of(api, stack, "agent-1")["capacity"] == 0)
+        assert stack.redis_cli("HGET", "sbx:node:{agent-1}", "capacityBy") == "nofile"
+        assert "raise LimitNOFILE" in stack.log("agent-1", 200)
+        drain(api, stack, "agent-2", True)
+        try:
+            r = api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+            assert_error(r, 503, "NO_CAPACITY")
+            assert r.headers.get("Retry-After"), dict(r.headers)
+        finally:
+            drain(api, stack, "agent-2", False)
+        r = api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+        assert r.status_code == 201 and r.json()["node"] == "agent-2", r.text
+    finally:
+        api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+        stack.run("restart-agent", "1")
+        stack.wait_healthy()
+        wait_for("agent-1 to take sandboxes again",
+                 lambda: node_of(api, stack, "agent-1")["capacity"] > 1)
 
 
 def test_a_node_out_of_fds_is_full_and_creates_go_elsewhere(stack, api):
