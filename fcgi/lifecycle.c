@@ -1071,6 +1071,7 @@ int lifecycle_put(const struct sbx_conf *c, const char *tenant, const char *id,
 		  const struct lc_spec *s, int *created, json_t **view, struct sbx_err *e)
 {
 	struct lc_owner o;
+	char full[128] = "";   /* a node that answered NO_CAPACITY: placed elsewhere */
 
 	*created = 0;
 	*view = NULL;
@@ -1099,6 +1100,7 @@ int lifecycle_put(const struct sbx_conf *c, const char *tenant, const char *id,
 			if (s->resources)
 				ceilings_resources_need(s->resources, &need);
 			need.image = placement_image(c, s, canon, sizeof(canon));
+			need.avoid = full[0] ? full : NULL;
 			if (placement_pick(&need, &target, e) < 0)
 				return -1;
 			rc = create_record(c, tenant, id, s, target.name, lim.sandboxes, epoch, e);
@@ -1126,6 +1128,13 @@ int lifecycle_put(const struct sbx_conf *c, const char *tenant, const char *id,
 				agent_delete(tenant, id, target.address, ep);
 				if (destroy_record(tenant, id, epoch, &de) < 0)
 					log_warn("cannot remove %s/%s: %s", tenant, id, de.msg);
+				/* a node full before its registry entry says so: once
+				 * more on another (placement answers NO_CAPACITY
+				 * when none has room) */
+				if (e->code == SBX_E_NO_CAPACITY && !full[0] && de.code == SBX_E_NONE) {
+					snprintf(full, sizeof(full), "%s", target.name);
+					continue;
+				}
 				return -1;
 			}
 			*created = 1;

@@ -26,6 +26,8 @@ int placement_fits(const struct placement_node *n, const struct placement_need *
 		return 0;
 	if (!need)
 		return 1;
+	if (need->avoid && strcmp(n->name, need->avoid) == 0)
+		return 0;
 	if (n->memory_mib > 0 && n->memory_committed + need->memory_mib > n->memory_mib)
 		return 0;
 	if (n->cpus_milli > 0 && n->cpus_committed + need->cpus_milli > n->cpus_milli)

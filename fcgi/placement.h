@@ -46,6 +46,7 @@ struct placement_need {
 	int64_t cpus_milli;
 	const char *image;      /* canonical reference (imgref_format) or NULL: placement
 				 * prefers the nodes whose sbx:node:{n}:images holds it */
+	const char *avoid;      /* a node that has just answered NO_CAPACITY, or NULL */
 };
 
 /* 1 when n can take one more sandbox: alive, not degraded, not drained,

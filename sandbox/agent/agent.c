@@ -38,15 +38,16 @@ static void usage(FILE *out)
 		     "       sbx-agent --print-config [-c FILE] [-o section.key=value]...\n");
 }
 
-static void stats(void *arg, long long *sandboxes, long long *load)
+static void stats(void *arg, struct registry_stats *out)
 {
 	struct agent *a = arg;
 	long long n = 0;
 
 	for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next)
 		n += sb->rt != NULL && !sb->dead;
-	*sandboxes = n;
-	*load = a->conf->agent.capacity > 0 ? n * 1000 / a->conf->agent.capacity : 0;
+	out->sandboxes = n;
+	out->capacity = capacity_now(&a->cap, n, &out->capacity_by);
+	out->load = out->capacity > 0 ? n * 1000 / out->capacity : 1000;
 }
 
 static void deregistered(void *arg)
@@ -176,6 +177,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	capacity_raise_nofile();
 
 	base = event_base_new();
 	if (!base) {
@@ -247,6 +249,8 @@ int main(int argc, char **argv)
 		log_error("cannot install signal handlers");
 		return 1;
 	}
+	/* after the set-up, before the first sandbox: the fds open now are the base */
+	capacity_init(&agent.cap, &conf, rt_userns(agent.rt));
 	log_info("sbx-agent %s '%s' listening on %s%s%s", AGENT_VERSION, conf.agent.name,
 		 conf.agent.listen, conf.agent.metrics_listen[0] ? ", metrics on " : "",
 		 conf.agent.metrics_listen);

@@ -9,6 +9,7 @@
 #ifndef SBX_AGENT_H
 #define SBX_AGENT_H
 
+#include "capacity.h"
 #include "conf.h"
 #include "err.h"
 #include "httpd.h"
@@ -30,6 +31,7 @@ struct agent_bg;
 
 struct agent_sb {
 	struct agent_sb *next;
+	struct agent_sb *hnext;      /* the next of its bucket in agent.by_key */
 	char key[AGENT_KEY_MAX];     /* "<tenant>.<id>" */
 	char tenant[64];
 	char id[64];
@@ -87,6 +89,8 @@ struct agent {
 	struct event_base *base;
 	struct rt *rt;
 	struct agent_sb *sandboxes;
+	struct agent_sb **by_key;    /* hash of sandboxes by key (agent_sb_find); NULL until the first */
+	size_t by_key_size, nsandboxes;
 	struct agent_fence *fences;
 	struct registry *reg;        /* Redis (registry.h) */
 	struct agent_lc *lc;         /* sleep timer, fencing sweep (agent_lifecycle.c) */
@@ -94,6 +98,7 @@ struct agent {
 	struct agent_images *images; /* registry images (agent_images.h) */
 	struct agent_bg *bg;         /* work off the loop (bgwork.h) */
 	int64_t runs;                /* container starts so far: the source of agent_sb.run */
+	struct capacity cap;         /* what the node takes (capacity.h) */
 	int shutting_down;
 };
 
@@ -115,7 +120,14 @@ void agent_fence_prune(struct agent *a, int64_t now_ms);
 /* Parse an X-Sbx-Epoch value ("" / NULL → -1 with VALIDATION). */
 int agent_parse_epoch(const char *v, int64_t *out, struct sbx_err *e);
 
+/* The sandbox of key on this node (a hash lookup), or NULL. */
 struct agent_sb *agent_sb_find(struct agent *a, const char *key);
+
+/* Add sb (its key set) to a's sandboxes and their index by key: 0, or -1
+ * (out of memory) with nothing changed. agent_sb_unlink takes it out of
+ * both again (freeing nothing). */
+int agent_sb_link(struct agent *a, struct agent_sb *sb);
+void agent_sb_unlink(struct agent *a, struct agent_sb *sb);
 
 /* The container of sb while it runs; NULL when stopped, or when its init
  * died and it waits to be released at the next turn of the loop (only

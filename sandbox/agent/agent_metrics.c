@@ -70,7 +70,7 @@ static struct metrics_family families[AM_COUNT] = {
 	[AM_PLACED] = GAUGE("sbx_agent_sandboxes_placed",
 			    "Sandboxes Redis places on this node, running or sleeping "
 			    "(SCARD of its node set, every 5 heartbeats)."),
-	[AM_CAPACITY] = GAUGE("sbx_agent_capacity", "Sandboxes this node takes (agent.capacity)."),
+	[AM_CAPACITY] = GAUGE("sbx_agent_capacity", "Sandboxes this node takes now: agent.capacity or less (fds, pids, uid ranges)."),
 	[AM_POOL] = GAUGE("sbx_agent_warm_pool_sandboxes", "Warm pool sandboxes built and ready."),
 	[AM_POOL_TARGET] = GAUGE("sbx_agent_warm_pool_target",
 				 "Warm pool size the agent keeps (agent.warm_pool)."),
@@ -185,6 +185,7 @@ static int64_t rss_bytes(void)
 static void collect(struct agent *a)
 {
 	int64_t st[3] = { 0, 0, 0 }, open = 0, oom = (int64_t)oom_gone;
+	const char *by;
 	unsigned fwds = 0, conns = 0;
 
 	for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next) {
@@ -200,7 +201,7 @@ static void collect(struct agent *a)
 		metrics_gauge_set(AM_SANDBOXES, (unsigned)s, 0, st[s]);
 	metrics_gauge_set(AM_STREAMS_OPEN, 0, 0, open);
 	metrics_gauge_set(AM_OOM_KILLS, 0, 0, oom);
-	metrics_gauge_set(AM_CAPACITY, 0, 0, a->conf->agent.capacity);
+	metrics_gauge_set(AM_CAPACITY, 0, 0, capacity_now(&a->cap, st[ST_RUNNING], &by));
 	metrics_gauge_set(AM_POOL, 0, 0, a->rt ? (int64_t)rt_pooled_count(a->rt) : 0);
 	metrics_gauge_set(AM_POOL_TARGET, 0, 0, a->conf->agent.warm_pool);
 	metrics_gauge_set(AM_REDIS_CONNECTED, 0, 0, a->reg && registry_connected(a->reg));

@@ -77,9 +77,77 @@ int agent_parse_epoch(const char *v, int64_t *out, struct sbx_err *e)
 	return 0;
 }
 
+static size_t key_hash(const char *key)
+{
+	size_t h = 2166136261u;   /* FNV-1a */
+
+	for (; *key; key++)
+		h = (h ^ (unsigned char)*key) * 16777619u;
+	return h;
+}
+
+/* Link sb into a->by_key, the table doubled past one entry a bucket; -1
+ * (ENOMEM) with nothing changed. */
+static int index_add(struct agent *a, struct agent_sb *sb)
+{
+	if (a->nsandboxes + 1 > a->by_key_size) {
+		size_t n = a->by_key_size ? a->by_key_size * 2 : 256;
+		struct agent_sb **t = calloc(n, sizeof(*t));
+
+		if (!t)
+			return -1;
+		for (size_t i = 0; i < a->by_key_size; i++) {
+			for (struct agent_sb *s = a->by_key[i], *next; s; s = next) {
+				next = s->hnext;
+				s->hnext = t[key_hash(s->key) % n];
+				t[key_hash(s->key) % n] = s;
+			}
+		}
+		free(a->by_key);
+		a->by_key = t;
+		a->by_key_size = n;
+	}
+	sb->hnext = a->by_key[key_hash(sb->key) % a->by_key_size];
+	a->by_key[key_hash(sb->key) % a->by_key_size] = sb;
+	a->nsandboxes++;
+	return 0;
+}
+
+int agent_sb_link(struct agent *a, struct agent_sb *sb)
+{
+	if (index_add(a, sb) < 0)
+		return -1;
+	sb->next = a->sandboxes;
+	a->sandboxes = sb;
+	return 0;
+}
+
+static void index_remove(struct agent *a, struct agent_sb *sb)
+{
+	struct agent_sb **pp;
+
+	if (!a->by_key)
+		return;
+	for (pp = &a->by_key[key_hash(sb->key) % a->by_key_size]; *pp; pp = &(*pp)->hnext) {
+		if (*pp == sb) {
+			*pp = sb->hnext;
+			a->nsandboxes--;
+			return;
+		}
+	}
+}
+
+/* By the hash once agent_sb_link has built it; a list the caller built by
+ * hand (unit tests) is searched in full. */
 struct agent_sb *agent_sb_find(struct agent *a, const char *key)
 {
-	for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next)
+	if (!a->by_key) {
+		for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next)
+			if (strcmp(sb->key, key) == 0)
+				return sb;
+		return NULL;
+	}
+	for (struct agent_sb *sb = a->by_key[key_hash(key) % a->by_key_size]; sb; sb = sb->hnext)
 		if (strcmp(sb->key, key) == 0)
 			return sb;
 	return NULL;
@@ -220,15 +288,21 @@ void agent_sb_stop(struct agent *a, struct agent_sb *sb)
 	sb->streams = 0; /* they belonged to the container that is gone */
 }
 
-void agent_sb_remove(struct agent *a, struct agent_sb *sb)
+void agent_sb_unlink(struct agent *a, struct agent_sb *sb)
 {
 	struct agent_sb **pp = &a->sandboxes;
 
-	agent_sb_stop(a, sb);
 	while (*pp && *pp != sb)
 		pp = &(*pp)->next;
 	if (*pp)
 		*pp = sb->next;
+	index_remove(a, sb);
+}
+
+void agent_sb_remove(struct agent *a, struct agent_sb *sb)
+{
+	agent_sb_stop(a, sb);
+	agent_sb_unlink(a, sb);
 	sb_free(sb);
 }
 
@@ -237,6 +311,9 @@ void agent_sb_destroy_all(struct agent *a)
 	pool_drain(a->pool);
 	while (a->sandboxes)
 		agent_sb_remove(a, a->sandboxes);
+	free(a->by_key);
+	a->by_key = NULL;
+	a->by_key_size = 0;
 }
 
 struct put_req {
@@ -383,6 +460,7 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	struct agent_sb *sb = c->sb, *fresh = NULL;
 	struct rt_spec spec;
 	unsigned running = 0;
+	const char *by;
 	char saved[24] = "";
 	struct imgref ref;
 	struct agent_image img = { .lock_fd = -1 };
@@ -413,8 +491,9 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	}
 	for (struct agent_sb *s = a->sandboxes; s; s = s->next)
 		running += s->rt != NULL && s != sb;
-	if (running >= (unsigned)a->conf->agent.capacity)
-		return err_set(e, SBX_E_NO_CAPACITY, "this node is full");
+	if (running >= capacity_now(&a->cap, running, &by))
+		return err_set(e, SBX_E_NO_CAPACITY, "this node is full (%u sandboxes; limit: %s)",
+			       running, by);
 	remote = agent_image_is_remote(a, p.image, &ref, e);
 	if (remote < 0)
 		return -1;
@@ -480,15 +559,18 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	}
 	if (!sb->rt) {
 		err_prefix(e, "cannot start sandbox '%s'", sb->key);
+		/* a kernel limit reached anyway: the node is full, not broken */
+		capacity_classify(e);
 		goto fail;
 	}
 	sb->started_at = sb->last_active_at = util_wall_ms();
 	/* Agent-wide, so that state keyed by (key, run) of a destroyed
 	 * sandbox never matches a new sandbox of the same id. */
 	sb->run = ++a->runs;
-	if (fresh) {
-		fresh->next = a->sandboxes;
-		a->sandboxes = fresh;
+	if (fresh && agent_sb_link(a, fresh) < 0) {
+		err_sys(e, ENOMEM, "sandbox table");
+		agent_sb_stop(a, fresh);
+		goto fail;
 	}
 	log_info("sandbox '%s' started (generation %lld, epoch %lld)", sb->key,
 		 (long long)sb->generation, (long long)sb->epoch);

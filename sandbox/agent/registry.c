@@ -218,18 +218,19 @@ static void send_cmd(struct registry *reg, const char *what, const char *fmt, ..
  * heartbeat: a Redis that lost its data gets the entry back at once). */
 static void write_entry(struct registry *reg)
 {
-	long long sandboxes = 0, load = 0;
+	struct registry_stats st = { .capacity = reg->conf->agent.capacity,
+				     .capacity_by = "agent.capacity" };
 	char now[24];
 
 	if (!reg->ac || !reg->connected)
 		return;
 	if (reg->stats)
-		reg->stats(reg->stats_arg, &sandboxes, &load);
+		reg->stats(reg->stats_arg, &st);
 	util_xsnprintf(now, sizeof(now), "%lld", (long long)util_wall_ms());
-	send_cmd(reg, "HSET", "HSET %s name %s address %s capacity %lld load %lld sandboxes %lld "
-		 "memoryMiB %lld cpusMilli %lld version %s startedAt %s lastHeartbeat %s",
+	send_cmd(reg, "HSET", "HSET %s name %s address %s capacity %lld capacityBy %s load %lld "
+		 "sandboxes %lld memoryMiB %lld cpusMilli %lld version %s startedAt %s lastHeartbeat %s",
 		 reg->hash_key, reg->conf->agent.name, reg->conf->agent.listen,
-		 (long long)reg->conf->agent.capacity, load, sandboxes, reg->memory_mib,
+		 st.capacity, st.capacity_by, st.load, st.sandboxes, reg->memory_mib,
 		 reg->cpus_milli, reg->version, reg->started_at, now);
 	send_cmd(reg, "SADD", "SADD " RKEYS_NODES " %s", reg->conf->agent.name);
 	{

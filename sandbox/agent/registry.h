@@ -2,7 +2,7 @@
  * registry.h — the agent's entry in the Redis node registry.
  *
  * One asynchronous hiredis connection on the agent's event loop. On every
- * (re)connect it writes sbx:node:{name} (name, address, capacity, load,
+ * (re)connect it writes sbx:node:{name} (name, address, capacity, capacityBy, load,
  * sandboxes, memoryMiB, cpusMilli, version, startedAt, lastHeartbeat), SADD sbx:nodes and the
  * liveness key sbx:node:{name}:alive (PX cluster.node_ttl); every
  * cluster.heartbeat it refreshes the alive key and the changing fields.
@@ -31,9 +31,14 @@
 
 struct registry;
 
-/* Current numbers for the heartbeat: running sandboxes and load (permille
- * of capacity). */
-typedef void (*registry_stats_fn)(void *arg, long long *sandboxes, long long *load);
+/* Current numbers for the heartbeat: running sandboxes, load (permille
+ * of capacity), the sandboxes the node takes now (capacity.h) and the
+ * name of the limit that sets that (static). */
+struct registry_stats {
+	long long sandboxes, load, capacity;
+	const char *capacity_by;
+};
+typedef void (*registry_stats_fn)(void *arg, struct registry_stats *out);
 
 /* New heap object (registry_free); starts connecting at once. NULL with e
  * filled when redis.url is invalid. */

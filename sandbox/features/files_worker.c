@@ -212,6 +212,8 @@ static void child_main(struct rt_sandbox *rsb, const struct rt_helper *h, int ch
 	sigset_t none;
 	int fds[4] = { -1, -1, -1, -1 };
 	int nfd = spec->xfd > 0 ? 4 : 3;
+	/* opened on demand from /proc: before the helper leaves the host's ids */
+	int root = rt_root_fd(rsb);
 
 	for (int s = 1; s < NSIG; s++)
 		signal(s, SIG_DFL);
@@ -239,7 +241,7 @@ static void child_main(struct rt_sandbox *rsb, const struct rt_helper *h, int ch
 			_exit(125);
 	}
 	/* the fds on 3, 4, 5 (6: xfd) and nothing else but stdio */
-	fds[0] = fcntl(rt_root_fd(rsb), F_DUPFD_CLOEXEC, 64);
+	fds[0] = fcntl(root, F_DUPFD_CLOEXEC, 64);
 	fds[1] = fcntl(chan, F_DUPFD_CLOEXEC, 64);
 	fds[2] = fcntl(proc, F_DUPFD_CLOEXEC, 64);
 	if (nfd == 4)

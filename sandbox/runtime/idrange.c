@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 int idrange_init(struct idrange *r, int64_t base, int64_t count, const char *lock_dir,
@@ -27,14 +26,13 @@ int idrange_init(struct idrange *r, int64_t base, int64_t count, const char *loc
 		return err_set(e, SBX_E_INTERNAL, "uid range lock directory too long");
 	if (r->lock_dir[0] && util_mkdir_p(r->lock_dir, 0700) < 0)
 		return err_sys(e, errno, "cannot create '%s'", r->lock_dir);
+	r->lock_fd = -1;
 	r->state = calloc((size_t)count, 1);
-	r->lock_fds = malloc((size_t)count * sizeof(int));
-	if (!r->state || !r->lock_fds) {
+	r->locked = calloc((size_t)count, 1);
+	if (!r->state || !r->locked) {
 		idrange_release(r);
 		return err_sys(e, ENOMEM, "cannot allocate the uid ranges");
 	}
-	for (int64_t i = 0; i < count; i++)
-		r->lock_fds[i] = -1;
 	r->base = (uint32_t)base;
 	r->count = (unsigned)count;
 	r->proc = "/proc";
@@ -43,12 +41,12 @@ int idrange_init(struct idrange *r, int64_t base, int64_t count, const char *loc
 
 void idrange_release(struct idrange *r)
 {
-	for (unsigned i = 0; r->lock_fds && i < r->count; i++)
-		if (r->lock_fds[i] >= 0)
-			close(r->lock_fds[i]);
-	free(r->lock_fds);
+	if (r->lock_fd >= 0)
+		close(r->lock_fd);   /* drops every lock it holds */
+	r->lock_fd = -1;
+	free(r->locked);
 	free(r->state);
-	r->lock_fds = NULL;
+	r->locked = NULL;
 	r->state = NULL;
 	r->count = 0;
 }
@@ -118,28 +116,35 @@ unsigned idrange_reserve_live(struct idrange *r)
 	return n;
 }
 
-/* Lock block b host-wide: the lock's fd, -2 when another holder has it,
- * -1 on another error (the block is then used unlocked: a broken lock
+/* Lock or unlock (type F_WRLCK / F_UNLCK) the byte of block b in the
+ * lock file: 0, or -1 with errno (EAGAIN/EACCES: another holder has it). */
+static int lock_byte(const struct idrange *r, unsigned b, short type)
+{
+	struct flock fl = { .l_type = type, .l_whence = SEEK_SET,
+			    .l_start = (off_t)r->base + (off_t)b * IDRANGE_SIZE, .l_len = 1 };
+
+	return fcntl(r->lock_fd, F_OFD_SETLK, &fl);
+}
+
+/* Lock block b host-wide: 1 locked, -2 when another holder has it, 0 on
+ * another error (the block is then used unlocked: a broken lock
  * directory must not stop every create). */
-static int lock_block(const struct idrange *r, unsigned b)
+static int lock_block(struct idrange *r, unsigned b)
 {
 	char path[PATH_MAX];
-	int fd;
 
-	if (!r->lock_dir[0] ||
-	    snprintf(path, sizeof(path), "%s/%u", r->lock_dir, r->base + b * IDRANGE_SIZE) >=
-		    (int)sizeof(path))
-		return -1;
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd < 0)
-		return -1;
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		int err = errno;
-
-		close(fd);
-		return err == EWOULDBLOCK ? -2 : -1;
+	if (!r->lock_dir[0])
+		return 0;
+	if (r->lock_fd < 0) {
+		if (snprintf(path, sizeof(path), "%s/ranges", r->lock_dir) >= (int)sizeof(path))
+			return 0;
+		r->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (r->lock_fd < 0)
+			return 0;
 	}
-	return fd;
+	if (lock_byte(r, b, F_WRLCK) < 0)
+		return errno == EAGAIN || errno == EACCES ? -2 : 0;
+	return 1;
 }
 
 /* Take a free block from r->next on that no one else locks; or -1. */
@@ -147,15 +152,15 @@ static long take_free(struct idrange *r)
 {
 	for (unsigned k = 0; k < r->count; k++) {
 		unsigned i = (r->next + k) % r->count;
-		int fd;
+		int locked;
 
 		if (r->state[i] != IDRANGE_FREE)
 			continue;
-		fd = lock_block(r, i);
-		if (fd == -2)
+		locked = lock_block(r, i);
+		if (locked == -2)
 			continue;
 		r->state[i] = IDRANGE_TAKEN;
-		r->lock_fds[i] = fd;
+		r->locked[i] = locked == 1;
 		return (long)i;
 	}
 	return -1;
@@ -191,8 +196,8 @@ void idrange_put(struct idrange *r, uint32_t id)
 
 	if (b >= 0 && (id - r->base) % IDRANGE_SIZE == 0 && r->state[b] == IDRANGE_TAKEN) {
 		r->state[b] = IDRANGE_FREE;
-		if (r->lock_fds[b] >= 0)
-			close(r->lock_fds[b]);
-		r->lock_fds[b] = -1;
+		if (r->locked[b])
+			(void)lock_byte(r, (unsigned)b, F_UNLCK);
+		r->locked[b] = 0;
 	}
 }

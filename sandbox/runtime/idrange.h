@@ -6,10 +6,12 @@
  * are per sandbox.
  *
  * Several agents may share a host (and uid_base): a block taken is also
- * held as an flock on <lock_dir>/<first id> until it is put back (or the
- * agent dies), and a block another holder locks is skipped. Processes
- * that outlive their agent hold no lock: the /proc scan of
- * idrange_reserve_live finds them at the next start.
+ * held as an open-file-description lock on the byte at offset <first id>
+ * of <lock_dir>/ranges until it is put back (or the agent dies), and a
+ * block another holder locks is skipped. One fd holds every lock, so the
+ * agent's fds do not grow with its sandboxes. Processes that outlive
+ * their agent hold no lock: the /proc scan of idrange_reserve_live finds
+ * them at the next start.
  */
 #ifndef SBX_IDRANGE_H
 #define SBX_IDRANGE_H
@@ -26,7 +28,8 @@ struct idrange {
 	unsigned count;
 	unsigned next;           /* where the next search starts */
 	unsigned char *state;    /* per block: IDRANGE_FREE, _TAKEN, _LIVE */
-	int *lock_fds;           /* per block: the flock held while TAKEN, or -1 */
+	int lock_fd;             /* <lock_dir>/ranges (opened at the first lock), or -1 */
+	unsigned char *locked;   /* per block: its byte is locked by lock_fd */
 	const char *proc;        /* "/proc" (a test points it elsewhere) */
 	char lock_dir[256];      /* "": no locks */
 };

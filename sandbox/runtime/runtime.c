@@ -69,7 +69,8 @@ struct rt_sandbox {
 	char cg_key[RT_KEY_MAX];  /* its cgroups' name: the key, or the pool name where
 				   * cgroups cannot be renamed (v2) */
 	pid_t pid;
-	int pidfd, sock, netns_fd, root_fd;
+	uint64_t serial;          /* unique for the agent's life (fd_memo) */
+	int pidfd, sock;          /* all a sandbox holds while idle (rt_netns_fd) */
 	int64_t host_uid;         /* its id range's first id; -1: none (no userns) */
 	char workdir[256];        /* an image's WorkingDir: processes' cwd for "/workspace" */
 	int64_t uid, gid;         /* an image's User (rt_spec); uid -1: root */
@@ -94,6 +95,7 @@ struct rt {
 	int userns;
 	struct idrange ids;       /* with userns: one range per sandbox */
 	int *idmap_fds;           /* per range: the image's idmap user namespace, or -1 */
+	unsigned nidmap;          /* of them open (at most RT_IDMAP_KEEP) */
 	uid_t image_owner;        /* host uid owning the image files on disk */
 	int init_fd;
 	char default_image[PATH_MAX];
@@ -108,6 +110,61 @@ struct rt {
 };
 
 /* ---- helpers ---------------------------------------------------------- */
+
+/* The netns or root fd a thread opened last, for the sandbox of serial
+ * (rt_netns_fd, rt_root_fd): an idle sandbox holds neither. */
+struct fd_memo {
+	uint64_t serial;
+	int fd;
+};
+
+static _Thread_local struct fd_memo netns_memo = { 0, -1 }, root_memo = { 0, -1 };
+static _Atomic uint64_t sandbox_serials;
+
+/* m's fd when it is sb's, else /proc/<init>/<what> opened anew (the one
+ * before closed). Init is the agent's child until reaped (dead), so its
+ * pid names it. Borrowed until this thread's next call with m; -1 with
+ * errno when init is gone. Async-signal-safe (a forked child may call
+ * it): no stdio. */
+static int memo_open(struct fd_memo *m, const struct rt_sandbox *sb, const char *what, int flags)
+{
+	char path[64] = "/proc/", digits[16];
+	size_t n = strlen(path), d = 0;
+	unsigned long pid = (unsigned long)sb->pid;
+
+	if (m->fd >= 0 && m->serial == sb->serial)
+		return m->fd;
+	if (m->fd >= 0)
+		close(m->fd);
+	m->fd = -1;
+	if (sb->dead || sb->pid <= 0 || strlen(what) > 32) {
+		errno = ESRCH;
+		return -1;
+	}
+	do
+		digits[d++] = (char)('0' + pid % 10);
+	while ((pid /= 10) && d < sizeof(digits));
+	while (d)
+		path[n++] = digits[--d];
+	path[n++] = '/';
+	memcpy(path + n, what, strlen(what) + 1);
+	m->fd = open(path, flags | O_CLOEXEC);
+	m->serial = sb->serial;
+	return m->fd;
+}
+
+/* Close this thread's memos of sb (it is going away). */
+static void memo_forget(const struct rt_sandbox *sb)
+{
+	struct fd_memo *memos[] = { &netns_memo, &root_memo };
+
+	for (size_t i = 0; i < ARRAY_SIZE(memos); i++) {
+		if (memos[i]->fd >= 0 && memos[i]->serial == sb->serial) {
+			close(memos[i]->fd);
+			memos[i]->fd = -1;
+		}
+	}
+}
 
 static int valid_key(const char *k)
 {
@@ -551,11 +608,21 @@ static int image_idmap(struct rt *rt, const char *lower, uid_t host_uid, struct 
 
 	if (b >= rt->ids.count)
 		return err_set(e, SBX_E_INTERNAL, "uid %u is outside the ranges", (unsigned)host_uid);
-	if (rt->idmap_fds[b] < 0)
-		rt->idmap_fds[b] = spawn_userns(rt->image_owner, host_uid, e);
-	if (rt->idmap_fds[b] < 0)
+	int fd, ret;
+
+	if (rt->idmap_fds[b] >= 0)
+		return mnt_open_idmapped(lower, rt->idmap_fds[b], e);
+	fd = spawn_userns(rt->image_owner, host_uid, e);
+	if (fd < 0)
 		return -1;
-	return mnt_open_idmapped(lower, rt->idmap_fds[b], e);
+	ret = mnt_open_idmapped(lower, fd, e);
+	if (rt->nidmap < RT_IDMAP_KEEP) {
+		rt->idmap_fds[b] = fd;
+		rt->nidmap++;
+	} else {
+		close(fd);
+	}
+	return ret;
 }
 
 static int64_t pick(int64_t v, int64_t dflt)
@@ -570,7 +637,7 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 	struct mnt_params mp;
 	struct mnt_plan plan;
 	struct spawn_plan sp;
-	char lower[PATH_MAX], merged[PATH_MAX], path[64];
+	char lower[PATH_MAX], merged[PATH_MAX];
 	int64_t disk;
 	int sv[2] = { -1, -1 };
 	auto_close int userns_fd = -1;
@@ -614,7 +681,8 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 	if (!sb)
 		return err_sys(e, ENOMEM, "cannot allocate a sandbox"), NULL;
 	sb->rt = rt;
-	sb->pidfd = sb->sock = sb->netns_fd = sb->root_fd = -1;
+	sb->pidfd = sb->sock = -1;
+	sb->serial = ++sandbox_serials;
 	sb->host_uid = -1;
 	sb->outq_tail = &sb->outq;
 	sb->next_handle = 1;
@@ -702,16 +770,16 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 	if (sb->pid < 0)
 		goto fail;
 	sb->sock = steal_fd(&sv[0]);
-	util_xsnprintf(path, sizeof(path), "/proc/%d/ns/net", (int)sb->pid);
-	sb->netns_fd = open(path, O_RDONLY | O_CLOEXEC);
-	util_xsnprintf(path, sizeof(path), "/proc/%d/root", (int)sb->pid);
-	sb->root_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (sb->netns_fd < 0 || sb->root_fd < 0) {
-		err_sys(e, errno, "cannot open the sandbox's namespaces");
-		goto fail;
+	if (spec->network == RT_NET_EGRESS) {
+		int netns = memo_open(&netns_memo, sb, "ns/net", O_RDONLY);
+
+		if (netns < 0) {
+			err_sys(e, errno, "cannot open the sandbox's network namespace");
+			goto fail;
+		}
+		if (egress_attach(rt->egress, netns, &sb->net, e) < 0)
+			goto fail;
 	}
-	if (spec->network == RT_NET_EGRESS && egress_attach(rt->egress, sb->netns_fd, &sb->net, e) < 0)
-		goto fail;
 	if (util_set_nonblock(sb->sock) < 0) {
 		err_sys(e, errno, "cannot set up the init socket");
 		goto fail;
@@ -749,7 +817,8 @@ fail:
 		event_free(sb->ev_write);
 	if (sb->ev_pid)
 		event_free(sb->ev_pid);
-	for (int *fd = &sb->pidfd; fd <= &sb->root_fd; fd++)
+	memo_forget(sb);
+	for (int *fd = &sb->pidfd; fd <= &sb->sock; fd++)
 		if (*fd >= 0)
 			close(*fd);
 	/* init (PID 1 of its namespace) is reaped: nothing runs with these ids */
@@ -761,7 +830,8 @@ fail:
 
 static void sandbox_free(struct rt_sandbox *sb)
 {
-	for (int *fd = &sb->pidfd; fd <= &sb->root_fd; fd++)
+	memo_forget(sb);
+	for (int *fd = &sb->pidfd; fd <= &sb->sock; fd++)
 		if (*fd >= 0)
 			close(*fd);
 	free(sb);
@@ -843,9 +913,13 @@ static struct rt_sandbox *rt_find(struct rt *rt, const char *key)
 
 const char *rt_key(const struct rt_sandbox *sb) { return sb->key; }
 pid_t rt_init_pid(const struct rt_sandbox *sb) { return sb->pid; }
-int rt_netns_fd(const struct rt_sandbox *sb) { return sb->netns_fd; }
-int rt_root_fd(const struct rt_sandbox *sb) { return sb->root_fd; }
+int rt_netns_fd(const struct rt_sandbox *sb) { return memo_open(&netns_memo, sb, "ns/net", O_RDONLY); }
+int rt_root_fd(const struct rt_sandbox *sb)
+{
+	return memo_open(&root_memo, sb, "root", O_PATH | O_DIRECTORY);
+}
 unsigned rt_count(const struct rt *rt) { return rt->count; }
+int rt_userns(const struct rt *rt) { return rt->userns; }
 uid_t rt_host_uid(const struct rt_sandbox *sb) { return sb->host_uid >= 0 ? (uid_t)sb->host_uid : 0; }
 uid_t rt_image_owner(const struct rt *rt) { return rt->image_owner; }
 int rt_alive(const struct rt_sandbox *sb) { return !sb->dead && !sb->destroyed; }

@@ -66,8 +66,19 @@ void rt_destroy(struct rt *rt, struct rt_sandbox *sb);
 
 const char *rt_key(const struct rt_sandbox *sb);
 pid_t rt_init_pid(const struct rt_sandbox *sb);       /* host pid of sbx-init */
-int rt_netns_fd(const struct rt_sandbox *sb);         /* for port forwarders */
-int rt_root_fd(const struct rt_sandbox *sb);          /* O_PATH fd of the sandbox's / (for openat2) */
+/* At most this many idmap user namespaces (one per uid range) stay open
+ * for the range's next sandbox; past it, one is made per create and
+ * closed after. */
+#define RT_IDMAP_KEEP 64
+
+/* The sandbox's network namespace (for port forwarders) and an O_PATH fd
+ * of its / (for openat2). An idle sandbox holds neither: each is opened
+ * on demand and kept for the calling thread's next call (the same
+ * sandbox's costs nothing). Borrowed until that thread's next call of the
+ * same function, so use it at once (or dup it); -1 with errno when init
+ * is gone. */
+int rt_netns_fd(const struct rt_sandbox *sb);
+int rt_root_fd(const struct rt_sandbox *sb);
 int64_t rt_memory_bytes(const struct rt_sandbox *sb); /* current usage from the cgroup */
 int64_t rt_oom_kills(const struct rt_sandbox *sb);    /* OOM kills so far */
 /* Open (O_WRONLY | O_CLOEXEC) the cgroup.procs file of each of the
@@ -79,6 +90,7 @@ int64_t rt_oom_kills(const struct rt_sandbox *sb);    /* OOM kills so far */
 #define RT_CGROUP_FDS 4   /* CG_MAX_ROOTS: memory, pids, cpu, freezer */
 int rt_cgroup_procs_open(const struct rt_sandbox *sb, int *fds, int max, struct sbx_err *e);
 unsigned rt_count(const struct rt *rt);
+int rt_userns(const struct rt *rt);                   /* sandboxes get user namespaces */
 
 /* Fencing (cgroup freezer): freeze (1) or thaw (0) the processes of sb;
  * 0 or -1 with e. rt_frozen: 1 frozen, 0 thawed, -1 unknown. A frozen

@@ -428,7 +428,7 @@ def main():
     load0 = os.getloadavg()
     harness = Harness()
     ctx = sandbox_figs.Ctx(harness)
-    st = stack_up(agents=1)
+    st = stack_up(agents=1, overrides=sandbox_figs.live_overrides())
     results = []
     try:
         try:

@@ -324,6 +324,30 @@ def agent_list(st):
     return r.json()["sandboxes"]
 
 
+def live_overrides():
+    """The bench stack's settings for BENCH_LIVE sandboxes on its one node:
+    room for them (agent.capacity, one uid range each) beyond the defaults."""
+    if N_LIVE <= 500:
+        return []
+    return ["agent.capacity=%d" % N_LIVE, "agent.uid_ranges=%d" % (N_LIVE + 64)]
+
+
+def nfds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def exec_ms(st, keys, ids):
+    """One `true` through nginx in each sandbox of ids, in turn: the ms of each."""
+    out, sessions = [], {}
+    for t, sid in ids:
+        s = sessions.setdefault(t, session(keys[t]))
+        t0 = time.perf_counter()
+        r = s.post(st.url + "/v1/sandboxes/%s/exec" % sid, json={"command": "true"}, timeout=30)
+        if r.status_code == 200:
+            out.append((time.perf_counter() - t0) * 1000.0)
+    return out
+
+
 def fig_live_memory(st, ctx):
     tenants = ["bench-live-%d" % i for i in range((N_LIVE + 99) // 100)]
     ids = [(t, "live-%d" % i) for t in tenants for i in range(100)][:N_LIVE]
@@ -332,6 +356,8 @@ def fig_live_memory(st, ctx):
     agent_pid = st.pid("agent-1")
     avail0, rss0 = meminfo(), rss(agent_pid)
     kern0 = sum(meminfo(f) for f in KERNEL_FIELDS)
+    fds0 = nfds(agent_pid)
+    edge = max(1, min(200, N_LIVE // 2))   # the first and the last `edge` compared
     local = threading.local()
 
     def create(t, sid):
@@ -342,10 +368,17 @@ def fig_live_memory(st, ctx):
         return r.status_code, (time.perf_counter() - t0) * 1000.0
 
     t0 = time.perf_counter()
-    res = parallel(4, [lambda t=t, sid=sid: create(t, sid) for t, sid in ids])
+    res = parallel(4, [lambda t=t, sid=sid: create(t, sid) for t, sid in ids[:edge]])
     create_wall = time.perf_counter() - t0
+    exec_first = exec_ms(st, keys, [x for x, (c, _) in zip(ids, res) if c == 201])
+    t0 = time.perf_counter()
+    res += parallel(4, [lambda t=t, sid=sid: create(t, sid) for t, sid in ids[edge:]])
+    create_wall += time.perf_counter() - t0
     created = sum(1 for c, _ in res if c == 201)
     time.sleep(2)                       # let the sandboxes settle to idle
+    load_full = os.getloadavg()
+    fds1 = nfds(agent_pid)
+    exec_last = exec_ms(st, keys, [x for x, (c, _) in zip(ids, res) if c == 201][-edge:])
     listed = agent_list(st)
     running = sum(1 for x in listed if x.get("state") == "running")
     cg = cgroup_dir(st)
@@ -379,6 +412,23 @@ def fig_live_memory(st, ctx):
                             (kern1 - kern0) / mib / n, "MiB/sandbox", target=1.0))
     ctx.values.append(Value("idle-mem-agent", "agent RSS growth per sandbox (%.1f → %.1f MiB)" %
                             (rss0 / mib, rss1 / mib), (rss1 - rss0) / mib / n, "MiB/sandbox"))
+    with open("/proc/%d/limits" % agent_pid) as f:
+        nofile = re.search(r"^Max open files\s+(\S+)", f.read(), re.M).group(1)
+    ctx.values.append(Value("live-agent-fds", "agent fds per live sandbox (%d → %d open with %d "
+                            "sandboxes; its RLIMIT_NOFILE %s)" % (fds0, fds1, created, nofile),
+                            (fds1 - fds0) / n, "fds/sandbox", target=3.0))   # 5000 in 20000
+    ms = [x for c, x in res if c == 201]
+    for name, what, a, b in (
+            ("live-create-last", "PUT (4 client threads)", ms[:edge], ms[-edge:]),
+            ("live-exec-last", "exec `true` through nginx (one client, in turn)",
+             exec_first, exec_last)):
+        if a and b:
+            pa, pb = statistics.median(a), statistics.median(b)
+            ctx.values.append(Value(name, "%s p50 over the last %d of %d live sandboxes / over "
+                                    "the first %d (load %.2f with all of them live)" %
+                                    (what, len(b), created, len(a), load_full[0]),
+                                    pb / pa, "×", target=1.5,
+                                    compare="%.2f ms → %.2f ms" % (pa, pb)))
     ctx.live_create = [ms for c, ms in res if c == 201]
 
     def remove(t, sid):

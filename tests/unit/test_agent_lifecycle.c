@@ -100,3 +100,32 @@ TEST(agent_fence_prune_forgets_only_old_fences_of_gone_sandboxes)
 		free(f);
 	}
 }
+
+/* The sandbox table's index by key finds every linked sandbox and none
+ * unlinked, across the table's growth. */
+TEST(agent_sb_index_finds_linked_sandboxes)
+{
+	enum { N = 1500 };
+	struct agent a = { 0 };
+	struct agent_sb *sbs = calloc(N, sizeof(*sbs));
+	size_t listed = 0;
+
+	CHECK(sbs != NULL);
+	for (int i = 0; i < N; i++) {
+		snprintf(sbs[i].key, sizeof(sbs[i].key), "t%d.box-%d", i % 7, i);
+		CHECK_INT(agent_sb_link(&a, &sbs[i]), 0);
+	}
+	for (int i = 0; i < N; i++)
+		CHECK(agent_sb_find(&a, sbs[i].key) == &sbs[i]);
+	CHECK(agent_sb_find(&a, "t0.nothing") == NULL);
+	for (int i = 0; i < N; i += 2)
+		agent_sb_unlink(&a, &sbs[i]);
+	for (int i = 0; i < N; i++)
+		CHECK(agent_sb_find(&a, sbs[i].key) == (i % 2 ? &sbs[i] : NULL));
+	for (struct agent_sb *sb = a.sandboxes; sb; sb = sb->next)
+		listed++;
+	CHECK_INT(listed, N / 2);
+	CHECK_INT(a.nsandboxes, N / 2);
+	free(a.by_key);
+	free(sbs);
+}

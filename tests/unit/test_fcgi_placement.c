@@ -97,3 +97,19 @@ TEST(fcgi_placement_skips_degraded_and_drained)
 		CHECK_INT(placement_choose(ns, 2, 1, 2), -1);
 	}
 }
+
+/* A node that has just answered NO_CAPACITY is passed over for the retry. */
+TEST(fcgi_placement_avoids_the_node_that_refused)
+{
+	struct placement_node ns[2] = {
+		node("a", 1, 10, 0, 0),
+		node("b", 1, 10, 9, 900),
+	};
+	struct placement_need need = { .avoid = "a" };
+
+	for (uint32_t r = 0; r < 10; r++)
+		CHECK_INT(placement_choose_fit(ns, 2, &need, r, r * 7), 1);
+	CHECK_INT(placement_fits(&ns[0], &need), 0);
+	need.avoid = NULL;
+	CHECK_INT(placement_fits(&ns[0], &need), 1);
+}

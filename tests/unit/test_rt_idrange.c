@@ -2,6 +2,7 @@
 #include "idrange.h"
 #include "unit.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,9 +108,40 @@ TEST(rt_idrange_locks)
 	CHECK(idrange_get(&a, &e) == 165536);
 	CHECK(idrange_get(&a, &e) == 100000);
 	idrange_release(&a);
-	snprintf(p, sizeof(p), "%s/100000", dir);
+	snprintf(p, sizeof(p), "%s/ranges", dir);
 	unlink(p);
-	snprintf(p, sizeof(p), "%s/165536", dir);
+	rmdir(dir);
+}
+
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	while (d && readdir(d))
+		n++;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* The locks of many blocks take one fd, not one each. */
+TEST(rt_idrange_locks_one_fd)
+{
+	char dir[] = "/tmp/sbx-idlock-XXXXXX", p[64];
+	struct idrange a;
+	struct sbx_err e = { 0 };
+	int before;
+
+	CHECK(mkdtemp(dir) != NULL);
+	CHECK_INT(idrange_init(&a, 100000, 64, dir, &e), 0);
+	a.proc = "/nonexistent";
+	before = open_fds();
+	for (int i = 0; i < 64; i++)
+		CHECK(idrange_get(&a, &e) == 100000 + (int64_t)i * 65536);
+	CHECK(open_fds() <= before + 1);
+	idrange_release(&a);
+	snprintf(p, sizeof(p), "%s/ranges", dir);
 	unlink(p);
 	rmdir(dir);
 }
