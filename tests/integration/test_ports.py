@@ -111,10 +111,22 @@ def via(stack, url, path="/", method="GET", **kw):
                             allow_redirects=False, **kw)
 
 
+CREATED = []   # (sid, key) of every sandbox this module made
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cleanup(stack):
+    """The module's sandboxes go at its end: later modules see a clean node."""
+    yield
+    for sid, key in CREATED:
+        stack.api("DELETE", "/v1/sandboxes/" + sid, **({} if key is None else {"key": key}))
+
+
 def make_sandbox(api, sid, key=None):
     kw = {} if key is None else {"key": key}
     r = api("PUT", "/v1/sandboxes/" + sid, json={}, **kw)
     assert r.status_code in (200, 201), r.text
+    CREATED.append((sid, key))
     return r.json()
 
 
