@@ -29,6 +29,12 @@ function setStatus(text) {
   $("#status").textContent = text;
 }
 
+// The outcome of the last node action (drain, migrate): kept until the
+// next one, while the connection status above is rewritten by every refresh.
+function nodesStatus(text) {
+  $("#nodes-status").textContent = text;
+}
+
 // One API call: JSON in and out; tenant names whose sandbox it is (an admin
 // key acts on another tenant's sandbox with Sbx-Tenant).
 async function api(method, path, { body, tenant } = {}) {
@@ -108,7 +114,7 @@ async function drain(node, on) {
     await api("POST", "/v1/nodes/" + encodeURIComponent(node) + "/drain", { body: { drain: on } });
     await refresh();
   } catch (e) {
-    setStatus("drain " + node + ": " + e.message);
+    nodesStatus("drain " + node + ": " + e.message);
   }
 }
 
@@ -137,10 +143,10 @@ async function migrate(node) {
       if (!r.cursor) break;
       cursor = r.cursor;
     }
-    setStatus("migrate " + node + ": " + moved.length + " moved, " + kept.length + " kept" +
+    nodesStatus("migrate " + node + ": " + moved.length + " moved, " + kept.length + " kept" +
       (kept.length ? ": " + kept.join(", ") : ""));
   } catch (e) {
-    setStatus("migrate " + node + ": " + e.message + " (" + moved.length + " moved before)");
+    nodesStatus("migrate " + node + ": " + e.message + " (" + moved.length + " moved before)");
   } finally {
     state.migrating = "";
   }

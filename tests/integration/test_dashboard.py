@@ -136,7 +136,7 @@ def test_dashboard_migrates_a_node(stack, api, browser):
         # Asking changed nothing yet.
         assert api("GET", "/v1/sandboxes/" + keep).json()["state"] == "running"
         b.click(button)
-        status = b.wait("the result", "(() => { const t = document.querySelector('#status')"
+        status = b.wait("the result", "(() => { const t = document.querySelector('#nodes-status')"
                         ".textContent; return t.startsWith('migrate agent-1: ') && t; })()",
                         timeout=60)
         assert re.match(r"migrate agent-1: \d+ moved, \d+ kept: .*%s \(.*persist" % plain,
