@@ -299,6 +299,8 @@ pid_t spawn_sandbox(const struct spawn_plan *sp, spawn_attach_fn attach, void *a
 	close(sv[1]);
 	if (parent_side(sp, (pid_t)pid, sv[0], attach, arg, e) < 0) {
 		syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
+		if (sp->thaw)
+			sp->thaw(arg);
 		spawn_reap(fd, 1);
 		close(fd);
 		close(sv[0]);
