@@ -603,18 +603,30 @@ static void thaw_cgroup(void *arg)
 /* The image at lower as the sandbox with ids from host_uid sees it: a
  * detached mount whose files owned by the image owner's ids show as the
  * range's (mnt_open_idmapped). The idmap's user namespace is made once
- * per range and kept. An fd (the caller's) or -1 with e filled. */
+ * per range and kept. An fd (the caller's) or -1 with e filled. Any
+ * thread: the build holding the range. */
 static int image_idmap(struct rt *rt, const char *lower, uid_t host_uid, struct sbx_err *e)
 {
 	unsigned b = (unsigned)((host_uid - rt->ids.base) / IDRANGE_SIZE);
 
+	int fd;
+
 	if (b >= rt->ids.count)
 		return err_set(e, SBX_E_INTERNAL, "uid %u is outside the ranges", (unsigned)host_uid);
-	if (rt->idmap_fds[b] < 0)
-		rt->idmap_fds[b] = spawn_userns(rt->image_owner, host_uid, e);
-	if (rt->idmap_fds[b] < 0)
-		return -1;
-	return mnt_open_idmapped(lower, rt->idmap_fds[b], e);
+	/* made outside rt->lock (a child, a round trip); the range is this
+	 * build's alone, so no other thread makes the same one meanwhile */
+	pthread_mutex_lock(&rt->lock);
+	fd = rt->idmap_fds[b];
+	pthread_mutex_unlock(&rt->lock);
+	if (fd < 0) {
+		fd = spawn_userns(rt->image_owner, host_uid, e);
+		if (fd < 0)
+			return -1;
+		pthread_mutex_lock(&rt->lock);
+		rt->idmap_fds[b] = fd;
+		pthread_mutex_unlock(&rt->lock);
+	}
+	return mnt_open_idmapped(lower, fd, e);
 }
 
 static int64_t pick(int64_t v, int64_t dflt)
@@ -812,13 +824,8 @@ static void build_run(struct rt_build *b)
 	if (rt->userns) {
 		if ((userns_fd = spawn_userns(0, (uid_t)sb->host_uid, e)) < 0)
 			goto fail_early;
-		if (b->shift) {
-			pthread_mutex_lock(&rt->lock);
-			lower_fd = image_idmap(rt, b->lower, (uid_t)sb->host_uid, e);
-			pthread_mutex_unlock(&rt->lock);
-			if (lower_fd < 0)
-				goto fail_early;
-		}
+		if (b->shift && (lower_fd = image_idmap(rt, b->lower, (uid_t)sb->host_uid, e)) < 0)
+			goto fail_early;
 	}
 	memset(&mp, 0, sizeof(mp));
 	mp.base = rt->mnt_base;

@@ -10,6 +10,7 @@ agent's control routes and the host's /proc:
   entry, stopped;
 - duplicate PUTs of one start that arrive during its build all get its
   outcome (one container);
+- many builds at once all finish;
 - the loop's lag probe (sbx_agent_loop_lag_seconds) is exported.
 
 A build is held under way, deterministically, by freezing its cgroup before
@@ -229,6 +230,21 @@ def test_duplicate_puts_during_build_share_one_container(stack):
         assert all(b["state"] == "running" for _, b in results), results
     finally:
         cleanup(stack, [sid])
+
+
+def test_concurrent_builds_all_finish(stack):
+    """Builds on several threads at once, each with its own user namespace
+    helper: none waits for another's (a helper that inherited a concurrent
+    build's socket once kept both waiting for ever)."""
+    sids = ["bc-%s" % uuid.uuid4().hex[:8] for _ in range(24)]
+    try:
+        for sid in sids:
+            record(stack, sid)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(sids)) as pool:
+            results = list(pool.map(lambda sid: put(stack, sid), sids))
+        assert [c for c, _ in results] == [201] * len(sids), results
+    finally:
+        cleanup(stack, sids)
 
 
 def test_loop_lag_is_exported(stack):
