@@ -122,6 +122,12 @@ struct rt {
 	unsigned nthreads;
 	int done_pipe[2];        /* build threads -> loop: struct rt_build pointers */
 	struct event *ev_done;
+	/* ids is the build threads' under ids_lock (idrange_get opens and
+	 * flocks a file, and scans /proc when full); the loop gives ranges
+	 * back through ids_put (under lock), taken in by the next get. */
+	pthread_mutex_t ids_lock;
+	uint32_t *ids_put;
+	unsigned nids_put;
 };
 
 /* One build: planned on the loop (build_prepare), run on a build thread
@@ -507,6 +513,14 @@ struct rt *rt_new(struct event_base *base, const struct sbx_conf *conf, struct s
 		}
 		for (unsigned i = 0; i < rt->ids.count; i++)
 			rt->idmap_fds[i] = -1;
+		rt->ids_put = calloc(rt->ids.count, sizeof(*rt->ids_put));
+		if (!rt->ids_put || pthread_mutex_init(&rt->ids_lock, NULL) != 0) {
+			free(rt->ids_put);
+			free(rt->idmap_fds);
+			idrange_release(&rt->ids);
+			err_sys(e, ENOMEM, "cannot allocate the runtime");
+			return NULL;
+		}
 	}
 	rt->image_owner = rt->userns ? (uid_t)conf->agent.uid_base : 0;
 
@@ -575,6 +589,7 @@ fail:
 	sec_release(&rt->sec);
 	free(rt->buf);
 	free(rt->idmap_fds);
+	free(rt->ids_put);
 	idrange_release(&rt->ids);
 	return NULL;
 }
@@ -627,6 +642,36 @@ static int image_idmap(struct rt *rt, const char *lower, uid_t host_uid, struct 
 		pthread_mutex_unlock(&rt->lock);
 	}
 	return mnt_open_idmapped(lower, fd, e);
+}
+
+/* Give the ranges the loop put back to rt->ids (ids_lock held). */
+static void ids_flush(struct rt *rt)
+{
+	pthread_mutex_lock(&rt->lock);
+	while (rt->nids_put > 0)
+		idrange_put(&rt->ids, rt->ids_put[--rt->nids_put]);
+	pthread_mutex_unlock(&rt->lock);
+}
+
+/* A range for a new sandbox (any thread): its first id, or -1 with e. */
+static int64_t ids_get(struct rt *rt, struct sbx_err *e)
+{
+	int64_t id;
+
+	pthread_mutex_lock(&rt->ids_lock);
+	ids_flush(rt);
+	id = idrange_get(&rt->ids, e);
+	pthread_mutex_unlock(&rt->ids_lock);
+	return id;
+}
+
+/* Give a range back (any thread; never waits for a get under way). */
+static void ids_put(struct rt *rt, uint32_t id)
+{
+	pthread_mutex_lock(&rt->lock);
+	if (rt->nids_put < rt->ids.count)
+		rt->ids_put[rt->nids_put++] = id;
+	pthread_mutex_unlock(&rt->lock);
 }
 
 static int64_t pick(int64_t v, int64_t dflt)
@@ -755,12 +800,6 @@ static struct rt_build *build_prepare(struct rt *rt, const struct rt_spec *spec,
 		 * it) is shown as the sandbox's own; any other is used as it is,
 		 * its files belonging to no sandbox's ids */
 		b->shift = stat(b->lower, &ist) == 0 && ist.st_uid == rt->image_owner;
-		/* its own ids: per-user kernel limits (inotify, nproc) are per sandbox */
-		sb->host_uid = idrange_get(&rt->ids, e);
-		if (sb->host_uid < 0) {
-			err_prefix(e, "cannot create sandbox '%s'", spec->key);
-			goto fail;
-		}
 	}
 	if (pooled)
 		rt->nbuilding_pooled++;
@@ -822,7 +861,9 @@ static void build_run(struct rt_build *b)
 	b->rc = -1;
 	memset(&plan, 0, sizeof(plan));
 	if (rt->userns) {
-		if ((userns_fd = spawn_userns(0, (uid_t)sb->host_uid, e)) < 0)
+		/* its own ids: per-user kernel limits (inotify, nproc) are per sandbox */
+		sb->host_uid = ids_get(rt, e);
+		if (sb->host_uid < 0 || (userns_fd = spawn_userns(0, (uid_t)sb->host_uid, e)) < 0)
 			goto fail_early;
 		if (b->shift && (lower_fd = image_idmap(rt, b->lower, (uid_t)sb->host_uid, e)) < 0)
 			goto fail_early;
@@ -935,7 +976,7 @@ static struct rt_sandbox *build_finish(struct rt_build *b, struct sbx_err *e)
 		*e = b->err;
 		/* init (PID 1 of its namespace) is reaped: nothing runs with these ids */
 		if (sb->host_uid >= 0)
-			idrange_put(&rt->ids, (uint32_t)sb->host_uid);
+			ids_put(rt, (uint32_t)sb->host_uid);
 		return NULL;
 	}
 	b->sb = NULL;
@@ -1206,7 +1247,7 @@ void rt_destroy(struct rt *rt, struct rt_sandbox *sb)
 	/* init is reaped, so every process of its pid namespace is gone; the
 	 * cgroup's helpers too (killed above) */
 	if (sb->host_uid >= 0)
-		idrange_put(&rt->ids, (uint32_t)sb->host_uid);
+		ids_put(rt, (uint32_t)sb->host_uid);
 	sb->host_uid = -1;
 	sb->dead = 1;
 	sb->dispatching++;
@@ -1236,6 +1277,13 @@ void rt_free(struct rt *rt)
 		if (rt->idmap_fds[i] >= 0)
 			close(rt->idmap_fds[i]);
 	free(rt->idmap_fds);
+	if (rt->userns) {
+		pthread_mutex_lock(&rt->ids_lock);
+		ids_flush(rt);
+		pthread_mutex_unlock(&rt->ids_lock);
+		pthread_mutex_destroy(&rt->ids_lock);
+	}
+	free(rt->ids_put);
 	idrange_release(&rt->ids);
 	free(rt);
 }
