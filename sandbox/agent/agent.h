@@ -57,6 +57,8 @@ struct agent_sb {
 	int streams;                 /* live streams of the current container */
 	int64_t run;                 /* unique per container start on this agent (agent.runs) */
 	int from_pool;               /* the current container came from the warm pool (pool.h) */
+	struct agent_build *build;   /* a start whose container is being built off the
+				      * loop (rt_create_async), or NULL */
 	/* State of the current container kept by modules (module.h), made on
 	 * first use and released by their container_gone hooks. */
 	void *slots[AGENT_MODULES_MAX];

@@ -483,7 +483,7 @@ static void members_reply(void *arg, struct redisReply *reply)
 			continue;
 		rkeys_sandbox(rkey, tenant, id);
 		sb = agent_sb_find(a, key);
-		if (sb && sb->rt && !sb->dead)
+		if (sb && ((sb->rt && !sb->dead) || sb->build))
 			continue;
 		if (!(n = note_new(a, key, "lost", tenant, id, 0, 0)))
 			break;

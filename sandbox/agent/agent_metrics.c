@@ -17,6 +17,10 @@
 
 static const double latency_bounds[] = { METRICS_REQUEST_BOUNDS };
 static const double redis_bounds[] = { METRICS_REDIS_BOUNDS };
+/* The loop's lag: a probe timer every LAG_EVERY_MS records how late it
+ * ran, so a stall of the loop (a callback that blocks) shows as lag. */
+#define LAG_EVERY_MS 10
+static const double lag_bounds[] = { 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1 };
 
 static const char *const versions[] = { AGENT_VERSION };
 static const char *const components[] = { "agent" };
@@ -106,11 +110,35 @@ static struct metrics_family families[AM_COUNT] = {
 				{ DIM("direction", snap_directions), NO_DIM }, NULL, 0, 0 },
 	[AM_RSS] = GAUGE("process_resident_memory_bytes", "Resident memory of the agent process."),
 	[AM_FDS] = GAUGE("process_open_fds", "Open file descriptors of the agent process."),
+	[AM_LOOP_LAG] = { "sbx_agent_loop_lag_seconds",
+			  "How late the event loop ran a timer due every 10 ms: a callback "
+			  "blocking the loop for d shows as a lag up to d.",
+			  METRICS_HISTOGRAM, NO_DIMS, lag_bounds, ARRAY_SIZE(lag_bounds), 0 },
 };
 
 static struct metrics *registry;
 static struct httpd *listener;
 static struct event *placed_ev;
+static struct event *lag_ev;
+static int64_t lag_due_us;
+
+/* Arm the probe LAG_EVERY_MS from now. */
+static void lag_arm(void)
+{
+	struct timeval tv = { 0, LAG_EVERY_MS * 1000 };
+
+	lag_due_us = metrics_now_us() + LAG_EVERY_MS * 1000;
+	if (event_add(lag_ev, &tv) < 0)
+		log_warn("metrics: cannot re-arm the loop's lag probe");
+}
+
+static void lag_cb(evutil_socket_t fd, short what, void *arg)
+{
+	int64_t late = metrics_now_us() - lag_due_us;
+
+	metrics_observe(AM_LOOP_LAG, 0, 0, late > 0 ? (double)late / 1e6 : 0.0);
+	lag_arm();
+}
 static const struct httpd_route *table;
 static unsigned nroutes;
 static uint64_t oom_gone;   /* OOM kills of containers destroyed so far */
@@ -280,6 +308,10 @@ int agent_metrics_start(struct agent *a, struct sbx_err *e)
 	placed_ev = event_new(a->base, -1, EV_PERSIST, placed_cb, a);
 	if (!placed_ev || event_add(placed_ev, &every) < 0)
 		return err_set(e, SBX_E_INTERNAL, "metrics: cannot start the node set's timer");
+	lag_ev = evtimer_new(a->base, lag_cb, NULL);
+	if (!lag_ev)
+		return err_set(e, SBX_E_INTERNAL, "metrics: cannot start the loop's lag probe");
+	lag_arm();
 	if (!a->conf->agent.metrics_listen[0])
 		return 0;
 	listener = httpd_new(a->base, a->conf->agent.metrics_listen, NULL, metrics_routes,
@@ -296,6 +328,9 @@ void agent_metrics_stop(void)
 	if (placed_ev)
 		event_free(placed_ev);
 	placed_ev = NULL;
+	if (lag_ev)
+		event_free(lag_ev);
+	lag_ev = NULL;
 	httpd_free(listener);
 	listener = NULL;
 	metrics_free(registry);

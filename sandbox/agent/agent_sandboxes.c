@@ -272,8 +272,12 @@ void agent_container_gone(struct agent *a, struct agent_sb *sb)
 			agent_modules[i]->container_gone(a, sb);
 }
 
+static void build_cancel(struct agent_sb *sb, struct httpd_req *del);
+
 void agent_sb_stop(struct agent *a, struct agent_sb *sb)
 {
+	if (sb->build)
+		build_cancel(sb, NULL);
 	if (sb->image_lock_fd > 0)
 		close(sb->image_lock_fd);
 	sb->image_lock_fd = 0;
@@ -453,6 +457,256 @@ const struct jsonv_field agent_sandbox_patch_fields[] = {
 	{ NULL, 0, 0 },
 };
 
+/* The container of sb's start runs (sb->rt): count it as started, restore
+ * what the start asked for, answer r (NULL: its client went away). 0, or
+ * -1 with e filled (the container stopped again) for the caller to
+ * answer. */
+static int put_started(struct agent *a, struct httpd_req *r, struct agent_sb *sb,
+		       const char *restore_from, struct sbx_err *e)
+{
+	sb->started_at = sb->last_active_at = util_wall_ms();
+	/* Agent-wide, so that state keyed by (key, run) of a destroyed
+	 * sandbox never matches a new sandbox of the same id. */
+	sb->run = ++a->runs;
+	log_info("sandbox '%s' started (generation %lld, epoch %lld%s)", sb->key,
+		 (long long)sb->generation, (long long)sb->epoch, sb->from_pool ? ", from the pool" : "");
+	if (restore_from) {
+		/* a module restores the snapshot into the new container and
+		 * answers; a failed restore stops it again */
+		if (!agent_restore_on_start)
+			err_set(e, SBX_E_NOT_IMPLEMENTED, "this agent cannot restore snapshots");
+		else if (!r)
+			err_set(e, SBX_E_CONFLICT, "the start was given up before its restore");
+		else if (agent_restore_on_start(r, sb, restore_from, e) == 0)
+			return 0;
+		agent_sb_stop(a, sb);
+		return -1;
+	}
+	if (r)
+		httpd_reply_json(r, 201, agent_sb_json(sb));
+	return 0;
+}
+
+/* A start whose container is built off the loop (rt_create_async); the
+ * entry (in the table from the start on) points at it while it runs. */
+struct build_waiter {
+	struct build_waiter *next;
+	struct httpd_req *r;       /* NULL once it is over */
+};
+
+struct agent_build {
+	struct agent *a;
+	struct build_waiter *waiters;  /* retried PUTs of the same start */
+	struct rt_build *b;
+	struct httpd_req *r;       /* the PUT; NULL once it is over */
+	struct httpd_req *del;     /* a DELETE answered once the build is over, or NULL */
+	char key[AGENT_KEY_MAX];
+	char restore_from[64];     /* "" none */
+	int fresh;                 /* the entry was made for this start */
+	int64_t lease_serial;      /* registry_lease_serial() at the start */
+};
+
+static void build_req_closed(void *arg, int failed)
+{
+	struct agent_build *q = arg;
+
+	(void)failed;
+	q->r = NULL;
+}
+
+static void build_del_closed(void *arg, int failed)
+{
+	struct agent_build *q = arg;
+
+	(void)failed;
+	q->del = NULL;
+}
+
+static void waiter_closed(void *arg, int failed)
+{
+	struct build_waiter *w = arg;
+
+	(void)failed;
+	w->r = NULL;
+}
+
+/* Answer the retried PUTs waiting for q: 200 with sb, or e. */
+static void waiters_answer(struct agent_build *q, const struct agent_sb *sb,
+			   const struct sbx_err *e)
+{
+	struct build_waiter *w;
+
+	while ((w = q->waiters)) {
+		q->waiters = w->next;
+		if (w->r) {
+			httpd_on_close(w->r, NULL, NULL);
+			if (sb)
+				httpd_reply_json(w->r, 200, agent_sb_json(sb));
+			else
+				agent_call_reply_err(w->r, e);
+		}
+		free(w);
+	}
+}
+
+/* A PUT for sb while its container is being built: the same start again
+ * (same generation and epoch: sbx-api sends one per caller) is answered
+ * with the build's outcome; any other start is refused until it is over.
+ * 0 (deferred), or -1 with e filled. */
+static int build_wait(struct agent_call *c, struct agent_sb *sb, const struct put_req *p,
+		      struct sbx_err *e)
+{
+	struct build_waiter *w;
+
+	if (p->generation != sb->generation || p->epoch != sb->epoch)
+		return err_set(e, SBX_E_CONFLICT, "sandbox '%s' is being started (generation %lld); "
+			       "retry", c->id, (long long)sb->generation);
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return err_sys(e, ENOMEM, "sandbox build");
+	if (p->sleep_after_ms >= 0)
+		sb->sleep_after_ms = p->sleep_after_ms;
+	if (p->keep_alive >= 0)
+		sb->keep_alive = p->keep_alive;
+	w->r = c->r;
+	w->next = sb->build->waiters;
+	sb->build->waiters = w;
+	httpd_on_close(c->r, waiter_closed, w);
+	httpd_defer(c->r);
+	return 0;
+}
+
+/* A cancelled build is over and nothing of it is left: answer the PUTs
+ * (their start was given up) and a DELETE waiting for it. */
+static void build_gone(void *arg)
+{
+	struct agent_build *q = arg;
+	struct sbx_err e = { 0 };
+
+	err_set(&e, SBX_E_CONFLICT, "sandbox '%s' was stopped or deleted while it was starting",
+		q->key);
+	if (q->r) {
+		httpd_on_close(q->r, NULL, NULL);
+		agent_call_reply_err(q->r, &e);
+	}
+	waiters_answer(q, NULL, &e);
+	if (q->del) {
+		httpd_on_close(q->del, NULL, NULL);
+		httpd_reply_empty(q->del, 204);
+	}
+	free(q);
+}
+
+/* Give sb's build up (stop, delete, fencing): whatever it built is
+ * destroyed; del (or NULL), a DELETE of sb, is answered once nothing of
+ * it is left. The entry no longer points at the build. */
+static void build_cancel(struct agent_sb *sb, struct httpd_req *del)
+{
+	struct agent_build *q = sb->build;
+
+	sb->build = NULL;
+	log_info("sandbox '%s': start given up while its container was being built", sb->key);
+	if (del) {
+		q->del = del;
+		httpd_on_close(del, build_del_closed, q);
+		httpd_defer(del);
+	}
+	if (rt_build_cancel(q->b, build_gone, q) == 1)
+		build_gone(q);
+}
+
+/* On the loop: the container of q's start is built (rsb), or not (e). */
+static void build_done(void *arg, struct rt_sandbox *rsb, const struct sbx_err *be)
+{
+	struct agent_build *q = arg;
+	struct agent *a = q->a;
+	struct agent_sb *sb = agent_sb_find(a, q->key);
+	struct sbx_err e = be ? *be : (struct sbx_err){ 0 };
+	int rc = -1;
+
+	if (q->r)
+		httpd_on_close(q->r, NULL, NULL);
+	if (!sb || sb->build != q) {
+		/* cannot be: cancelling a build stops its done callback */
+		log_error("sandbox '%s': a build ended without its entry", q->key);
+		if (rsb)
+			rt_destroy(a->rt, rsb);
+	} else {
+		sb->build = NULL;
+		if (rsb) {
+			sb->rt = rsb;
+			/* Fencing: the lease must not have lapsed while it was built
+			 * (the fence keeper froze only what existed then), and no
+			 * newer epoch of the sandbox may have come meanwhile. */
+			if (a->reg && (!registry_lease_valid(a->reg) ||
+				       registry_lease_serial(a->reg) != q->lease_serial))
+				err_set(&e, SBX_E_NODE_UNAVAILABLE,
+					"this node's lease in the registry lapsed during the start; retry");
+			else if (agent_fence(a, sb->key, sb->epoch, &e) == 0)
+				rc = put_started(a, q->r, sb,
+						 q->restore_from[0] ? q->restore_from : NULL, &e);
+			if (rc < 0 && sb->rt)
+				agent_sb_stop(a, sb);
+		} else {
+			err_prefix(&e, "cannot start sandbox '%s'", sb->key);
+			/* a kernel limit reached anyway: the node is full, not broken */
+			capacity_classify(&e);
+			agent_sb_stop(a, sb);
+			if (q->fresh)
+				agent_sb_remove(a, sb);
+		}
+	}
+	if (rc < 0 && q->r)
+		agent_call_reply_err(q->r, &e);
+	else if (rc < 0)
+		log_warn("%s", e.msg);
+	waiters_answer(q, rc == 0 && sb && sb->rt ? sb : NULL, &e);
+	free(q);
+}
+
+/* Start building sb's container from spec off the loop; the PUT c is
+ * answered when it is built. The entry goes into the table now (fresh),
+ * so a DELETE or a stop meanwhile finds it and gives the build up. 0, or
+ * -1 with e filled (refused at once: nothing changed). */
+static int build_start(struct agent_call *c, struct agent_sb *sb, const struct rt_spec *spec,
+		       int fresh, const char *restore_from, struct sbx_err *e)
+{
+	struct agent *a = c->a;
+	struct agent_build *q = calloc(1, sizeof(*q));
+
+	if (!q)
+		return err_sys(e, ENOMEM, "sandbox build");
+	q->a = a;
+	q->fresh = fresh;
+	snprintf(q->key, sizeof(q->key), "%s", sb->key);
+	if (restore_from && snprintf(q->restore_from, sizeof(q->restore_from), "%s", restore_from) >=
+				    (int)sizeof(q->restore_from)) {
+		free(q);
+		return err_set(e, SBX_E_VALIDATION, "restoreFrom must be a snapshot id");
+	}
+	/* in the table (and its index) before the build can end */
+	if (fresh && agent_sb_link(a, sb) < 0) {
+		free(q);
+		return err_sys(e, ENOMEM, "sandbox table");
+	}
+	q->b = rt_create_async(a->rt, spec, 0, build_done, q, e);
+	if (!q->b) {
+		if (fresh)
+			agent_sb_unlink(a, sb);
+		free(q);
+		err_prefix(e, "cannot start sandbox '%s'", sb->key);
+		/* a kernel limit reached anyway: the node is full, not broken */
+		capacity_classify(e);
+		return -1;
+	}
+	q->lease_serial = a->reg ? registry_lease_serial(a->reg) : 0;
+	q->r = c->r;
+	httpd_on_close(c->r, build_req_closed, q);
+	httpd_defer(c->r);
+	sb->build = q;
+	return 0;
+}
+
 int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 {
 	struct agent *a = c->a;
@@ -489,8 +743,10 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 		httpd_reply_json(c->r, 200, agent_sb_json(sb));
 		return 0;
 	}
+	if (sb && sb->build)
+		return build_wait(c, sb, &p, e);
 	for (struct agent_sb *s = a->sandboxes; s; s = s->next)
-		running += s->rt != NULL && s != sb;
+		running += (s->rt != NULL || s->build != NULL) && s != sb;
 	if (running >= capacity_now(&a->cap, running, &by))
 		return err_set(e, SBX_E_NO_CAPACITY, "this node is full (%u sandboxes; limit: %s)",
 			       running, by);
@@ -550,45 +806,27 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 				 .workdir = remote && img.workdir[0] ? img.workdir : NULL,
 				 .uid = remote ? img.uid : 0, .gid = remote ? img.gid : 0,
 				 .network = sb->network, .limits = sb->limits, .env = sb->base_env };
+	if (img.lock_fd > 0)
+		sb->image_lock_fd = steal_fd(&img.lock_fd);
 	/* warm pool (pool.h): a matching spec takes a pre-built sandbox */
 	sb->rt = pool_claim(a->pool, &spec);
 	sb->from_pool = sb->rt != NULL;
 	if (!sb->rt) {
 		pool_make_room(a->pool);
-		sb->rt = rt_create(a->rt, &spec, e);
+		if (build_start(c, sb, &spec, fresh != NULL, p.restore_from, e) < 0) {
+			agent_sb_stop(a, sb);
+			goto fail;
+		}
+		agent_image_release(&img);
+		return 0;
 	}
-	if (!sb->rt) {
-		err_prefix(e, "cannot start sandbox '%s'", sb->key);
-		/* a kernel limit reached anyway: the node is full, not broken */
-		capacity_classify(e);
-		goto fail;
-	}
-	sb->started_at = sb->last_active_at = util_wall_ms();
-	/* Agent-wide, so that state keyed by (key, run) of a destroyed
-	 * sandbox never matches a new sandbox of the same id. */
-	sb->run = ++a->runs;
 	if (fresh && agent_sb_link(a, fresh) < 0) {
 		err_sys(e, ENOMEM, "sandbox table");
 		agent_sb_stop(a, fresh);
 		goto fail;
 	}
-	log_info("sandbox '%s' started (generation %lld, epoch %lld)", sb->key,
-		 (long long)sb->generation, (long long)sb->epoch);
-	if (img.lock_fd > 0)
-		sb->image_lock_fd = steal_fd(&img.lock_fd);
 	agent_image_release(&img);
-	if (p.restore_from) {
-		/* a module restores the snapshot into the new container and
-		 * answers; a failed restore stops it again */
-		if (!agent_restore_on_start)
-			err_set(e, SBX_E_NOT_IMPLEMENTED, "this agent cannot restore snapshots");
-		else if (agent_restore_on_start(c->r, sb, p.restore_from, e) == 0)
-			return 0;
-		agent_sb_stop(a, sb);
-		return -1;
-	}
-	httpd_reply_json(c->r, 201, agent_sb_json(sb));
-	return 0;
+	return put_started(a, c->r, sb, p.restore_from, e);
 fail:
 	if (fresh)
 		sb_free(fresh);
@@ -697,6 +935,13 @@ int agent_sandbox_patch(struct agent_call *c, struct sbx_err *e)
 
 int agent_sandbox_delete(struct agent_call *c, struct sbx_err *e)
 {
+	if (c->sb && c->sb->build) {
+		/* answered once nothing of the container being built is left */
+		build_cancel(c->sb, c->r);
+		agent_sb_remove(c->a, c->sb);
+		log_info("sandbox '%s' destroyed while it was starting", c->key);
+		return 0;
+	}
 	if (c->sb) {
 		agent_sb_remove(c->a, c->sb);
 		log_info("sandbox '%s' destroyed", c->key);

@@ -39,6 +39,7 @@ struct pool {
 	int drained;
 	int filled_once;
 	int64_t started_ms;
+	struct rt_build *building;     /* the member being built, or NULL */
 	struct pool_stats stats;
 };
 
@@ -160,11 +161,14 @@ static void drop_dead(struct pool *p)
 	}
 }
 
+static void built(void *arg, struct rt_sandbox *sb, const struct sbx_err *e);
+
+/* Start building one member off the loop (rt_create_async); built()
+ * adds it. 0 or -1 with e filled. */
 static int build_one(struct pool *p, struct sbx_err *e)
 {
 	char key[64];
 	struct rt_spec spec;
-	struct rt_sandbox *sb;
 
 	util_xsnprintf(key, sizeof(key), "_pool-%llu", ++p->seq);
 	memset(&spec, 0, sizeof(spec));
@@ -173,12 +177,46 @@ static int build_one(struct pool *p, struct sbx_err *e)
 	spec.image = "default";
 	spec.network = RT_NET_NONE;
 	spec.limits.disk_mib = p->conf->sandbox.disk_mib;
-	sb = rt_create_pooled(p->rt, &spec, e);
-	if (!sb)
-		return -1;
+	p->building = rt_create_async(p->rt, &spec, 1, built, p, e);
+	return p->building ? 0 : -1;
+}
+
+static void build_failed(struct pool *p, const struct sbx_err *e)
+{
+	p->stats.failures++;
+	p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : POOL_BACKOFF_MIN_MS;
+	if (p->backoff_ms > POOL_BACKOFF_MAX_MS)
+		p->backoff_ms = POOL_BACKOFF_MAX_MS;
+	log_warn("warm pool: cannot build a sandbox (retry in %lld ms): %s",
+		 (long long)p->backoff_ms, e->msg);
+	schedule(p, p->backoff_ms);
+}
+
+static void built(void *arg, struct rt_sandbox *sb, const struct sbx_err *e)
+{
+	struct pool *p = arg;
+
+	p->building = NULL;
+	if (!sb) {
+		build_failed(p, e);
+		return;
+	}
+	if (p->n >= p->target) {
+		rt_destroy(p->rt, sb);
+		return;
+	}
 	p->members[p->n++] = sb;
 	p->stats.builds++;
-	return 0;
+	p->backoff_ms = 0;
+	if (p->n < p->target)
+		schedule(p, 0);   /* the next one on the next loop turn */
+	else
+		p->short_since_ms = 0;
+	if (p->n >= p->target && !p->filled_once) {
+		p->filled_once = 1;
+		log_info("warm pool: %u sandboxes ready (%lld ms)", p->n,
+			 (long long)(util_now_ms() - p->started_ms));
+	}
 }
 
 static void on_refill(evutil_socket_t fd, short what, void *arg)
@@ -190,8 +228,8 @@ static void on_refill(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	if (p->drained)
-		return;
+	if (p->drained || p->building)
+		return;   /* built() schedules the next one */
 	drop_dead(p);
 	if (p->n >= p->target) {
 		p->short_since_ms = 0;
@@ -199,36 +237,18 @@ static void on_refill(evutil_socket_t fd, short what, void *arg)
 	}
 	if (!p->short_since_ms)
 		p->short_since_ms = now;
-	/* a build blocks the loop for a few ms: not while a claimer is about
-	 * to send its first command, unless claims have held it back too long */
+	/* a build takes CPU from a claimer's first command: not while one is
+	 * about to come, unless claims have held it back too long */
 	if (p->last_claim_ms && now - p->last_claim_ms < POOL_QUIET_MS &&
 	    now - p->short_since_ms < POOL_DEFER_MAX_MS) {
 		schedule(p, p->last_claim_ms + POOL_QUIET_MS - now);
 		return;
 	}
-	if (rt_count(p->rt) + rt_pooled_count(p->rt) >= (unsigned)p->conf->agent.capacity)
+	if (rt_count(p->rt) + rt_building(p->rt) + rt_pooled_count(p->rt) >=
+	    (unsigned)p->conf->agent.capacity)
 		return;   /* the check timer tries again when room frees up */
-	if (build_one(p, &e) < 0) {
-		p->stats.failures++;
-		p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : POOL_BACKOFF_MIN_MS;
-		if (p->backoff_ms > POOL_BACKOFF_MAX_MS)
-			p->backoff_ms = POOL_BACKOFF_MAX_MS;
-		log_warn("warm pool: cannot build a sandbox (retry in %lld ms): %s",
-			 (long long)p->backoff_ms, e.msg);
-		schedule(p, p->backoff_ms);
-		return;
-	}
-	p->backoff_ms = 0;
-	if (p->n < p->target) {
-		schedule(p, 0);   /* the next one on the next loop turn */
-	} else {
-		p->short_since_ms = 0;
-	}
-	if (p->n >= p->target && !p->filled_once) {
-		p->filled_once = 1;
-		log_info("warm pool: %u sandboxes ready (%lld ms)", p->n,
-			 (long long)(util_now_ms() - p->started_ms));
-	}
+	if (build_one(p, &e) < 0)
+		build_failed(p, &e);
 }
 
 static void on_check(evutil_socket_t fd, short what, void *arg)
@@ -289,6 +309,9 @@ void pool_drain(struct pool *p)
 	if (!p)
 		return;
 	p->drained = 1;
+	if (p->building)
+		(void)rt_build_cancel(p->building, NULL, NULL);
+	p->building = NULL;
 	if (p->ev_refill)
 		event_del(p->ev_refill);
 	if (p->ev_check)

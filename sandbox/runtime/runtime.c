@@ -22,6 +22,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -35,6 +37,8 @@
 #include <unistd.h>
 
 static struct rt_sandbox *rt_find(struct rt *rt, const char *key);
+static int builders_start(struct rt *rt, struct sbx_err *e);
+static void builders_stop(struct rt *rt);
 
 #define RT_KEY_MAX 160
 /* Host-wide: every agent of the host locks the uid ranges it hands out here. */
@@ -107,6 +111,53 @@ struct rt {
 	void *died_arg;
 	char *buf;         /* INITPROTO_MAX bytes for encoding and receiving */
 	struct egress *egress;   /* NULL: network "egress" is not available */
+	/* Builds (rt_create_async). The loop owns builds, nbuilding and
+	 * nbuilding_pooled; the queue and stopping are under lock; idmap_fds
+	 * and egress are shared with the build threads under lock too. */
+	struct rt_build *builds;  /* every build not yet handed back */
+	unsigned nbuilding, nbuilding_pooled;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct rt_build *queue, **queue_tail;
+	int stopping;
+	pthread_t *threads;
+	unsigned nthreads;
+	int done_pipe[2];        /* build threads -> loop: struct rt_build pointers */
+	struct event *ev_done;
+	/* ids is the build threads' under ids_lock (idrange_get opens and
+	 * flocks a file, and scans /proc when full); the loop gives ranges
+	 * back through ids_put (under lock), taken in by the next get. */
+	pthread_mutex_t ids_lock;
+	uint32_t *ids_put;
+	unsigned nids_put;
+};
+
+/* One build: planned on the loop (build_prepare), run on a build thread
+ * or inline (build_run), handed back on the loop (build_finish). */
+struct rt_build {
+	struct rt_build *next;     /* rt->builds */
+	struct rt_build *qnext;    /* rt->queue, under rt->lock */
+	struct rt *rt;
+	struct rt_sandbox *sb;     /* the build's until build_finish */
+	int pooled;
+	int queued;                /* in rt->queue (under rt->lock) */
+	int cancelled;             /* loop: done never runs, the result is destroyed */
+	rt_built_cb done;
+	void *arg;
+	void (*gone)(void *arg);
+	void *gone_arg;
+	/* the plan */
+	char lower[PATH_MAX];
+	char merged[PATH_MAX];
+	char hostname[64];
+	char *layers;              /* owned, or NULL */
+	int bind_usr, shift;
+	int64_t disk;
+	struct cg_limits lim;
+	enum rt_network network;
+	/* the outcome, written by the thread before it hands b back */
+	int rc;
+	struct sbx_err err;
 };
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -519,6 +570,14 @@ struct rt *rt_new(struct event_base *base, const struct sbx_conf *conf, struct s
 		}
 		for (unsigned i = 0; i < rt->ids.count; i++)
 			rt->idmap_fds[i] = -1;
+		rt->ids_put = calloc(rt->ids.count, sizeof(*rt->ids_put));
+		if (!rt->ids_put || pthread_mutex_init(&rt->ids_lock, NULL) != 0) {
+			free(rt->ids_put);
+			free(rt->idmap_fds);
+			idrange_release(&rt->ids);
+			err_sys(e, ENOMEM, "cannot allocate the runtime");
+			return NULL;
+		}
 	}
 	rt->image_owner = rt->userns ? (uid_t)conf->agent.uid_base : 0;
 
@@ -572,8 +631,14 @@ struct rt *rt_new(struct event_base *base, const struct sbx_conf *conf, struct s
 		if (!rt->egress)
 			log_warn("network 'egress' is not available: %s", ee.msg);
 	}
-	log_info("runtime: userns %s, cgroups %s, default image '%s'", rt->userns ? "on" : "off",
-		 rt->cg->ops->name, rt->default_image);
+	if (builders_start(rt, e) < 0) {
+		builders_stop(rt);
+		egress_free(rt->egress);
+		cg_free(rt->cg);
+		goto fail;
+	}
+	log_info("runtime: userns %s, cgroups %s, default image '%s', %u build threads",
+		 rt->userns ? "on" : "off", rt->cg->ops->name, rt->default_image, rt->nthreads);
 	return steal_ptr(&rt);
 fail:
 	if (rt->init_fd >= 0)
@@ -581,6 +646,7 @@ fail:
 	sec_release(&rt->sec);
 	free(rt->buf);
 	free(rt->idmap_fds);
+	free(rt->ids_put);
 	idrange_release(&rt->ids);
 	return NULL;
 }
@@ -598,31 +664,78 @@ static int attach_cgroup(void *arg, pid_t pid, struct sbx_err *e)
 	return sb->rt->cg->ops->attach(sb->rt->cg, sb->cg_key, pid, e);
 }
 
+/* spawn_plan.thaw: kill what is in the sandbox's cgroups and thaw them. */
+static void thaw_cgroup(void *arg)
+{
+	struct rt_sandbox *sb = arg;
+
+	cg_kill_thaw(sb->rt->cg, sb->cg_key);
+}
+
 /* The image at lower as the sandbox with ids from host_uid sees it: a
  * detached mount whose files owned by the image owner's ids show as the
  * range's (mnt_open_idmapped). The idmap's user namespace is made once
- * per range and kept. An fd (the caller's) or -1 with e filled. */
+ * per range and kept. An fd (the caller's) or -1 with e filled. Any
+ * thread: the build holding the range. */
 static int image_idmap(struct rt *rt, const char *lower, uid_t host_uid, struct sbx_err *e)
 {
 	unsigned b = (unsigned)((host_uid - rt->ids.base) / IDRANGE_SIZE);
+	int fd, ret;
 
 	if (b >= rt->ids.count)
 		return err_set(e, SBX_E_INTERNAL, "uid %u is outside the ranges", (unsigned)host_uid);
-	int fd, ret;
-
-	if (rt->idmap_fds[b] >= 0)
-		return mnt_open_idmapped(lower, rt->idmap_fds[b], e);
+	/* made outside rt->lock (a child, a round trip); the range is this
+	 * build's alone, so no other thread makes the same one meanwhile */
+	pthread_mutex_lock(&rt->lock);
+	fd = rt->idmap_fds[b];
+	pthread_mutex_unlock(&rt->lock);
+	if (fd >= 0)
+		return mnt_open_idmapped(lower, fd, e);
 	fd = spawn_userns(rt->image_owner, host_uid, e);
 	if (fd < 0)
 		return -1;
 	ret = mnt_open_idmapped(lower, fd, e);
+	/* kept for the range's next sandbox while fewer than RT_IDMAP_KEEP are */
+	pthread_mutex_lock(&rt->lock);
 	if (rt->nidmap < RT_IDMAP_KEEP) {
 		rt->idmap_fds[b] = fd;
 		rt->nidmap++;
-	} else {
-		close(fd);
+		fd = -1;
 	}
+	pthread_mutex_unlock(&rt->lock);
+	if (fd >= 0)
+		close(fd);
 	return ret;
+}
+
+/* Give the ranges the loop put back to rt->ids (ids_lock held). */
+static void ids_flush(struct rt *rt)
+{
+	pthread_mutex_lock(&rt->lock);
+	while (rt->nids_put > 0)
+		idrange_put(&rt->ids, rt->ids_put[--rt->nids_put]);
+	pthread_mutex_unlock(&rt->lock);
+}
+
+/* A range for a new sandbox (any thread): its first id, or -1 with e. */
+static int64_t ids_get(struct rt *rt, struct sbx_err *e)
+{
+	int64_t id;
+
+	pthread_mutex_lock(&rt->ids_lock);
+	ids_flush(rt);
+	id = idrange_get(&rt->ids, e);
+	pthread_mutex_unlock(&rt->ids_lock);
+	return id;
+}
+
+/* Give a range back (any thread; never waits for a get under way). */
+static void ids_put(struct rt *rt, uint32_t id)
+{
+	pthread_mutex_lock(&rt->lock);
+	if (rt->nids_put < rt->ids.count)
+		rt->ids_put[rt->nids_put++] = id;
+	pthread_mutex_unlock(&rt->lock);
 }
 
 static int64_t pick(int64_t v, int64_t dflt)
@@ -630,20 +743,36 @@ static int64_t pick(int64_t v, int64_t dflt)
 	return v > 0 ? v : dflt;
 }
 
-struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct sbx_err *e)
+/* A key in use: a sandbox's, or a build's not yet handed back. */
+static int key_taken(struct rt *rt, const char *key)
+{
+	if (rt_find(rt, key))
+		return 1;
+	for (struct rt_build *b = rt->builds; b; b = b->next)
+		if (strcmp(b->sb->key, key) == 0)
+			return 1;
+	return 0;
+}
+
+static void build_free(struct rt_build *b)
+{
+	if (!b)
+		return;
+	free(b->layers);
+	free(b->sb);
+	free(b);
+}
+
+/* Plan a build of spec on the loop: validation, the capacity reservation,
+ * the image's path and the sandbox's id range. The build (the caller's:
+ * build_run, then build_finish), or NULL with e filled. */
+static struct rt_build *build_prepare(struct rt *rt, const struct rt_spec *spec, int pooled,
+				      struct sbx_err *e)
 {
 	const char *image = (spec->image && spec->image[0]) ? spec->image : "default";
-	struct cg_limits lim;
-	struct mnt_params mp;
-	struct mnt_plan plan;
-	struct spawn_plan sp;
-	char lower[PATH_MAX], merged[PATH_MAX];
-	int64_t disk;
-	int sv[2] = { -1, -1 };
-	auto_close int userns_fd = -1;
-	auto_close int lower_fd = -1;
-	int64_t t0 = util_now_ms();
+	struct rt_build *b;
 	struct rt_sandbox *sb;
+	unsigned counted = rt->count + rt->nbuilding;
 
 	if (!spec->key || !valid_key(spec->key))
 		return err_set(e, SBX_E_VALIDATION, "invalid sandbox key"), NULL;
@@ -653,33 +782,60 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 		return err_set(e, SBX_E_VALIDATION, "network 'egress' is not available on this node"), NULL;
 	if (spec->network != RT_NET_NONE && spec->network != RT_NET_EGRESS)
 		return err_set(e, SBX_E_VALIDATION, "unknown network mode"), NULL;
-	if (rt_find(rt, spec->key))
+	if (key_taken(rt, spec->key))
 		return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists", spec->key), NULL;
-	if (rt->count >= (unsigned)rt->conf.agent.capacity)
-		return err_set(e, SBX_E_NO_CAPACITY, "node is full (%u sandboxes)", rt->count), NULL;
-	lim.memory_mib = pick(spec->limits.memory_mib, rt->conf.sandbox.memory_mib);
-	lim.cpus_milli = pick(spec->limits.cpus_milli, rt->conf.sandbox.cpus_milli);
-	lim.pids = pick(spec->limits.pids, rt->conf.sandbox.pids);
-	disk = pick(spec->limits.disk_mib, rt->conf.sandbox.disk_mib);
-	if (lim.memory_mib < 16 || lim.memory_mib > 1048576 || lim.cpus_milli < 10 ||
-	    lim.cpus_milli > 256000 || lim.pids < 8 || lim.pids > 1000000 || disk < 1 || disk > 1048576)
-		return err_set(e, SBX_E_VALIDATION, "resource limits out of range"), NULL;
-	if (spec->layers) {
-		if (snprintf(lower, sizeof(lower), "%s/layers", rt->conf.agent.images_dir) >= (int)sizeof(lower))
-			return err_set(e, SBX_E_INTERNAL, "image path too long"), NULL;
-	} else if (strcmp(image, "default") == 0) {
-		if (snprintf(lower, sizeof(lower), "%s", rt->default_image) >= (int)sizeof(lower))
-			return err_set(e, SBX_E_INTERNAL, "image path too long"), NULL;
-	} else if (image_resolve(rt->conf.agent.images_dir, image, lower, sizeof(lower), e) < 0) {
-		return NULL;
-	}
-	if (strchr(lower, ',') || strchr(lower, ':') || strchr(rt->mnt_base, ',') ||
-	    strchr(rt->mnt_base, ':'))
-		return err_set(e, SBX_E_INTERNAL, "image or state path contains ',' or ':'"), NULL;
-
+	if (pooled && counted + rt->npooled + rt->nbuilding_pooled >= (unsigned)rt->conf.agent.capacity)
+		return err_set(e, SBX_E_NO_CAPACITY, "node is full (%u sandboxes, %u pooled)", counted,
+			       rt->npooled + rt->nbuilding_pooled), NULL;
+	if (!pooled && counted >= (unsigned)rt->conf.agent.capacity)
+		return err_set(e, SBX_E_NO_CAPACITY, "node is full (%u sandboxes)", counted), NULL;
+	b = calloc(1, sizeof(*b));
 	sb = calloc(1, sizeof(*sb));
-	if (!sb)
+	if (!b || !sb || (spec->layers && !(b->layers = strdup(spec->layers)))) {
+		free(sb);
+		build_free(b);
 		return err_sys(e, ENOMEM, "cannot allocate a sandbox"), NULL;
+	}
+	b->rt = rt;
+	b->sb = sb;
+	b->pooled = pooled;
+	b->network = spec->network;
+	b->lim.memory_mib = pick(spec->limits.memory_mib, rt->conf.sandbox.memory_mib);
+	b->lim.cpus_milli = pick(spec->limits.cpus_milli, rt->conf.sandbox.cpus_milli);
+	b->lim.pids = pick(spec->limits.pids, rt->conf.sandbox.pids);
+	b->disk = pick(spec->limits.disk_mib, rt->conf.sandbox.disk_mib);
+	if (b->lim.memory_mib < 16 || b->lim.memory_mib > 1048576 || b->lim.cpus_milli < 10 ||
+	    b->lim.cpus_milli > 256000 || b->lim.pids < 8 || b->lim.pids > 1000000 || b->disk < 1 ||
+	    b->disk > 1048576) {
+		err_set(e, SBX_E_VALIDATION, "resource limits out of range");
+		goto fail;
+	}
+	if (spec->layers) {
+		if (snprintf(b->lower, sizeof(b->lower), "%s/layers", rt->conf.agent.images_dir) >=
+		    (int)sizeof(b->lower)) {
+			err_set(e, SBX_E_INTERNAL, "image path too long");
+			goto fail;
+		}
+	} else if (strcmp(image, "default") == 0) {
+		if (snprintf(b->lower, sizeof(b->lower), "%s", rt->default_image) >= (int)sizeof(b->lower)) {
+			err_set(e, SBX_E_INTERNAL, "image path too long");
+			goto fail;
+		}
+	} else if (image_resolve(rt->conf.agent.images_dir, image, b->lower, sizeof(b->lower), e) < 0) {
+		goto fail;
+	}
+	if (strchr(b->lower, ',') || strchr(b->lower, ':') || strchr(rt->mnt_base, ',') ||
+	    strchr(rt->mnt_base, ':')) {
+		err_set(e, SBX_E_INTERNAL, "image or state path contains ',' or ':'");
+		goto fail;
+	}
+	if (snprintf(b->merged, sizeof(b->merged), "%s/merged", rt->mnt_base) >= (int)sizeof(b->merged)) {
+		err_set(e, SBX_E_INTERNAL, "state path too long");
+		goto fail;
+	}
+	memcpy(b->hostname, spec->hostname, strlen(spec->hostname) + 1);
+	b->bind_usr = !spec->layers && strcmp(image, "default") == 0;
+
 	sb->rt = rt;
 	sb->pidfd = sb->sock = -1;
 	sb->serial = ++sandbox_serials;
@@ -695,60 +851,104 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 	sb->uid = sb->gid = -1;
 	if (spec->uid || spec->gid) {
 		if (spec->uid >= IDRANGE_SIZE || spec->gid >= IDRANGE_SIZE) {
-			free(sb);
-			return err_set(e, SBX_E_VALIDATION, "user %u:%u is outside the sandbox's %u ids",
-				       spec->uid, spec->gid, IDRANGE_SIZE), NULL;
+			err_set(e, SBX_E_VALIDATION, "user %u:%u is outside the sandbox's %u ids",
+				spec->uid, spec->gid, IDRANGE_SIZE);
+			goto fail;
 		}
 		sb->uid = spec->uid;
 		sb->gid = spec->gid;
 	}
-
 	if (rt->userns) {
 		struct stat ist;
+
 		/* an image owned by agent.uid_base (the default one, or made like
 		 * it) is shown as the sandbox's own; any other is used as it is,
 		 * its files belonging to no sandbox's ids */
-		int shift = stat(lower, &ist) == 0 && ist.st_uid == rt->image_owner;
+		b->shift = stat(b->lower, &ist) == 0 && ist.st_uid == rt->image_owner;
+	}
+	if (pooled)
+		rt->nbuilding_pooled++;
+	else
+		rt->nbuilding++;
+	b->next = rt->builds;
+	rt->builds = b;
+	return b;
+fail:
+	build_free(b);
+	return NULL;
+}
 
+/* Give sb's network "egress" link back (any thread: under rt->lock). */
+static void net_release(struct rt *rt, struct rt_sandbox *sb)
+{
+	if (!rt->egress)
+		return;
+	pthread_mutex_lock(&rt->lock);
+	egress_release(rt->egress, &sb->net);
+	pthread_mutex_unlock(&rt->lock);
+}
+
+/* Undo what build_run made of sb (any thread; the id range stays). */
+static void unbuild(struct rt *rt, struct rt_sandbox *sb)
+{
+	if (sb->pidfd >= 0) {
+		syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
+		cg_kill_thaw(rt->cg, sb->cg_key);
+		spawn_reap(sb->pidfd, 1);
+	}
+	net_release(rt, sb);
+	(void)rt->cg->ops->destroy(rt->cg, sb->cg_key);
+	for (int *fd = &sb->pidfd; fd <= &sb->sock; fd++) {
+		if (*fd >= 0)
+			close(*fd);
+		*fd = -1;
+	}
+}
+
+/* The work of a build, on a build thread (or inline in rt_create): the
+ * user namespace, the idmapped image, the cgroups, the clone of init and
+ * the handshake with it, the network. Touches only b, its sandbox and
+ * what rt shares under rt->lock. Sets b->rc (0, or -1 with b->err). */
+static void build_run(struct rt_build *b)
+{
+	struct rt *rt = b->rt;
+	struct rt_sandbox *sb = b->sb;
+	struct sbx_err *e = &b->err;
+	struct mnt_params mp;
+	struct mnt_plan plan;
+	struct spawn_plan sp;
+	char path[64];
+	int sv[2] = { -1, -1 };
+	auto_close int userns_fd = -1;
+	auto_close int lower_fd = -1;
+	int64_t t0 = util_now_ms();
+
+	b->rc = -1;
+	memset(&plan, 0, sizeof(plan));
+	if (rt->userns) {
 		/* its own ids: per-user kernel limits (inotify, nproc) are per sandbox */
-		sb->host_uid = idrange_get(&rt->ids, e);
-		if (sb->host_uid < 0 || (userns_fd = spawn_userns(0, (uid_t)sb->host_uid, e)) < 0 ||
-		    (shift && (lower_fd = image_idmap(rt, lower, (uid_t)sb->host_uid, e)) < 0)) {
-			err_prefix(e, "cannot create sandbox '%s'", spec->key);
-			if (sb->host_uid >= 0)
-				idrange_put(&rt->ids, (uint32_t)sb->host_uid);
-			free(sb);
-			return NULL;
-		}
+		sb->host_uid = ids_get(rt, e);
+		if (sb->host_uid < 0 || (userns_fd = spawn_userns(0, (uid_t)sb->host_uid, e)) < 0)
+			goto fail_early;
+		if (b->shift && (lower_fd = image_idmap(rt, b->lower, (uid_t)sb->host_uid, e)) < 0)
+			goto fail_early;
 	}
 	memset(&mp, 0, sizeof(mp));
 	mp.base = rt->mnt_base;
-	mp.lower = lower;
-	mp.layers = spec->layers;
+	mp.lower = b->lower;
+	mp.layers = b->layers;
 	mp.idmapped = lower_fd >= 0;
 	mp.lower_fd = lower_fd;
-	mp.bind_usr = !spec->layers && strcmp(image, "default") == 0;
-	mp.disk_mib = disk;
+	mp.bind_usr = b->bind_usr;
+	mp.disk_mib = b->disk;
 	mp.owner = rt->userns ? (uid_t)sb->host_uid : 0;
 	mp.ws_uid = mp.owner + (sb->uid > 0 ? (uid_t)sb->uid : 0);
 	mp.ws_gid = mp.owner + (sb->gid > 0 ? (gid_t)sb->gid : 0);
-	mp.hostname = spec->hostname;
+	mp.hostname = b->hostname;
 	mp.userns = rt->userns;
-	if (mnt_plan_build(&plan, &mp, e) < 0) {
-		if (sb->host_uid >= 0)
-			idrange_put(&rt->ids, (uint32_t)sb->host_uid);
-		free(sb);
-		return NULL;
-	}
-	if (snprintf(merged, sizeof(merged), "%s/merged", rt->mnt_base) >= (int)sizeof(merged)) {
-		err_set(e, SBX_E_INTERNAL, "state path too long");
-		mnt_plan_release(&plan);
-		if (sb->host_uid >= 0)
-			idrange_put(&rt->ids, (uint32_t)sb->host_uid);
-		free(sb);
-		return NULL;
-	}
-	if (rt->cg->ops->create(rt->cg, sb->cg_key, &lim, e) < 0)
+	if (mnt_plan_build(&plan, &mp, e) < 0)
+		goto fail_early;
+	if (rt->cg->ops->create(rt->cg, sb->cg_key, &b->lim, e) < 0)
 		goto fail;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
 		err_sys(e, errno, "socketpair");
@@ -756,76 +956,319 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 	}
 	memset(&sp, 0, sizeof(sp));
 	sp.mounts = &plan;
-	sp.root = merged;
-	sp.hostname = spec->hostname;
+	sp.root = b->merged;
+	sp.hostname = b->hostname;
 	sp.userns_fd = userns_fd;
 	sp.seccomp = &rt->sec.prog;
 	sp.caps_keep = rt->caps_keep;
 	sp.caps_last = rt->caps_last;
 	sp.init_exe_fd = rt->init_fd;
 	sp.init_sock = sv[1];
+	sp.thaw = thaw_cgroup;
 	sb->pid = spawn_sandbox(&sp, attach_cgroup, sb, &sb->pidfd, e);
 	close(sv[1]);
 	sv[1] = -1;
 	if (sb->pid < 0)
 		goto fail;
 	sb->sock = steal_fd(&sv[0]);
-	if (spec->network == RT_NET_EGRESS) {
-		int netns = memo_open(&netns_memo, sb, "ns/net", O_RDONLY);
+	if (b->network == RT_NET_EGRESS) {
+		/* opened here and closed: the build thread keeps no memo */
+		auto_close int netns = -1;
+		int rc;
 
+		util_xsnprintf(path, sizeof(path), "/proc/%d/ns/net", (int)sb->pid);
+		netns = open(path, O_RDONLY | O_CLOEXEC);
 		if (netns < 0) {
 			err_sys(e, errno, "cannot open the sandbox's network namespace");
 			goto fail;
 		}
-		if (egress_attach(rt->egress, netns, &sb->net, e) < 0)
+		pthread_mutex_lock(&rt->lock);
+		rc = egress_attach(rt->egress, netns, &sb->net, e);
+		pthread_mutex_unlock(&rt->lock);
+		if (rc < 0)
 			goto fail;
 	}
 	if (util_set_nonblock(sb->sock) < 0) {
 		err_sys(e, errno, "cannot set up the init socket");
 		goto fail;
 	}
-	sb->ev_sock = event_new(rt->base, sb->sock, EV_READ | EV_PERSIST, on_readable, sb);
-	sb->ev_write = event_new(rt->base, sb->sock, EV_WRITE | EV_PERSIST, on_writable, sb);
-	sb->ev_pid = event_new(rt->base, sb->pidfd, EV_READ, on_init_exit, sb);
-	if (!sb->ev_sock || !sb->ev_write || !sb->ev_pid || event_add(sb->ev_sock, NULL) < 0 ||
-	    event_add(sb->ev_pid, NULL) < 0) {
-		err_sys(e, ENOMEM, "cannot watch the sandbox");
-		goto fail;
-	}
 	mnt_plan_release(&plan);
-	sb->next = rt->list;
-	rt->list = sb;
-	rt->count++;
-	log_debug("sandbox '%s' created in %lld ms (init pid %d)", sb->key,
+	log_debug("sandbox '%s' built in %lld ms (init pid %d)", sb->key,
 		  (long long)(util_now_ms() - t0), (int)sb->pid);
-	return sb;
+	b->rc = 0;
+	return;
 fail:
-	err_prefix(e, "cannot create sandbox '%s'", spec->key);
-	mnt_plan_release(&plan);
 	if (sv[0] >= 0)
 		close(sv[0]);
-	if (sb->pidfd >= 0) {
-		syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
-		spawn_reap(sb->pidfd, 1);
+	unbuild(rt, sb);
+fail_early:
+	mnt_plan_release(&plan);
+	err_prefix(e, "cannot create sandbox '%s'", sb->key);
+}
+
+/* Hand a build back on the loop: watch the new sandbox's init and count
+ * it, or give its id range back after a failure. The sandbox (borrowed),
+ * or NULL with e filled. b is unlinked; the caller frees it. */
+static struct rt_sandbox *build_finish(struct rt_build *b, struct sbx_err *e)
+{
+	struct rt *rt = b->rt;
+	struct rt_sandbox *sb = b->sb;
+	struct rt_build **pp;
+
+	for (pp = &rt->builds; *pp && *pp != b; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = b->next;
+	if (b->pooled)
+		rt->nbuilding_pooled--;
+	else
+		rt->nbuilding--;
+	if (b->rc == 0) {
+		sb->ev_sock = event_new(rt->base, sb->sock, EV_READ | EV_PERSIST, on_readable, sb);
+		sb->ev_write = event_new(rt->base, sb->sock, EV_WRITE | EV_PERSIST, on_writable, sb);
+		sb->ev_pid = event_new(rt->base, sb->pidfd, EV_READ, on_init_exit, sb);
+		if (!sb->ev_sock || !sb->ev_write || !sb->ev_pid || event_add(sb->ev_sock, NULL) < 0 ||
+		    event_add(sb->ev_pid, NULL) < 0) {
+			err_sys(&b->err, ENOMEM, "cannot watch sandbox '%s'", sb->key);
+			b->rc = -1;
+			unbuild(rt, sb);
+			for (struct event **ev = &sb->ev_sock; ev <= &sb->ev_pid; ev++)
+				if (*ev)
+					event_free(*ev);
+		}
 	}
-	if (rt->egress)
-		egress_release(rt->egress, &sb->net);
-	(void)rt->cg->ops->destroy(rt->cg, sb->cg_key);
-	if (sb->ev_sock)
-		event_free(sb->ev_sock);
-	if (sb->ev_write)
-		event_free(sb->ev_write);
-	if (sb->ev_pid)
-		event_free(sb->ev_pid);
-	memo_forget(sb);
-	for (int *fd = &sb->pidfd; fd <= &sb->sock; fd++)
-		if (*fd >= 0)
-			close(*fd);
-	/* init (PID 1 of its namespace) is reaped: nothing runs with these ids */
-	if (sb->host_uid >= 0)
-		idrange_put(&rt->ids, (uint32_t)sb->host_uid);
-	free(sb);
-	return NULL;
+	if (b->rc < 0) {
+		*e = b->err;
+		/* init (PID 1 of its namespace) is reaped: nothing runs with these ids */
+		if (sb->host_uid >= 0)
+			ids_put(rt, (uint32_t)sb->host_uid);
+		return NULL;
+	}
+	b->sb = NULL;
+	sb->pooled = b->pooled;
+	sb->next = rt->list;
+	rt->list = sb;
+	if (sb->pooled)
+		rt->npooled++;
+	else
+		rt->count++;
+	return sb;
+}
+
+/* A build on the caller's thread, start to end (rt_create, rt_create_pooled). */
+static struct rt_sandbox *create_now(struct rt *rt, const struct rt_spec *spec, int pooled,
+				     struct sbx_err *e)
+{
+	struct rt_build *b = build_prepare(rt, spec, pooled, e);
+	struct rt_sandbox *sb;
+
+	if (!b)
+		return NULL;
+	build_run(b);
+	sb = build_finish(b, e);
+	build_free(b);
+	return sb;
+}
+
+struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct sbx_err *e)
+{
+	return create_now(rt, spec, 0, e);
+}
+
+/* ---- build threads ------------------------------------------------------- */
+
+static void *builder_main(void *arg)
+{
+	struct rt *rt = arg;
+
+	for (;;) {
+		struct rt_build *b;
+
+		pthread_mutex_lock(&rt->lock);
+		while (!rt->queue && !rt->stopping)
+			pthread_cond_wait(&rt->wake, &rt->lock);
+		b = rt->queue;
+		if (b) {
+			rt->queue = b->qnext;
+			if (!rt->queue)
+				rt->queue_tail = &rt->queue;
+			b->queued = 0;
+		}
+		pthread_mutex_unlock(&rt->lock);
+		if (!b)
+			return NULL;
+		build_run(b);
+		if (util_write_all(rt->done_pipe[1], &b, sizeof(b)) < 0)
+			log_error("build of '%s': cannot tell the loop: %s", b->sb->key, strerror(errno));
+	}
+}
+
+/* b is over (run, or taken off the queue unrun): hand it back and tell
+ * its owner. */
+static void build_done(struct rt_build *b)
+{
+	struct sbx_err e = { 0 };
+	struct rt_sandbox *sb = build_finish(b, &e);
+
+	if (b->cancelled) {
+		if (sb)
+			rt_destroy(b->rt, sb);
+		if (b->gone)
+			b->gone(b->gone_arg);
+	} else if (b->done) {
+		b->done(b->arg, sb, sb ? NULL : &e);
+	}
+	build_free(b);
+}
+
+static void on_built(evutil_socket_t fd, short what, void *arg)
+{
+	struct rt_build *b;
+
+	(void)what;
+	(void)arg;
+	while (read(fd, &b, sizeof(b)) == (ssize_t)sizeof(b))
+		build_done(b);
+}
+
+/* Start the build threads: two per CPU (a build mostly waits for its
+ * child's mount work), at most RT_BUILD_THREADS_MAX. 0 or -1 with e. */
+#define RT_BUILD_THREADS_MAX 8
+static int builders_start(struct rt *rt, struct sbx_err *e)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	sigset_t all, old;
+	int rc = 0;
+
+	rt->queue_tail = &rt->queue;
+	rt->done_pipe[0] = rt->done_pipe[1] = -1;
+	if (pthread_mutex_init(&rt->lock, NULL) != 0 || pthread_cond_init(&rt->wake, NULL) != 0)
+		return err_set(e, SBX_E_INTERNAL, "cannot set up the build threads");
+	if (pipe2(rt->done_pipe, O_CLOEXEC) < 0 || util_set_nonblock(rt->done_pipe[0]) < 0)
+		return err_sys(e, errno, "cannot set up the build threads");
+	rt->ev_done = event_new(rt->base, rt->done_pipe[0], EV_READ | EV_PERSIST, on_built, rt);
+	if (!rt->ev_done || event_add(rt->ev_done, NULL) < 0)
+		return err_sys(e, ENOMEM, "cannot set up the build threads");
+	rt->nthreads = cpus > 0 ? (unsigned)cpus * 2 : 2;
+	if (rt->nthreads > RT_BUILD_THREADS_MAX)
+		rt->nthreads = RT_BUILD_THREADS_MAX;
+	rt->threads = calloc(rt->nthreads, sizeof(*rt->threads));
+	if (!rt->threads)
+		return err_sys(e, ENOMEM, "cannot set up the build threads");
+	/* signals stay with the loop's thread */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	for (unsigned i = 0; i < rt->nthreads && rc == 0; i++)
+		if ((rc = pthread_create(&rt->threads[i], NULL, builder_main, rt)) != 0)
+			rt->nthreads = i;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0)
+		return err_sys(e, rc, "cannot start a build thread");
+	return 0;
+}
+
+/* Wait for every build (rt_free): unrun ones are taken off the queue, the
+ * rest are waited for; each is handed back (a cancelled one destroyed). */
+static void builders_drain(struct rt *rt)
+{
+	while (rt->builds) {
+		struct rt_build *b, *q;
+		struct pollfd pfd = { .fd = rt->done_pipe[0], .events = POLLIN };
+
+		pthread_mutex_lock(&rt->lock);
+		q = rt->queue;
+		rt->queue = NULL;
+		rt->queue_tail = &rt->queue;
+		for (b = q; b; b = b->qnext)
+			b->queued = 0;
+		pthread_mutex_unlock(&rt->lock);
+		while ((b = q)) {
+			q = b->qnext;
+			err_set(&b->err, SBX_E_NODE_UNAVAILABLE, "the agent is stopping");
+			b->rc = -1;
+			build_done(b);
+		}
+		if (rt->builds && poll(&pfd, 1, 1000) > 0)
+			on_built(rt->done_pipe[0], EV_READ, rt);
+	}
+}
+
+static void builders_stop(struct rt *rt)
+{
+	pthread_mutex_lock(&rt->lock);
+	rt->stopping = 1;
+	pthread_cond_broadcast(&rt->wake);
+	pthread_mutex_unlock(&rt->lock);
+	for (unsigned i = 0; i < rt->nthreads; i++)
+		pthread_join(rt->threads[i], NULL);
+	free(rt->threads);
+	rt->threads = NULL;
+	rt->nthreads = 0;
+	if (rt->ev_done)
+		event_free(rt->ev_done);
+	rt->ev_done = NULL;
+	for (int i = 0; i < 2; i++)
+		if (rt->done_pipe[i] >= 0)
+			close(rt->done_pipe[i]);
+}
+
+struct rt_build *rt_create_async(struct rt *rt, const struct rt_spec *spec, int pooled,
+				 rt_built_cb done, void *arg, struct sbx_err *e)
+{
+	struct rt_build *b;
+
+	if (!rt->nthreads)
+		return err_set(e, SBX_E_INTERNAL, "the runtime has no build threads"), NULL;
+	b = build_prepare(rt, spec, pooled, e);
+	if (!b)
+		return NULL;
+	b->done = done;
+	b->arg = arg;
+	pthread_mutex_lock(&rt->lock);
+	b->queued = 1;
+	*rt->queue_tail = b;
+	rt->queue_tail = &b->qnext;
+	pthread_cond_signal(&rt->wake);
+	pthread_mutex_unlock(&rt->lock);
+	return b;
+}
+
+int rt_build_cancel(struct rt_build *b, void (*gone)(void *arg), void *arg)
+{
+	struct rt *rt = b->rt;
+	int unrun = 0;
+
+	b->cancelled = 1;
+	b->done = NULL;
+	pthread_mutex_lock(&rt->lock);
+	if (b->queued) {
+		struct rt_build **pp = &rt->queue;
+
+		while (*pp && *pp != b)
+			pp = &(*pp)->qnext;
+		if (*pp) {
+			*pp = b->qnext;
+			if (rt->queue_tail == &b->qnext)
+				rt->queue_tail = pp;
+		}
+		b->queued = 0;
+		unrun = 1;
+	}
+	pthread_mutex_unlock(&rt->lock);
+	if (unrun) {
+		err_set(&b->err, SBX_E_CONFLICT, "cancelled");
+		b->rc = -1;
+		build_done(b);
+		return 1;
+	}
+	b->gone = gone;
+	b->gone_arg = arg;
+	return 0;
+}
+
+unsigned rt_building(const struct rt *rt)
+{
+	return rt->nbuilding;
 }
 
 static void sandbox_free(struct rt_sandbox *sb)
@@ -864,14 +1307,13 @@ void rt_destroy(struct rt *rt, struct rt_sandbox *sb)
 	/* killing PID 1 of the namespace kills everything in it */
 	syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
 	spawn_reap(sb->pidfd, 1);
-	if (rt->egress)
-		egress_release(rt->egress, &sb->net);
+	net_release(rt, sb);
 	if (rt->cg->ops->destroy(rt->cg, sb->cg_key) < 0)
 		log_warn("sandbox '%s': cgroup not fully removed: %s", sb->key, strerror(errno));
 	/* init is reaped, so every process of its pid namespace is gone; the
 	 * cgroup's helpers too (killed above) */
 	if (sb->host_uid >= 0)
-		idrange_put(&rt->ids, (uint32_t)sb->host_uid);
+		ids_put(rt, (uint32_t)sb->host_uid);
 	sb->host_uid = -1;
 	sb->dead = 1;
 	sb->dispatching++;
@@ -885,8 +1327,12 @@ void rt_free(struct rt *rt)
 {
 	if (!rt)
 		return;
+	builders_drain(rt);
 	while (rt->list)
 		rt_destroy(rt, rt->list);
+	/* after every sandbox is gone: init's PR_SET_PDEATHSIG follows the
+	 * thread that cloned it */
+	builders_stop(rt);
 	egress_free(rt->egress);
 	cg_free(rt->cg);
 	sec_release(&rt->sec);
@@ -897,6 +1343,13 @@ void rt_free(struct rt *rt)
 		if (rt->idmap_fds[i] >= 0)
 			close(rt->idmap_fds[i]);
 	free(rt->idmap_fds);
+	if (rt->userns) {
+		pthread_mutex_lock(&rt->ids_lock);
+		ids_flush(rt);
+		pthread_mutex_unlock(&rt->ids_lock);
+		pthread_mutex_destroy(&rt->ids_lock);
+	}
+	free(rt->ids_put);
 	idrange_release(&rt->ids);
 	free(rt);
 }
@@ -1183,18 +1636,7 @@ void rt_detach(struct rt_sandbox *sb, int64_t handle)
 
 struct rt_sandbox *rt_create_pooled(struct rt *rt, const struct rt_spec *spec, struct sbx_err *e)
 {
-	struct rt_sandbox *sb;
-
-	if (rt->count + rt->npooled >= (unsigned)rt->conf.agent.capacity)
-		return err_set(e, SBX_E_NO_CAPACITY, "node is full (%u sandboxes, %u pooled)", rt->count,
-			       rt->npooled), NULL;
-	sb = rt_create(rt, spec, e);
-	if (!sb)
-		return NULL;
-	sb->pooled = 1;
-	rt->count--;
-	rt->npooled++;
-	return sb;
+	return create_now(rt, spec, 1, e);
 }
 
 unsigned rt_pooled_count(const struct rt *rt) { return rt->npooled; }
@@ -1248,10 +1690,11 @@ int rt_claim(struct rt *rt, struct rt_sandbox *sb, const char *key, const struct
 	}
 	if (!key || !valid_key(key))
 		return err_set(e, SBX_E_VALIDATION, "invalid sandbox key");
-	if (rt_find(rt, key))
+	if (key_taken(rt, key))
 		return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists", key);
-	if (rt->count >= (unsigned)rt->conf.agent.capacity)
-		return err_set(e, SBX_E_NO_CAPACITY, "node is full (%u sandboxes)", rt->count);
+	if (rt->count + rt->nbuilding >= (unsigned)rt->conf.agent.capacity)
+		return err_set(e, SBX_E_NO_CAPACITY, "node is full (%u sandboxes)",
+			       rt->count + rt->nbuilding);
 	lim.memory_mib = pick(limits->memory_mib, rt->conf.sandbox.memory_mib);
 	lim.cpus_milli = pick(limits->cpus_milli, rt->conf.sandbox.cpus_milli);
 	lim.pids = pick(limits->pids, rt->conf.sandbox.pids);

@@ -1,7 +1,9 @@
 /*
  * runtime.h — the sandbox runtime inside sbx-agent: builds, runs and tears
  * down sandboxes with Linux primitives, and spawns processes in them
- * through their sbx-init. Everything runs on the agent's one event loop.
+ * through their sbx-init. Everything runs on the agent's one event loop,
+ * except the work of rt_create_async, which runs on the runtime's build
+ * threads (several builds at once) and is handed back to the loop.
  *
  * Ownership: struct rt and struct rt_sandbox belong to the runtime; callers
  * hold borrowed pointers valid until rt_destroy() of that sandbox (or until
@@ -59,6 +61,28 @@ void rt_set_died_cb(struct rt *rt, rt_sandbox_died_cb cb, void *arg);
  * Returns a borrowed pointer or NULL with e filled (NO_CAPACITY, VALIDATION
  * for an unknown image, INTERNAL). */
 struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct sbx_err *e);
+
+/* rt_create off the loop: the build's work (user namespace, cgroups, the
+ * clone of init and its mount work, the network) runs on one of the
+ * runtime's build threads, two per CPU, several builds at once; then
+ * done(arg, sb, e) runs on the loop with what rt_create would have
+ * returned: a borrowed sb, or NULL and e. pooled: a warm pool member, as
+ * rt_create_pooled. The spec is read during the call only. While it runs
+ * the build holds its key (a create of it is a CONFLICT) and counts
+ * against agent.capacity. Returns the build, valid until done has run or
+ * it was cancelled; or NULL with e filled when refused at once
+ * (VALIDATION, CONFLICT, NO_CAPACITY), and then done never runs. */
+struct rt_build;
+typedef void (*rt_built_cb)(void *arg, struct rt_sandbox *sb, const struct sbx_err *e);
+struct rt_build *rt_create_async(struct rt *rt, const struct rt_spec *spec, int pooled,
+				 rt_built_cb done, void *arg, struct sbx_err *e);
+/* Give a build up: its done never runs and whatever it built is
+ * destroyed. 1 when it had not started (nothing of it is left now); 0
+ * when it runs: gone(arg) (may be NULL) then runs on the loop once it is
+ * over and nothing of it is left on the host. */
+int rt_build_cancel(struct rt_build *b, void (*gone)(void *arg), void *arg);
+/* Builds under way that count as sandboxes (not pooled ones). */
+unsigned rt_building(const struct rt *rt);
 
 /* Kill everything in the sandbox and free it. Leaves no process, cgroup or
  * mount on the host. In-flight process callbacks fire with an error. */

@@ -63,6 +63,46 @@ static int raw_setgroups0(void)
 	return (int)syscall(SYS_setgroups, 0, NULL);
 }
 
+/* Close every fd above 2 but the plan's: the agent's other threads may be
+ * cloning at the same moment, and a copy of one of their sockets held here
+ * would keep their end of stream (their child's exec) from coming. A plan
+ * with more fds than fit is left as it is (they close at the exec). */
+static void close_foreign(const struct spawn_plan *sp, int sync)
+{
+	int keep[24], n = 0;
+
+	keep[n++] = sync;
+	keep[n++] = sp->init_exe_fd;
+	keep[n++] = sp->init_sock;
+	keep[n++] = sp->userns_fd;
+	for (size_t i = 0; i < sp->mounts->n; i++) {
+		if (sp->mounts->ops[i].kind != MNT_ATTACH)
+			continue;
+		if (n == (int)(sizeof(keep) / sizeof(keep[0])))
+			return;
+		keep[n++] = sp->mounts->ops[i].fd;
+	}
+	for (int i = 1; i < n; i++)       /* insertion sort: no allocation here */
+		for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+			int t = keep[j];
+
+			keep[j] = keep[j - 1];
+			keep[j - 1] = t;
+		}
+	{
+		unsigned from = 3;
+
+		for (int i = 0; i < n; i++) {
+			if (keep[i] < (int)from)
+				continue;
+			if ((unsigned)keep[i] > from)
+				(void)syscall(SYS_close_range, from, (unsigned)keep[i] - 1, 0U);
+			from = (unsigned)keep[i] + 1;
+		}
+		(void)syscall(SYS_close_range, from, ~0U, 0U);
+	}
+}
+
 static __attribute__((noreturn)) void child_main(const struct spawn_plan *sp, int sync)
 {
 	static char *const init_argv[] = { (char *)"sbx-init", NULL };
@@ -73,6 +113,7 @@ static __attribute__((noreturn)) void child_main(const struct spawn_plan *sp, in
 	char go;
 	int exe, sock, devnull;
 
+	close_foreign(sp, sync);
 	/* wait until the parent has put us into our cgroup */
 	if (read(sync, &go, 1) != 1)
 		_exit(1);
@@ -199,13 +240,19 @@ int spawn_userns(uid_t inside, uid_t base, struct sbx_err *e)
 	 * outlives it through the fd opened below. */
 	pid = syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, NULL);
 	if (pid == 0) {
-		close(sv[0]);
+		/* every fd but sv[1]: copies of another thread's sockets (a
+		 * concurrent build's, cloned at the same time) would keep its
+		 * helper waiting for an end of stream that never comes */
+		if ((sv[1] > 0 && syscall(SYS_close_range, 0U, (unsigned)sv[1] - 1, 0U) < 0) ||
+		    syscall(SYS_close_range, (unsigned)sv[1] + 1, ~0U, 0U) < 0)
+			_exit(1);
 		if (raw_setgroups0() < 0 || syscall(SYS_setresgid, base, base, base) < 0 ||
 		    syscall(SYS_setresuid, base, base, base) < 0 || unshare(CLONE_NEWUSER) < 0)
 			_exit(1);
 		if (write(sv[1], "u", 1) != 1)
 			_exit(1);
-		while (read(sv[1], &c, 1) != 0 && errno == EINTR)
+		/* until the parent has opened the namespace: its byte, or the end */
+		while (read(sv[1], &c, 1) < 0 && errno == EINTR)
 			;
 		_exit(0);
 	}
@@ -228,6 +275,8 @@ int spawn_userns(uid_t inside, uid_t base, struct sbx_err *e)
 		if (ret < 0)
 			err_sys(e, errno, "cannot open the new user namespace");
 	}
+	/* a byte, not the end of stream: a concurrent clone may hold a copy */
+	(void)!write(sv[0], "x", 1);
 	close(sv[0]);
 	while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR)
 		;
@@ -299,6 +348,8 @@ pid_t spawn_sandbox(const struct spawn_plan *sp, spawn_attach_fn attach, void *a
 	close(sv[1]);
 	if (parent_side(sp, (pid_t)pid, sv[0], attach, arg, e) < 0) {
 		syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
+		if (sp->thaw)
+			sp->thaw(arg);
 		spawn_reap(fd, 1);
 		close(fd);
 		close(sv[0]);

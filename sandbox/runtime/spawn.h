@@ -34,6 +34,10 @@ struct spawn_plan {
 	int caps_last;
 	int init_exe_fd;               /* O_PATH fd of the sbx-init binary */
 	int init_sock;                 /* the sandbox's end of the init socket */
+	/* Or NULL: called with the attach arg when the setup failed, after the
+	 * child was sent SIGKILL and before it is reaped: a child in a frozen
+	 * cgroup (the fence) dies only once thawed. */
+	void (*thaw)(void *arg);
 };
 
 /* Called in the parent with the child's host pid before the child starts

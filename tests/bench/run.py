@@ -441,6 +441,7 @@ def main():
             run_fig("create", sandbox_figs.fig_create, st, ctx)
             sandbox_figs.setup_exec_sandboxes(st, ctx)
             run_fig("exec-rtt", sandbox_figs.fig_exec_rtt, st, ctx)
+            run_fig("exec-during-builds", sandbox_figs.fig_exec_during_builds, st, ctx)
             run_fig("first-byte", sandbox_figs.fig_first_byte, st, ctx)
             run_fig("interp", interp_figs.fig_interp, st, ctx)
             run_fig("terminals", terminal_figs.fig_terminals, st, ctx)
