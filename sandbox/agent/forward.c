@@ -61,6 +61,10 @@ struct fwd {
 	struct evconnlistener *lev, *lev_local;
 	struct fwd_conn *conns;
 	unsigned nconns;             /* relaying connections */
+	/* Sockets already made in the sandbox's netns (one thread makes
+	 * FWD_SPARE at a time, not one per connection); closed with f. */
+	int spare[FWD_SPARE];
+	unsigned nspare;
 };
 
 static struct fwd *forwarders;
@@ -103,6 +107,8 @@ static void fwd_free(struct fwd *f)
 		evconnlistener_free(f->lev);
 	if (f->lev_local)
 		evconnlistener_free(f->lev_local);
+	while (f->nspare)
+		close(f->spare[--f->nspare]);
 	free(f);
 }
 
@@ -227,7 +233,8 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 
 struct ns_socket {
 	int netns_fd;
-	int fd;
+	int *fds;
+	unsigned want, made;
 	int err;
 };
 
@@ -239,20 +246,26 @@ static void *ns_socket_thread(void *arg)
 		s->err = errno;
 		return NULL;
 	}
-	s->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (s->fd < 0)
-		s->err = errno;
+	while (s->made < s->want) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+		if (fd < 0) {
+			s->err = errno;
+			break;
+		}
+		s->fds[s->made++] = fd;
+	}
 	return NULL;
 }
 
-int fwd_socket_in_netns(int netns_fd)
+int fwd_sockets_in_netns(int netns_fd, int *fds, unsigned n)
 {
-	struct ns_socket s = { .netns_fd = netns_fd, .fd = -1, .err = 0 };
+	struct ns_socket s = { .netns_fd = netns_fd, .fds = fds, .want = n };
 	pthread_t t;
 	int rc;
 
-	if (netns_fd < 0) {
-		errno = EBADF;
+	if (netns_fd < 0 || n == 0) {
+		errno = netns_fd < 0 ? EBADF : EINVAL;
 		return -1;
 	}
 	rc = pthread_create(&t, NULL, ns_socket_thread, &s);
@@ -261,11 +274,32 @@ int fwd_socket_in_netns(int netns_fd)
 		return -1;
 	}
 	pthread_join(t, NULL);
-	if (s.fd < 0) {
+	if (s.made == 0) {
 		errno = s.err ? s.err : EIO;
 		return -1;
 	}
-	return s.fd;
+	return (int)s.made;
+}
+
+int fwd_socket_in_netns(int netns_fd)
+{
+	int fd;
+
+	return fwd_sockets_in_netns(netns_fd, &fd, 1) < 0 ? -1 : fd;
+}
+
+/* A socket in f's sandbox netns: a spare one, else FWD_SPARE new ones. */
+static int fwd_take_socket(struct fwd *f)
+{
+	int n;
+
+	if (f->nspare == 0) {
+		n = fwd_sockets_in_netns(rt_netns_fd(f->sb->rt), f->spare, FWD_SPARE);
+		if (n < 0)
+			return -1;
+		f->nspare = (unsigned)n;
+	}
+	return f->spare[--f->nspare];
 }
 
 /* --- the first request head: the secret and the caps --- */
@@ -403,7 +437,7 @@ static void conn_start(struct fwd_conn *c, const char *head, size_t len)
 		conn_refuse(c, SBX_E_NODE_UNAVAILABLE, NULL, "the sandbox is not running");
 		return;
 	}
-	upfd = fwd_socket_in_netns(rt_netns_fd(f->sb->rt));
+	upfd = fwd_take_socket(f);
 	if (upfd < 0) {
 		log_warn("forwarder %s port %d: no socket in the sandbox: %s", f->key, f->port,
 			 strerror(errno));

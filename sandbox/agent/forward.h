@@ -47,6 +47,7 @@
 #define FWD_HEAD_TIMEOUT_S 10       /* to send that head, or to go after our own answer */
 #define FWD_REFUSED_DRAIN (1024 * 1024) /* bytes a refused connection may still send */
 #define FWD_BUF_HIGH (256 * 1024)   /* bytes queued per direction before reading pauses */
+#define FWD_SPARE 4                 /* sockets made at once in a sandbox's netns, per forwarder */
 
 /* The forwarder of sb's running container for port (1..65535), made if
  * there is none; address is "host:port" of its listener (out[80]) or, when
@@ -59,6 +60,10 @@ int fwd_open(struct agent *a, struct agent_sb *sb, int port, int local, char *ad
 /* A non-blocking TCP (IPv4) socket that lives in netns_fd's network
  * namespace (made by a short-lived thread that joins it). -1 with errno. */
 int fwd_socket_in_netns(int netns_fd);
+
+/* Up to n such sockets into fds, made by one thread: the count made (at
+ * least 1), or -1 with errno when none could be. */
+int fwd_sockets_in_netns(int netns_fd, int *fds, unsigned n);
 
 /* Close the forwarder of key's container for port, with its connections.
  * 1 closed, 0 there was none. */

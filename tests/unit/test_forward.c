@@ -2,7 +2,10 @@
 #include "forward.h"
 #include "unit.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 static int take(const char *in, char *out, size_t outsz, char *value, size_t vsz)
 {
@@ -46,4 +49,29 @@ TEST(forward_head_take_leaves_other_headers)
 	CHECK_STR(v, "012");
 	/* No line end at all: nothing to take. */
 	CHECK_INT(take("GET / HTTP/1.1", head, sizeof(head), v, sizeof(v)), 0);
+}
+
+/* One thread makes the whole batch of sockets in the namespace (the
+ * forwarders keep FWD_SPARE of them instead of a thread per connection). */
+TEST(forward_sockets_in_netns_makes_a_batch)
+{
+	int fds[FWD_SPARE], ns, n;
+
+	CHECK_INT(fwd_sockets_in_netns(-1, fds, FWD_SPARE), -1);
+	CHECK_INT(errno, EBADF);
+	ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	CHECK(ns >= 0);
+	if (geteuid() != 0) {   /* setns needs CAP_SYS_ADMIN, even into our own */
+		close(ns);
+		return;
+	}
+	n = fwd_sockets_in_netns(ns, fds, FWD_SPARE);
+	CHECK_INT(n, FWD_SPARE);
+	for (int i = 0; i < n && i < FWD_SPARE; i++) {
+		CHECK(fcntl(fds[i], F_GETFL) & O_NONBLOCK);
+		CHECK(fcntl(fds[i], F_GETFD) & FD_CLOEXEC);
+		close(fds[i]);
+	}
+	CHECK_INT(fwd_sockets_in_netns(ns, fds, 0), -1);
+	close(ns);
 }
