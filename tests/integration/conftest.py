@@ -143,17 +143,8 @@ class Stack:
                                  timeout=timeout, **kw)
 
     def data(self, method, path, **kw):
-        """api() for a data call, sent once more after its Retry-After when
-        it answers 503 "… since this call was routed; retry": nginx keeps a
-        routing decision until the end of the wall-clock second it was made
-        in (conf/nginx.conf, the route cache), so a call right after its
-        sandbox was put to sleep, restarted or made again may still go the
-        old way (docs/API.md "Answers during transitions")."""
-        r = self.api(method, path, **kw)
-        if r.status_code == 503 and "since this call was routed" in r.text:
-            time.sleep(float(r.headers.get("Retry-After") or 1))
-            r = self.api(method, path, **kw)
-        return r
+        """api() for a data call, with routed()'s one retry."""
+        return routed(self.api, method, path, **kw)
 
     def create(self, prefix, key=DEFAULT_KEY, **body):
         """A new sandbox "<prefix>-<10 hex>" made with body (201 asserted):
@@ -257,6 +248,20 @@ class Stack:
 
     def wait_healthy(self, timeout=15.0):
         return self.wait("the whole stack to be healthy again", self.healthy, timeout)
+
+
+def routed(api, method, path, **kw):
+    """api(method, path, **kw) for a data call, sent once more after its
+    Retry-After when it answers 503 "… since this call was routed; retry":
+    nginx keeps a routing decision until the end of the wall-clock second it
+    was made in (conf/nginx.conf, the route cache), so a call right after
+    its sandbox was put to sleep, restarted or made again may still go the
+    old way (docs/API.md "Answers during transitions")."""
+    r = api(method, path, **kw)
+    if r.status_code == 503 and "since this call was routed" in r.text:
+        time.sleep(float(r.headers.get("Retry-After") or 1))
+        r = api(method, path, **kw)
+    return r
 
 
 def past_route_cache():
