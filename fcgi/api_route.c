@@ -160,9 +160,10 @@ int api_route_decide(struct http_req *r, struct sbx_err *e)
 	/* nginx may keep this decision (conf/nginx.conf, the sbx_route cache)
 	 * until the end of the current wall-clock second ("@<unix s>": nginx
 	 * counts whole seconds, so this is the shortest bound it knows), and
-	 * not at all for a ticket (single use) or a tenant with a rate limit
-	 * (every call is counted here). */
-	if (has_ticket || r->rate.set)
+	 * not at all for a ticket (single use), a tenant with a rate limit
+	 * (every call is counted here) or when key checks are not cached
+	 * either (api.key_cache = 0: a deleted key stops at once). */
+	if (has_ticket || r->rate.set || r->conf->api.key_cache_ms <= 0)
 		util_xsnprintf(num, sizeof(num), "0");
 	else
 		util_xsnprintf(num, sizeof(num), "@%lld", (long long)(util_wall_ms() / 1000));

@@ -4,8 +4,8 @@ sbx_route; fcgi/api_route.c) and their bounds:
 - a data-path decision (/_sbx_route) is kept until the end of the
   wall-clock second it was made in (< 1 s), keyed on the credential, the
   acting tenant and the sandbox id; a URI with an empty, "." or ".."
-  segment is never answered from the cache; a ticket and a tenant with a
-  rate limit are never cached;
+  segment is never answered from the cache; a ticket, a tenant with a
+  rate limit and anything under api.key_cache = 0 are never cached;
 - a preview decision (/_sbx_preview) is kept for 1 s (< 2 s);
 - so a deleted key (plus api.key_cache, 1 s), a destroyed sandbox, a
   restarted sandbox and a revoked preview URL take effect within those
@@ -22,7 +22,7 @@ import time
 import urllib.parse
 import uuid
 
-from conftest import assert_error
+from conftest import assert_error, stack_down, stack_up
 from test_ports import expose, start_http_server, via, wait_serving
 
 ROUTE_BOUND_S = 1.0      # the rest of the current wall-clock second
@@ -165,3 +165,13 @@ def test_revoked_preview_url_is_refused_within_the_bound(stack, api):
     wait_out(time.monotonic(), PREVIEW_BOUND_S)
     assert_error(via(stack, url), 404, "INVALID_TOKEN")
     api("DELETE", "/v1/sandboxes/" + sid)
+
+
+def test_no_route_cache_when_key_checks_are_not_cached():
+    st = stack_up(agents=1, overrides=["api.key_cache=0"])
+    try:
+        sid, _ = st.create("rc-off")
+        seen = calls(st, sid, 10)
+        assert "HIT" not in seen.values(), seen
+    finally:
+        stack_down(st)
