@@ -462,3 +462,66 @@ def test_bad_input(stack, api):
 def test_preview_path_is_not_reachable_directly(stack, api):
     r = api("GET", "/_sbx_preview")
     assert r.status_code == 404
+
+
+PEER_APP = r'''
+import http.server, socketserver, sys
+
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def answer(self, body, close=False):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_GET(self):
+        # The app's side of the connection: its peer port.
+        self.answer(str(self.client_address[1]).encode(), close=self.path == "/close")
+
+    do_HEAD = do_GET
+
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", "0"))
+        self.answer(b"got " + self.rfile.read(n))
+
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+S(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+'''
+
+
+def test_forwarder_keeps_the_connection_to_the_app(stack, api):
+    """Bodiless requests one after the other reach the app on one kept
+    connection (same peer port); a body, HEAD, an app's Connection: close
+    and a kept connection the app closed meanwhile all still work."""
+    make_sandbox(api, "pv-keep")
+    r = api("POST", "/v1/sandboxes/pv-keep/exec",
+            json={"command": "cat > /tmp/peer.py", "stdin": PEER_APP})
+    assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text
+    r = api("POST", "/v1/sandboxes/pv-keep/processes", json={"command": "python3 /tmp/peer.py 8002"})
+    assert r.status_code == 201, r.text
+    url = expose(api, "pv-keep", 8002)["url"]
+    wait_serving(stack, url)
+    ports = [via(stack, url).text for _ in range(5)]
+    assert all(p.isdigit() for p in ports), ports
+    assert len(set(ports[1:])) == 1, "not one kept connection: %r" % ports
+    r = via(stack, url, "/", method="POST", data=b"body")
+    assert r.status_code == 200 and r.text == "got body", r.text
+    r = via(stack, url, "/", method="HEAD")
+    assert r.status_code == 200 and r.text == "", r.text
+    assert via(stack, url, "/close").status_code == 200
+    assert via(stack, url).text.isdigit()
+    # Past FWD_IDLE_S the kept connection is closed; the next is a new one.
+    time.sleep(1.5)
+    assert via(stack, url).text.isdigit()
