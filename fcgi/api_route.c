@@ -132,6 +132,14 @@ int api_route_decide(struct http_req *r, struct sbx_err *e)
 	struct lc_owner o;
 	int has_ticket = 0;
 
+	/* nginx's /_sbx_route_forget: an expired answer to cache in place of
+	 * the caller's route (it is never served, so it needs no check). */
+	if (http_param(r, "SBX_ROUTE_FORGET") && strcmp(http_param(r, "SBX_ROUTE_FORGET"), "1") == 0) {
+		if (http_add_header(r, "X-Accel-Expires", "@1") < 0)
+			return err_set(e, SBX_E_INTERNAL, "cannot add the route headers");
+		http_respond_json(r, 200, NULL);
+		return 0;
+	}
 	if (!authz || !*authz) {
 		has_ticket = uri_ticket(uri, ticket, sizeof(ticket), e);
 		if (has_ticket < 0)

@@ -175,3 +175,17 @@ def test_no_route_cache_when_key_checks_are_not_cached():
         assert "HIT" not in seen.values(), seen
     finally:
         stack_down(st)
+
+
+def test_own_control_calls_expire_the_cached_route(stack):
+    """A client's sleep and restart expire its own cached route first
+    (/_sbx_route_forget): its next data call, at once, is decided afresh
+    (woken, the new container), never the "retry" 503 of the old route."""
+    sid, _ = stack.create("rc-own")
+    for change in ("/sleep", "/restart", "/sleep", "/restart"):
+        assert "HIT" in calls(stack, sid, 5).values()
+        r = stack.api("POST", "/v1/sandboxes/" + sid + change, timeout=30)
+        assert r.status_code == 200, (change, r.status_code, r.text)
+        r = stat(stack, sid)
+        assert r.status_code == 200, (change, r.text)
+    stack.api("DELETE", "/v1/sandboxes/" + sid)
