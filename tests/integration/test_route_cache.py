@@ -118,6 +118,9 @@ def test_deleted_key_is_refused_within_the_bound(stack):
     t0 = time.monotonic()
     wait_out(t0, ROUTE_BOUND_S + KEY_CACHE_S)
     assert_error(stat(stack, sid, key=key), 401, "UNAUTHORIZED")
+    r = stack.api("DELETE", "/v1/sandboxes/" + sid, key=stack.admin_key,
+                  headers={"Sbx-Tenant": tenant})
+    assert r.status_code == 204, r.text
 
 
 def test_destroyed_sandbox_is_gone_within_the_bound(stack):
