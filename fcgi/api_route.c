@@ -8,6 +8,10 @@
  * refusal adds X-Sbx-Rate, ratelimit.h); nginx sends the refusal to
  * /_sbx_error, which renders the JSON error with the real status (and the
  * rate limit's headers).
+ *
+ * nginx caches an allowed answer until the end of the wall-clock second it
+ * was made in (X-Accel-Expires: @<unix s>; conf/nginx.conf, fastcgi_cache
+ * sbx_route); "X-Accel-Expires: 0" (tickets, rate-limited tenants) never.
  */
 #include "agentc.h"
 #include "api.h"
@@ -128,6 +132,14 @@ int api_route_decide(struct http_req *r, struct sbx_err *e)
 	struct lc_owner o;
 	int has_ticket = 0;
 
+	/* nginx's /_sbx_route_forget: an expired answer to cache in place of
+	 * the caller's route (it is never served, so it needs no check). */
+	if (http_param(r, "SBX_ROUTE_FORGET") && strcmp(http_param(r, "SBX_ROUTE_FORGET"), "1") == 0) {
+		if (http_add_header(r, "X-Accel-Expires", "@1") < 0)
+			return err_set(e, SBX_E_INTERNAL, "cannot add the route headers");
+		http_respond_json(r, 200, NULL);
+		return 0;
+	}
 	if (!authz || !*authz) {
 		has_ticket = uri_ticket(uri, ticket, sizeof(ticket), e);
 		if (has_ticket < 0)
@@ -152,6 +164,18 @@ int api_route_decide(struct http_req *r, struct sbx_err *e)
 		return err_set(e, SBX_E_INTERNAL, "cannot add the route headers");
 	util_xsnprintf(num, sizeof(num), "%lld", (long long)o.generation);
 	if (http_add_header(r, "X-Sbx-Generation", num) < 0)
+		return err_set(e, SBX_E_INTERNAL, "cannot add the route headers");
+	/* nginx may keep this decision (conf/nginx.conf, the sbx_route cache)
+	 * until the end of the current wall-clock second ("@<unix s>": nginx
+	 * counts whole seconds, so this is the shortest bound it knows), and
+	 * not at all for a ticket (single use), a tenant with a rate limit
+	 * (every call is counted here) or when key checks are not cached
+	 * either (api.key_cache = 0: a deleted key stops at once). */
+	if (has_ticket || r->rate.set || r->conf->api.key_cache_ms <= 0)
+		util_xsnprintf(num, sizeof(num), "0");
+	else
+		util_xsnprintf(num, sizeof(num), "@%lld", (long long)(util_wall_ms() / 1000));
+	if (http_add_header(r, "X-Accel-Expires", num) < 0)
 		return err_set(e, SBX_E_INTERNAL, "cannot add the route headers");
 	http_respond_json(r, 200, NULL);
 	return 0;

@@ -46,6 +46,20 @@ struct fwd_conn {
 	int down_shut, up_shut;      /* SHUT_WR sent to that side */
 	size_t drained;              /* bytes dropped since it was refused */
 	struct agent_stream st;
+	/* Reuse of the connection to the app (forward.h): */
+	int reusable;                /* one bodiless request: up may serve another */
+	int client_close;            /* its client asked for "Connection: close" */
+	int up_reused;               /* up came from the idle pool (may be closed) */
+	char *head;                  /* the request head sent (reusable only) */
+	size_t head_len;
+	struct fwd_resp rs;          /* the framing of the app's answer */
+};
+
+/* An idle connection to the app, kept for the forwarder's next request. */
+struct fwd_idle {
+	struct fwd_idle *next;
+	struct fwd *f;
+	struct bufferevent *bev;
 };
 
 struct fwd {
@@ -61,6 +75,12 @@ struct fwd {
 	struct evconnlistener *lev, *lev_local;
 	struct fwd_conn *conns;
 	unsigned nconns;             /* relaying connections */
+	/* Sockets already made in the sandbox's netns (one thread makes
+	 * FWD_SPARE at a time, not one per connection); closed with f. */
+	int spare[FWD_SPARE];
+	unsigned nspare;
+	struct fwd_idle *idle;       /* at most FWD_IDLE_MAX */
+	unsigned nidle;
 };
 
 static struct fwd *forwarders;
@@ -86,7 +106,21 @@ static void conn_free(struct fwd_conn *c)
 		bufferevent_free(c->down);
 	if (c->up)
 		bufferevent_free(c->up);
+	free(c->head);
 	free(c);
+}
+
+static void idle_free(struct fwd_idle *i)
+{
+	struct fwd_idle **pp = &i->f->idle;
+
+	while (*pp && *pp != i)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = i->next;
+	i->f->nidle--;
+	bufferevent_free(i->bev);
+	free(i);
 }
 
 static void fwd_free(struct fwd *f)
@@ -99,10 +133,14 @@ static void fwd_free(struct fwd *f)
 		*pp = f->next;
 	while (f->conns)
 		conn_free(f->conns);
+	while (f->idle)
+		idle_free(f->idle);
 	if (f->lev)
 		evconnlistener_free(f->lev);
 	if (f->lev_local)
 		evconnlistener_free(f->lev_local);
+	while (f->nspare)
+		close(f->spare[--f->nspare]);
 	free(f);
 }
 
@@ -139,6 +177,10 @@ static void relay(struct bufferevent *from, struct bufferevent *to)
 }
 
 static void head_read(struct fwd_conn *c);
+static int up_connect(struct fwd_conn *c);
+static void read_cb(struct bufferevent *bev, void *arg);
+static void write_cb(struct bufferevent *bev, void *arg);
+static void event_cb(struct bufferevent *bev, short what, void *arg);
 
 /* Drop what a refused client still sends (the rest of its request, so that
  * it reads our answer rather than a reset), up to FWD_REFUSED_DRAIN bytes;
@@ -153,18 +195,96 @@ static void refused_drain(struct fwd_conn *c)
 		conn_free(c);
 }
 
-static void read_cb(struct bufferevent *bev, void *arg)
+/* Feed what up has read to c's answer parser (it stays in the buffer). */
+static void resp_follow(struct fwd_conn *c)
 {
-	struct fwd_conn *c = arg;
+	struct evbuffer *in = bufferevent_get_input(c->up);
+	struct evbuffer_iovec v[8];
+	int n = evbuffer_peek(in, -1, NULL, v, 8);
 
+	if (n > 8) {   /* more pieces than we look at: give up reuse */
+		c->reusable = 0;
+		return;
+	}
+	for (int i = 0; i < n && c->rs.state != FWD_RS_RAW; i++)
+		fwd_resp_feed(&c->rs, v[i].iov_base, v[i].iov_len);
+	if (c->rs.state == FWD_RS_RAW)
+		c->reusable = 0;
+}
+
+static void idle_read_cb(struct bufferevent *bev, void *arg)
+{
+	/* The app spoke unasked, or closed: not a connection to reuse. */
+	idle_free(arg);
+}
+
+static void idle_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	idle_free(arg);   /* EOF, error or FWD_IDLE_S without a request */
+}
+
+/* The client of c has gone after a complete answer: keep c's connection to
+ * the app for the forwarder's next request when it is clean. 1 kept. */
+static int up_keep(struct fwd_conn *c)
+{
+	struct fwd *f = c->f;
+	struct timeval tv = { FWD_IDLE_S, 0 };
+	struct fwd_idle *i;
+
+	if (!c->reusable || c->rs.state != FWD_RS_DONE || !c->connected || c->up_eof ||
+	    evbuffer_get_length(bufferevent_get_input(c->up)) ||
+	    evbuffer_get_length(bufferevent_get_output(c->up)) || f->nidle >= FWD_IDLE_MAX ||
+	    !agent_sb_container(f->sb))
+		return 0;
+	i = calloc(1, sizeof(*i));
+	if (!i)
+		return 0;
+	i->f = f;
+	i->bev = c->up;
+	c->up = NULL;
+	bufferevent_setcb(i->bev, idle_read_cb, NULL, idle_event_cb, i);
+	bufferevent_set_timeouts(i->bev, &tv, NULL);
+	bufferevent_enable(i->bev, EV_READ);
+	i->next = f->idle;
+	f->idle = i;
+	f->nidle++;
+	/* For the relay, up is done: down gets its SHUT_WR once drained. */
+	c->up_eof = c->up_shut = 1;
+	return 1;
+}
+
+/* What bev of c has read. at_eof: its EOF follows (event_cb goes on with
+ * c, so c is not freed here then). */
+static void conn_read(struct fwd_conn *c, struct bufferevent *bev, int at_eof)
+{
 	if (c->state == CONN_HEAD)
 		head_read(c);
 	else if (c->state == CONN_REFUSED)
 		refused_drain(c);
-	else if (bev == c->down)
-		relay(c->down, c->up);
-	else
+	else if (bev == c->down) {
+		/* More than the one head (a body, a second request): up is the
+		 * client's alone. */
+		if (evbuffer_get_length(bufferevent_get_input(bev)))
+			c->reusable = 0;
+		if (c->up)
+			relay(c->down, c->up);
+		else
+			evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+	} else {
+		if (c->reusable)
+			resp_follow(c);
 		relay(c->up, c->down);
+		/* The app keeps its side (we took the client's "close" away):
+		 * we close the client's once the answer is out, as it asked. */
+		if (!at_eof && c->reusable && c->client_close && c->rs.state == FWD_RS_DONE &&
+		    up_keep(c))
+			conn_progress(c);
+	}
+}
+
+static void read_cb(struct bufferevent *bev, void *arg)
+{
+	conn_read(arg, bev, 0);
 }
 
 /* Called when bev's output drained to half of FWD_BUF_HIGH (or below). */
@@ -186,7 +306,7 @@ static void write_cb(struct bufferevent *bev, void *arg)
 		return;
 	other = bev == c->down ? c->up : c->down;
 	other_eof = bev == c->down ? c->up_eof : c->down_eof;
-	if (!other_eof && !(bufferevent_get_enabled(other) & EV_READ))
+	if (other && !other_eof && !(bufferevent_get_enabled(other) & EV_READ))
 		bufferevent_enable(other, EV_READ);
 	conn_progress(c);
 }
@@ -207,6 +327,14 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 		conn_progress(c);
 		return;
 	}
+	if (!is_down && c->up_reused && c->rs.seen == 0 && (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) &&
+	    evbuffer_get_length(bufferevent_get_input(bev)) == 0) {
+		/* The kept connection was closed before a byte of the answer:
+		 * the request (a bodiless head) goes again on a new one. */
+		if (up_connect(c) < 0)
+			conn_free(c);
+		return;
+	}
 	if (what & BEV_EVENT_ERROR) {
 		/* Reset or refused (nothing listens on that port inside). */
 		conn_free(c);
@@ -214,11 +342,13 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 	}
 	if (what & BEV_EVENT_EOF) {
 		/* Anything still in the input goes out before the half-close. */
-		read_cb(bev, c);
-		if (is_down)
+		conn_read(c, bev, 1);
+		if (is_down) {
 			c->down_eof = 1;
-		else
+			up_keep(c);
+		} else {
 			c->up_eof = 1;
+		}
 		conn_progress(c);
 	}
 }
@@ -227,7 +357,8 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 
 struct ns_socket {
 	int netns_fd;
-	int fd;
+	int *fds;
+	unsigned want, made;
 	int err;
 };
 
@@ -239,20 +370,26 @@ static void *ns_socket_thread(void *arg)
 		s->err = errno;
 		return NULL;
 	}
-	s->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (s->fd < 0)
-		s->err = errno;
+	while (s->made < s->want) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+		if (fd < 0) {
+			s->err = errno;
+			break;
+		}
+		s->fds[s->made++] = fd;
+	}
 	return NULL;
 }
 
-int fwd_socket_in_netns(int netns_fd)
+int fwd_sockets_in_netns(int netns_fd, int *fds, unsigned n)
 {
-	struct ns_socket s = { .netns_fd = netns_fd, .fd = -1, .err = 0 };
+	struct ns_socket s = { .netns_fd = netns_fd, .fds = fds, .want = n };
 	pthread_t t;
 	int rc;
 
-	if (netns_fd < 0) {
-		errno = EBADF;
+	if (netns_fd < 0 || n == 0) {
+		errno = netns_fd < 0 ? EBADF : EINVAL;
 		return -1;
 	}
 	rc = pthread_create(&t, NULL, ns_socket_thread, &s);
@@ -261,11 +398,32 @@ int fwd_socket_in_netns(int netns_fd)
 		return -1;
 	}
 	pthread_join(t, NULL);
-	if (s.fd < 0) {
+	if (s.made == 0) {
 		errno = s.err ? s.err : EIO;
 		return -1;
 	}
-	return s.fd;
+	return (int)s.made;
+}
+
+int fwd_socket_in_netns(int netns_fd)
+{
+	int fd;
+
+	return fwd_sockets_in_netns(netns_fd, &fd, 1) < 0 ? -1 : fd;
+}
+
+/* A socket in f's sandbox netns: a spare one, else FWD_SPARE new ones. */
+static int fwd_take_socket(struct fwd *f)
+{
+	int n;
+
+	if (f->nspare == 0) {
+		n = fwd_sockets_in_netns(rt_netns_fd(f->sb->rt), f->spare, FWD_SPARE);
+		if (n < 0)
+			return -1;
+		f->nspare = (unsigned)n;
+	}
+	return f->spare[--f->nspare];
 }
 
 /* --- the first request head: the secret and the caps --- */
@@ -311,6 +469,145 @@ int fwd_head_take(char *head, size_t *len, const char *name, char *value, size_t
 	}
 	*len = w;
 	return found;
+}
+
+/* --- the framing of an answer (forward.h) --- */
+
+void fwd_resp_init(struct fwd_resp *rs, int head_request)
+{
+	memset(rs, 0, sizeof(*rs));
+	rs->nobody = head_request;
+}
+
+/* The value of header line l (after "name:"), spaces trimmed, in place. */
+static char *rs_value(char *l, size_t name_len)
+{
+	char *v = l + name_len, *e;
+
+	while (*v == ' ' || *v == '\t')
+		v++;
+	e = v + strlen(v);
+	while (e > v && (e[-1] == ' ' || e[-1] == '\t'))
+		*--e = '\0';
+	return v;
+}
+
+/* rs->line holds a whole line (without its LF): act on it. */
+static void rs_line(struct fwd_resp *rs)
+{
+	char *l = rs->line, *v, *end;
+	size_t n = rs->ll;
+	unsigned long long size;
+	int64_t cl;
+	int code;
+
+	if (n && l[n - 1] == '\r')
+		n--;
+	l[n] = '\0';
+	rs->ll = 0;
+	if (rs->line_over) {
+		rs->state = FWD_RS_RAW;
+		return;
+	}
+	switch (rs->state) {
+	case FWD_RS_STATUS:
+		if (n < 12 || strncmp(l, "HTTP/1.1 ", 9) != 0 || strspn(l + 9, "0123456789") != 3 ||
+		    (l[12] != ' ' && l[12] != '\0')) {
+			rs->state = FWD_RS_RAW;
+			break;
+		}
+		code = (l[9] - '0') * 100 + (l[10] - '0') * 10 + (l[11] - '0');
+		if (code < 200) {   /* 1xx: more answers follow (101: not HTTP after) */
+			rs->state = FWD_RS_RAW;
+			break;
+		}
+		if (code == 204 || code == 304)
+			rs->nobody = 1;
+		rs->state = FWD_RS_HEADER;
+		break;
+	case FWD_RS_HEADER:
+		if (n == 0) {
+			if (rs->nobody)
+				rs->state = FWD_RS_DONE;
+			else if (rs->chunked && !rs->has_length)
+				rs->state = FWD_RS_CHUNK_SIZE;
+			else if (rs->has_length && !rs->chunked)
+				rs->state = rs->remain ? FWD_RS_BODY : FWD_RS_DONE;
+			else   /* until EOF, or both lengths */
+				rs->state = FWD_RS_RAW;
+		} else if (strncasecmp(l, "Content-Length:", 15) == 0) {
+			v = rs_value(l, 15);
+			if (rs->has_length || !*v || strspn(v, "0123456789") != strlen(v) ||
+			    util_parse_i64(v, 0, INT64_MAX, &cl) < 0) {
+				rs->state = FWD_RS_RAW;
+				break;
+			}
+			rs->has_length = 1;
+			rs->remain = cl;
+		} else if (strncasecmp(l, "Transfer-Encoding:", 18) == 0) {
+			v = rs_value(l, 18);
+			if (rs->chunked || strcasecmp(v, "chunked") != 0)
+				rs->state = FWD_RS_RAW;
+			rs->chunked = 1;
+		} else if (strncasecmp(l, "Connection:", 11) == 0) {
+			v = rs_value(l, 11);
+			if (strcasestr(v, "close") || strcasestr(v, "upgrade"))
+				rs->state = FWD_RS_RAW;
+		}
+		break;
+	case FWD_RS_CHUNK_SIZE:
+		n = strcspn(l, "; \t");
+		if (n == 0 || n > 15 || strspn(l, "0123456789abcdefABCDEF") < n) {
+			rs->state = FWD_RS_RAW;
+			break;
+		}
+		l[n] = '\0';
+		size = strtoull(l, &end, 16);
+		rs->remain = (int64_t)size;
+		rs->state = size ? FWD_RS_CHUNK_DATA : FWD_RS_TRAILER;
+		break;
+	case FWD_RS_CHUNK_END:
+		rs->state = n == 0 ? FWD_RS_CHUNK_SIZE : FWD_RS_RAW;
+		break;
+	case FWD_RS_TRAILER:
+		if (n == 0)
+			rs->state = FWD_RS_DONE;
+		break;
+	default:
+		rs->state = FWD_RS_RAW;
+		break;
+	}
+}
+
+enum fwd_rs fwd_resp_feed(struct fwd_resp *rs, const char *p, size_t n)
+{
+	rs->seen += n;
+	while (n && rs->state != FWD_RS_RAW) {
+		if (rs->state == FWD_RS_BODY || rs->state == FWD_RS_CHUNK_DATA) {
+			size_t k = (uint64_t)rs->remain < n ? (size_t)rs->remain : n;
+
+			p += k;
+			n -= k;
+			rs->remain -= (int64_t)k;
+			if (rs->remain == 0)
+				rs->state = rs->state == FWD_RS_BODY ? FWD_RS_DONE : FWD_RS_CHUNK_END;
+			continue;
+		}
+		if (rs->state == FWD_RS_DONE) {   /* bytes after the answer */
+			rs->state = FWD_RS_RAW;
+			break;
+		}
+		if (*p == '\n') {
+			rs_line(rs);
+		} else if (rs->ll < sizeof(rs->line) - 1) {
+			rs->line[rs->ll++] = *p;
+		} else {
+			rs->line_over = 1;
+		}
+		p++;
+		n--;
+	}
+	return rs->state;
 }
 
 /* Answer the client of c ourselves (status and JSON error, connection
@@ -380,14 +677,95 @@ static const char *conn_over_cap(const struct fwd *f, int64_t *limit, unsigned *
 
 /* The head is complete (head, len: secret line removed): check the caps,
  * connect to the sandbox's port and start relaying. */
-static void conn_start(struct fwd_conn *c, const char *head, size_t len)
+/* Whether header name appears in the head (len bytes). */
+static int head_has(const char *head, size_t len, const char *name)
+{
+	size_t nlen = strlen(name);
+	const char *p = memmem(head, len, "\r\n", 2), *end = head + len;
+
+	while (p && p + 2 < end) {
+		p += 2;
+		if ((size_t)(end - p) > nlen && p[nlen] == ':' && strncasecmp(p, name, nlen) == 0)
+			return 1;
+		p = memmem(p, (size_t)(end - p), "\r\n", 2);
+	}
+	return 0;
+}
+
+/* A head whose connection to the app may be reused (forward.h): an
+ * HTTP/1.1 request without a body or an upgrade. Its Connection headers
+ * are removed (nginx's "close" would end the app's side; the forwarder
+ * closes the client's instead, *close). *is_head: HEAD. */
+static int head_reusable(char *head, size_t *len, int *is_head, int *close)
+{
+	const char *eol = memmem(head, *len, "\r\n", 2);
+	static const char v11[] = " HTTP/1.1";
+	char v[64];
+
+	*is_head = *close = 0;
+	if (!eol || (size_t)(eol - head) < sizeof(v11) ||
+	    memcmp(eol - (sizeof(v11) - 1), v11, sizeof(v11) - 1) != 0 ||
+	    strncmp(head, "CONNECT ", 8) == 0 || head_has(head, *len, "Upgrade") ||
+	    head_has(head, *len, "Content-Length") || head_has(head, *len, "Transfer-Encoding"))
+		return 0;
+	*is_head = strncmp(head, "HEAD ", 5) == 0;
+	if (fwd_head_take(head, len, "Connection", v, sizeof(v)))
+		*close = strcasestr(v, "close") != NULL;
+	return 1;
+}
+
+/* A new connection to the app for c, connecting; c->head (a resend) is
+ * queued on it when set. 0, or -1 (errno). */
+static int up_connect(struct fwd_conn *c)
 {
 	struct fwd *f = c->f;
 	struct sockaddr_in to;
+	struct bufferevent *up;
+	int upfd;
+
+	if (!agent_sb_container(f->sb)) {
+		errno = ESRCH;
+		return -1;
+	}
+	upfd = fwd_take_socket(f);
+	if (upfd < 0)
+		return -1;
+	up = bufferevent_socket_new(f->a->base, upfd, BEV_OPT_CLOSE_ON_FREE);
+	if (!up) {
+		close(upfd);
+		errno = ENOMEM;
+		return -1;
+	}
+	if (c->up)
+		bufferevent_free(c->up);
+	c->up = up;
+	c->connected = 0;
+	c->up_reused = 0;
+	bufferevent_setcb(up, read_cb, write_cb, event_cb, c);
+	bufferevent_setwatermark(up, EV_READ, 0, FWD_BUF_HIGH);
+	bufferevent_setwatermark(up, EV_WRITE, FWD_BUF_HIGH / 2, 0);
+	memset(&to, 0, sizeof(to));
+	to.sin_family = AF_INET;
+	to.sin_port = htons((uint16_t)f->port);
+	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if ((c->head && evbuffer_add(bufferevent_get_output(up), c->head, c->head_len) < 0) ||
+	    bufferevent_socket_connect(up, (struct sockaddr *)&to, sizeof(to)) < 0)
+		return -1;
+	bufferevent_enable(up, EV_READ | EV_WRITE);
+	return 0;
+}
+
+/* The head is complete (head, len: secret line removed): check the caps,
+ * connect to the sandbox's port (or take a kept connection) and start
+ * relaying. */
+static void conn_start(struct fwd_conn *c, char *head, size_t len)
+{
+	struct fwd *f = c->f;
+	struct fwd_idle *idle;
 	const char *scope;
 	unsigned open;
 	int64_t limit;
-	int upfd;
+	int is_head;
 
 	scope = conn_over_cap(f, &limit, &open);
 	if (scope) {
@@ -403,18 +781,46 @@ static void conn_start(struct fwd_conn *c, const char *head, size_t len)
 		conn_refuse(c, SBX_E_NODE_UNAVAILABLE, NULL, "the sandbox is not running");
 		return;
 	}
-	upfd = fwd_socket_in_netns(rt_netns_fd(f->sb->rt));
-	if (upfd < 0) {
-		log_warn("forwarder %s port %d: no socket in the sandbox: %s", f->key, f->port,
-			 strerror(errno));
-		conn_refuse(c, SBX_E_NODE_UNAVAILABLE, NULL, "the sandbox cannot be reached");
-		return;
+	c->reusable = head_reusable(head, &len, &is_head, &c->client_close);
+	if (c->reusable) {
+		fwd_resp_init(&c->rs, is_head);
+		c->head = malloc(len);
+		if (c->head) {
+			memcpy(c->head, head, len);
+			c->head_len = len;
+		} else {
+			c->reusable = 0;
+		}
 	}
-	c->up = bufferevent_socket_new(f->a->base, upfd, BEV_OPT_CLOSE_ON_FREE);
-	if (!c->up) {
-		close(upfd);
-		conn_refuse(c, SBX_E_NODE_UNAVAILABLE, NULL, "out of memory");
-		return;
+	idle = c->reusable ? f->idle : NULL;
+	if (idle) {
+		f->idle = idle->next;
+		f->nidle--;
+		c->up = idle->bev;
+		free(idle);
+		c->connected = 1;
+		c->up_reused = 1;
+		bufferevent_set_timeouts(c->up, NULL, NULL);
+		bufferevent_setcb(c->up, read_cb, write_cb, event_cb, c);
+		if (evbuffer_add(bufferevent_get_output(c->up), head, len) < 0) {
+			bufferevent_free(c->up);
+			c->up = NULL;
+			conn_refuse(c, SBX_E_NODE_UNAVAILABLE, NULL, "out of memory");
+			return;
+		}
+		bufferevent_enable(c->up, EV_READ | EV_WRITE);
+	} else {
+		/* up_connect queues c->head (the reusable case) itself. */
+		if (up_connect(c) < 0 ||
+		    (!c->head && evbuffer_add(bufferevent_get_output(c->up), head, len) < 0)) {
+			log_warn("forwarder %s port %d: cannot reach the sandbox: %s", f->key, f->port,
+				 strerror(errno));
+			if (c->up)
+				bufferevent_free(c->up);
+			c->up = NULL;
+			conn_refuse(c, SBX_E_NODE_UNAVAILABLE, NULL, "the sandbox cannot be reached");
+			return;
+		}
 	}
 	node_pending--;
 	c->state = CONN_RELAY;
@@ -422,20 +828,9 @@ static void conn_start(struct fwd_conn *c, const char *head, size_t len)
 	node_conns++;
 	agent_sb_stream_begin(f->sb, &c->st);
 	bufferevent_set_timeouts(c->down, NULL, NULL);
-	bufferevent_setcb(c->up, read_cb, write_cb, event_cb, c);
-	bufferevent_setwatermark(c->up, EV_READ, 0, FWD_BUF_HIGH);
-	bufferevent_setwatermark(c->up, EV_WRITE, FWD_BUF_HIGH / 2, 0);
-	memset(&to, 0, sizeof(to));
-	to.sin_family = AF_INET;
-	to.sin_port = htons((uint16_t)f->port);
-	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (evbuffer_add(bufferevent_get_output(c->up), head, len) < 0 ||
-	    bufferevent_socket_connect(c->up, (struct sockaddr *)&to, sizeof(to)) < 0) {
-		conn_free(c);
-		return;
-	}
+	if (evbuffer_get_length(bufferevent_get_input(c->down)))
+		c->reusable = 0;   /* more than the head already */
 	relay(c->down, c->up);
-	bufferevent_enable(c->up, EV_READ | EV_WRITE);
 }
 
 /* More of the first request head arrived: once it is complete, check the

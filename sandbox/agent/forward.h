@@ -11,6 +11,12 @@
  * agent's libevent loop with bufferevents: bounded buffers (a full side
  * stops reading the other), half-close passed on with shutdown(SHUT_WR).
  * Being plain TCP, HTTP, WebSocket upgrades and SSE need nothing special.
+ * One exception: a bodiless HTTP/1.1 request (nginx sends one per
+ * connection) goes to the app without its "Connection: close", and once
+ * the app's answer is complete (struct fwd_resp) and the client has gone,
+ * the connection to the app is kept for the forwarder's next such request
+ * (sent again on a new connection if the kept one turns out closed before
+ * any byte of the answer).
  *
  * The listener is reachable from the agents' network, so the first request
  * head of every connection must carry the node secret (X-Sbx-Node-Secret,
@@ -47,6 +53,9 @@
 #define FWD_HEAD_TIMEOUT_S 10       /* to send that head, or to go after our own answer */
 #define FWD_REFUSED_DRAIN (1024 * 1024) /* bytes a refused connection may still send */
 #define FWD_BUF_HIGH (256 * 1024)   /* bytes queued per direction before reading pauses */
+#define FWD_SPARE 4                 /* sockets made at once in a sandbox's netns, per forwarder */
+#define FWD_IDLE_MAX 8              /* idle connections to the app kept per forwarder */
+#define FWD_IDLE_S 1                /* how long one is kept (below common app keep-alive times) */
 
 /* The forwarder of sb's running container for port (1..65535), made if
  * there is none; address is "host:port" of its listener (out[80]) or, when
@@ -59,6 +68,38 @@ int fwd_open(struct agent *a, struct agent_sb *sb, int port, int local, char *ad
 /* A non-blocking TCP (IPv4) socket that lives in netns_fd's network
  * namespace (made by a short-lived thread that joins it). -1 with errno. */
 int fwd_socket_in_netns(int netns_fd);
+
+/* Up to n such sockets into fds, made by one thread: the count made (at
+ * least 1), or -1 with errno when none could be. */
+int fwd_sockets_in_netns(int netns_fd, int *fds, unsigned n);
+
+/* The framing of an app's answer, followed as it is relayed, to tell when
+ * an HTTP/1.1 answer is complete so that its connection may serve the next
+ * request of this forwarder (kept idle FWD_IDLE_S at most, FWD_IDLE_MAX per
+ * forwarder). Whatever it cannot be sure of (HTTP/1.0, 1xx, no length,
+ * Connection: close, bytes after the answer, a line over 255 bytes) is
+ * FWD_RS_RAW: that connection is never reused. Pure. */
+enum fwd_rs {
+	FWD_RS_STATUS, FWD_RS_HEADER, FWD_RS_BODY, FWD_RS_CHUNK_SIZE, FWD_RS_CHUNK_DATA,
+	FWD_RS_CHUNK_END, FWD_RS_TRAILER, FWD_RS_DONE, FWD_RS_RAW,
+};
+
+struct fwd_resp {
+	enum fwd_rs state;
+	int nobody;                  /* answer without a body (HEAD, 204, 304) */
+	int chunked, has_length;
+	int64_t remain;              /* body or chunk bytes still to come */
+	size_t seen;                 /* bytes fed so far */
+	size_t ll;                   /* length of the line being read */
+	int line_over;               /* it is longer than line[] */
+	char line[256];
+};
+
+/* rs for the answer to a request (head_request: to a HEAD). */
+void fwd_resp_init(struct fwd_resp *rs, int head_request);
+
+/* Feed the next n bytes of the answer; the state after them. */
+enum fwd_rs fwd_resp_feed(struct fwd_resp *rs, const char *p, size_t n);
 
 /* Close the forwarder of key's container for port, with its connections.
  * 1 closed, 0 there was none. */

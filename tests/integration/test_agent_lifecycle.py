@@ -45,8 +45,8 @@ def record(stack, sid):
 
 
 def run(stack, sid, command, timeout=30):
-    r = stack.api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": command},
-                  timeout=timeout + 30)
+    r = stack.data("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": command},
+                   timeout=timeout + 30)
     assert r.status_code == 200, "exec %r: %d %s" % (command, r.status_code, r.text[:300])
     return r.json()
 

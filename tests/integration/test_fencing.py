@@ -43,8 +43,8 @@ def test_put_after_flushall_is_a_fresh_container():
                     timeout=15, interval=0.02)
             r = st.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
             assert r.status_code == 201, r.text
-            f = st.api("GET", "/v1/sandboxes/%s/files/old.txt" % sid)
-            procs = st.api("GET", "/v1/sandboxes/%s/processes" % sid)
+            f = st.data("GET", "/v1/sandboxes/%s/files/old.txt" % sid)
+            procs = st.data("GET", "/v1/sandboxes/%s/processes" % sid)
             assert procs.status_code == 200, procs.text
             names = [p.get("id") for p in procs.json()["processes"]]
             if f.status_code != 404 or "old" in names:

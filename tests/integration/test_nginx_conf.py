@@ -74,9 +74,16 @@ def test_deploy_config_passes_debians_unit_check():
             assert r.returncode == 0, r.stderr
         with open(os.path.join(tmp, "sbx-secret.conf"), "w") as f:
             f.write('map "" $sbx_node_secret { default "s3cret"; }\n')
+        # The agents' include as sbx-agents-gen writes it.
+        r = subprocess.run([os.path.join(ROOT, "deploy", "nginx", "sbx-agents-gen"), "-o",
+                            os.path.join(tmp, "sbx-agents.conf"), "10.0.0.1:7000", "10.0.0.2:7000"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
         text = read(DEPLOY)
         for old, new in (("/etc/nginx/sbx-fastcgi.conf", os.path.join(ROOT, "conf", "sbx-fastcgi.conf")),
                          ("/etc/nginx/sbx-secret.conf", os.path.join(tmp, "sbx-secret.conf")),
+                         ("/etc/nginx/sbx-agents.conf", os.path.join(tmp, "sbx-agents.conf")),
+                         ("/run/sbx-nginx-route-cache", os.path.join(tmp, "route-cache")),
                          ("/etc/ssl/sbx/", tmp + "/"),
                          ("/var/log/nginx/", tmp + "/"),
                          ("/run/nginx.pid", os.path.join(tmp, "nginx.pid"))):

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from conftest import assert_error
+from conftest import assert_error, routed
 
 MANIFEST = ("cd /workspace && find . -mindepth 1 | LC_ALL=C sort | while read -r p; do "
             "if [ -f \"$p\" ] && [ ! -L \"$p\" ]; then s=$(sha256sum \"$p\" | cut -c1-64); "
@@ -43,7 +43,7 @@ def new_box(api, **body):
 
 
 def sh(api, sid, command):
-    r = api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": command}, timeout=60)
+    r = routed(api, "POST", "/v1/sandboxes/%s/exec" % sid, json={"command": command}, timeout=60)
     assert r.status_code == 200, r.text
     res = r.json()
     assert res["exitCode"] == 0, "%r failed: %r" % (command, res)

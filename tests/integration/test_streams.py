@@ -384,5 +384,5 @@ def test_at_its_connection_limit_the_agent_refuses_data_and_keeps_its_health(sma
             s.close()
     st.wait("the agent below its limit", lambda: health()["connections"] <= 16)
     assert "below the connection limit again" in st.log("agent-1", 200)
-    r = st.api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": "echo back"}, timeout=30)
+    r = st.data("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": "echo back"}, timeout=30)
     assert r.status_code == 200 and r.json()["stdout"] == "back\n", r.text

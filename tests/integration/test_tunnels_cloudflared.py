@@ -67,8 +67,8 @@ def cf():
 def make(cf, sid, port=8000):
     r = cf.api("PUT", "/v1/sandboxes/" + sid, json={})
     assert r.status_code in (200, 201), r.text
-    r = cf.api("POST", "/v1/sandboxes/%s/processes" % sid,
-               json={"command": "python3 -m http.server %d --bind 127.0.0.1" % port})
+    r = cf.data("POST", "/v1/sandboxes/%s/processes" % sid,
+                json={"command": "python3 -m http.server %d --bind 127.0.0.1" % port})
     assert r.status_code == 201, r.text
 
 

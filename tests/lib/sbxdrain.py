@@ -1,9 +1,12 @@
 """Helpers of the drain/migrate tests (test_drain.py, test_dashboard.py)."""
 
+from conftest import routed
+
 
 def sh(api, sid, command):
-    """stdout of `command` run in sid (exit 0 required)."""
-    r = api("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": command}, timeout=60)
+    """stdout of `command` run in sid (exit 0 required; routed(): once more
+    after a "retry" 503 of a route nginx cached before a change)."""
+    r = routed(api, "POST", "/v1/sandboxes/%s/exec" % sid, json={"command": command}, timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["exitCode"] == 0, r.json()
     return r.json()["stdout"]

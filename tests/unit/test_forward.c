@@ -2,7 +2,10 @@
 #include "forward.h"
 #include "unit.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 static int take(const char *in, char *out, size_t outsz, char *value, size_t vsz)
 {
@@ -46,4 +49,87 @@ TEST(forward_head_take_leaves_other_headers)
 	CHECK_STR(v, "012");
 	/* No line end at all: nothing to take. */
 	CHECK_INT(take("GET / HTTP/1.1", head, sizeof(head), v, sizeof(v)), 0);
+}
+
+/* One thread makes the whole batch of sockets in the namespace (the
+ * forwarders keep FWD_SPARE of them instead of a thread per connection). */
+TEST(forward_sockets_in_netns_makes_a_batch)
+{
+	int fds[FWD_SPARE], ns, n;
+
+	CHECK_INT(fwd_sockets_in_netns(-1, fds, FWD_SPARE), -1);
+	CHECK_INT(errno, EBADF);
+	ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	CHECK(ns >= 0);
+	if (geteuid() != 0) {   /* setns needs CAP_SYS_ADMIN, even into our own */
+		close(ns);
+		return;
+	}
+	n = fwd_sockets_in_netns(ns, fds, FWD_SPARE);
+	CHECK_INT(n, FWD_SPARE);
+	for (int i = 0; i < n && i < FWD_SPARE; i++) {
+		CHECK(fcntl(fds[i], F_GETFL) & O_NONBLOCK);
+		CHECK(fcntl(fds[i], F_GETFD) & FD_CLOEXEC);
+		close(fds[i]);
+	}
+	CHECK_INT(fwd_sockets_in_netns(ns, fds, 0), -1);
+	close(ns);
+}
+
+static enum fwd_rs feed(const char *s, int head_request)
+{
+	struct fwd_resp rs;
+	enum fwd_rs st = FWD_RS_STATUS;
+
+	fwd_resp_init(&rs, head_request);
+	/* One byte at a time: every split point of the answer is seen. */
+	for (size_t i = 0; s[i]; i++)
+		st = fwd_resp_feed(&rs, s + i, 1);
+	return st;
+}
+
+TEST(forward_resp_knows_when_an_answer_is_complete)
+{
+	CHECK_INT(feed("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0), FWD_RS_DONE);
+	CHECK_INT(feed("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\no", 0), FWD_RS_BODY);
+	CHECK_INT(feed("HTTP/1.1 200 OK\r\ncontent-length:0\r\n\r\n", 0), FWD_RS_DONE);
+	CHECK_INT(feed("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+		       "2\r\nok\r\na;x=y\r\n0123456789\r\n0\r\nX-T: 1\r\n\r\n", 0), FWD_RS_DONE);
+	CHECK_INT(feed("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n", 0),
+		  FWD_RS_CHUNK_SIZE);
+	CHECK_INT(feed("HTTP/1.1 204 No Content\r\n\r\n", 0), FWD_RS_DONE);
+	CHECK_INT(feed("HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n", 0), FWD_RS_DONE);
+	CHECK_INT(feed("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", 1), FWD_RS_DONE);
+	CHECK_INT(feed("HTTP/1.1 200 OK\nContent-Length: 1\n\nx", 0), FWD_RS_DONE);
+}
+
+TEST(forward_resp_is_raw_unless_sure)
+{
+	/* No length (until EOF), HTTP/1.0, 1xx, close, both lengths, bytes after. */
+	CHECK_INT(feed("HTTP/1.1 200 OK\r\n\r\nabc", 0), FWD_RS_RAW);
+	CHECK_INT(feed("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", 0), FWD_RS_RAW);
+	CHECK_INT(feed("HTTP/1.1 101 Switching Protocols\r\n\r\n", 0), FWD_RS_RAW);
+	CHECK_INT(feed("HTTP/1.1 100 Continue\r\n\r\n", 0), FWD_RS_RAW);
+	CHECK_INT(feed("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", 0),
+		  FWD_RS_RAW);
+	CHECK_INT(feed("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
+		       0), FWD_RS_RAW);
+	CHECK_INT(feed("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok", 0),
+		  FWD_RS_RAW);
+	CHECK_INT(feed("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", 0), FWD_RS_RAW);
+	CHECK_INT(feed("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 0), FWD_RS_RAW);
+	CHECK_INT(feed("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1", 0), FWD_RS_RAW);
+	CHECK_INT(feed("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 0), FWD_RS_RAW);
+	CHECK_INT(feed("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokX\r\n", 0),
+		  FWD_RS_RAW);
+	CHECK_INT(feed("garbage\r\n\r\n", 0), FWD_RS_RAW);
+}
+
+TEST(forward_resp_refuses_a_line_too_long)
+{
+	char buf[600];
+	int n = snprintf(buf, sizeof(buf), "HTTP/1.1 200 OK\r\nX-Long: %0400d\r\nContent-Length: 0\r\n\r\n", 0);
+
+	CHECK(n > 0 && (size_t)n < sizeof(buf));
+	CHECK_INT(feed(buf, 0), FWD_RS_RAW);
 }
