@@ -97,7 +97,7 @@ def new_box(st, **body):
 def run(st, sid, command, timeout=30, **extra):
     """Exec command in sid; the JSON answer."""
     body = dict(command=command, **extra)
-    r = st.api("POST", "/v1/sandboxes/%s/exec" % sid, json=body, timeout=timeout + 30)
+    r = st.data("POST", "/v1/sandboxes/%s/exec" % sid, json=body, timeout=timeout + 30)
     assert r.status_code == 200, "exec %r: %d %s" % (command, r.status_code, r.text[:300])
     return r.json()
 
