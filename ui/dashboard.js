@@ -247,6 +247,10 @@ async function loadDetail() {
     for (const p of DETAIL_PANES) show(p, "");
     return;
   }
+  // Not while an action of ours changes the sandbox: it answers 503 in
+  // the transition, 404 once destroyed. The refresh after the action
+  // shows the outcome.
+  if (state.acting) return;
   try {
     rec = await api("GET", base, opt);
   } catch (e) {
@@ -255,8 +259,6 @@ async function loadDetail() {
     return;
   }
   show("#detail-record", rec);
-  // Not while an action of ours changes the sandbox: it answers 503 in
-  // the transition, 404 once destroyed.
   if (state.acting) return;
   // A data call would wake a sleeping sandbox: processes only while it runs.
   if (rec.state === "running") {
