@@ -105,6 +105,58 @@ TEST(conf_parse_and_bounds)
 	CHECK_INT(conf_override(&c, "agent.name= padded", &e), -1);
 }
 
+/* Every numeric key (snapshots.s3_part_mib, api.workers, ...) takes its
+ * bounds and refuses one past each, by a message that names the key. */
+TEST(conf_every_numeric_key_refuses_past_its_bounds)
+{
+	struct sbx_conf c;
+	struct sbx_err e;
+	char *text = NULL, section[64] = "";
+	size_t len = 0;
+	FILE *out = open_memstream(&text, &len);
+	unsigned checked = 0;
+
+	CHECK(out != NULL);
+	conf_defaults(&c);
+	conf_print(&c, out);
+	CHECK_INT(fclose(out), 0);
+	for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+		char key[64], value[64], a[200];
+		int64_t lo, hi;
+
+		nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		if (sscanf(line, "[%63[a-z_]]", section) == 1)
+			continue;
+		if (sscanf(line, "%63[a-z0-9_] = %63s", key, value) != 2 ||
+		    conf_bounds(section, key, &lo, &hi) < 0)
+			continue;
+		const char *unit = strstr(value, "ms") ? "ms" : "";
+		const int64_t ok[] = { lo, hi }, bad[] = { lo - 1, hi + 1 };
+
+		for (int i = 0; i < 2; i++) {
+			CHECK(snprintf(a, sizeof a, "%s.%s=%lld%s", section, key,
+				       (long long)ok[i], unit) < (int)sizeof a);
+			CHECK_INT(conf_override(&c, a, &e), 0);
+			if (bad[i] < 0 && !*unit)
+				continue;    /* "-1" is not a number the parser takes */
+			CHECK(snprintf(a, sizeof a, "%s.%s=%lld%s", section, key,
+				       (long long)bad[i], unit) < (int)sizeof a);
+			CHECK_INT(conf_override(&c, a, &e), -1);
+			CHECK(strstr(e.msg, key) != NULL);
+		}
+		checked++;
+	}
+	free(text);
+	CHECK(checked > 40);
+	conf_defaults(&c);
+	CHECK_INT(conf_override(&c, "snapshots.s3_part_mib=4", &e), -1);
+	CHECK_INT(conf_override(&c, "snapshots.s3_part_mib=5121", &e), -1);
+	CHECK_INT(conf_override(&c, "snapshots.s3_part_mib=5", &e), 0);
+	CHECK_INT(c.snapshots.s3_part_mib, 5);
+}
+
 TEST(conf_durations)
 {
 	int64_t ms;
