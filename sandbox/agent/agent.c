@@ -22,11 +22,14 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static struct agent agent;
 static struct event_base *base;
@@ -77,6 +80,20 @@ static void records_asleep(void *arg)
 static void records_wait_over(evutil_socket_t fd, short what, void *arg)
 {
 	records_asleep(arg);
+}
+
+/* The loop thread answers every call of the node, so it runs ahead of the
+ * tenants' processes and of the builds: nice AGENT_LOOP_NICE. The threads
+ * and processes it starts get nice 0 again (SCHED_RESET_ON_FORK). */
+#define AGENT_LOOP_NICE (-5)
+static void loop_priority(void)
+{
+	struct sched_param p = { 0 };
+
+	if (sched_setscheduler(0, SCHED_OTHER | SCHED_RESET_ON_FORK, &p) < 0 ||
+	    setpriority(PRIO_PROCESS, (id_t)gettid(), AGENT_LOOP_NICE) < 0)
+		log_warn("cannot raise the loop thread's priority: %s (calls may wait behind "
+			 "busy sandboxes)", strerror(errno));
 }
 
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
@@ -255,6 +272,7 @@ int main(int argc, char **argv)
 		 conf.agent.listen, conf.agent.metrics_listen[0] ? ", metrics on " : "",
 		 conf.agent.metrics_listen);
 
+	loop_priority();
 	event_base_dispatch(base);
 
 	httpd_free(httpd);

@@ -239,6 +239,30 @@ def test_cpu_spin(stack, neighbours):
         destroy(stack, sid)
 
 
+def nice_of(tid_dir):
+    """The nice value (field 19 of stat) of /proc/PID or /proc/PID/task/TID."""
+    with open(os.path.join(tid_dir, "stat")) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])
+
+
+def test_loop_runs_ahead_of_tenants_and_tenants_cannot_follow(stack, neighbours):
+    """The agent's loop thread (the one that answers every call) runs at nice
+    -5, its other threads and every process of a sandbox at 0; a tenant can
+    raise its own nice but never lower it to the loop's."""
+    node, sid = next(iter(neighbours.items()))
+    pid = stack.pid(node)
+    assert nice_of("/proc/%d/task/%d" % (pid, pid)) == -5
+    others = [int(t) for t in os.listdir("/proc/%d/task" % pid) if int(t) != pid]
+    assert others and all(nice_of("/proc/%d/task/%d" % (pid, t)) == 0 for t in others)
+    inside = run(stack, sid, "cut -d' ' -f19 /proc/self/stat; nice -n 5 cut -d' ' -f19 "
+                 "/proc/self/stat; nice -n -5 cut -d' ' -f19 /proc/self/stat")
+    assert inside["exitCode"] == 0, inside
+    assert inside["stdout"].split() == ["0", "5", "0"], inside
+    assert "Permission denied" in inside["stderr"], inside
+    procs = host_pids_of(sid)
+    assert procs and all(nice_of("/proc/%d" % p) == 0 for p in procs), procs
+
+
 FD_HOG = r"""
 import os, sys, time
 fds = []
