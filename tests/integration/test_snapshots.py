@@ -433,6 +433,48 @@ def test_persist_interval_saves_in_the_background(api, stack, new_key):
         kapi("DELETE", "/v1/sandboxes/" + sid, timeout=30)
 
 
+def test_background_saves_of_two_tenants_stay_apart(api, stack, new_key):
+    """Two tenants, one sandbox id, both saving in the background: each save
+    holds its own tenant's files, each restart starts from its own save, and
+    neither tenant sees or reaches the other's."""
+    sid = "sn-" + uuid.uuid4().hex[:10]
+    tenants = ["pa" + uuid.uuid4().hex[:8], "pb" + uuid.uuid4().hex[:8]]
+    keys = {t: new_key(t) for t in tenants}
+
+    def tapi(t):
+        return lambda method, path, **kw: api(method, path, key=keys[t], **kw)
+
+    try:
+        for t in tenants:
+            r = tapi(t)("PUT", "/v1/sandboxes/" + sid, timeout=30,
+                        json={"persist": {"paths": ["/workspace"], "intervalS": 10}})
+            assert r.status_code == 201, r.text
+            sh(tapi(t), sid, "echo %s > /workspace/owner" % t)
+        saves = {}
+        for t in tenants:
+            saves[t] = stack.wait("%s's background save" % t, lambda t=t: tapi(t)(
+                "GET", "/v1/sandboxes/" + sid).json().get("persistedSnapshot"),
+                timeout=40, interval=0.5)
+        assert saves[tenants[0]] != saves[tenants[1]]
+        for t, other in (tenants, tenants[::-1]):
+            listed = tapi(t)("GET", "/v1/snapshots?sandbox=" + sid).json()["snapshots"]
+            assert [x["id"] for x in listed] == [saves[t]]
+            assert_error(tapi(t)("GET", "/v1/snapshots/" + saves[other]), 404,
+                         "SNAPSHOT_NOT_FOUND")
+            # the other tenant's save cannot be restored here either
+            assert_error(restore(tapi(t), sid, snapshot=saves[other]), 404, "SNAPSHOT_NOT_FOUND")
+        for t in tenants:
+            # a restart (its save finds the tree unchanged) starts from this
+            # tenant's own save
+            r = tapi(t)("POST", "/v1/sandboxes/%s/restart" % sid, timeout=60)
+            assert r.status_code == 200, r.text
+            assert sh(tapi(t), sid, "cat /workspace/owner") == t + "\n"
+            assert tapi(t)("GET", "/v1/sandboxes/" + sid).json()["restoreFrom"] == saves[t]
+    finally:
+        for t in tenants:
+            tapi(t)("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
 def test_persist_bad_input(api, box):
     for bad in ({"paths": []}, {"paths": ["rel"]}, {"paths": ["/a/../b"]}, {"paths": "/w"},
                 {"paths": ["/w"], "other": 1}):
