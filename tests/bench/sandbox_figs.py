@@ -80,6 +80,16 @@ def delete(s, st, sid):
         raise AssertionError("DELETE %s: %d %s" % (sid, r.status_code, r.text[:200]))
 
 
+def first_command(s, st, sid):
+    """ms of `PUT` sid + exec `true` in it; the DELETE after is not timed."""
+    t0 = time.perf_counter()
+    put(s, st, sid)
+    exec_true(s, st.url + "/v1/sandboxes/%s/exec" % sid)
+    dt = (time.perf_counter() - t0) * 1000.0
+    delete(s, st, sid)
+    return dt
+
+
 def exec_true(s, url):
     r = s.post(url, data=b'{"argv":["true"]}', headers={"Content-Type": "application/json"},
                timeout=30)
@@ -134,12 +144,7 @@ def fig_first_command(st, ctx):
     s = session(st.key)
     samples = []
     for i in range(N_SEQ + 3):
-        sid = "ttfc-%d" % i
-        t0 = time.perf_counter()
-        put(s, st, sid)
-        exec_true(s, st.url + "/v1/sandboxes/%s/exec" % sid)
-        dt = (time.perf_counter() - t0) * 1000.0
-        delete(s, st, sid)
+        dt = first_command(s, st, "ttfc-%d" % i)
         if i >= 3:                      # the first three warm the pool's connections
             samples.append(dt)
     ctx.lat.append(Lat("first-command", "`PUT /v1/sandboxes/{new id}` + `POST …/exec "
@@ -190,12 +195,7 @@ def fig_first_command_paced(st, ctx):
                 set_favordynmods(point, on)
                 for i in range(FAVOR_PER_ROUND + 1):
                     time.sleep(POOL_PACE_S)
-                    sid = "paced-%d-%d-%d" % (rnd, on, i)
-                    t0 = time.perf_counter()
-                    put(s, st, sid)
-                    exec_true(s, st.url + "/v1/sandboxes/%s/exec" % sid)
-                    dt = (time.perf_counter() - t0) * 1000.0
-                    delete(s, st, sid)
+                    dt = first_command(s, st, "paced-%d-%d-%d" % (rnd, on, i))
                     if i:               # the first after a toggle is a warm-up
                         samples[on].append(dt)
     finally:
@@ -230,24 +230,7 @@ def fig_create(st, ctx):
     # connection, released together by a barrier.
     n = 100
     key = key_for(st, ctx, "bench-burst")
-    sessions = [session(key) for _ in range(n)]
-    for sess in sessions:               # open each connection before the clock starts
-        sess.get(st.url + "/healthz", timeout=10)
-    barrier = threading.Barrier(n + 1)
-    lat = [None] * n
-    status = [None] * n
-
-    def one(i):
-        barrier.wait()
-        t0 = time.perf_counter()
-        try:
-            r = sessions[i].put(st.url + "/v1/sandboxes/burst-%d" % i, json={}, timeout=60)
-            status[i] = r.status_code
-        except requests.RequestException as ex:
-            status[i] = str(ex)[:60]
-        lat[i] = (time.perf_counter() - t0) * 1000.0
-
-    wall = run_released([threading.Thread(target=one, args=(i,)) for i in range(n)], barrier)
+    lat, status, wall = burst_puts(st, key, "burst", n)
     ok = sum(1 for x in status if x == 201)
     res = Lat("create-100", "100 `PUT`s of new ids at once (100 threads, own connection each, "
               "one tenant): per-request latency", baseline="create", target_ms=60.0,
@@ -275,6 +258,33 @@ def run_released(threads, barrier):
     for t in threads:
         t.join()
     return (time.perf_counter() - t0) * 1000.0
+
+
+def burst_puts(st, key, prefix, n, before=None):
+    """n `PUT`s of new ids PREFIX-0..n-1 at once (n threads, each with its
+    own connection opened before the clock starts, released together by a
+    barrier; before() runs just ahead of the release): per-request ms,
+    statuses (or the client's error), and the wall ms of the whole burst."""
+    sessions = [session(key) for _ in range(n)]
+    for sess in sessions:
+        sess.get(st.url + "/healthz", timeout=10)
+    if before:
+        before()
+    barrier = threading.Barrier(n + 1)
+    lat, status = [None] * n, [None] * n
+
+    def one(i):
+        barrier.wait()
+        t0 = time.perf_counter()
+        try:
+            r = sessions[i].put(st.url + "/v1/sandboxes/%s-%d" % (prefix, i), json={}, timeout=60)
+            status[i] = r.status_code
+        except requests.RequestException as ex:
+            status[i] = str(ex)[:60]
+        lat[i] = (time.perf_counter() - t0) * 1000.0
+
+    wall = run_released([threading.Thread(target=one, args=(i,)) for i in range(n)], barrier)
+    return lat, status, wall
 
 
 def summarize(statuses):
@@ -868,24 +878,7 @@ def pool_burst(st, ctx):
     """100 creates at once against a full pool of POOL_SIZE: the pool runs dry."""
     n = 100
     key = key_for(st, ctx, "bench-pburst")
-    sessions = [session(key) for _ in range(n)]
-    for sess in sessions:
-        sess.get(st.url + "/healthz", timeout=10)
-    wait_pool(st, POOL_SIZE)
-    barrier = threading.Barrier(n + 1)
-    lat, status = [None] * n, [None] * n
-
-    def one(i):
-        barrier.wait()
-        t0 = time.perf_counter()
-        try:
-            r = sessions[i].put(st.url + "/v1/sandboxes/pburst-%d" % i, json={}, timeout=60)
-            status[i] = r.status_code
-        except requests.RequestException as ex:
-            status[i] = str(ex)[:60]
-        lat[i] = (time.perf_counter() - t0) * 1000.0
-
-    wall = run_released([threading.Thread(target=one, args=(i,)) for i in range(n)], barrier)
+    lat, status, wall = burst_puts(st, key, "pburst", n, before=lambda: wait_pool(st, POOL_SIZE))
     t_end = time.perf_counter()
     hit = [from_pool(st, "bench-pburst", "pburst-%d" % i) for i in range(n)]
     ok = [i for i in range(n) if status[i] == 201]
