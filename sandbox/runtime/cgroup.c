@@ -53,6 +53,21 @@ int cg_write(const char *path, const char *value)
 	return 0;
 }
 
+int cg_set(const char *dir, const char *key, const char *file, const char *value, int optional,
+	   struct sbx_err *e)
+{
+	char p[PATH_MAX];
+
+	if (cg_path(p, sizeof(p), dir, key, file) < 0)
+		return err_set(e, SBX_E_INTERNAL, "cgroup path too long");
+	if (cg_write(p, value) < 0) {
+		if (optional && errno == ENOENT)
+			return 0;
+		return err_sys(e, errno, "cannot write '%s' to '%s'", value, file);
+	}
+	return 0;
+}
+
 int64_t cg_read_i64(const char *path)
 {
 	char buf[64];

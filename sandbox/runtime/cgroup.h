@@ -76,6 +76,10 @@ void cg_free(struct cg *cg);
 int cg_path(char *out, size_t size, const char *dir, const char *key, const char *file);
 /* Write a short string to a control file; 0 or -1 with errno. */
 int cg_write(const char *path, const char *value);
+/* Write value to file of key's cgroup under dir: 0, or -1 with e (a file
+ * that does not exist is fine when optional). */
+int cg_set(const char *dir, const char *key, const char *file, const char *value, int optional,
+	   struct sbx_err *e);
 /* Read a control file's first number; -1 on error. */
 int64_t cg_read_i64(const char *path);
 /* Value of "name N" lines in a flat keyed file (memory.events, oom_control). */

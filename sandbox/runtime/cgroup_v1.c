@@ -14,21 +14,6 @@
 
 enum { V1_MEMORY, V1_PIDS, V1_CPU, V1_FREEZER };
 
-static int set(struct cg *cg, int ctl, const char *key, const char *file, const char *value,
-	       int optional, struct sbx_err *e)
-{
-	char p[PATH_MAX];
-
-	if (cg_path(p, sizeof(p), cg->base[ctl], key, file) < 0)
-		return err_set(e, SBX_E_INTERNAL, "cgroup path too long");
-	if (cg_write(p, value) < 0) {
-		if (optional && errno == ENOENT)
-			return 0;
-		return err_sys(e, errno, "cannot write '%s' to '%s'", value, file);
-	}
-	return 0;
-}
-
 static int v1_create(struct cg *cg, const char *key, const struct cg_limits *l, struct sbx_err *e)
 {
 	char mem[32], quota[32], period[32], pids[32];
@@ -45,12 +30,12 @@ static int v1_create(struct cg *cg, const char *key, const struct cg_limits *l, 
 		if (mkdir(p, 0755) < 0 && errno != EEXIST)
 			return err_sys(e, errno, "cannot create cgroup '%s'", key);
 	}
-	if (set(cg, V1_MEMORY, key, "memory.limit_in_bytes", mem, 0, e) < 0 ||
-	    set(cg, V1_MEMORY, key, "memory.memsw.limit_in_bytes", mem, 1, e) < 0 ||
-	    set(cg, V1_MEMORY, key, "memory.swappiness", "0", 1, e) < 0 ||
-	    set(cg, V1_PIDS, key, "pids.max", pids, 0, e) < 0 ||
-	    set(cg, V1_CPU, key, "cpu.cfs_period_us", period, 0, e) < 0 ||
-	    set(cg, V1_CPU, key, "cpu.cfs_quota_us", quota, 0, e) < 0)
+	if (cg_set(cg->base[V1_MEMORY], key, "memory.limit_in_bytes", mem, 0, e) < 0 ||
+	    cg_set(cg->base[V1_MEMORY], key, "memory.memsw.limit_in_bytes", mem, 1, e) < 0 ||
+	    cg_set(cg->base[V1_MEMORY], key, "memory.swappiness", "0", 1, e) < 0 ||
+	    cg_set(cg->base[V1_PIDS], key, "pids.max", pids, 0, e) < 0 ||
+	    cg_set(cg->base[V1_CPU], key, "cpu.cfs_period_us", period, 0, e) < 0 ||
+	    cg_set(cg->base[V1_CPU], key, "cpu.cfs_quota_us", quota, 0, e) < 0)
 		return -1;
 	return 0;
 }
@@ -61,7 +46,7 @@ static int v1_attach(struct cg *cg, const char *key, pid_t pid, struct sbx_err *
 
 	util_xsnprintf(v, sizeof(v), "%d", (int)pid);
 	for (int i = 0; i < cg->nroots; i++)
-		if (set(cg, i, key, "cgroup.procs", v, 0, e) < 0)
+		if (cg_set(cg->base[i], key, "cgroup.procs", v, 0, e) < 0)
 			return -1;
 	return 0;
 }
@@ -108,7 +93,7 @@ static int v1_freeze(struct cg *cg, const char *key, int frozen, struct sbx_err 
 {
 	if (cg->freezer < 0)
 		return err_set(e, SBX_E_INTERNAL, "this host has no cgroup freezer");
-	return set(cg, cg->freezer, key, "freezer.state", frozen ? "FROZEN" : "THAWED", 0, e);
+	return cg_set(cg->base[cg->freezer], key, "freezer.state", frozen ? "FROZEN" : "THAWED", 0, e);
 }
 
 /* freezer.state: THAWED, FREEZING (on its way, or a child is frozen) or FROZEN. */

@@ -10,21 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int set(struct cg *cg, const char *key, const char *file, const char *value, int optional,
-	       struct sbx_err *e)
-{
-	char p[PATH_MAX];
-
-	if (cg_path(p, sizeof(p), cg->base[0], key, file) < 0)
-		return err_set(e, SBX_E_INTERNAL, "cgroup path too long");
-	if (cg_write(p, value) < 0) {
-		if (optional && errno == ENOENT)
-			return 0;
-		return err_sys(e, errno, "cannot write '%s' to '%s'", value, file);
-	}
-	return 0;
-}
-
 static int v2_create(struct cg *cg, const char *key, const struct cg_limits *l, struct sbx_err *e)
 {
 	char mem[32], cpu[64], pids[32], p[PATH_MAX];
@@ -37,10 +22,10 @@ static int v2_create(struct cg *cg, const char *key, const struct cg_limits *l, 
 		return err_set(e, SBX_E_INTERNAL, "cgroup path too long");
 	if (mkdir(p, 0755) < 0 && errno != EEXIST)
 		return err_sys(e, errno, "cannot create cgroup '%s'", key);
-	if (set(cg, key, "memory.max", mem, 0, e) < 0 ||
-	    set(cg, key, "memory.swap.max", "0", 1, e) < 0 ||
-	    set(cg, key, "pids.max", pids, 0, e) < 0 ||
-	    set(cg, key, "cpu.max", cpu, 0, e) < 0)
+	if (cg_set(cg->base[0], key, "memory.max", mem, 0, e) < 0 ||
+	    cg_set(cg->base[0], key, "memory.swap.max", "0", 1, e) < 0 ||
+	    cg_set(cg->base[0], key, "pids.max", pids, 0, e) < 0 ||
+	    cg_set(cg->base[0], key, "cpu.max", cpu, 0, e) < 0)
 		return -1;
 	return 0;
 }
@@ -50,7 +35,7 @@ static int v2_attach(struct cg *cg, const char *key, pid_t pid, struct sbx_err *
 	char v[32];
 
 	util_xsnprintf(v, sizeof(v), "%d", (int)pid);
-	return set(cg, key, "cgroup.procs", v, 0, e);
+	return cg_set(cg->base[0], key, "cgroup.procs", v, 0, e);
 }
 
 static int64_t v2_memory_bytes(struct cg *cg, const char *key)
@@ -89,7 +74,7 @@ static int v2_destroy(struct cg *cg, const char *key)
 
 static int v2_freeze(struct cg *cg, const char *key, int frozen, struct sbx_err *e)
 {
-	return set(cg, key, "cgroup.freeze", frozen ? "1" : "0", 0, e);
+	return cg_set(cg->base[0], key, "cgroup.freeze", frozen ? "1" : "0", 0, e);
 }
 
 /* cgroup.freeze holds what was asked (cgroup.events says whether it is done). */
