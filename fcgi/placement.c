@@ -1,7 +1,6 @@
 #include "placement.h"
 #include "rkeys.h"
 #include "agentc.h"
-#include "ceilings.h"
 #include "ids.h"
 #include "log.h"
 #include "store.h"
@@ -11,8 +10,6 @@
 #include <string.h>
 
 #define PLACEMENT_NODES_MAX 1024
-#define PLACEMENT_BATCH 256          /* records read per pipelined round */
-#define PLACEMENT_MEMBERS_MAX 100000 /* sandboxes of one node looked at */
 
 int placement_has_room(const struct placement_node *n)
 {
@@ -70,18 +67,22 @@ static int64_t int_of(const redisReply *r, int64_t def)
 	return def;
 }
 
-/* Queue the NODE_CMDS commands that describe one node, and with image one
- * more (NODE_CMDS_IMAGE in all): whether its image set holds image — all
- * in the one pipelined round trip of the registry read. */
+/* Queue the NODE_CMDS commands that describe one node, with sums
+ * NODE_CMDS_SUMS in all (one more: what its sandboxes commit, the sums the
+ * record scripts keep in sbx:node:{name}:committed), and with image one
+ * more again: whether its image set holds image — all in the one pipelined
+ * round trip of the registry read. */
 #define NODE_CMDS 4
-#define NODE_CMDS_IMAGE 5
-static int append_node(const char *name, const char *image, struct sbx_err *e)
+#define NODE_CMDS_SUMS 5
+static int append_node(const char *name, int sums, const char *image, struct sbx_err *e)
 {
 	if (store_append(e, "EXISTS %s", RK_NODE(name, "alive")) < 0 ||
 	    store_append(e, "EXISTS %s", RK_NODE(name, "drain")) < 0 ||
 	    store_append(e, "HMGET %s address capacity sandboxes memoryMiB cpusMilli state",
 			 RK_NODE(name, NULL)) < 0 ||
 	    store_append(e, "SCARD %s", RK_NODE(name, "sandboxes")) < 0)
+		return -1;
+	if (sums && store_append(e, "HMGET %s memoryMiB cpusMilli", RK_NODE(name, "committed")) < 0)
 		return -1;
 	if (image && store_append(e, "SISMEMBER %s %s", RK_NODE(name, "images"), image) < 0)
 		return -1;
@@ -111,89 +112,44 @@ static void parse_node(const char *name, redisReply **rep, struct placement_node
 	out->load = int_of(rep[3], 0);
 }
 
+/* The committed sums of n from the HMGET memoryMiB cpusMilli reply r (no
+ * hash: nothing runs there). The sums may be negative after a hand edit
+ * until the reconciler rebuilds them: they count as 0. */
+static void parse_sums(struct placement_node *n, const redisReply *r)
+{
+	n->memory_committed = n->cpus_committed = 0;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+		return;
+	n->memory_committed = int_of(r->element[0], 0);
+	n->cpus_committed = int_of(r->element[1], 0);
+}
+
 int placement_fetch_node(const char *name, struct placement_node *out, struct sbx_err *e)
 {
 	redisReply *rep[NODE_CMDS] = { NULL };
 
 	if (!ids_valid_node(name))
 		return err_set(e, SBX_E_INTERNAL, "invalid node name");
-	if (append_node(name, NULL, e) < 0 || store_collect(rep, NODE_CMDS, 0, e) < 0)
+	if (append_node(name, 0, NULL, e) < 0 || store_collect(rep, NODE_CMDS, 0, e) < 0)
 		return -1;
 	parse_node(name, rep, out);
 	store_free_replies(rep, NODE_CMDS);
 	return 0;
 }
 
-/* Add to n the limits of one record's HMGET node state resources reply
- * when it runs on n. */
-static void add_committed(struct placement_node *n, const redisReply *r)
-{
-	struct placement_need need;
-	const char *state;
-	json_t *res;
-
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
-		return;
-	for (size_t i = 0; i < 3; i++)
-		if (r->element[i]->type != REDIS_REPLY_STRING)
-			return;
-	state = r->element[1]->str;
-	if (strcmp(r->element[0]->str, n->name) != 0 ||
-	    (strcmp(state, "running") != 0 && strcmp(state, "starting") != 0))
-		return;
-	res = json_loads(r->element[2]->str, 0, NULL);
-	ceilings_resources_need(res, &need);
-	json_decref(res);
-	n->memory_committed += need.memory_mib;
-	n->cpus_committed += need.cpus_milli;
-}
-
-/* Sum what the sandboxes of n's set that run there commit. 0 or -1 with e. */
-static int fetch_committed(struct placement_node *n, struct sbx_err *e)
-{
-	auto_reply redisReply *members = NULL;
-	redisReply *reps[PLACEMENT_BATCH];
-	size_t total;
-
-	n->memory_committed = n->cpus_committed = 0;
-	if (n->memory_mib <= 0 && n->cpus_milli <= 0)
-		return 0;
-	members = store_command(e, "SMEMBERS %s", RK_NODE(n->name, "sandboxes"));
-	if (!members)
-		return -1;
-	if (members->type != REDIS_REPLY_ARRAY)
-		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: a node's sandboxes are no set");
-	total = members->elements < PLACEMENT_MEMBERS_MAX ? members->elements : PLACEMENT_MEMBERS_MAX;
-	for (size_t at = 0; at < total; at += PLACEMENT_BATCH) {
-		size_t k = total - at < PLACEMENT_BATCH ? total - at : PLACEMENT_BATCH;
-
-		for (size_t i = 0; i < k; i++) {
-			const redisReply *m = members->element[at + i];
-			/* "tenant/id": never a brace, which would change the key's slot. */
-			const char *key = m->type == REDIS_REPLY_STRING && !strpbrk(m->str, "{}") ? m->str : "-";
-			if (store_append(e, "HMGET %s node state resources",
-					 rkeys_sandbox_ref(RK_BUF, key)) < 0)
-				return -1;
-		}
-		if (store_collect(reps, k, 0, e) < 0)
-			return -1;
-		for (size_t i = 0; i < k; i++)
-			add_committed(n, reps[i]);
-		store_free_replies(reps, k);
-	}
-	return 0;
-}
-
 int placement_room_for(struct placement_node *n, const struct placement_need *need)
 {
 	struct sbx_err e = { 0 };
+	auto_reply redisReply *r = NULL;
 
 	if (!placement_has_room(n))
 		return 0;
-	if (fetch_committed(n, &e) < 0) {
+	r = store_command(&e, "HMGET %s memoryMiB cpusMilli", RK_NODE(n->name, "committed"));
+	if (!r) {
 		log_warn("cannot read what node '%s' commits: %s", n->name, e.msg);
 		return 0;
 	}
+	parse_sums(n, r);
 	return placement_fits(n, need);
 }
 
@@ -216,11 +172,10 @@ int placement_pick(const struct placement_need *need, struct placement_node *out
 	auto_reply redisReply *members = NULL;
 	auto_free struct placement_node *nodes = NULL;
 	auto_free redisReply **reps = NULL;
-	auto_free unsigned char *known = NULL;   /* committed sums read, per node */
 	const char *names[PLACEMENT_NODES_MAX], *image;
 	uint32_t rnd[2] = { 0, 0 };
 	size_t n = 0, stride;
-	int k;
+	int k = -1;
 
 	members = store_command(e, "SMEMBERS " RKEYS_NODES);
 	if (!members)
@@ -235,40 +190,31 @@ int placement_pick(const struct placement_need *need, struct placement_node *out
 	if (n == 0)
 		return err_set(e, SBX_E_NO_CAPACITY, "no node is registered");
 	image = need ? need->image : NULL;
-	stride = image ? NODE_CMDS_IMAGE : NODE_CMDS;
+	stride = NODE_CMDS_SUMS + (image ? 1 : 0);
 	nodes = calloc(n, sizeof(*nodes));
 	reps = calloc(stride * n, sizeof(*reps));
 	if (!nodes || !reps)
 		return err_set(e, SBX_E_INTERNAL, "out of memory placing a sandbox");
 	for (size_t i = 0; i < n; i++)
-		if (append_node(names[i], image, e) < 0)
+		if (append_node(names[i], 1, image, e) < 0)
 			return -1;
 	if (store_collect(reps, stride * n, 0, e) < 0)
 		return -1;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		parse_node(names[i], reps + stride * i, &nodes[i]);
+		parse_sums(&nodes[i], reps[stride * i + NODE_CMDS]);
+	}
 	/* the nodes without the image sit out a first round (as if drained) */
 	if (image)
-		prefer_image(nodes, n, reps + NODE_CMDS, stride);
+		prefer_image(nodes, n, reps + NODE_CMDS_SUMS, stride);
 	store_free_replies(reps, stride * n);
 	if (util_random(rnd, sizeof(rnd)) < 0) {
 		rnd[0] = (uint32_t)util_now_ms();
 		rnd[1] = rnd[0] >> 7;
 	}
-	/* What a node commits costs a read per sandbox placed there, so only
-	 * the chosen node's is read: a node found full drops out of the next
-	 * choice, until a node whose sums are known is chosen, or none is left. */
-	known = calloc(n, 1);
-	if (!known)
-		return err_set(e, SBX_E_INTERNAL, "out of memory placing a sandbox");
 	for (int round = 0; round < 2; round++) {
-		while ((k = placement_choose_fit(nodes, n, need, rnd[0], rnd[1])) >= 0 && need &&
-		       !known[k]) {
-			if (fetch_committed(&nodes[k], e) < 0)
-				return -1;
-			known[k] = 1;
-		}
-		if (k >= 0 || !need || !need->image)
+		k = placement_choose_fit(nodes, n, need, rnd[0], rnd[1]);
+		if (k >= 0 || !image)
 			break;
 		for (size_t i = 0; i < n; i++)
 			nodes[i].drained &= ~2;

@@ -10,12 +10,13 @@
  * Room also means memory and cpus: a node that reports memoryMiB/cpusMilli
  * (agent.memory_mib, agent.cpus_milli) takes a sandbox only while the
  * limits committed there plus the new one's stay within them. Committed is
- * summed from the records of the node's set that run there (starting or
- * running; a sleeping sandbox commits nothing), read at placement time for
- * the chosen node only (and again for the next choice when it is full) —
- * one pipelined HMGET per sandbox of that node, on creates, wakes and
- * re-placements only. Two placements at the same moment may both see the
- * same room: the sums are a placement rule, not a reservation.
+ * what the records that run there (starting or running; a sleeping
+ * sandbox commits nothing) hold: the record scripts keep it summed per
+ * node in sbx:node:{name}:committed (rscripts.h), and the reconciler
+ * rebuilds a sum that drifted, so placement reads one hash per node in the
+ * registry's pipelined round trip, whatever the number of sandboxes there.
+ * Two placements at the same moment may both see the same room: the sums
+ * are a placement rule, not a reservation.
  */
 #ifndef SBX_PLACEMENT_H
 #define SBX_PLACEMENT_H
@@ -34,7 +35,8 @@ struct placement_node {
 	int64_t load;           /* sandboxes placed on the node (index size) */
 	int64_t memory_mib;     /* memory limits it may commit (0: not counted) */
 	int64_t cpus_milli;     /* cpu limits it may commit (0: not counted) */
-	int64_t memory_committed;   /* by its running sandboxes (placement_pick) */
+	int64_t memory_committed;   /* by its running sandboxes (placement_pick,
+				     * placement_room_for) */
 	int64_t cpus_committed;
 	int degraded;           /* its heartbeat says its HTTP server does not answer */
 	int drained;            /* sbx:node:{name}:drain exists (POST /v1/nodes/{n}/drain) */
@@ -69,8 +71,8 @@ int placement_choose_fit(const struct placement_node *nodes, size_t n,
 int placement_fetch_node(const char *name, struct placement_node *out, struct sbx_err *e);
 
 /* 1 when n (as placement_fetch_node filled it) has room for need, its
- * committed sums read now; 0 when not, or when they cannot be read (logged:
- * the caller then picks another node). */
+ * committed sums read now (one HMGET); 0 when not, or when they cannot be
+ * read (logged: the caller then picks another node). */
 int placement_room_for(struct placement_node *n, const struct placement_need *need);
 
 /* Fetch the registry and choose a node need fits (among the nodes that

@@ -235,13 +235,48 @@ static int on_node_set(const char *key, struct reconcile_stats *st, struct sbx_e
 	return scan_members("SSCAN", 1, &c, on_node_member, e);
 }
 
+/* Rebuild the committed sums of node from its set (the node_sums script);
+ * with orphan only when the node has no set. Counts and logs a rewrite. */
+static int node_sums(struct reconcile_stats *st, const char *node, int orphan, struct sbx_err *e)
+{
+	char set[RKEYS_MAX], sums[RKEYS_MAX];
+	auto_reply redisReply *r = NULL;
+
+	rkeys_node(set, node, "sandboxes");
+	rkeys_node(sums, node, "committed");
+	r = scripts_run(RSCRIPT_NODE_SUMS, 2, (const char *[]){ set, sums }, 2,
+			(const char *[]){ node, orphan ? "1" : "0" }, e);
+	if (!r)
+		return -1;
+	if (r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
+		st->sums++;
+		log_warn("reconcile: rebuilt %s (it did not match the node's records)", sums);
+	}
+	return 0;
+}
+
+/* A node set (its node's sums rebuilt) or a node's sums (rebuilt only
+ * when the node has no set: orphans). */
+static int on_node_sums(const char *key, struct reconcile_stats *st, struct sbx_err *e)
+{
+	char node[64];
+	int orphan = middle(key, RKEYS_NODE_HEAD, RKEYS_COMMITTED_TAIL, node, sizeof(node)) == 0;
+
+	if ((!orphan && middle(key, RKEYS_NODE_HEAD, RKEYS_SANDBOXES_TAIL, node, sizeof(node)) < 0) ||
+	    !ids_valid_node(node))
+		return 0;
+	return node_sums(st, node, orphan, e);
+}
+
 int reconcile_pass(struct reconcile_stats *st, struct sbx_err *e)
 {
 	memset(st, 0, sizeof(*st));
 	if (scan_keys(RKEYS_SCAN_SANDBOXES, "hash", on_record, st, e) < 0 ||
 	    scan_keys(RKEYS_SCAN_TENANT_SETS, "zset", on_tenant_set, st, e) < 0 ||
 	    scan_keys(RKEYS_SCAN_LABEL_SETS, "zset", on_label_set, st, e) < 0 ||
-	    scan_keys(RKEYS_SCAN_NODE_SETS, "set", on_node_set, st, e) < 0)
+	    scan_keys(RKEYS_SCAN_NODE_SETS, "set", on_node_set, st, e) < 0 ||
+	    scan_keys(RKEYS_SCAN_NODE_SETS, "set", on_node_sums, st, e) < 0 ||
+	    scan_keys(RKEYS_SCAN_NODE_COMMITTED, "hash", on_node_sums, st, e) < 0)
 		return -1;
 	return 0;
 }
@@ -292,8 +327,9 @@ int reconcile_run(const struct sbx_conf *c)
 		log_warn("reconcile: pass failed: %s", e.msg);
 		return 1;
 	}
-	if (rc == 0 && (st.added || st.removed))
-		log_warn("reconcile: %lld records and %lld index entries looked at; %lld entries added, %lld removed",
-			 st.records, st.entries, st.added, st.removed);
+	if (rc == 0 && (st.added || st.removed || st.sums))
+		log_warn("reconcile: %lld records and %lld index entries looked at; %lld entries "
+			 "added, %lld removed; %lld nodes' sums rebuilt",
+			 st.records, st.entries, st.added, st.removed, st.sums);
 	return 0;
 }

@@ -7,8 +7,12 @@
  * What else can (an operator's redis-cli, a restore, data written by an
  * older sbx-api) is found and repaired here: a record without its index
  * entries gets them, an index entry without its record (or naming a label
- * or node the record no longer has) goes. Each repair is one script that
- * re-reads the record, so a pass racing with API calls never undoes them.
+ * or node the record no longer has) goes; then each node's committed sums
+ * (sbx:node:{n}:committed, what placement reads) are rebuilt from the
+ * records of its set where they differ, and the sums of a node without a
+ * set go. Each repair is one script that re-reads the record (the sums:
+ * every record of the node), so a pass racing with API calls never undoes
+ * them.
  *
  * The master of sbx-api forks a short-lived child every
  * api.reconcile_interval (reconcile_run); one pass per interval runs in
@@ -25,6 +29,7 @@ struct reconcile_stats {
 	long long entries;    /* index entries looked at */
 	long long added;      /* index entries a record lacked, added */
 	long long removed;    /* index entries without their record, removed */
+	long long sums;       /* nodes whose committed sums were rebuilt */
 };
 
 /* One pass over every record and index key (SCAN, never KEYS). 0 with st

@@ -40,7 +40,8 @@ char *rkeys_tenant(char out[RKEYS_MAX], const char *tenant, const char *sub);
 /* sbx:tenant:{tenant}:label:<key>=<value> — the label index (zset). */
 char *rkeys_tenant_label(char out[RKEYS_MAX], const char *tenant, const char *key,
 			 const char *value);
-/* sbx:node:{node}, or sbx:node:{node}:<sub> (alive, sandboxes) when sub. */
+/* sbx:node:{node}, or sbx:node:{node}:<sub> (alive, sandboxes, committed)
+ * when sub. */
 char *rkeys_node(char out[RKEYS_MAX], const char *node, const char *sub);
 /* sbx:apikey:<sha256 hex>, sbx:preview:<sha256 hex>, sbx:tunnel:<id>. */
 char *rkeys_apikey(char out[RKEYS_MAX], const char *hex);
@@ -66,15 +67,18 @@ char *rkeys_snapshot(char out[RKEYS_MAX], const char *tenant, const char *sid);
 #define RKEYS_SCAN_TENANT_SETS "sbx:tenant:{*}:sandboxes"
 #define RKEYS_SCAN_LABEL_SETS "sbx:tenant:{*}:label:*"
 #define RKEYS_SCAN_NODE_SETS "sbx:node:{*}:sandboxes"
+#define RKEYS_SCAN_NODE_COMMITTED "sbx:node:{*}:committed"
 #define RKEYS_SANDBOX_HEAD "sbx:sb:{"
 #define RKEYS_TENANT_HEAD "sbx:tenant:{"
 #define RKEYS_NODE_HEAD "sbx:node:{"
 /* The rest of the index keys the lifecycle scripts build from a record's
  * own fields (rscripts.c): RKEYS_TENANT_HEAD tenant RKEYS_LABEL_MID "k=v",
- * RKEYS_NODE_HEAD node RKEYS_SANDBOXES_TAIL, RKEYS_TENANT_HEAD tenant
- * RKEYS_USAGE_TAIL (test_rkeys compares them with the builders). */
+ * RKEYS_NODE_HEAD node RKEYS_SANDBOXES_TAIL, RKEYS_NODE_HEAD node
+ * RKEYS_COMMITTED_TAIL, RKEYS_TENANT_HEAD tenant RKEYS_USAGE_TAIL
+ * (test_rkeys compares them with the builders). */
 #define RKEYS_LABEL_MID "}:label:"
 #define RKEYS_SANDBOXES_TAIL "}:sandboxes"
+#define RKEYS_COMMITTED_TAIL "}:committed"
 #define RKEYS_USAGE_TAIL "}:usage"
 /* The keys of the auth_rate script, built from the tenant of an API key. */
 #define RKEYS_LIMITS_TAIL "}:limits"

@@ -31,8 +31,51 @@
 	"  return redis.call(verb, '" RKEYS_NODE_HEAD "' .. node .. '" RKEYS_SANDBOXES_TAIL "', member)\n" \
 	"end\n"
 
+/*
+ * The Lua shared by the scripts that change what a record commits on its
+ * node: a running or starting record commits its resources' memoryMiB and
+ * cpus (in thousandths, rounded: ceilings_resources_need() in fcgi/) to the
+ * node it names, a sleeping or stopping one nothing. Each such script reads
+ * commit_of() before and after its change and hands both to commit_move(),
+ * which moves the record's share between the nodes' sums
+ * (RKEYS_NODE_HEAD node RKEYS_COMMITTED_TAIL: count, memoryMiB, cpusMilli;
+ * the hash goes when its count reaches 0). The node_sums script rebuilds a
+ * node's sums from its records with the same commit_of().
+ */
+#define LUA_COMMIT \
+	"local function commit_of(key)\n" \
+	"  local r = redis.call('HMGET', key, 'node', 'state', 'resources')\n" \
+	"  if not r[1] or r[1] == '' or (r[2] ~= 'running' and r[2] ~= 'starting') then\n" \
+	"    return nil\n" \
+	"  end\n" \
+	"  local m, c = 0, 0\n" \
+	"  local ok, res = pcall(cjson.decode, r[3] or '{}')\n" \
+	"  if ok and type(res) == 'table' then\n" \
+	"    local x, y = res.memoryMiB, res.cpus\n" \
+	"    if type(x) == 'number' and x > 0 and x % 1 == 0 then m = x end\n" \
+	"    if type(y) == 'number' and y > 0 and y < 1e9 then c = math.floor(y * 1000 + 0.5) end\n" \
+	"  end\n" \
+	"  return {r[1], m, c}\n" \
+	"end\n" \
+	"local function commit_add(node, n, m, c)\n" \
+	"  local k = '" RKEYS_NODE_HEAD "' .. node .. '" RKEYS_COMMITTED_TAIL "'\n" \
+	"  if redis.call('HINCRBY', k, 'count', n) <= 0 then\n" \
+	"    redis.call('DEL', k)\n" \
+	"    return\n" \
+	"  end\n" \
+	"  redis.call('HINCRBY', k, 'memoryMiB', m)\n" \
+	"  redis.call('HINCRBY', k, 'cpusMilli', c)\n" \
+	"end\n" \
+	"local function commit_move(was, now)\n" \
+	"  if was and now and was[1] == now[1] and was[2] == now[2] and was[3] == now[3] then\n" \
+	"    return\n" \
+	"  end\n" \
+	"  if was then commit_add(was[1], -1, -was[2], -was[3]) end\n" \
+	"  if now then commit_add(now[1], 1, now[2], now[3]) end\n" \
+	"end\n"
+
 static const char *const sources[RSCRIPT__COUNT] = {
-	[RSCRIPT_CREATE] = LUA_INDEX
+	[RSCRIPT_CREATE] = LUA_INDEX LUA_COMMIT
 		"if redis.call('EXISTS', KEYS[1]) == 1 then\n"
 		"  local c = redis.call('HMGET', KEYS[1], 'epoch', 'generation')\n"
 		"  return {0, c[1] or '0', c[2] or '0'}\n"
@@ -50,12 +93,14 @@ static const char *const sources[RSCRIPT__COUNT] = {
 		"redis.call('ZADD', KEYS[2], 0, ARGV[2])\n"
 		"label_index('ZADD', ARGV[1], ARGV[2], ARGV[6])\n"
 		"node_set('SADD', ARGV[3], ARGV[1] .. '/' .. ARGV[2])\n"
+		"commit_move(nil, commit_of(KEYS[1]))\n"
 		"return {1, epoch, '1'}\n",
-	[RSCRIPT_START] = LUA_INDEX
+	[RSCRIPT_START] = LUA_INDEX LUA_COMMIT
 		"local cur = redis.call('HMGET', KEYS[1], 'epoch', 'generation', 'pending', 'labels',\n"
 		"  'node', 'tenant', 'id')\n"
 		"if not cur[1] then return {-1} end\n"
 		"if cur[1] ~= ARGV[1] then return {-2} end\n"
+		"local was = commit_of(KEYS[1])\n"
 		"local t = redis.call('TIME')\n"
 		"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
 		"local epoch = math.max(tonumber(cur[1]) + 1, now)\n"
@@ -84,12 +129,15 @@ static const char *const sources[RSCRIPT__COUNT] = {
 		"  if cur[5] ~= ARGV[2] then node_set('SREM', cur[5], member) end\n"
 		"  node_set('SADD', ARGV[2], member)\n"
 		"end\n"
+		"commit_move(was, commit_of(KEYS[1]))\n"
 		"return {e, g}\n",
-	[RSCRIPT_SET_STATE] =
+	[RSCRIPT_SET_STATE] = LUA_COMMIT
 		"local ep = redis.call('HGET', KEYS[1], 'epoch')\n"
 		"if not ep then return -1 end\n"
 		"if ep ~= ARGV[1] then return 0 end\n"
+		"local was = commit_of(KEYS[1])\n"
 		"redis.call('HSET', KEYS[1], 'state', ARGV[2], unpack(ARGV, 3))\n"
+		"commit_move(was, commit_of(KEYS[1]))\n"
 		"return 1\n",
 	[RSCRIPT_UPDATE] =
 		"local cur = redis.call('HMGET', KEYS[1], 'pending', 'generation')\n"
@@ -99,10 +147,11 @@ static const char *const sources[RSCRIPT__COUNT] = {
 		"if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'sleepAfter', ARGV[4]) end\n"
 		"if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'keepAlive', ARGV[5]) end\n"
 		"return 1\n",
-	[RSCRIPT_DESTROY] = LUA_INDEX
+	[RSCRIPT_DESTROY] = LUA_INDEX LUA_COMMIT
 		"local cur = redis.call('HMGET', KEYS[1], 'epoch', 'labels', 'node', 'generation')\n"
 		"if not cur[1] then return {-1} end\n"
 		"if cur[1] ~= ARGV[1] then return {0} end\n"
+		"commit_move(commit_of(KEYS[1]), nil)\n"
 		"redis.call('DEL', KEYS[1])\n"
 		"redis.call('ZREM', KEYS[2], ARGV[3])\n"
 		"redis.call('HDEL', '" RKEYS_TENANT_HEAD "' .. ARGV[2] .. '" RKEYS_USAGE_TAIL "', ARGV[3])\n"
@@ -135,6 +184,23 @@ static const char *const sources[RSCRIPT__COUNT] = {
 		"end\n"
 		"if ARGV[1] == 'node' then return redis.call('SREM', KEYS[1], ARGV[2]) end\n"
 		"return redis.call('ZREM', KEYS[1], ARGV[2])\n",
+	[RSCRIPT_NODE_SUMS] = LUA_COMMIT
+		"if ARGV[2] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then return 0 end\n"
+		"local n, m, c = 0, 0, 0\n"
+		"for _, member in ipairs(redis.call('SMEMBERS', KEYS[1])) do\n"
+		"  if not string.find(member, '[{}]') then\n"
+		"    local x = commit_of('" RKEYS_SANDBOX_HEAD "' .. member .. '}')\n"
+		"    if x and x[1] == ARGV[1] then n, m, c = n + 1, m + x[2], c + x[3] end\n"
+		"  end\n"
+		"end\n"
+		"local cur = redis.call('HMGET', KEYS[2], 'count', 'memoryMiB', 'cpusMilli')\n"
+		"if tonumber(cur[1] or '0') == n and tonumber(cur[2] or '0') == m and\n"
+		"   tonumber(cur[3] or '0') == c then return 0 end\n"
+		"redis.call('DEL', KEYS[2])\n"
+		"if n > 0 then\n"
+		"  redis.call('HSET', KEYS[2], 'count', n, 'memoryMiB', m, 'cpusMilli', c)\n"
+		"end\n"
+		"return 1\n",
 	[RSCRIPT_CAD] =
 		"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
 		"return 0\n",
@@ -244,21 +310,23 @@ static const char *const sources[RSCRIPT__COUNT] = {
 		"    math.ceil((news[i] - now) / 1000) + 1)\n"
 		"end\n"
 		"return reply\n",
-	[RSCRIPT_AGENT_SLEEP] =
+	[RSCRIPT_AGENT_SLEEP] = LUA_COMMIT
 		"local r = redis.call('HMGET', KEYS[1], 'node', 'epoch', 'state', 'lastActiveAt')\n"
 		"if not r[2] then return -1 end\n"
 		"if r[1] ~= ARGV[1] or r[2] ~= ARGV[2] then return 0 end\n"
 		"if r[3] ~= 'running' and r[3] ~= 'starting' then return 0 end\n"
+		"commit_move(commit_of(KEYS[1]), nil)\n"
 		"redis.call('HSET', KEYS[1], 'state', 'sleeping')\n"
 		"if ARGV[3] ~= '' and (r[4] or '') < ARGV[3] then\n"
 		"  redis.call('HSET', KEYS[1], 'lastActiveAt', ARGV[3])\n"
 		"end\n"
 		"return 1\n",
-	[RSCRIPT_AGENT_LOST] =
+	[RSCRIPT_AGENT_LOST] = LUA_COMMIT
 		"local r = redis.call('HMGET', KEYS[1], 'node', 'epoch', 'state', 'generation')\n"
 		"if not r[2] then return -1 end\n"
 		"if r[1] ~= ARGV[1] then return 0 end\n"
 		"if r[3] ~= 'running' and r[3] ~= 'starting' then return 0 end\n"
+		"commit_move(commit_of(KEYS[1]), nil)\n"
 		"redis.call('HSET', KEYS[1], 'state', 'sleeping')\n"
 		"return {r[4] or '0', r[2]}\n",
 	[RSCRIPT_TUNNEL_EVICT] =
@@ -313,7 +381,8 @@ static const char *const sources[RSCRIPT__COUNT] = {
 static const char *const names[RSCRIPT__COUNT] = {
 	[RSCRIPT_CREATE] = "create", [RSCRIPT_START] = "start", [RSCRIPT_SET_STATE] = "set_state",
 	[RSCRIPT_UPDATE] = "update", [RSCRIPT_DESTROY] = "destroy", [RSCRIPT_REPAIR] = "repair",
-	[RSCRIPT_PRUNE] = "prune", [RSCRIPT_CAD] = "cad", [RSCRIPT_HCAD] = "hcad",
+	[RSCRIPT_PRUNE] = "prune", [RSCRIPT_NODE_SUMS] = "node_sums", [RSCRIPT_CAD] = "cad",
+	[RSCRIPT_HCAD] = "hcad",
 	[RSCRIPT_PREVIEW_CLAIM] = "preview_claim", [RSCRIPT_TUNNEL_CLAIM] = "tunnel_claim",
 	[RSCRIPT_TUNNEL_COMMIT] = "tunnel_commit", [RSCRIPT_TENANT_USAGE] = "tenant_usage",
 	[RSCRIPT_AUTH_RATE] = "auth_rate",

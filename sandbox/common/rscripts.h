@@ -7,7 +7,10 @@
  *
  * The lifecycle scripts (create, start, destroy, repair, prune) change a
  * record together with its index entries (the tenant's set, label sets,
- * node set), which live under other hash tags: atomic on one Redis server,
+ * node set), which live under other hash tags; every script that changes a
+ * record's node, state or resources (create, start, set_state, destroy,
+ * agent_sleep, agent_lost) also moves what the record commits between the
+ * nodes' sums (sbx:node:{n}:committed) in the same call: atomic on one Redis server,
  * not runnable on Redis Cluster (docs/DEPLOY.md). The others touch the keys
  * of one hash tag only. The keys a script builds itself from a record's
  * fields are spelled with the parts rkeys.h defines for them.
@@ -46,6 +49,11 @@ enum rscript_id {
 	 * from the label set / node set unless the record holds the label
 	 * "k=v" / names the node value -> 1 removed, 0 kept */
 	RSCRIPT_PRUNE,
+	/* KEYS node set, node's committed sums; ARGV node orphan(0|1): rebuild
+	 * the sums (count, memoryMiB, cpusMilli) from the records of the set
+	 * that run or start on node, the hash gone when none does; with orphan
+	 * 1 only when the set does not exist -> 1 rewritten, 0 they were right */
+	RSCRIPT_NODE_SUMS,
 	/* KEYS key; ARGV value: DEL the string key when it still holds value ->
 	 * 1 deleted, 0 not */
 	RSCRIPT_CAD,

@@ -32,6 +32,7 @@ TEST(rkeys_script_parts_match_builders)
 	char k[RKEYS_MAX];
 
 	CHECK_STR(rkeys_node(k, "n1", "sandboxes"), RKEYS_NODE_HEAD "n1" RKEYS_SANDBOXES_TAIL);
+	CHECK_STR(rkeys_node(k, "n1", "committed"), RKEYS_NODE_HEAD "n1" RKEYS_COMMITTED_TAIL);
 	CHECK_STR(rkeys_tenant(k, "dev", "sandboxes"), RKEYS_TENANT_HEAD "dev" RKEYS_SANDBOXES_TAIL);
 	CHECK_STR(rkeys_tenant(k, "dev", "usage"), RKEYS_TENANT_HEAD "dev" RKEYS_USAGE_TAIL);
 	CHECK_STR(rkeys_tenant(k, "dev", "limits"), RKEYS_TENANT_HEAD "dev" RKEYS_LIMITS_TAIL);
