@@ -1,5 +1,6 @@
 #include "reconcile.h"
 #include "rkeys.h"
+#include "ceilings.h"
 #include "ids.h"
 #include "lifecycle.h"
 #include "log.h"
@@ -7,13 +8,16 @@
 #include "store.h"
 #include "util.h"
 
+#include <jansson.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #define SCAN_COUNT 500
+#define SUMS_BATCH 256   /* records read per pipelined round (committed sums) */
 
 /* What a member of an index key is checked against. */
 struct scan_ctx {
@@ -235,8 +239,99 @@ static int on_node_set(const char *key, struct reconcile_stats *st, struct sbx_e
 	return scan_members("SSCAN", 1, &c, on_node_member, e);
 }
 
-/* Rebuild the committed sums of node from its set (the node_sums script);
- * with orphan only when the node has no set. Counts and logs a rewrite. */
+/* What the records of one node commit there (sbx:node:{n}:committed). */
+struct node_commit {
+	int64_t count, memory_mib, cpus_milli;
+};
+
+/* Add to c what one record's "HMGET node state resources" reply r commits
+ * on node: the rule of the scripts' commit_of() (rscripts.c). */
+static void add_commit(struct node_commit *c, const char *node, const redisReply *r)
+{
+	struct placement_need need;
+	const char *state;
+	json_t *res = NULL;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+	    r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING)
+		return;
+	state = r->element[1]->str;
+	if (strcmp(r->element[0]->str, node) != 0 ||
+	    (strcmp(state, "running") != 0 && strcmp(state, "starting") != 0))
+		return;
+	if (r->element[2]->type == REDIS_REPLY_STRING)
+		res = json_loads(r->element[2]->str, 0, NULL);
+	ceilings_resources_need(res, &need);
+	json_decref(res);
+	c->count++;
+	c->memory_mib += need.memory_mib;
+	c->cpus_milli += need.cpus_milli;
+}
+
+/* The sums kept in the hash key (absent: all 0). 0 or -1 with e. */
+static int read_kept(const char *key, struct node_commit *c, struct sbx_err *e)
+{
+	auto_reply redisReply *r = store_command(e, "HMGET %s count memoryMiB cpusMilli", key);
+	int64_t *out[3] = { &c->count, &c->memory_mib, &c->cpus_milli };
+
+	if (!r)
+		return -1;
+	memset(c, 0, sizeof(*c));
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: HMGET gave no array");
+	for (size_t i = 0; i < 3; i++)
+		if (r->element[i]->type == REDIS_REPLY_STRING &&
+		    util_parse_i64(r->element[i]->str, INT64_MIN, INT64_MAX, out[i]) < 0)
+			*out[i] = INT64_MIN;   /* never equal to a sum */
+	return 0;
+}
+
+/* What node's records commit, summed here from the members of its set
+ * (pipelined reads: not atomic, so a change meanwhile may show as a
+ * difference). 0 or -1 with e. */
+static int read_records(const char *set, const char *node, struct node_commit *c,
+			struct sbx_err *e)
+{
+	auto_reply redisReply *members = store_command(e, "SMEMBERS %s", set);
+	redisReply *reps[SUMS_BATCH];
+
+	if (!members)
+		return -1;
+	memset(c, 0, sizeof(*c));
+	if (members->type != REDIS_REPLY_ARRAY)
+		return err_set(e, SBX_E_REDIS_UNAVAILABLE, "redis: %s is no set", set);
+	for (size_t at = 0; at < members->elements; at += SUMS_BATCH) {
+		size_t k = members->elements - at < SUMS_BATCH ? members->elements - at : SUMS_BATCH;
+
+		for (size_t i = 0; i < k; i++) {
+			const redisReply *m = members->element[at + i];
+			/* "tenant/id": never a brace, which would change the key's slot. */
+			const char *ref = m->type == REDIS_REPLY_STRING && !strpbrk(m->str, "{}") ? m->str : "-";
+			if (store_append(e, "HMGET %s node state resources",
+					 rkeys_sandbox_ref(RK_BUF, ref)) < 0)
+				return -1;
+		}
+		if (store_collect(reps, k, 0, e) < 0)
+			return -1;
+		for (size_t i = 0; i < k; i++)
+			add_commit(c, node, reps[i]);
+		store_free_replies(reps, k);
+	}
+	return 0;
+}
+
+static int same_commit(const struct node_commit *a, const struct node_commit *b)
+{
+	return a->count == b->count && a->memory_mib == b->memory_mib &&
+	       a->cpus_milli == b->cpus_milli;
+}
+
+/* Check the committed sums of node against its set's records and rebuild
+ * them (the node_sums script) unless they matched both before and after
+ * the records were read here: the script reads every record of the node in
+ * one call, which would hold Redis for all of them on every pass. With
+ * orphan only the script, which drops the sums of a node without a set.
+ * Counts and logs a rewrite. */
 static int node_sums(struct reconcile_stats *st, const char *node, int orphan, struct sbx_err *e)
 {
 	char set[RKEYS_MAX], sums[RKEYS_MAX];
@@ -244,6 +339,15 @@ static int node_sums(struct reconcile_stats *st, const char *node, int orphan, s
 
 	rkeys_node(set, node, "sandboxes");
 	rkeys_node(sums, node, "committed");
+	if (!orphan) {
+		struct node_commit kept, now, again;
+
+		if (read_kept(sums, &kept, e) < 0 || read_records(set, node, &now, e) < 0 ||
+		    read_kept(sums, &again, e) < 0)
+			return -1;
+		if (same_commit(&kept, &now) && same_commit(&again, &now))
+			return 0;
+	}
 	r = scripts_run(RSCRIPT_NODE_SUMS, 2, (const char *[]){ set, sums }, 2,
 			(const char *[]){ node, orphan ? "1" : "0" }, e);
 	if (!r)

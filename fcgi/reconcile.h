@@ -8,11 +8,11 @@
  * older sbx-api) is found and repaired here: a record without its index
  * entries gets them, an index entry without its record (or naming a label
  * or node the record no longer has) goes; then each node's committed sums
- * (sbx:node:{n}:committed, what placement reads) are rebuilt from the
- * records of its set where they differ, and the sums of a node without a
- * set go. Each repair is one script that re-reads the record (the sums:
- * every record of the node), so a pass racing with API calls never undoes
- * them.
+ * (sbx:node:{n}:committed, what placement reads) are compared with the
+ * records of its set and rebuilt where they differ, and the sums of a node
+ * without a set go. Each repair is one script that re-reads the record
+ * (the rebuild: every record of the node), so a pass racing with API calls
+ * never undoes them.
  *
  * The master of sbx-api forks a short-lived child every
  * api.reconcile_interval (reconcile_run); one pass per interval runs in
