@@ -595,14 +595,15 @@ static int build_wait(struct agent_call *c, struct agent_sb *sb, const struct pu
 }
 
 /* A cancelled build is over and nothing of it is left: answer the PUTs
- * (their start was given up) and a DELETE waiting for it. */
+ * (their start was given up: a transition, which a retry sees the end of)
+ * and a DELETE waiting for it. */
 static void build_gone(void *arg)
 {
 	struct agent_build *q = arg;
 	struct sbx_err e = { 0 };
 
-	err_set(&e, SBX_E_CONFLICT, "sandbox '%s' was stopped or deleted while it was starting",
-		q->key);
+	err_set(&e, SBX_E_NODE_UNAVAILABLE,
+		"sandbox '%s' was stopped or deleted while it was starting; retry", q->key);
 	if (q->r) {
 		httpd_on_close(q->r, NULL, NULL);
 		agent_call_reply_err(q->r, &e);

@@ -743,14 +743,21 @@ static int64_t pick(int64_t v, int64_t dflt)
 	return v > 0 ? v : dflt;
 }
 
-/* A key in use: a sandbox's, or a build's not yet handed back. */
-static int key_taken(struct rt *rt, const char *key)
+/* 0 when key is free for a new sandbox; else -1 with e: CONFLICT while a
+ * sandbox or a build under way holds it, NODE_UNAVAILABLE (a transition:
+ * retry) while a build given up (rt_build_cancel) still holds it, as its
+ * thread finishes and it is torn down. */
+static int key_free(struct rt *rt, const char *key, struct sbx_err *e)
 {
 	if (rt_find(rt, key))
-		return 1;
+		return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists", key);
 	for (struct rt_build *b = rt->builds; b; b = b->next)
 		if (strcmp(b->sb->key, key) == 0)
-			return 1;
+			return b->cancelled ? err_set(e, SBX_E_NODE_UNAVAILABLE,
+						      "sandbox '%s' is still being stopped on "
+						      "this node; retry", key)
+					    : err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists",
+						      key);
 	return 0;
 }
 
@@ -782,8 +789,8 @@ static struct rt_build *build_prepare(struct rt *rt, const struct rt_spec *spec,
 		return err_set(e, SBX_E_VALIDATION, "network 'egress' is not available on this node"), NULL;
 	if (spec->network != RT_NET_NONE && spec->network != RT_NET_EGRESS)
 		return err_set(e, SBX_E_VALIDATION, "unknown network mode"), NULL;
-	if (key_taken(rt, spec->key))
-		return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists", spec->key), NULL;
+	if (key_free(rt, spec->key, e) < 0)
+		return NULL;
 	if (pooled && counted + rt->npooled + rt->nbuilding_pooled >= (unsigned)rt->conf.agent.capacity)
 		return err_set(e, SBX_E_NO_CAPACITY, "node is full (%u sandboxes, %u pooled)", counted,
 			       rt->npooled + rt->nbuilding_pooled), NULL;
@@ -1689,8 +1696,8 @@ int rt_claim(struct rt *rt, struct rt_sandbox *sb, const char *key, const struct
 	}
 	if (!key || !valid_key(key))
 		return err_set(e, SBX_E_VALIDATION, "invalid sandbox key");
-	if (key_taken(rt, key))
-		return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists", key);
+	if (key_free(rt, key, e) < 0)
+		return -1;
 	if (rt->count + rt->nbuilding >= (unsigned)rt->conf.agent.capacity)
 		return err_set(e, SBX_E_NO_CAPACITY, "node is full (%u sandboxes)",
 			       rt->count + rt->nbuilding);
