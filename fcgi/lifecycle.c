@@ -469,16 +469,6 @@ static int agent_start(const char *tenant, const char *id, const json_t *rec,
 			agentc_reply_release(&del);
 			continue;
 		}
-		if (rep.status == 409) {
-			/* still refused after that DELETE: the node is tearing down an
-			 * earlier container or build of it (a start given up to a
-			 * stop or delete). A transition, not a conflict: retry. */
-			log_info("start of %s/%s on %s refused twice (409): a transition", tenant,
-				 id, address);
-			agentc_reply_release(&rep);
-			return err_set(e, SBX_E_NODE_UNAVAILABLE,
-				       "sandbox '%s' is still being stopped on its node; retry", id);
-		}
 		agentc_error(address, &rep, "start it", e);
 		agentc_reply_release(&rep);
 		return -1;

@@ -31,6 +31,7 @@ struct agent_bg;
 
 struct agent_sb {
 	struct agent_sb *next;
+	struct agent_sb **pprev;     /* what points at it in agent.sandboxes; NULL unlinked */
 	struct agent_sb *hnext;      /* the next of its bucket in agent.by_key */
 	char key[AGENT_KEY_MAX];     /* "<tenant>.<id>" */
 	char tenant[64];
@@ -59,6 +60,7 @@ struct agent_sb {
 	int from_pool;               /* the current container came from the warm pool (pool.h) */
 	struct agent_build *build;   /* a start whose container is being built off the
 				      * loop (rt_create_async), or NULL */
+	int occupying;               /* counted in agent.noccupied (agent_sb_recount) */
 	/* State of the current container kept by modules (module.h), made on
 	 * first use and released by their container_gone hooks. */
 	void *slots[AGENT_MODULES_MAX];
@@ -93,6 +95,8 @@ struct agent {
 	struct agent_sb *sandboxes;
 	struct agent_sb **by_key;    /* hash of sandboxes by key (agent_sb_find); NULL until the first */
 	size_t by_key_size, nsandboxes;
+	unsigned noccupied;          /* linked entries with a container or a build: what
+				      * a start counts against the capacity */
 	struct agent_fence *fences;
 	struct registry *reg;        /* Redis (registry.h) */
 	struct agent_lc *lc;         /* sleep timer, fencing sweep (agent_lifecycle.c) */
@@ -130,6 +134,9 @@ struct agent_sb *agent_sb_find(struct agent *a, const char *key);
  * both again (freeing nothing). */
 int agent_sb_link(struct agent *a, struct agent_sb *sb);
 void agent_sb_unlink(struct agent *a, struct agent_sb *sb);
+/* After sb's container (rt) or build was set or cleared: keep
+ * a->noccupied in step (link and unlink do it themselves). */
+void agent_sb_recount(struct agent *a, struct agent_sb *sb);
 
 /* The container of sb while it runs; NULL when stopped, or when its init
  * died and it waits to be released at the next turn of the loop (only

@@ -1,12 +1,12 @@
 /*
- * agent_images.c — see agent_images.h. A pull runs oci_pull on a thread of
- * its own (signals blocked: they stay with the loop's thread); when it ends
- * the thread writes its struct pull's address into a pipe the loop
- * watches, and the loop joins it and tells every waiter. The table of
- * pulls under way is touched by the loop only.
+ * agent_images.c — see agent_images.h. A pull runs oci_pull as background
+ * work (bgwork.h: a thread of its own, at most BGWORK_MAX at once); when
+ * it ends, the loop tells every waiter. The table of pulls under way is
+ * touched by the loop only.
  */
 #include "agent_images.h"
 #include "agent_metrics.h"
+#include "bgwork.h"
 #include "httpd.h"
 #include "log.h"
 #include "oci.h"
@@ -17,12 +17,12 @@
 
 #include <curl/curl.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* How long the agent's exit waits for the pulls under way. */
+#define IMAGES_RELEASE_WAIT_MS 10000
 
 struct waiter {
 	struct waiter *next;
@@ -32,20 +32,17 @@ struct waiter {
 
 struct pull {
 	struct pull *next;
+	struct agent *a;
 	struct imgref ref;
 	char canon[IMGREF_MAX];
 	struct oci_pull_opts opts;
-	pthread_t thread;
 	struct sbx_err err;
 	int rc;
-	int notify_fd;
 	struct waiter *waiters;
 };
 
 struct agent_images {
 	struct pull *pulls;
-	int pipe[2];
-	struct event *ev;
 	int64_t started;          /* pulls started so far (GET /agent/v1/images) */
 };
 
@@ -58,45 +55,39 @@ static void advertise(struct agent *a, const char *canon, int add)
 				       RK_NODE(a->conf->agent.name, "images"), canon);
 }
 
-static void *pull_main(void *arg)
+/* On the pull's thread (bgwork_fn). */
+static void pull_work(void *arg)
 {
 	struct pull *p = arg;
 
 	p->rc = oci_pull(&p->opts, &p->ref, &p->err);
-	if (util_write_all(p->notify_fd, &p, sizeof(p)) < 0)
-		log_error("image pull: cannot tell the loop: %s", strerror(errno));
-	return NULL;
 }
 
-static void on_pull_done(evutil_socket_t fd, short what, void *arg)
+/* On the loop (bgwork_done_fn): the pull is over; tell every waiter. */
+static void pull_done(void *arg)
 {
-	struct agent *a = arg;
-	struct pull *p;
+	struct pull *p = arg;
+	struct agent *a = p->a;
+	struct pull **pp = &a->images->pulls;
+	struct waiter *w;
 
-	(void)what;
-	while (read(fd, &p, sizeof(p)) == (ssize_t)sizeof(p)) {
-		struct pull **pp = &a->images->pulls;
-		struct waiter *w;
-
-		pthread_join(p->thread, NULL);
-		while (*pp && *pp != p)
-			pp = &(*pp)->next;
-		if (*pp)
-			*pp = p->next;
-		metrics_count(AM_IMAGE_PULLS, p->rc < 0 ? AM_PULL_FAILED : AM_PULL_OK, 0, 1);
-		if (p->rc < 0) {
-			log_warn("image '%s': pull failed: %s", p->canon, p->err.msg);
-		} else {
-			log_info("image '%s' pulled", p->canon);
-			advertise(a, p->canon, 1);
-		}
-		while ((w = p->waiters)) {
-			p->waiters = w->next;
-			w->done(w->arg, p->rc < 0 ? &p->err : NULL);
-			free(w);
-		}
-		free(p);
+	while (*pp && *pp != p)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = p->next;
+	metrics_count(AM_IMAGE_PULLS, p->rc < 0 ? AM_PULL_FAILED : AM_PULL_OK, 0, 1);
+	if (p->rc < 0) {
+		log_warn("image '%s': pull failed: %s", p->canon, p->err.msg);
+	} else {
+		log_info("image '%s' pulled", p->canon);
+		advertise(a, p->canon, 1);
 	}
+	while ((w = p->waiters)) {
+		p->waiters = w->next;
+		w->done(w->arg, p->rc < 0 ? &p->err : NULL);
+		free(w);
+	}
+	free(p);
 }
 
 int agent_images_init(struct agent *a, struct sbx_err *e)
@@ -109,17 +100,6 @@ int agent_images_init(struct agent *a, struct sbx_err *e)
 		free(im);
 		return err_set(e, SBX_E_INTERNAL, "cannot initialise libcurl");
 	}
-	if (pipe2(im->pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
-		free(im);
-		return err_sys(e, errno, "pipe");
-	}
-	im->ev = event_new(a->base, im->pipe[0], EV_READ | EV_PERSIST, on_pull_done, a);
-	if (!im->ev || event_add(im->ev, NULL) < 0) {
-		close(im->pipe[0]);
-		close(im->pipe[1]);
-		free(im);
-		return err_sys(e, ENOMEM, "images event");
-	}
 	a->images = im;
 	oci_clean_tmp(a->conf->agent.images_dir, 3600);
 	return 0;
@@ -128,23 +108,18 @@ int agent_images_init(struct agent *a, struct sbx_err *e)
 void agent_images_release(struct agent *a)
 {
 	struct agent_images *im = a->images;
+	int64_t until = util_now_ms() + IMAGES_RELEASE_WAIT_MS;
 
 	if (!im)
 		return;
-	/* pulls under way finish first: their threads use the table's pipe */
-	while (im->pulls) {
-		struct pull *p;
-
-		if (read(im->pipe[0], &p, sizeof(p)) != (ssize_t)sizeof(p)) {
-			usleep(10000);
-			continue;
-		}
-		if (write(im->pipe[1], &p, sizeof(p)) == (ssize_t)sizeof(p))
-			on_pull_done(im->pipe[0], EV_READ, a);
+	/* pulls under way finish first (a bounded wait): their waiters are told */
+	while (im->pulls && util_now_ms() < until)
+		bgwork_wait(a, 100);
+	if (im->pulls) {
+		/* their threads still use their pulls: the table stays */
+		log_warn("image pulls still under way at exit");
+		return;
 	}
-	event_free(im->ev);
-	close(im->pipe[0]);
-	close(im->pipe[1]);
 	free(im);
 	a->images = NULL;
 }
@@ -238,8 +213,6 @@ int agent_image_pull(struct agent *a, const struct imgref *ref, agent_pull_done_
 	struct waiter *w = calloc(1, sizeof(*w));
 	char canon[IMGREF_MAX];
 	struct pull *p;
-	sigset_t all, old;
-	int rc;
 
 	if (!w)
 		return err_sys(e, ENOMEM, "pull waiter");
@@ -262,6 +235,7 @@ int agent_image_pull(struct agent *a, const struct imgref *ref, agent_pull_done_
 		free(w);
 		return err_sys(e, ENOMEM, "pull");
 	}
+	p->a = a;
 	p->ref = *ref;
 	memcpy(p->canon, canon, sizeof(canon));
 	p->opts.images_dir = a->conf->agent.images_dir;
@@ -273,18 +247,14 @@ int agent_image_pull(struct agent *a, const struct imgref *ref, agent_pull_done_
 	p->opts.plain_http = a->conf->images.plain_http;
 	p->opts.budget_bytes = a->conf->images.disk_budget_mib * 1024 * 1024;
 	/* counted from the pull thread: the registry outlives it (release
-	 * joins every pull before agent_metrics_stop) */
+	 * waits for every pull before agent_metrics_stop) */
 	p->opts.received = agent_metrics_pull_bytes;
-	p->notify_fd = im->pipe[1];
 	p->waiters = w;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	rc = pthread_create(&p->thread, NULL, pull_main, p);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc != 0) {
+	if (bgwork_run(a, pull_work, pull_done, p, e) < 0) {
 		free(w);
 		free(p);
-		return err_sys(e, rc, "cannot start a pull");
+		err_prefix(e, "image '%s'", canon);
+		return -1;
 	}
 	p->next = im->pulls;
 	im->pulls = p;

@@ -113,12 +113,27 @@ static int index_add(struct agent *a, struct agent_sb *sb)
 	return 0;
 }
 
+void agent_sb_recount(struct agent *a, struct agent_sb *sb)
+{
+	int now = sb->pprev && (sb->rt || sb->build);
+
+	if (now && !sb->occupying)
+		a->noccupied++;
+	else if (!now && sb->occupying)
+		a->noccupied--;
+	sb->occupying = now;
+}
+
 int agent_sb_link(struct agent *a, struct agent_sb *sb)
 {
 	if (index_add(a, sb) < 0)
 		return -1;
 	sb->next = a->sandboxes;
+	if (sb->next)
+		sb->next->pprev = &sb->next;
+	sb->pprev = &a->sandboxes;
 	a->sandboxes = sb;
+	agent_sb_recount(a, sb);
 	return 0;
 }
 
@@ -290,17 +305,20 @@ void agent_sb_stop(struct agent *a, struct agent_sb *sb)
 	}
 	sb->dead = 0;
 	sb->streams = 0; /* they belonged to the container that is gone */
+	agent_sb_recount(a, sb);
 }
 
 void agent_sb_unlink(struct agent *a, struct agent_sb *sb)
 {
-	struct agent_sb **pp = &a->sandboxes;
-
-	while (*pp && *pp != sb)
-		pp = &(*pp)->next;
-	if (*pp)
-		*pp = sb->next;
+	if (!sb->pprev)
+		return;
+	*sb->pprev = sb->next;
+	if (sb->next)
+		sb->next->pprev = sb->pprev;
+	sb->pprev = NULL;
+	sb->next = NULL;
 	index_remove(a, sb);
+	agent_sb_recount(a, sb);
 }
 
 void agent_sb_remove(struct agent *a, struct agent_sb *sb)
@@ -577,14 +595,15 @@ static int build_wait(struct agent_call *c, struct agent_sb *sb, const struct pu
 }
 
 /* A cancelled build is over and nothing of it is left: answer the PUTs
- * (their start was given up) and a DELETE waiting for it. */
+ * (their start was given up: a transition, which a retry sees the end of)
+ * and a DELETE waiting for it. */
 static void build_gone(void *arg)
 {
 	struct agent_build *q = arg;
 	struct sbx_err e = { 0 };
 
-	err_set(&e, SBX_E_CONFLICT, "sandbox '%s' was stopped or deleted while it was starting",
-		q->key);
+	err_set(&e, SBX_E_NODE_UNAVAILABLE,
+		"sandbox '%s' was stopped or deleted while it was starting; retry", q->key);
 	if (q->r) {
 		httpd_on_close(q->r, NULL, NULL);
 		agent_call_reply_err(q->r, &e);
@@ -605,6 +624,7 @@ static void build_cancel(struct agent_sb *sb, struct httpd_req *del)
 	struct agent_build *q = sb->build;
 
 	sb->build = NULL;
+	agent_sb_recount(q->a, sb);
 	log_info("sandbox '%s': start given up while its container was being built", sb->key);
 	if (del) {
 		q->del = del;
@@ -633,8 +653,9 @@ static void build_done(void *arg, struct rt_sandbox *rsb, const struct sbx_err *
 			rt_destroy(a->rt, rsb);
 	} else {
 		sb->build = NULL;
+		sb->rt = rsb;
+		agent_sb_recount(a, sb);
 		if (rsb) {
-			sb->rt = rsb;
 			/* Fencing: the lease must not have lapsed while it was built
 			 * (the fence keeper froze only what existed then), and no
 			 * newer epoch of the sandbox may have come meanwhile. */
@@ -704,6 +725,7 @@ static int build_start(struct agent_call *c, struct agent_sb *sb, const struct r
 	httpd_on_close(c->r, build_req_closed, q);
 	httpd_defer(c->r);
 	sb->build = q;
+	agent_sb_recount(a, sb);
 	return 0;
 }
 
@@ -745,8 +767,7 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	}
 	if (sb && sb->build)
 		return build_wait(c, sb, &p, e);
-	for (struct agent_sb *s = a->sandboxes; s; s = s->next)
-		running += (s->rt != NULL || s->build != NULL) && s != sb;
+	running = a->noccupied - (sb && sb->occupying);
 	if (running >= capacity_now(&a->cap, running, &by))
 		return err_set(e, SBX_E_NO_CAPACITY, "this node is full (%u sandboxes; limit: %s)",
 			       running, by);
@@ -811,6 +832,7 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	/* warm pool (pool.h): a matching spec takes a pre-built sandbox */
 	sb->rt = pool_claim(a->pool, &spec);
 	sb->from_pool = sb->rt != NULL;
+	agent_sb_recount(a, sb);
 	if (!sb->rt) {
 		pool_make_room(a->pool);
 		if (build_start(c, sb, &spec, fresh != NULL, p.restore_from, e) < 0) {

@@ -1,17 +1,13 @@
 /* Slow blocking work on threads, ended on the loop (bgwork.h). */
 #include "bgwork.h"
 #include "agent.h"
+#include "donepipe.h"
 #include "log.h"
 #include "util.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define BGWORK_RELEASE_WAIT_MS 10000
 
@@ -20,11 +16,11 @@ struct bgjob {
 	bgwork_done_fn done;
 	void *arg;
 	pthread_t thread;
-	int notify_fd;
+	struct donepipe *ended;
 };
 
 struct agent_bg {
-	int pipe[2];
+	struct donepipe ended;   /* job threads -> the loop: struct bgjob pointers */
 	struct event *ev;
 	unsigned running;
 };
@@ -34,7 +30,7 @@ static void *job_main(void *arg)
 	struct bgjob *j = arg;
 
 	j->fn(j->arg);
-	if (util_write_all(j->notify_fd, &j, sizeof(j)) < 0)
+	if (donepipe_post(j->ended, j) < 0)
 		log_error("background work: cannot tell the loop: %s", strerror(errno));
 	return NULL;
 }
@@ -49,14 +45,21 @@ static void job_end(struct agent_bg *bg, struct bgjob *j, int call_done)
 	free(j);
 }
 
+static void job_ended(void *j, void *bg)
+{
+	job_end(bg, j, 1);
+}
+
+static void job_dropped(void *j, void *bg)
+{
+	job_end(bg, j, 0);
+}
+
 static void on_done(evutil_socket_t fd, short what, void *arg)
 {
-	struct agent_bg *bg = arg;
-	struct bgjob *j;
-
+	(void)fd;
 	(void)what;
-	while (read(fd, &j, sizeof(j)) == (ssize_t)sizeof(j))
-		job_end(bg, j, 1);
+	donepipe_drain(&((struct agent_bg *)arg)->ended, job_ended, arg);
 }
 
 int bgwork_init(struct agent *a, struct sbx_err *e)
@@ -65,21 +68,31 @@ int bgwork_init(struct agent *a, struct sbx_err *e)
 
 	if (!bg)
 		return err_sys(e, ENOMEM, "background work");
-	if (pipe2(bg->pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+	if (donepipe_init(&bg->ended, e) < 0) {
 		free(bg);
-		return err_sys(e, errno, "pipe");
+		return -1;
 	}
-	bg->ev = event_new(a->base, bg->pipe[0], EV_READ | EV_PERSIST, on_done, bg);
+	bg->ev = event_new(a->base, donepipe_fd(&bg->ended), EV_READ | EV_PERSIST, on_done, bg);
 	if (!bg->ev || event_add(bg->ev, NULL) < 0) {
 		if (bg->ev)
 			event_free(bg->ev);
-		close(bg->pipe[0]);
-		close(bg->pipe[1]);
+		donepipe_release(&bg->ended);
 		free(bg);
 		return err_sys(e, ENOMEM, "background work event");
 	}
 	a->bg = bg;
 	return 0;
+}
+
+unsigned bgwork_wait(struct agent *a, int timeout_ms)
+{
+	struct agent_bg *bg = a->bg;
+
+	if (!bg)
+		return 0;
+	if (bg->running > 0 && donepipe_wait(&bg->ended, timeout_ms))
+		donepipe_drain(&bg->ended, job_ended, bg);
+	return bg->running;
 }
 
 void bgwork_release(struct agent *a)
@@ -89,21 +102,16 @@ void bgwork_release(struct agent *a)
 
 	if (!bg)
 		return;
-	while (bg->running > 0 && util_now_ms() < until) {
-		struct pollfd p = { .fd = bg->pipe[0], .events = POLLIN };
-		struct bgjob *j;
-
-		if (poll(&p, 1, 100) > 0 && read(bg->pipe[0], &j, sizeof(j)) == (ssize_t)sizeof(j))
-			job_end(bg, j, 0);
-	}
+	while (bg->running > 0 && util_now_ms() < until)
+		if (donepipe_wait(&bg->ended, 100))
+			donepipe_drain(&bg->ended, job_dropped, bg);
 	if (bg->running > 0) {
 		/* their threads still write into the pipe: it stays open */
 		log_warn("%u background jobs still running at exit", bg->running);
 		return;
 	}
 	event_free(bg->ev);
-	close(bg->pipe[0]);
-	close(bg->pipe[1]);
+	donepipe_release(&bg->ended);
 	free(bg);
 	a->bg = NULL;
 }
@@ -113,7 +121,6 @@ int bgwork_run(struct agent *a, bgwork_fn fn, bgwork_done_fn done, void *arg,
 {
 	struct agent_bg *bg = a->bg;
 	struct bgjob *j;
-	sigset_t all, old;
 	int rc;
 
 	if (!bg)
@@ -126,11 +133,8 @@ int bgwork_run(struct agent *a, bgwork_fn fn, bgwork_done_fn done, void *arg,
 	j->fn = fn;
 	j->done = done;
 	j->arg = arg;
-	j->notify_fd = bg->pipe[1];
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	rc = pthread_create(&j->thread, NULL, job_main, j);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	j->ended = &bg->ended;
+	rc = donepipe_thread_start(&j->thread, job_main, j);
 	if (rc != 0) {
 		free(j);
 		return err_set(e, SBX_E_NO_CAPACITY, "cannot start background work: %s",

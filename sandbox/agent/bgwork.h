@@ -2,9 +2,8 @@
  * bgwork.h — slow blocking work off the agent's event loop: an fsync, an
  * object store's upload or download, a helper waited for. The work runs
  * on a thread of its own (signals blocked: they stay with the loop's
- * thread); when it returns, the thread writes its job's address into a
- * pipe the loop watches (the image pulls' mechanism, agent_images.c), and
- * the loop joins it and calls its done callback.
+ * thread); when it returns, the thread posts its job to the loop
+ * (donepipe.h), and the loop joins it and calls its done callback.
  *
  * The work function must touch no state of the loop (no httpd request, no
  * sandbox entry, no registry): it gets its own copy of what it needs in
@@ -29,6 +28,11 @@ int bgwork_init(struct agent *a, struct sbx_err *e);
 /* Wait (a bounded time) for the jobs still running; their done callbacks
  * are not called. */
 void bgwork_release(struct agent *a);
+
+/* At shutdown, before bgwork_release, for a module that must see its own
+ * jobs end (their done callbacks called): wait up to timeout_ms for jobs
+ * to end and end those that did. The jobs still running. */
+unsigned bgwork_wait(struct agent *a, int timeout_ms);
 
 /* Run fn(arg) on a thread, then done(arg) on the loop. 0, or -1 with e
  * (nothing started: the caller still owns arg). */

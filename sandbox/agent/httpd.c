@@ -455,6 +455,9 @@ void httpd_reply_err_details(struct httpd_req *r, const struct sbx_err *e, const
 	json_t *body;
 
 	httpd_log_err(r, e);
+	/* a 503 is a transition or a full node: the client retries */
+	if (err_status(e->code) == 503)
+		httpd_add_header(r, "Retry-After", "1");
 	body = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", err_name(e->code), "message",
 			 err_public_message(e), "details",
 			 details ? json_deep_copy(details) : json_object());
@@ -813,7 +816,6 @@ static int own_answer(struct httpd *h, struct httpd_req *r)
 		return 1;
 	}
 	if (h->nconns > h->max_conns && strncmp(r->path, "/agent/", 7) != 0) {
-		httpd_add_header(r, "Retry-After", "1");
 		error_answer(r, SBX_E_NODE_UNAVAILABLE, "the node is at its connection limit, retry");
 		return 1;
 	}

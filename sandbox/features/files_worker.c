@@ -1,10 +1,15 @@
 /*
  * files_worker.c — the helper processes of the Files API (files_worker.h).
  *
- * The agent is single-threaded when it forks (the loop's short-lived
- * threads are joined before their callers return), so the child may
- * allocate: it runs the handler's own code on a copy of the agent's
- * memory, after rt_helper_enter() made it the sandbox's root.
+ * The agent is not single-threaded when it forks: the runtime's build
+ * threads, the registry's heartbeat, background work and image pulls
+ * (bgwork.h) run beside the loop, and the child has only the forking
+ * thread, with every lock another one held at the fork still held. It
+ * may allocate (glibc's fork() holds the allocator's locks across the
+ * fork, so the child's heap is whole); it must take no other lock those
+ * threads use (the runtime's and the registry's state). It runs the
+ * handler's own code on a copy of the agent's memory, after
+ * rt_helper_enter() made it the sandbox's root.
  */
 #include "files_worker.h"
 #include "agent_lifecycle.h"

@@ -9,6 +9,7 @@
 #include "runtime.h"
 #include "caps.h"
 #include "cgroup.h"
+#include "donepipe.h"
 #include "egress.h"
 #include "idrange.h"
 #include "image.h"
@@ -22,7 +23,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -122,7 +122,7 @@ struct rt {
 	int stopping;
 	pthread_t *threads;
 	unsigned nthreads;
-	int done_pipe[2];        /* build threads -> loop: struct rt_build pointers */
+	struct donepipe built;   /* build threads -> loop: struct rt_build pointers */
 	struct event *ev_done;
 	/* ids is the build threads' under ids_lock (idrange_get opens and
 	 * flocks a file, and scans /proc when full); the loop gives ranges
@@ -743,14 +743,21 @@ static int64_t pick(int64_t v, int64_t dflt)
 	return v > 0 ? v : dflt;
 }
 
-/* A key in use: a sandbox's, or a build's not yet handed back. */
-static int key_taken(struct rt *rt, const char *key)
+/* 0 when key is free for a new sandbox; else -1 with e: CONFLICT while a
+ * sandbox or a build under way holds it, NODE_UNAVAILABLE (a transition:
+ * retry) while a build given up (rt_build_cancel) still holds it, as its
+ * thread finishes and it is torn down. */
+static int key_free(struct rt *rt, const char *key, struct sbx_err *e)
 {
 	if (rt_find(rt, key))
-		return 1;
+		return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists", key);
 	for (struct rt_build *b = rt->builds; b; b = b->next)
 		if (strcmp(b->sb->key, key) == 0)
-			return 1;
+			return b->cancelled ? err_set(e, SBX_E_NODE_UNAVAILABLE,
+						      "sandbox '%s' is still being stopped on "
+						      "this node; retry", key)
+					    : err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists",
+						      key);
 	return 0;
 }
 
@@ -782,8 +789,8 @@ static struct rt_build *build_prepare(struct rt *rt, const struct rt_spec *spec,
 		return err_set(e, SBX_E_VALIDATION, "network 'egress' is not available on this node"), NULL;
 	if (spec->network != RT_NET_NONE && spec->network != RT_NET_EGRESS)
 		return err_set(e, SBX_E_VALIDATION, "unknown network mode"), NULL;
-	if (key_taken(rt, spec->key))
-		return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists", spec->key), NULL;
+	if (key_free(rt, spec->key, e) < 0)
+		return NULL;
 	if (pooled && counted + rt->npooled + rt->nbuilding_pooled >= (unsigned)rt->conf.agent.capacity)
 		return err_set(e, SBX_E_NO_CAPACITY, "node is full (%u sandboxes, %u pooled)", counted,
 			       rt->npooled + rt->nbuilding_pooled), NULL;
@@ -1098,7 +1105,7 @@ static void *builder_main(void *arg)
 		if (!b)
 			return NULL;
 		build_run(b);
-		if (util_write_all(rt->done_pipe[1], &b, sizeof(b)) < 0)
+		if (donepipe_post(&rt->built, b) < 0)
 			log_error("build of '%s': cannot tell the loop: %s", b->sb->key, strerror(errno));
 	}
 }
@@ -1121,14 +1128,19 @@ static void build_done(struct rt_build *b)
 	build_free(b);
 }
 
+static void build_posted(void *b, void *arg)
+{
+	(void)arg;
+	build_done(b);
+}
+
 static void on_built(evutil_socket_t fd, short what, void *arg)
 {
-	struct rt_build *b;
+	struct rt *rt = arg;
 
+	(void)fd;
 	(void)what;
-	(void)arg;
-	while (read(fd, &b, sizeof(b)) == (ssize_t)sizeof(b))
-		build_done(b);
+	donepipe_drain(&rt->built, build_posted, NULL);
 }
 
 /* Start the build threads: two per CPU (a build mostly waits for its
@@ -1137,16 +1149,17 @@ static void on_built(evutil_socket_t fd, short what, void *arg)
 static int builders_start(struct rt *rt, struct sbx_err *e)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	sigset_t all, old;
 	int rc = 0;
 
 	rt->queue_tail = &rt->queue;
-	rt->done_pipe[0] = rt->done_pipe[1] = -1;
+	/* first: builders_stop releases it whatever failed after */
+	if (donepipe_init(&rt->built, e) < 0) {
+		err_prefix(e, "cannot set up the build threads");
+		return -1;
+	}
 	if (pthread_mutex_init(&rt->lock, NULL) != 0 || pthread_cond_init(&rt->wake, NULL) != 0)
 		return err_set(e, SBX_E_INTERNAL, "cannot set up the build threads");
-	if (pipe2(rt->done_pipe, O_CLOEXEC) < 0 || util_set_nonblock(rt->done_pipe[0]) < 0)
-		return err_sys(e, errno, "cannot set up the build threads");
-	rt->ev_done = event_new(rt->base, rt->done_pipe[0], EV_READ | EV_PERSIST, on_built, rt);
+	rt->ev_done = event_new(rt->base, donepipe_fd(&rt->built), EV_READ | EV_PERSIST, on_built, rt);
 	if (!rt->ev_done || event_add(rt->ev_done, NULL) < 0)
 		return err_sys(e, ENOMEM, "cannot set up the build threads");
 	rt->nthreads = cpus > 0 ? (unsigned)cpus * 2 : 2;
@@ -1155,13 +1168,9 @@ static int builders_start(struct rt *rt, struct sbx_err *e)
 	rt->threads = calloc(rt->nthreads, sizeof(*rt->threads));
 	if (!rt->threads)
 		return err_sys(e, ENOMEM, "cannot set up the build threads");
-	/* signals stay with the loop's thread */
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
 	for (unsigned i = 0; i < rt->nthreads && rc == 0; i++)
-		if ((rc = pthread_create(&rt->threads[i], NULL, builder_main, rt)) != 0)
+		if ((rc = donepipe_thread_start(&rt->threads[i], builder_main, rt)) != 0)
 			rt->nthreads = i;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc != 0)
 		return err_sys(e, rc, "cannot start a build thread");
 	return 0;
@@ -1173,7 +1182,6 @@ static void builders_drain(struct rt *rt)
 {
 	while (rt->builds) {
 		struct rt_build *b, *q;
-		struct pollfd pfd = { .fd = rt->done_pipe[0], .events = POLLIN };
 
 		pthread_mutex_lock(&rt->lock);
 		q = rt->queue;
@@ -1188,8 +1196,8 @@ static void builders_drain(struct rt *rt)
 			b->rc = -1;
 			build_done(b);
 		}
-		if (rt->builds && poll(&pfd, 1, 1000) > 0)
-			on_built(rt->done_pipe[0], EV_READ, rt);
+		if (rt->builds && donepipe_wait(&rt->built, 1000))
+			donepipe_drain(&rt->built, build_posted, NULL);
 	}
 }
 
@@ -1207,9 +1215,7 @@ static void builders_stop(struct rt *rt)
 	if (rt->ev_done)
 		event_free(rt->ev_done);
 	rt->ev_done = NULL;
-	for (int i = 0; i < 2; i++)
-		if (rt->done_pipe[i] >= 0)
-			close(rt->done_pipe[i]);
+	donepipe_release(&rt->built);
 }
 
 struct rt_build *rt_create_async(struct rt *rt, const struct rt_spec *spec, int pooled,
@@ -1690,8 +1696,8 @@ int rt_claim(struct rt *rt, struct rt_sandbox *sb, const char *key, const struct
 	}
 	if (!key || !valid_key(key))
 		return err_set(e, SBX_E_VALIDATION, "invalid sandbox key");
-	if (key_taken(rt, key))
-		return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists", key);
+	if (key_free(rt, key, e) < 0)
+		return -1;
 	if (rt->count + rt->nbuilding >= (unsigned)rt->conf.agent.capacity)
 		return err_set(e, SBX_E_NO_CAPACITY, "node is full (%u sandboxes)",
 			       rt->count + rt->nbuilding);

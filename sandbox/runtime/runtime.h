@@ -68,10 +68,12 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
  * done(arg, sb, e) runs on the loop with what rt_create would have
  * returned: a borrowed sb, or NULL and e. pooled: a warm pool member, as
  * rt_create_pooled. The spec is read during the call only. While it runs
- * the build holds its key (a create of it is a CONFLICT) and counts
- * against agent.capacity. Returns the build, valid until done has run or
- * it was cancelled; or NULL with e filled when refused at once
- * (VALIDATION, CONFLICT, NO_CAPACITY), and then done never runs. */
+ * the build holds its key (a create of it is a CONFLICT; once the build is
+ * cancelled, NODE_UNAVAILABLE until it is torn down: a retry succeeds) and
+ * counts against agent.capacity. Returns the build, valid until done has
+ * run or it was cancelled; or NULL with e filled when refused at once
+ * (VALIDATION, CONFLICT, NODE_UNAVAILABLE, NO_CAPACITY), and then done
+ * never runs. */
 struct rt_build;
 typedef void (*rt_built_cb)(void *arg, struct rt_sandbox *sb, const struct sbx_err *e);
 struct rt_build *rt_create_async(struct rt *rt, const struct rt_spec *spec, int pooled,
@@ -141,8 +143,8 @@ unsigned rt_pooled_count(const struct rt *rt);
  * cpus, pids; 0 = the default; disk_mib is ignored: the upper layer keeps
  * its size) are written, and it is counted like an rt_create()d sandbox.
  * Hostname and /etc/hosts are the caller's (pool.c). 0; or -1 with e
- * filled (VALIDATION, CONFLICT, NO_CAPACITY) and sb unchanged, still
- * pooled; or -2 with e filled when it failed half-way: then sb must be
+ * filled (VALIDATION, CONFLICT, NODE_UNAVAILABLE, NO_CAPACITY) and sb
+ * unchanged, still pooled; or -2 with e filled when it failed half-way: then sb must be
  * destroyed with rt_destroy(). */
 int rt_claim(struct rt *rt, struct rt_sandbox *sb, const char *key, const struct rt_limits *limits,
 	     struct sbx_err *e);

@@ -5,11 +5,15 @@ agent's control routes and the host's /proc:
   sandbox is answered;
 - a DELETE that arrives while its sandbox is being built is answered only
   once nothing of it is left (no process, no cgroup, no mount); the create
-  it overtook is answered 409 CONFLICT, and the reservation is given back;
+  it overtook is answered 503 NODE_UNAVAILABLE with Retry-After (a
+  transition: the retry sees its end), and the reservation is given back;
 - a stop during the build gives the start up the same way and keeps the
   entry, stopped;
 - duplicate PUTs of one start that arrive during its build all get its
   outcome (one container);
+- a start while a given-up build of its sandbox is still being torn down
+  is a transition: 503 NODE_UNAVAILABLE with Retry-After, and the retry,
+  once the build is gone, starts it;
 - many builds at once all finish;
 - the loop's lag probe (sbx_agent_loop_lag_seconds) is exported.
 
@@ -185,7 +189,8 @@ def test_delete_during_build_leaves_nothing(stack):
                 assert dcode == 204, (sid, dcode)
                 assert left == ([], [], False), "%s left behind after its DELETE: %r" % (sid, left)
                 pcode, pbody = puts[sid].result()
-                assert pcode == 409 and pbody["error"]["code"] == "CONFLICT", (sid, pcode, pbody)
+                assert pcode == 503 and pbody["error"]["code"] == "NODE_UNAVAILABLE", \
+                    (sid, pcode, pbody)
             # the reservations of the cancelled builds were given back
             again = list(puts)[0]
             code, body = put(stack, again)
@@ -206,12 +211,43 @@ def test_stop_during_build_keeps_a_stopped_entry(stack):
                 release(stack, sid)
             for sid, f in puts.items():
                 pcode, pbody = f.result()
-                assert pcode == 409, (sid, pcode, pbody)
+                assert pcode == 503 and pbody["error"]["code"] == "NODE_UNAVAILABLE", \
+                    (sid, pcode, pbody)
                 until("the held build of %s is gone" % sid,
                       lambda: leftovers("dev." + sid) == ([], [], False))
                 assert entry(stack, sid)["state"] == "stopped", sid
         finally:
             cleanup(stack, list(puts))
+
+
+def test_start_during_teardown_is_a_retry(stack):
+    sid = "bt-" + uuid.uuid4().hex[:8]
+    record(stack, sid)
+    hold(stack, sid)
+    procs = os.path.join(freezer_dir(stack, sid), "cgroup.procs")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            first = pool.submit(put, stack, sid)
+            # the build's child is in the frozen cgroup: the build runs, held
+            until("the build of %s is held" % sid, lambda: open(procs).read().strip())
+            r = call(stack, "POST", sid, "/stop")
+            assert r.status_code == 200 and r.json()["state"] == "stopped", r.text
+            # the start given up still holds the key until its build is torn down
+            r = requests.put(agent(stack) + "/agent/v1/sandboxes/dev/" + sid,
+                             json={"generation": 1, "epoch": 1}, headers=headers(stack),
+                             timeout=60)
+            assert r.status_code == 503, (r.status_code, r.text)
+            assert r.json()["error"]["code"] == "NODE_UNAVAILABLE", r.text
+            assert r.headers.get("Retry-After") == "1", dict(r.headers)
+            release(stack, sid)
+            pcode, pbody = first.result()
+            assert pcode == 503 and pbody["error"]["code"] == "NODE_UNAVAILABLE", (pcode, pbody)
+        until("the given-up build of %s is gone" % sid,
+              lambda: leftovers("dev." + sid) == ([], [], False))
+        code, body = put(stack, sid)
+        assert code == 201 and body["state"] == "running", (code, body)
+    finally:
+        cleanup(stack, [sid])
 
 
 def test_duplicate_puts_during_build_share_one_container(stack):

@@ -129,3 +129,67 @@ TEST(agent_sb_index_finds_linked_sandboxes)
 	free(a.by_key);
 	free(sbs);
 }
+
+static unsigned occupied_by_walk(const struct agent *a, size_t *listed)
+{
+	unsigned n = 0;
+
+	*listed = 0;
+	for (const struct agent_sb *sb = a->sandboxes; sb; sb = sb->next) {
+		n += sb->rt != NULL || sb->build != NULL;
+		(*listed)++;
+	}
+	return n;
+}
+
+/* The count a start checks the capacity against (agent.noccupied) stays
+ * what a walk of the table counts, through links, unlinks (the head, the
+ * tail, the middle, twice) and containers and builds set and cleared. */
+TEST(agent_sb_occupied_count_matches_the_table)
+{
+	enum { N = 40 };
+	struct agent a = { 0 };
+	struct agent_sb *sbs = calloc(N, sizeof(*sbs));
+	size_t listed;
+
+	CHECK(sbs != NULL);
+	for (int i = 0; i < N; i++) {
+		snprintf(sbs[i].key, sizeof(sbs[i].key), "dev.occ-%d", i);
+		/* never dereferenced: only "has a container" / "is being built" */
+		if (i % 3 == 0)
+			sbs[i].rt = (struct rt_sandbox *)&sbs[i];
+		if (i % 5 == 0)
+			sbs[i].build = (struct agent_build *)&sbs[i];
+		CHECK_INT(agent_sb_link(&a, &sbs[i]), 0);
+	}
+	CHECK_INT(a.noccupied, occupied_by_walk(&a, &listed));
+	CHECK_INT(a.noccupied, 19);   /* 14 multiples of 3, 8 of 5, 3 of both */
+	agent_sb_unlink(&a, &sbs[N - 1]);   /* the head */
+	agent_sb_unlink(&a, &sbs[0]);       /* the tail, occupied */
+	agent_sb_unlink(&a, &sbs[15]);      /* the middle, occupied */
+	agent_sb_unlink(&a, &sbs[15]);      /* again: nothing */
+	CHECK_INT(a.noccupied, occupied_by_walk(&a, &listed));
+	CHECK_INT(listed, N - 3);
+	CHECK_INT(a.nsandboxes, N - 3);
+	for (int i = 1; i < N - 1; i++) {
+		if (i == 15)
+			continue;
+		sbs[i].rt = i % 2 ? (struct rt_sandbox *)&sbs[i] : NULL;
+		sbs[i].build = NULL;
+		agent_sb_recount(&a, &sbs[i]);
+	}
+	CHECK_INT(a.noccupied, occupied_by_walk(&a, &listed));
+	/* a change while unlinked counts once it is linked again */
+	sbs[0].rt = NULL;
+	sbs[0].build = (struct agent_build *)&sbs[0];
+	agent_sb_recount(&a, &sbs[0]);
+	CHECK_INT(a.noccupied, occupied_by_walk(&a, &listed));
+	CHECK_INT(agent_sb_link(&a, &sbs[0]), 0);
+	CHECK_INT(a.noccupied, occupied_by_walk(&a, &listed));
+	while (a.sandboxes)
+		agent_sb_unlink(&a, a.sandboxes);
+	CHECK_INT(a.noccupied, 0);
+	CHECK_INT(a.nsandboxes, 0);
+	free(a.by_key);
+	free(sbs);
+}
