@@ -438,7 +438,6 @@ def main():
             fe.rps = [1000.0 / ctx.get("fork-exec").p50]
             results.append(fe)
             run_fig("first-command", sandbox_figs.fig_first_command, st, ctx)
-            run_fig("first-command-paced", sandbox_figs.fig_first_command_paced, st, ctx)
             run_fig("create", sandbox_figs.fig_create, st, ctx)
             sandbox_figs.setup_exec_sandboxes(st, ctx)
             run_fig("exec-rtt", sandbox_figs.fig_exec_rtt, st, ctx)

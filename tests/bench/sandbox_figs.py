@@ -10,7 +10,6 @@ sequential latencies, raw non-blocking sockets for the stream fan-out.
 """
 
 import concurrent.futures
-import ctypes
 import json
 import os
 import re
@@ -151,64 +150,6 @@ def fig_first_command(st, ctx):
                        "{\"argv\":[\"true\"]}` through nginx, sequential, one keep-alive "
                        "connection; DELETE after each, not timed (N=%d)" % N_SEQ,
                        baseline="bwrap", target_ms=4.0, samples=samples))
-
-
-# The paced-create gap (issue 22 item 5): a v1 task migration takes
-# cgroup_threadgroup_rwsem for writing, whose writer waits for an RCU grace
-# period unless another writer passed within the last one; a cgroup mount
-# with `favordynmods` keeps the rwsem in its slow mode, so none waits
-# (docs/DEPLOY.md). Measured by toggling that option on the host's cgroup2
-# mount (mount(2) MS_REMOUNT; the option is host-wide whichever hierarchy
-# carries it), interleaved, and restored after.
-FAVOR_ROUNDS, FAVOR_PER_ROUND = 5, 6
-
-
-def cgroup2_mount():
-    """(mount point, favordynmods set) of the host's cgroup2 mount, or None."""
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            dev, point, fstype, opts = line.split()[:4]
-            if fstype == "cgroup2":
-                return point, "favordynmods" in opts.split(",")
-    return None
-
-
-def set_favordynmods(point, on):
-    libc = ctypes.CDLL(None, use_errno=True)
-    ms_remount, ms_relatime = 32, 1 << 21
-    if libc.mount(None, point.encode(), None, ms_remount | ms_relatime,
-                  b"favordynmods" if on else b"") != 0:
-        raise OSError(ctypes.get_errno(), "remount %s" % point)
-
-
-def fig_first_command_paced(st, ctx):
-    m = cgroup2_mount()
-    if not m:
-        ctx.skipped.append(("first-command-paced", "no cgroup2 mount to carry favordynmods"))
-        return
-    point, was = m
-    s = session(st.key)
-    samples = {False: [], True: []}
-    try:
-        for rnd in range(FAVOR_ROUNDS):
-            for on in (False, True):
-                set_favordynmods(point, on)
-                for i in range(FAVOR_PER_ROUND + 1):
-                    time.sleep(POOL_PACE_S)
-                    dt = first_command(s, st, "paced-%d-%d-%d" % (rnd, on, i))
-                    if i:               # the first after a toggle is a warm-up
-                        samples[on].append(dt)
-    finally:
-        set_favordynmods(point, was)
-    what = ("as `first-command`, creates paced %d ms apart (the common case in production), "
-            "`favordynmods` off; interleaved with the next row (N=%d)"
-            % (POOL_PACE_S * 1000, len(samples[False])))
-    ctx.lat.append(Lat("first-command-paced", what, baseline="first-command", target_ms=6.0,
-                       samples=samples[False]))
-    ctx.lat.append(Lat("first-command-paced-favordynmods",
-                       "the same, with `favordynmods` on %s (host-wide; restored after the "
-                       "figure) (N=%d)" % (point, len(samples[True])),
-                       baseline="first-command-paced", target_ms=6.0, samples=samples[True]))
 
 
 # ---- 3. create until running ---------------------------------------------------------
