@@ -9,13 +9,17 @@ test_ports.py.
 """
 
 import json
+import os
+import re
+import resource
 import socket
+import subprocess
 import time
 
 import pytest
 import requests
 
-from conftest import assert_error, stack_down, stack_up
+from conftest import ROOT, assert_error, stack_down, stack_up
 from test_ports import agent_forwards, expose, host_of, make_sandbox, via, wait_serving
 
 APP = r'''
@@ -328,3 +332,47 @@ def test_client_cannot_steer_the_gateway(capped):
     # With both, the gateway serves that sandbox (and the target goes no further).
     out = raw(gw, req % (secret + b"X-Sbx-Target: " + forged.encode() + b"\r\n"))
     assert out.startswith(b"HTTP/1.1 200 ") and out.endswith(b"\r\n\r\ngw-b\n"), out[:300]
+
+
+def lowest_free_fd(pid):
+    used = {int(n) for n in os.listdir("/proc/%d/fd" % pid)}
+    return min(set(range(len(used) + 1)) - used)
+
+
+def test_out_of_fds_is_no_capacity(capped):
+    """An accept that fails for want of fds (EMFILE) answers 503 NO_CAPACITY
+    (the node's limit), not NODE_UNAVAILABLE, and serving resumes after."""
+    a = gw_app(capped, "gw-a")
+    pid = capped.pid("agent-1")
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    req = b"GET /who HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    got = None
+    try:
+        # The agent's next fd is over the limit (retried if one of its fds
+        # closed meanwhile and the accept got that number).
+        for _ in range(5):
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (lowest_free_fd(pid), hard))
+            got = raw(capped.env["SBX_GATEWAY_1"], req)
+            if not got.startswith(b"HTTP/1.1 401 "):
+                break
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 "), got[:300]
+    err = json.loads(body)["error"]
+    assert err["code"] == "NO_CAPACITY" and "file descriptors" in err["message"], err
+    assert b"Retry-After: 1" in head
+    r = via(capped, a["url"], "/who")
+    assert r.status_code == 200 and r.text == "gw-a\n"
+
+
+def test_agents_gen_lists_the_gateway_from_the_registry(capped):
+    """sbx-agents-gen --redis gives the node's gateway a kept-alive upstream
+    of its own, as the dev stack's file does (docs/DEPLOY.md)."""
+    gen = os.path.join(ROOT, "deploy", "nginx", "sbx-agents-gen")
+    r = subprocess.run([gen, "--redis", "-h", "127.0.0.1", "-p", str(capped.redis_port)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    for addr in (capped.env["SBX_AGENT_1"], capped.env["SBX_GATEWAY_1"]):
+        assert "server %s max_fails=0;" % addr in r.stdout, r.stdout
+        assert re.search(r'"%s"\s+sbx_node_\d+;' % re.escape(addr), r.stdout), r.stdout
