@@ -70,7 +70,7 @@
 #define FWD_REFUSED_DRAIN (1024 * 1024) /* bytes a refused connection may still send */
 #define FWD_BUF_HIGH (256 * 1024)   /* bytes queued per direction before reading pauses */
 #define FWD_SPARE 4                 /* sockets made at once in a sandbox's netns, per forwarder */
-#define FWD_IDLE_MAX 8              /* idle connections to the app kept per forwarder */
+#define FWD_IDLE_MAX 64             /* idle connections to the app kept per forwarder (one per busy gateway connection) */
 #define FWD_IDLE_S 1                /* how long one is kept (below common app keep-alive times) */
 #define FWD_GW_KEEP_S 75            /* a gateway connection between requests (nginx keeps 60 s) */
 
