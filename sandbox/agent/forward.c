@@ -27,6 +27,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 
@@ -97,7 +99,7 @@ static unsigned node_pending;   /* connections still sending their head, or refu
  * requests (attached to no forwarder) are in conns. */
 static struct {
 	struct agent *a;
-	struct evconnlistener *lev;
+	struct evconnlistener *lev, *lev_unix;
 	struct fwd_conn *conns;
 	unsigned nkept;
 	unsigned long long accepted, requests;
@@ -1353,6 +1355,32 @@ json_t *fwd_counts_json(struct agent *a, const char *key, const char *tenant)
 			 "pending", (int)node_pending);
 }
 
+/* The gateway's unix socket at path ("" none), made anew, mode 0666. 0 or
+ * -1 with e. */
+static int gw_listen_unix(struct agent *a, const char *path, struct sbx_err *e)
+{
+	struct sockaddr_un un = { .sun_family = AF_UNIX };
+	int n;
+
+	if (!path[0])
+		return 0;
+	n = snprintf(un.sun_path, sizeof(un.sun_path), "%s", path);
+	if (n < 0 || (size_t)n >= sizeof(un.sun_path))
+		return err_set(e, SBX_E_INTERNAL, "agent.preview_gateway_socket '%s' is too long", path);
+	if (unlink(path) < 0 && errno != ENOENT)
+		return err_sys(e, errno, "cannot remove '%s'", path);
+	gw.lev_unix = evconnlistener_new_bind(a->base, gw_accept_cb, a,
+					      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 128,
+					      (struct sockaddr *)&un, (int)sizeof(un));
+	if (!gw.lev_unix)
+		return err_sys(e, errno, "cannot listen on '%s'", path);
+	evconnlistener_set_error_cb(gw.lev_unix, accept_error_cb);
+	if (chmod(path, 0666) < 0)
+		return err_sys(e, errno, "cannot chmod '%s'", path);
+	log_info("preview gateway also on unix:%s", path);
+	return 0;
+}
+
 int fwd_gateway_start(struct agent *a, struct sbx_err *e)
 {
 	char host[INET6_ADDRSTRLEN + 2];
@@ -1369,7 +1397,7 @@ int fwd_gateway_start(struct agent *a, struct sbx_err *e)
 	if (listen_on(a, host, port, gw_accept_cb, a, &gw.lev, gw.address, e) < 0)
 		return -1;
 	log_info("preview gateway listening on %s", gw.address);
-	return 0;
+	return gw_listen_unix(a, a->conf->agent.preview_gateway_socket, e);
 }
 
 const char *fwd_gateway_address(void)
@@ -1385,7 +1413,9 @@ void fwd_release_all(void)
 		conn_free(gw.conns);
 	if (gw.lev)
 		evconnlistener_free(gw.lev);
-	gw.lev = NULL;
+	if (gw.lev_unix)
+		evconnlistener_free(gw.lev_unix);
+	gw.lev = gw.lev_unix = NULL;
 	gw.address[0] = '\0';
 	if (reserve_fd >= 0)
 		close(reserve_fd);

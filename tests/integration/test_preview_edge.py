@@ -117,9 +117,16 @@ def start(st, sid, key=None):
 
 
 def raw(address, request, timeout=5):
-    """Send request bytes to host:port, return everything read until EOF."""
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+    """Send request bytes to host:port (or unix:path), return everything
+    read until EOF."""
+    if address.startswith("unix:"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect(address[5:])
+    else:
+        host, port = address.rsplit(":", 1)
+        s = socket.create_connection((host, int(port)), timeout=timeout)
+    with s:
         s.sendall(request)
         out = b""
         while True:
@@ -331,6 +338,14 @@ def test_client_cannot_steer_the_gateway(capped):
         assert b"edge-gw" not in body
     # With both, the gateway serves that sandbox (and the target goes no further).
     out = raw(gw, req % (secret + b"X-Sbx-Target: " + forged.encode() + b"\r\n"))
+    assert out.startswith(b"HTTP/1.1 200 ") and out.endswith(b"\r\n\r\ngw-b\n"), out[:300]
+    # Its unix socket (this host's nginx uses it) asks for the same.
+    sock = "unix:" + os.path.join(capped.dir, "run", "gateway-1.sock")   # deploy/stack
+    with open(os.path.join(capped.dir, "conf", "sbx-agents.conf")) as f:
+        assert "server %s max_fails=0;" % sock in f.read()
+    out = raw(sock, req % (b"X-Sbx-Target: " + forged.encode() + b"\r\n"))
+    assert out.startswith(b"HTTP/1.1 401 "), out[:300]
+    out = raw(sock, req % (secret + b"X-Sbx-Target: " + forged.encode() + b"\r\n"))
     assert out.startswith(b"HTTP/1.1 200 ") and out.endswith(b"\r\n\r\ngw-b\n"), out[:300]
 
 
