@@ -4,8 +4,11 @@
  *   POST   /v1/sandboxes/{id}/ports/{port}  {token?} -> {port, url, token}
  *   GET    /v1/sandboxes/{id}/ports          -> {ports:[{port, url, token}]}
  *   DELETE /v1/sandboxes/{id}/ports/{port}  -> 204 (idempotent)
- *   /_sbx_preview (INTERNAL, auth_request)  -> 200 + X-Sbx-Forward, or a
- *                                              refusal (404 INVALID_TOKEN,
+ *   /_sbx_preview (INTERNAL, auth_request)  -> 200 + X-Sbx-Forward (and,
+ *                                              when the node has a preview
+ *                                              gateway, X-Sbx-Gateway and
+ *                                              X-Sbx-Target), or a refusal
+ *                                              (404 INVALID_TOKEN,
  *                                              410 STALE_PREVIEW_URL)
  *
  * A token is durable: it is kept per (sandbox, port) across restarts and
@@ -72,6 +75,7 @@ static int expose_once(struct http_req *r, const char *id, int port, const char 
 		       struct sbx_err *e)
 {
 	char token[PREVIEW_TOKEN_MAX + 1], key[RKEYS_MAX], oldkey[RKEYS_MAX] = "", addr[PREVIEW_ADDR_MAX];
+	char gateway[PREVIEW_ADDR_MAX];
 	char url[512], now[32], pstr[8];
 	const char *created, *old_token;
 	struct lc_owner o;
@@ -147,13 +151,17 @@ static int expose_once(struct http_req *r, const char *id, int port, const char 
 		return err_set(e, SBX_E_CONFLICT, "token '%s' is taken for this port and id", token);
 	}
 
-	if (preview_forward_open(r->tenant, id, &o, port, addr, e) < 0) {
+	if (preview_forward_open(r->tenant, id, &o, port, addr, gateway, e) < 0) {
 		json_decref(old);
 		return e->code == SBX_E_CONFLICT ? 1 : -1;
 	}
 	rec = json_pack("{s:s, s:I, s:s, s:s, s:s, s:s}", "token", token, "generation",
 			(json_int_t)o.generation, "incarnation", s.incarnation, "forward", addr,
 			"createdAt", created ? created : now, "activatedAt", now);
+	if (rec && gateway[0] && json_object_set_new(rec, "gateway", json_string(gateway)) < 0) {
+		json_decref(rec);
+		rec = NULL;
+	}
 	json_decref(old);
 	text = rec ? jsonv_dump(rec) : NULL;
 	json_decref(rec);
@@ -251,14 +259,23 @@ int api_ports_delete(struct http_req *r, struct sbx_err *e)
 	return 0;
 }
 
-/* The preview host's decision. 0 with forward filled, or -1 with e. */
-static int preview_decide(const char *label, char forward[PREVIEW_ADDR_MAX], struct sbx_err *e)
+/* Where a preview request goes: the port's forwarder and, when its node
+ * has one, the node's gateway and the target naming the container and
+ * port there ("<tenant>/<id>/<generation>/<port>", forward.h). */
+struct preview_dest {
+	char forward[PREVIEW_ADDR_MAX];
+	char gateway[PREVIEW_ADDR_MAX];   /* "" when none */
+	char target[PREVIEW_LABEL_MAX + 64];
+};
+
+/* The preview host's decision. 0 with d filled, or -1 with e. */
+static int preview_decide(const char *label, struct preview_dest *d, struct sbx_err *e)
 {
 	char id[64], token[PREVIEW_TOKEN_MAX + 1], key[RKEYS_MAX], tenant[64];
 	redisReply *rep[2] = { NULL, NULL }, *t;
 	struct preview_sb s;
 	json_t *v;
-	const char *tok, *fwd;
+	const char *tok, *fwd, *gw;
 	int port, rc;
 
 	if (preview_parse_label(label, &port, id, token) < 0 ||
@@ -299,25 +316,37 @@ static int preview_decide(const char *label, char forward[PREVIEW_ADDR_MAX], str
 		return err_set(e, SBX_E_INTERNAL, "preview record %s/%s port %d has a bad forward",
 			       tenant, id, port);
 	}
-	snprintf(forward, PREVIEW_ADDR_MAX, "%s", fwd);
+	snprintf(d->forward, sizeof(d->forward), "%s", fwd);
+	gw = json_string_value(json_object_get(v, "gateway"));
+	d->gateway[0] = d->target[0] = '\0';
+	if (gw && preview_address_ok(gw)) {
+		snprintf(d->gateway, sizeof(d->gateway), "%s", gw);
+		util_xsnprintf(d->target, sizeof(d->target), "%s/%s/%lld/%d", tenant, id,
+			       (long long)s.generation, port);
+	}
 	json_decref(v);
 	return 0;
 }
 
 int api_ports_preview(struct http_req *r, struct sbx_err *e)
 {
-	char label[PREVIEW_LABEL_MAX], tid[PREVIEW_TUNNEL_ID_LEN + 1], forward[PREVIEW_ADDR_MAX];
+	char label[PREVIEW_LABEL_MAX], tid[PREVIEW_TUNNEL_ID_LEN + 1];
 	const char *host = http_param(r, "SBX_PREVIEW_HOST");
+	struct preview_dest d = { "", "", "" };
 
 	if (preview_host_label(host, r->conf->api.preview_domain, label, sizeof(label)) < 0)
 		return err_set(e, SBX_E_INVALID_TOKEN, "unknown preview URL");
 	if (preview_tunnel_label(label, tid)) {
-		if (api_tunnels_route(tid, forward, e) < 0)
+		if (api_tunnels_route(tid, d.forward, e) < 0)
 			return -1;
-	} else if (preview_decide(label, forward, e) < 0) {
+	} else if (preview_decide(label, &d, e) < 0) {
 		return -1;
 	}
-	if (http_add_header(r, "X-Sbx-Forward", forward) < 0)
+	/* nginx sends bodiless requests to the gateway (kept connections),
+	 * the others to the forwarder (conf/nginx.conf). */
+	if (http_add_header(r, "X-Sbx-Forward", d.forward) < 0 ||
+	    (d.gateway[0] && (http_add_header(r, "X-Sbx-Gateway", d.gateway) < 0 ||
+			      http_add_header(r, "X-Sbx-Target", d.target) < 0)))
 		return err_set(e, SBX_E_INTERNAL, "cannot add the forward header");
 	http_respond_json(r, 200, NULL);
 	return 0;

@@ -137,7 +137,7 @@ static int builtin_make(struct http_req *r, const char *id, int port, const stru
 	char label[PREVIEW_LABEL_MAX], key[RKEYS_MAX], val[192];
 	redisReply *rep;
 
-	if (preview_forward_open(r->tenant, id, o, port, m->upstream, e) < 0 ||
+	if (preview_forward_open(r->tenant, id, o, port, m->upstream, NULL, e) < 0 ||
 	    preview_random_id(m->tid, PREVIEW_TUNNEL_ID_LEN, e) < 0)
 		return -1;
 	snprintf(label, sizeof(label), "t-%s", m->tid);
@@ -160,7 +160,7 @@ static int builtin_check(struct http_req *r, const char *id, int port, const str
 	char addr[PREVIEW_ADDR_MAX];
 	const char *fwd = json_string_value(json_object_get(rec, "forward"));
 
-	if (preview_forward_open(r->tenant, id, o, port, addr, e) < 0)
+	if (preview_forward_open(r->tenant, id, o, port, addr, NULL, e) < 0)
 		return e->code == SBX_E_CONFLICT ? 1 : -1;
 	return fwd && strcmp(fwd, addr) == 0 ? 0 : 1;
 }

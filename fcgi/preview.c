@@ -247,12 +247,12 @@ static int forward_path(char *out, size_t n, const char *tenant, const char *id,
 }
 
 int preview_forward_open(const char *tenant, const char *id, const struct lc_owner *o, int port,
-			 char addr[PREVIEW_ADDR_MAX], struct sbx_err *e)
+			 char addr[PREVIEW_ADDR_MAX], char *gateway, struct sbx_err *e)
 {
 	char path[256];
 	struct agentc_reply rep;
 	json_t *body;
-	const char *a;
+	const char *a, *g;
 	int rc;
 
 	if (forward_path(path, sizeof(path), tenant, id, port) < 0)
@@ -283,6 +283,11 @@ int preview_forward_open(const char *tenant, const char *id, const struct lc_own
 			       id, port);
 	}
 	snprintf(addr, PREVIEW_ADDR_MAX, "%s", a);
+	if (gateway) {
+		/* An agent without a gateway (or an older one) names none. */
+		g = json_string_value(json_object_get(rep.body, "gateway"));
+		snprintf(gateway, PREVIEW_ADDR_MAX, "%s", g && preview_address_ok(g) ? g : "");
+	}
 	agentc_reply_release(&rep);
 	return 0;
 }

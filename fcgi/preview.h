@@ -11,7 +11,8 @@
  *
  * Keys (the sandbox's hash tag where a key belongs to one sandbox):
  *   sbx:sb:{tenant/id}:ports           hash port -> JSON {token, generation,
- *                                      incarnation, forward, createdAt, activatedAt}
+ *                                      incarnation, forward, gateway?, createdAt,
+ *                                      activatedAt}
  *   sbx:preview:<sha256(label)>        string: tenant (label "{port}-{id}-{token}")
  *   sbx:sb:{tenant/id}:tunnels         hash port -> JSON {id, port, url, provider,
  *                                      generation, incarnation, forward, createdAt}
@@ -86,10 +87,12 @@ int preview_sb_load(const char *tenant, const char *id, struct preview_sb *s, st
 int preview_record_live(const json_t *rec, const struct preview_sb *s);
 
 /* Ask the agent at o for the forwarder of port (made if needed, stamped
- * with o->generation); its address into addr. 0 or -1 with e (404 when the
- * container is gone, 409 when its generation moved on, 503). */
+ * with o->generation); its address into addr and, when gateway is not
+ * NULL, the node's preview gateway into gateway[PREVIEW_ADDR_MAX] ("" when
+ * the agent has none). 0 or -1 with e (404 when the container is gone,
+ * 409 when its generation moved on, 503). */
 int preview_forward_open(const char *tenant, const char *id, const struct lc_owner *o, int port,
-			 char addr[PREVIEW_ADDR_MAX], struct sbx_err *e);
+			 char addr[PREVIEW_ADDR_MAX], char *gateway, struct sbx_err *e);
 
 /* Close the forwarder of port on the sandbox's agent unless an active
  * preview or live tunnel still uses it. Best effort, never fails. */

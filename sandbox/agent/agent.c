@@ -233,6 +233,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	httpd_set_big_body_budget(httpd, (uint64_t)conf.agent.big_bodies_node_bytes);
+	if (fwd_gateway_start(&agent, &e) < 0) {
+		log_error("%s", e.msg);
+		httpd_free(httpd);
+		rt_free(agent.rt);
+		return 1;
+	}
 	reg = registry_new(base, &conf, AGENT_VERSION, stats, &agent, &e);
 	if (!reg) {
 		log_error("%s", e.msg);

@@ -3,7 +3,9 @@
  */
 #include "forward.h"
 #include "agent_lifecycle.h"
+#include "capacity.h"
 #include "httpd.h"
+#include "ids.h"
 #include "log.h"
 #include "tcplisten.h"
 #include "util.h"
@@ -14,6 +16,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -23,6 +26,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 
@@ -39,6 +44,8 @@ struct fwd_conn {
 	struct fwd *f;
 	enum conn_state state;
 	int local;                   /* accepted on the local (tunnel) listener */
+	int gw;                      /* accepted on the gateway: f is per request */
+	int kept;                    /* a gateway connection past its first request */
 	struct bufferevent *down;    /* the client (nginx, a tunnel process) side */
 	struct bufferevent *up;      /* the sandbox side */
 	int connected;               /* the sandbox side's connect finished */
@@ -87,9 +94,24 @@ static struct fwd *forwarders;
 static unsigned node_conns;     /* relaying connections of every forwarder */
 static unsigned node_pending;   /* connections still sending their head, or refused */
 
+/* The node's preview gateway (forward.h): its connections between two
+ * requests (attached to no forwarder) are in conns. */
+static struct {
+	struct agent *a;
+	struct evconnlistener *lev, *lev_unix;
+	struct fwd_conn *conns;
+	unsigned nkept;
+	unsigned long long accepted, requests;
+	char address[80];
+} gw;
+
+/* An fd kept open so that an accept failing for want of fds can still
+ * take the connection and answer it (accept_overflow); -1 when none. */
+static int reserve_fd = -1;
+
 static void conn_free(struct fwd_conn *c)
 {
-	struct fwd_conn **pp = &c->f->conns;
+	struct fwd_conn **pp = c->f ? &c->f->conns : &gw.conns;
 
 	while (*pp && *pp != c)
 		pp = &(*pp)->next;
@@ -99,9 +121,11 @@ static void conn_free(struct fwd_conn *c)
 		c->f->nconns--;
 		node_conns--;
 		agent_sb_stream_end(c->f->a, &c->st);
-	} else {
+	} else if (!c->kept) {
 		node_pending--;
 	}
+	if (c->kept && !c->f)
+		gw.nkept--;
 	if (c->down)
 		bufferevent_free(c->down);
 	if (c->up)
@@ -177,6 +201,8 @@ static void relay(struct bufferevent *from, struct bufferevent *to)
 }
 
 static void head_read(struct fwd_conn *c);
+static struct fwd *fwd_find(const char *key, int port);
+static int up_keep(struct fwd_conn *c);
 static int up_connect(struct fwd_conn *c);
 static void read_cb(struct bufferevent *bev, void *arg);
 static void write_cb(struct bufferevent *bev, void *arg);
@@ -253,15 +279,108 @@ static int up_keep(struct fwd_conn *c)
 	return 1;
 }
 
-/* What bev of c has read. at_eof: its EOF follows (event_cb goes on with
- * c, so c is not freed here then). */
-static void conn_read(struct fwd_conn *c, struct bufferevent *bev, int at_eof)
+/* A gateway connection's request is over (its answer queued for the
+ * client, c->up done: kept for the forwarder when clean unless drop_up):
+ * c leaves its forwarder and reads the next head. */
+static void gw_next(struct fwd_conn *c, int drop_up)
 {
-	if (c->state == CONN_HEAD)
+	struct fwd *f = c->f;
+	struct fwd_conn **pp = &f->conns;
+	struct timeval tv = { FWD_GW_KEEP_S, 0 };
+
+	if (drop_up || !up_keep(c)) {
+		if (c->up)
+			bufferevent_free(c->up);
+		c->up = NULL;
+	}
+	while (*pp && *pp != c)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = c->next;
+	f->nconns--;
+	node_conns--;
+	agent_sb_stream_end(f->a, &c->st);
+	c->f = NULL;
+	c->next = gw.conns;
+	gw.conns = c;
+	gw.nkept++;
+	c->kept = 1;
+	c->state = CONN_HEAD;
+	c->connected = c->down_eof = c->up_eof = c->down_shut = c->up_shut = 0;
+	c->reusable = c->client_close = c->up_reused = 0;
+	free(c->head);
+	c->head = NULL;
+	c->head_len = 0;
+	bufferevent_set_timeouts(c->down, &tv, NULL);
+	bufferevent_enable(c->down, EV_READ | EV_WRITE);
+	if (evbuffer_get_length(bufferevent_get_input(c->down)))
 		head_read(c);
-	else if (c->state == CONN_REFUSED)
+}
+
+/* The app of a gateway connection's request has sent more: pass on what
+ * belongs to the answer; at its end, the next request (gw_next). at_eof:
+ * the app closes after these bytes. 1 when c left the relay. */
+static int gw_answer(struct fwd_conn *c, int at_eof)
+{
+	struct evbuffer *in = bufferevent_get_input(c->up);
+	struct evbuffer_iovec v[8];
+	size_t take = 0;
+	int n, close_after;
+
+	if (c->reusable) {
+		n = evbuffer_peek(in, -1, NULL, v, 8);
+		if (n > 8)
+			c->reusable = 0;
+		for (int i = 0; i < n && i < 8 && c->reusable; i++) {
+			take += fwd_resp_take(&c->rs, v[i].iov_base, v[i].iov_len);
+			if (c->rs.state == FWD_RS_RAW)
+				c->reusable = 0;
+			else if (c->rs.state == FWD_RS_DONE)
+				break;
+		}
+	}
+	if (!c->reusable || c->rs.state != FWD_RS_DONE) {
+		/* Unframed: relayed as it comes, the connection ends with it. */
+		relay(c->up, c->down);
+		return 0;
+	}
+	close_after = c->client_close;
+	evbuffer_remove_buffer(in, bufferevent_get_output(c->down), take);
+	/* Bytes the app sent after its answer are its own: dropped with it. */
+	gw_next(c, at_eof || evbuffer_get_length(in) > 0);
+	if (close_after && c->state == CONN_HEAD) {
+		/* The client asked for the end: once the answer is out (write_cb). */
+		c->state = CONN_REFUSED;
+		if (evbuffer_get_length(bufferevent_get_output(c->down)) == 0) {
+			shutdown(bufferevent_getfd(c->down), SHUT_WR);
+			c->down_shut = 1;
+		}
+	}
+	return 1;
+}
+
+/* What bev of c has read. at_eof: its EOF follows (event_cb goes on with
+ * c unless this returns 1: c was freed or left the relay). */
+static int conn_read(struct fwd_conn *c, struct bufferevent *bev, int at_eof)
+{
+	if (c->state == CONN_HEAD) {
+		head_read(c);
+		return 1;
+	} else if (c->state == CONN_REFUSED) {
 		refused_drain(c);
-	else if (bev == c->down) {
+		return 1;
+	} else if (c->gw && bev == c->down) {
+		/* Past its bodiless request, a gateway client sends nothing
+		 * until the answer is complete: the two sides disagree on where
+		 * it ends, and nothing of it may reach this app. */
+		if (evbuffer_get_length(bufferevent_get_input(bev))) {
+			log_warn("gateway: bytes from the client before the answer's end; closing");
+			conn_free(c);
+			return 1;
+		}
+	} else if (c->gw) {
+		return gw_answer(c, at_eof);
+	} else if (bev == c->down) {
 		/* More than the one head (a body, a second request): up is the
 		 * client's alone. */
 		if (evbuffer_get_length(bufferevent_get_input(bev)))
@@ -278,8 +397,9 @@ static void conn_read(struct fwd_conn *c, struct bufferevent *bev, int at_eof)
 		 * we close the client's once the answer is out, as it asked. */
 		if (!at_eof && c->reusable && c->client_close && c->rs.state == FWD_RS_DONE &&
 		    up_keep(c))
-			conn_progress(c);
+			return conn_progress(c);
 	}
+	return 0;
 }
 
 static void read_cb(struct bufferevent *bev, void *arg)
@@ -342,7 +462,8 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 	}
 	if (what & BEV_EVENT_EOF) {
 		/* Anything still in the input goes out before the half-close. */
-		conn_read(c, bev, 1);
+		if (conn_read(c, bev, 1))
+			return;
 		if (is_down) {
 			c->down_eof = 1;
 			up_keep(c);
@@ -506,7 +627,13 @@ static void rs_line(struct fwd_resp *rs)
 	l[n] = '\0';
 	rs->ll = 0;
 	if (rs->line_over) {
-		rs->state = FWD_RS_RAW;
+		/* A long header line (a cookie, a policy) that says nothing about
+		 * the framing is skipped; any other long line is not followed. */
+		rs->line_over = 0;
+		if (rs->state != FWD_RS_HEADER || strncasecmp(l, "Content-Length:", 15) == 0 ||
+		    strncasecmp(l, "Transfer-Encoding:", 18) == 0 ||
+		    strncasecmp(l, "Connection:", 11) == 0)
+			rs->state = FWD_RS_RAW;
 		return;
 	}
 	switch (rs->state) {
@@ -579,10 +706,11 @@ static void rs_line(struct fwd_resp *rs)
 	}
 }
 
-enum fwd_rs fwd_resp_feed(struct fwd_resp *rs, const char *p, size_t n)
+size_t fwd_resp_take(struct fwd_resp *rs, const char *p, size_t n)
 {
-	rs->seen += n;
-	while (n && rs->state != FWD_RS_RAW) {
+	size_t n0 = n;
+
+	while (n && rs->state != FWD_RS_RAW && rs->state != FWD_RS_DONE) {
 		if (rs->state == FWD_RS_BODY || rs->state == FWD_RS_CHUNK_DATA) {
 			size_t k = (uint64_t)rs->remain < n ? (size_t)rs->remain : n;
 
@@ -592,10 +720,6 @@ enum fwd_rs fwd_resp_feed(struct fwd_resp *rs, const char *p, size_t n)
 			if (rs->remain == 0)
 				rs->state = rs->state == FWD_RS_BODY ? FWD_RS_DONE : FWD_RS_CHUNK_END;
 			continue;
-		}
-		if (rs->state == FWD_RS_DONE) {   /* bytes after the answer */
-			rs->state = FWD_RS_RAW;
-			break;
 		}
 		if (*p == '\n') {
 			rs_line(rs);
@@ -607,39 +731,40 @@ enum fwd_rs fwd_resp_feed(struct fwd_resp *rs, const char *p, size_t n)
 		p++;
 		n--;
 	}
+	if (rs->state == FWD_RS_RAW)
+		n = 0;
+	rs->seen += n0 - n;
+	return n0 - n;
+}
+
+enum fwd_rs fwd_resp_feed(struct fwd_resp *rs, const char *p, size_t n)
+{
+	size_t k = fwd_resp_take(rs, p, n);
+
+	rs->seen += n - k;
+	if (k < n && rs->state == FWD_RS_DONE)   /* bytes after the answer */
+		rs->state = FWD_RS_RAW;
 	return rs->state;
 }
 
 /* Answer the client of c ourselves (status and JSON error, connection
  * close) and drop whatever else it sends; c is freed at its EOF or after
  * FWD_HEAD_TIMEOUT_S. */
+static void refusal_add(struct evbuffer *out, enum sbx_ecode code, json_t *details,
+			const char *msg);
+
 static void __attribute__((format(printf, 4, 5)))
 conn_refuse(struct fwd_conn *c, enum sbx_ecode code, json_t *details, const char *fmt, ...)
 {
-	struct evbuffer *out = bufferevent_get_output(c->down);
 	struct timeval tv = { FWD_HEAD_TIMEOUT_S, 0 };
 	char msg[256];
-	auto_free char *body = NULL;
-	const char *reason, *txt;
-	json_t *j;
 	va_list ap;
-	int status = err_status(code);
 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	j = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", err_name(code), "message", msg,
-		      "details", details ? details : json_object());
-	body = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	json_decref(j);
-	txt = body ? body : "";
-	reason = status == 503 ? "Service Unavailable" : status == 401 ? "Unauthorized" : "Bad Request";
 	c->state = CONN_REFUSED;
-	evbuffer_add_printf(out,
-			    "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-			    "Content-Length: %zu\r\n%sConnection: close\r\n\r\n%s\n",
-			    status, reason, strlen(txt) + 1,
-			    status == 503 ? "Retry-After: 1\r\n" : "", txt);
+	refusal_add(bufferevent_get_output(c->down), code, details, msg);
 	bufferevent_set_timeouts(c->down, &tv, &tv);
 	bufferevent_enable(c->down, EV_READ | EV_WRITE);
 }
@@ -782,6 +907,11 @@ static void conn_start(struct fwd_conn *c, char *head, size_t len)
 		return;
 	}
 	c->reusable = head_reusable(head, &len, &is_head, &c->client_close);
+	if (c->gw && !c->reusable) {
+		conn_refuse(c, SBX_E_VALIDATION, NULL,
+			    "the preview gateway takes bodiless HTTP/1.1 requests without an upgrade only");
+		return;
+	}
 	if (c->reusable) {
 		fwd_resp_init(&c->rs, is_head);
 		c->head = malloc(len);
@@ -813,16 +943,24 @@ static void conn_start(struct fwd_conn *c, char *head, size_t len)
 		/* up_connect queues c->head (the reusable case) itself. */
 		if (up_connect(c) < 0 ||
 		    (!c->head && evbuffer_add(bufferevent_get_output(c->up), head, len) < 0)) {
-			log_warn("forwarder %s port %d: cannot reach the sandbox: %s", f->key, f->port,
-				 strerror(errno));
+			struct sbx_err e = { 0 };
+
+			err_sys(&e, errno, "forwarder %s port %d: cannot reach the sandbox", f->key,
+				f->port);
+			log_warn("%s", e.msg);
 			if (c->up)
 				bufferevent_free(c->up);
 			c->up = NULL;
-			conn_refuse(c, SBX_E_NODE_UNAVAILABLE, NULL, "the sandbox cannot be reached");
+			/* Out of fds (or memory) here is the node's limit, not the sandbox's. */
+			if (capacity_classify(&e))
+				conn_refuse(c, SBX_E_NO_CAPACITY, NULL, "%s", e.msg);
+			else
+				conn_refuse(c, SBX_E_NODE_UNAVAILABLE, NULL, "the sandbox cannot be reached");
 			return;
 		}
 	}
-	node_pending--;
+	if (!c->kept)
+		node_pending--;
 	c->state = CONN_RELAY;
 	f->nconns++;
 	node_conns++;
@@ -831,6 +969,69 @@ static void conn_start(struct fwd_conn *c, char *head, size_t len)
 	if (evbuffer_get_length(bufferevent_get_input(c->down)))
 		c->reusable = 0;   /* more than the head already */
 	relay(c->down, c->up);
+}
+
+int fwd_target_parse(const char *v, char *key, int64_t *generation, int *port)
+{
+	char tenant[64], id[64], num[24];
+	const char *s1 = strchr(v, '/'), *s2 = s1 ? strchr(s1 + 1, '/') : NULL;
+	const char *s3 = s2 ? strchr(s2 + 1, '/') : NULL;
+	int64_t p;
+
+	if (!s3 || (size_t)(s1 - v) >= sizeof(tenant) || (size_t)(s2 - s1 - 1) >= sizeof(id) ||
+	    (size_t)(s3 - s2 - 1) >= sizeof(num))
+		return -1;
+	memcpy(tenant, v, (size_t)(s1 - v));
+	tenant[s1 - v] = '\0';
+	memcpy(id, s1 + 1, (size_t)(s2 - s1 - 1));
+	id[s2 - s1 - 1] = '\0';
+	memcpy(num, s2 + 1, (size_t)(s3 - s2 - 1));
+	num[s3 - s2 - 1] = '\0';
+	if (!ids_valid_tenant(tenant) || !ids_valid_sandbox(id) ||
+	    strspn(num, "0123456789") != strlen(num) || util_parse_i64(num, 0, INT64_MAX, generation) < 0 ||
+	    strspn(s3 + 1, "0123456789") != strlen(s3 + 1) || util_parse_i64(s3 + 1, 1, 65535, &p) < 0 ||
+	    agent_key(key, AGENT_KEY_MAX, tenant, id) < 0)
+		return -1;
+	*port = (int)p;
+	return 0;
+}
+
+/* A gateway request's head (secret taken): take X-Sbx-Target and attach c
+ * to the forwarder it names. 0, or -1 (c answered). */
+static int gw_attach(struct fwd_conn *c, char *head, size_t *len)
+{
+	char v[256], key[AGENT_KEY_MAX];
+	int64_t generation;
+	struct fwd *f;
+	struct fwd_conn **pp = &gw.conns;
+	int port;
+
+	if (fwd_head_take(head, len, "X-Sbx-Target", v, sizeof(v)) != 1 ||
+	    fwd_target_parse(v, key, &generation, &port) < 0) {
+		conn_refuse(c, SBX_E_VALIDATION, NULL, "a gateway request names one X-Sbx-Target");
+		return -1;
+	}
+	if (evbuffer_get_length(bufferevent_get_input(c->down))) {
+		conn_refuse(c, SBX_E_VALIDATION, NULL, "bytes after a bodiless request head");
+		return -1;
+	}
+	f = fwd_find(key, port);
+	if (!f || f->generation != generation || !agent_sb_container(f->sb)) {
+		conn_refuse(c, SBX_E_NODE_UNAVAILABLE, NULL, "port %d of that sandbox is not forwarded",
+			    port);
+		return -1;
+	}
+	while (*pp && *pp != c)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = c->next;
+	if (c->kept)
+		gw.nkept--;
+	gw.requests++;
+	c->f = f;
+	c->next = f->conns;
+	f->conns = c;
+	return 0;
 }
 
 /* More of the first request head arrived: once it is complete, check the
@@ -860,31 +1061,30 @@ static void head_read(struct fwd_conn *c)
 		return;
 	}
 	n = fwd_head_take(head, &len, "X-Sbx-Node-Secret", secret, sizeof(secret));
-	if (!c->local && (n != 1 || !httpd_secret_equal(secret, c->f->a->conf->cluster.secret))) {
-		log_warn("forwarder %s port %d: a connection without the node secret; refused",
-			 c->f->key, c->f->port);
+	if (!c->local && (n != 1 || !httpd_secret_equal(secret, (c->f ? c->f->a : gw.a)->conf->cluster.secret))) {
+		if (c->gw)
+			log_warn("gateway: a request without the node secret; refused");
+		else
+			log_warn("forwarder %s port %d: a connection without the node secret; refused",
+				 c->f->key, c->f->port);
 		conn_refuse(c, SBX_E_UNAUTHORIZED, NULL, "missing or wrong node secret");
 		return;
 	}
+	if (c->gw && gw_attach(c, head, &len) < 0)
+		return;
 	conn_start(c, head, len);
 }
 
-static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
-		      int salen, void *arg)
+/* A new client connection of f (NULL: of the gateway) on fd, reading its
+ * first head. */
+static void conn_accept(struct agent *a, struct fwd *f, int fd, int local)
 {
-	struct fwd *f = arg;
 	struct timeval tv = { FWD_HEAD_TIMEOUT_S, 0 };
 	struct fwd_conn *c;
 
-	/* Init died: the container is released (and f with it) at the next
-	 * turn of the loop; until then its network namespace is not usable. */
-	if (!agent_sb_container(f->sb)) {
-		close(fd);
-		return;
-	}
 	if (node_pending >= FWD_MAX_PENDING) {
-		log_warn("forwarder %s port %d: %u connections still sending their head; closing one",
-			 f->key, f->port, node_pending);
+		log_warn("forwarders: %u connections still sending their head; closing one",
+			 node_pending);
 		close(fd);
 		return;
 	}
@@ -894,12 +1094,18 @@ static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct soc
 		return;
 	}
 	c->f = f;
+	c->gw = !f;
 	c->state = CONN_HEAD;
-	c->local = lev == f->lev_local;
+	c->local = local;
 	node_pending++;
-	c->next = f->conns;
-	f->conns = c;
-	c->down = bufferevent_socket_new(f->a->base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (f) {
+		c->next = f->conns;
+		f->conns = c;
+	} else {
+		c->next = gw.conns;
+		gw.conns = c;
+	}
+	c->down = bufferevent_socket_new(a->base, fd, BEV_OPT_CLOSE_ON_FREE);
 	if (!c->down) {
 		close(fd);
 		conn_free(c);
@@ -912,13 +1118,86 @@ static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct soc
 	bufferevent_enable(c->down, EV_READ | EV_WRITE);
 }
 
-static void accept_error_cb(struct evconnlistener *lev, void *arg)
+static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
+		      int salen, void *arg)
 {
 	struct fwd *f = arg;
+
+	/* Init died: the container is released (and f with it) at the next
+	 * turn of the loop; until then its network namespace is not usable. */
+	if (!agent_sb_container(f->sb)) {
+		close(fd);
+		return;
+	}
+	conn_accept(f->a, f, fd, lev == f->lev_local);
+}
+
+static void gw_accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
+			 int salen, void *arg)
+{
+	gw.accepted++;
+	conn_accept(arg, NULL, fd, 0);
+}
+
+/* The 503 of a forwarder (conn_refuse's answer) into out. */
+static void refusal_add(struct evbuffer *out, enum sbx_ecode code, json_t *details, const char *msg)
+{
+	auto_free char *body = NULL;
+	const char *reason, *txt;
+	json_t *j;
+	int status = err_status(code);
+
+	j = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", err_name(code), "message", msg,
+		      "details", details ? details : json_object());
+	body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	txt = body ? body : "";
+	reason = status == 503 ? "Service Unavailable" : status == 401 ? "Unauthorized" : "Bad Request";
+	evbuffer_add_printf(out,
+			    "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+			    "Content-Length: %zu\r\n%sConnection: close\r\n\r\n%s\n",
+			    status, reason, strlen(txt) + 1,
+			    status == 503 ? "Retry-After: 1\r\n" : "", txt);
+}
+
+/* accept failed for want of fds: the reserve fd makes room for the
+ * connection waiting first, which gets 503 NO_CAPACITY (its request is
+ * not read) and is closed; the reserve is taken again. */
+static void accept_overflow(struct evconnlistener *lev, int err)
+{
+	struct evbuffer *out;
+	struct sbx_err e = { 0 };
+	int fd;
+
+	if (reserve_fd < 0)
+		return;
+	close(reserve_fd);
+	reserve_fd = -1;
+	fd = accept4(evconnlistener_get_fd(lev), NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	if (fd >= 0) {
+		err_sys(&e, err, "accept of a preview connection");
+		capacity_classify(&e);
+		out = evbuffer_new();
+		if (out) {
+			refusal_add(out, e.code, NULL, e.msg);
+			evbuffer_write(out, fd);   /* one small write; the rest is lost */
+			evbuffer_free(out);
+		}
+		shutdown(fd, SHUT_WR);
+		close(fd);
+	}
+	reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void accept_error_cb(struct evconnlistener *lev, void *arg)
+{
 	int err = EVUTIL_SOCKET_ERROR();
 
-	/* EMFILE and friends: pause briefly instead of spinning. */
-	log_warn("forwarder %s port %d: accept failed: %s", f->key, f->port, strerror(err));
+	/* EMFILE and friends: answer the first waiting one, pause briefly
+	 * instead of spinning. */
+	log_warn("forwarder: accept failed: %s", strerror(err));
+	if (err == EMFILE || err == ENFILE)
+		accept_overflow(lev, err);
 	evconnlistener_disable(lev);
 	evconnlistener_enable(lev);
 }
@@ -933,10 +1212,10 @@ static struct fwd *fwd_find(const char *key, int port)
 	return NULL;
 }
 
-/* A listener of f on host:0 into *lev, its address into addr[80]. 0 or -1
- * with e. */
-static int fwd_listen(struct fwd *f, const char *host, struct evconnlistener **lev, char *addr,
-		      struct sbx_err *e)
+/* A listener on host:port (0: any) calling cb with arg into *lev, its
+ * address into addr[80]. 0 or -1 with e. */
+static int listen_on(struct agent *a, const char *host, int port, evconnlistener_cb cb, void *arg,
+		     struct evconnlistener **lev, char *addr, struct sbx_err *e)
 {
 	struct sockaddr_storage ss;
 	struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
@@ -945,15 +1224,15 @@ static int fwd_listen(struct fwd *f, const char *host, struct evconnlistener **l
 	char ip[INET6_ADDRSTRLEN];
 	int n, v6;
 
-	if (tcplisten_sockaddr(host, 0, &ss, &len) < 0)
-		return err_set(e, SBX_E_INTERNAL, "agent.listen host '%s' is not numeric", host);
+	if (tcplisten_sockaddr(host, port, &ss, &len) < 0)
+		return err_set(e, SBX_E_INTERNAL, "listen host '%s' is not numeric", host);
 	v6 = ss.ss_family == AF_INET6;
-	*lev = evconnlistener_new_bind(f->a->base, accept_cb, f,
+	*lev = evconnlistener_new_bind(a->base, cb, arg,
 					 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
 						 LEV_OPT_REUSEABLE,
 					 128, (struct sockaddr *)&ss, (int)len);
 	if (!*lev)
-		return err_sys(e, errno, "cannot listen for a forwarder on '%s'", host);
+		return err_sys(e, errno, "cannot listen for a forwarder on '%s' port %d", host, port);
 	evconnlistener_set_error_cb(*lev, accept_error_cb);
 	len = sizeof(ss);
 	if (getsockname(evconnlistener_get_fd(*lev), (struct sockaddr *)&ss, &len) < 0)
@@ -1000,7 +1279,7 @@ int fwd_open(struct agent *a, struct agent_sb *sb, int port, int local, char *ad
 		f->generation = sb->generation;
 		f->run = sb->run;
 		f->port = port;
-		if (fwd_listen(f, host, &f->lev, f->address, e) < 0) {
+		if (listen_on(a, host, 0, accept_cb, f, &f->lev, f->address, e) < 0) {
 			fwd_free(f);
 			return -1;
 		}
@@ -1011,7 +1290,7 @@ int fwd_open(struct agent *a, struct agent_sb *sb, int port, int local, char *ad
 			 f->address, (long long)f->generation);
 	}
 	if (local && !f->lev_local) {
-		if (fwd_listen(f, "127.0.0.1", &f->lev_local, f->local_address, e) < 0) {
+		if (listen_on(a, "127.0.0.1", 0, accept_cb, f, &f->lev_local, f->local_address, e) < 0) {
 			f->local_address[0] = '\0';
 			return -1;
 		}
@@ -1065,7 +1344,9 @@ json_t *fwd_counts_json(struct agent *a, const char *key, const char *tenant)
 		if (strcmp(f->key, key) == 0)
 			sandbox += f->nconns;
 	}
-	return json_pack("{s:{s:i, s:I}, s:{s:i, s:I}, s:{s:i, s:I, s:i}}", "sandbox", "open",
+	return json_pack("{s:{s:s, s:I, s:I, s:i}, s:{s:i, s:I}, s:{s:i, s:I}, s:{s:i, s:I, s:i}}",
+			 "gateway", "address", gw.address, "accepted", (json_int_t)gw.accepted,
+			 "requests", (json_int_t)gw.requests, "kept", (int)gw.nkept, "sandbox", "open",
 			 (int)sandbox, "limit", (json_int_t)cf->agent.max_forward_conns_per_sandbox,
 			 "tenant", "open", (int)ten, "limit",
 			 (json_int_t)cf->agent.max_forward_conns_per_tenant, "node", "open",
@@ -1073,10 +1354,71 @@ json_t *fwd_counts_json(struct agent *a, const char *key, const char *tenant)
 			 "pending", (int)node_pending);
 }
 
+/* The gateway's unix socket at path ("" none), made anew, mode 0666. 0 or
+ * -1 with e. */
+static int gw_listen_unix(struct agent *a, const char *path, struct sbx_err *e)
+{
+	struct sockaddr_un un = { .sun_family = AF_UNIX };
+	int n;
+
+	if (!path[0])
+		return 0;
+	n = snprintf(un.sun_path, sizeof(un.sun_path), "%s", path);
+	if (n < 0 || (size_t)n >= sizeof(un.sun_path))
+		return err_set(e, SBX_E_INTERNAL, "agent.preview_gateway_socket '%s' is too long", path);
+	if (unlink(path) < 0 && errno != ENOENT)
+		return err_sys(e, errno, "cannot remove '%s'", path);
+	gw.lev_unix = evconnlistener_new_bind(a->base, gw_accept_cb, a,
+					      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 128,
+					      (struct sockaddr *)&un, (int)sizeof(un));
+	if (!gw.lev_unix)
+		return err_sys(e, errno, "cannot listen on '%s'", path);
+	evconnlistener_set_error_cb(gw.lev_unix, accept_error_cb);
+	if (chmod(path, 0666) < 0)
+		return err_sys(e, errno, "cannot chmod '%s'", path);
+	log_info("preview gateway also on unix:%s", path);
+	return 0;
+}
+
+int fwd_gateway_start(struct agent *a, struct sbx_err *e)
+{
+	char host[INET6_ADDRSTRLEN + 2];
+	int port;
+
+	gw.a = a;
+	if (reserve_fd < 0)
+		reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (!a->conf->agent.preview_gateway[0])
+		return 0;
+	if (tcplisten_parse(a->conf->agent.preview_gateway, host, sizeof(host), &port) < 0 || port == 0)
+		return err_set(e, SBX_E_INTERNAL, "agent.preview_gateway '%s' is not host:port",
+			       a->conf->agent.preview_gateway);
+	if (listen_on(a, host, port, gw_accept_cb, a, &gw.lev, gw.address, e) < 0)
+		return -1;
+	log_info("preview gateway listening on %s", gw.address);
+	return gw_listen_unix(a, a->conf->agent.preview_gateway_socket, e);
+}
+
+const char *fwd_gateway_address(void)
+{
+	return gw.address;
+}
+
 void fwd_release_all(void)
 {
 	while (forwarders)
 		fwd_free(forwarders);
+	while (gw.conns)
+		conn_free(gw.conns);
+	if (gw.lev)
+		evconnlistener_free(gw.lev);
+	if (gw.lev_unix)
+		evconnlistener_free(gw.lev_unix);
+	gw.lev = gw.lev_unix = NULL;
+	gw.address[0] = '\0';
+	if (reserve_fd >= 0)
+		close(reserve_fd);
+	reserve_fd = -1;
 }
 
 static void fwd_container_gone(struct agent *a, struct agent_sb *sb)

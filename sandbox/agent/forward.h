@@ -26,6 +26,22 @@
  * cannot add a header) use a second listener of the forwarder on
  * 127.0.0.1, made on demand, that does not ask for it.
  *
+ * The preview gateway (agent.preview_gateway, when set): one listener of
+ * the node that nginx keeps connections to (an upstream with keepalive per
+ * gateway in sbx-agents.conf), for the previews of every sandbox. Each
+ * request head carries the node secret and X-Sbx-Target "<tenant>/<id>/
+ * <generation>/<port>" (set by nginx from the preview check, never the
+ * client's: docs/SECURITY.md); both are removed, the forwarder of that
+ * container and port must exist (else 503 NODE_UNAVAILABLE), and the
+ * request is relayed by that forwarder like one of its own: its caps, its
+ * kept connections to the app. The gateway takes bodiless HTTP/1.1
+ * requests without an upgrade only (nginx sends the others to the per-port
+ * listener; here they are 400). The answer is relayed up to its end as
+ * struct fwd_resp frames it, never a byte further; then the connection
+ * reads the next head, which may name another sandbox. An answer it cannot
+ * frame is relayed until the app closes, and so is the connection. A kept
+ * connection between requests waits FWD_GW_KEEP_S at most.
+ *
  * Caps (agent.max_forward_conns, _per_tenant, _per_sandbox): a connection
  * that would pass one, once its head is read, gets 503 NO_CAPACITY (JSON,
  * Retry-After: 1, details {scope, limit}) from the forwarder itself. A
@@ -54,8 +70,9 @@
 #define FWD_REFUSED_DRAIN (1024 * 1024) /* bytes a refused connection may still send */
 #define FWD_BUF_HIGH (256 * 1024)   /* bytes queued per direction before reading pauses */
 #define FWD_SPARE 4                 /* sockets made at once in a sandbox's netns, per forwarder */
-#define FWD_IDLE_MAX 8              /* idle connections to the app kept per forwarder */
+#define FWD_IDLE_MAX 64             /* idle connections to the app kept per forwarder (one per busy gateway connection) */
 #define FWD_IDLE_S 1                /* how long one is kept (below common app keep-alive times) */
+#define FWD_GW_KEEP_S 75            /* a gateway connection between requests (nginx keeps 60 s) */
 
 /* The forwarder of sb's running container for port (1..65535), made if
  * there is none; address is "host:port" of its listener (out[80]) or, when
@@ -98,8 +115,25 @@ struct fwd_resp {
 /* rs for the answer to a request (head_request: to a HEAD). */
 void fwd_resp_init(struct fwd_resp *rs, int head_request);
 
-/* Feed the next n bytes of the answer; the state after them. */
+/* Feed the next n bytes of the answer; the state after them (bytes after
+ * a complete answer make it FWD_RS_RAW). */
 enum fwd_rs fwd_resp_feed(struct fwd_resp *rs, const char *p, size_t n);
+
+/* Feed at most n bytes, stopping at the end of the answer: how many of them
+ * belong to it (all of them once it is FWD_RS_RAW). Pure. */
+size_t fwd_resp_take(struct fwd_resp *rs, const char *p, size_t n);
+
+/* Listen on agent.preview_gateway (nothing when it is empty). 0, or -1
+ * with e (INTERNAL: the address is unusable or taken). */
+int fwd_gateway_start(struct agent *a, struct sbx_err *e);
+
+/* host:port of the gateway, "" when there is none. Borrowed. */
+const char *fwd_gateway_address(void);
+
+/* Split X-Sbx-Target "<tenant>/<id>/<generation>/<port>" into the sandbox
+ * key ("<tenant>.<id>", key[AGENT_KEY_MAX]), generation and port. 0, or -1
+ * when it is malformed. Pure (unit-tested). */
+int fwd_target_parse(const char *v, char *key, int64_t *generation, int *port);
 
 /* Close the forwarder of key's container for port, with its connections.
  * 1 closed, 0 there was none. */
@@ -109,9 +143,10 @@ int fwd_close(struct agent *a, const char *key, int port);
  * connections}]; new reference, NULL when out of memory. */
 json_t *fwd_list_json(struct agent *a, const char *key);
 
-/* Open forwarded connections against their caps: {sandbox: {open, limit},
- * tenant: {open, limit}, node: {open, limit, pending}} for sandbox key of
- * tenant; new reference, NULL when out of memory. */
+/* Open forwarded connections against their caps: {gateway: {address,
+ * accepted, requests, kept}, sandbox: {open, limit}, tenant: {open, limit},
+ * node: {open, limit, pending}} for sandbox key of tenant (gateway: the
+ * node's, since the agent started); new reference, NULL when out of memory. */
 json_t *fwd_counts_json(struct agent *a, const char *key, const char *tenant);
 
 /* Remove every header line called name (case-insensitive) from the request

@@ -227,9 +227,11 @@ static void write_entry(struct registry *reg)
 	if (reg->stats)
 		reg->stats(reg->stats_arg, &st);
 	util_xsnprintf(now, sizeof(now), "%lld", (long long)util_wall_ms());
-	send_cmd(reg, "HSET", "HSET %s name %s address %s capacity %lld capacityBy %s load %lld "
-		 "sandboxes %lld memoryMiB %lld cpusMilli %lld version %s startedAt %s lastHeartbeat %s",
+	send_cmd(reg, "HSET", "HSET %s name %s address %s previewGateway %s capacity %lld capacityBy %s "
+		 "load %lld sandboxes %lld memoryMiB %lld cpusMilli %lld version %s startedAt %s "
+		 "lastHeartbeat %s",
 		 reg->hash_key, reg->conf->agent.name, reg->conf->agent.listen,
+		 reg->conf->agent.preview_gateway,
 		 st.capacity, st.capacity_by, st.load, st.sandboxes, reg->memory_mib,
 		 reg->cpus_milli, reg->version, reg->started_at, now);
 	send_cmd(reg, "SADD", "SADD " RKEYS_NODES " %s", reg->conf->agent.name);

@@ -90,6 +90,8 @@ static const struct conf_entry entries[] = {
 	{ "agent", "proc_stdin_bytes", T_INT, OFF(agent.proc_stdin_bytes), "1048576", 4096, 67108864, NULL },
 	{ "agent", "metrics_listen", T_STR, OFF(agent.metrics_listen), "127.0.0.1:9471", 0, 0, NULL },
 	{ "agent", "max_execs_per_sandbox", T_INT, OFF(agent.max_execs_per_sandbox), "256", 1, 16384, NULL },
+	{ "agent", "preview_gateway", T_STR, OFF(agent.preview_gateway), "", 0, 0, NULL },
+	{ "agent", "preview_gateway_socket", T_STR, OFF(agent.preview_gateway_socket), "", 0, 0, NULL },
 
 	{ "sandbox", "memory_mib", T_INT, OFF(sandbox.memory_mib), "512", 16, 1048576, NULL },
 	{ "sandbox", "cpus_milli", T_INT, OFF(sandbox.cpus_milli), "1000", 10, 256000, NULL },

@@ -90,6 +90,8 @@ struct sbx_conf {
 		int64_t proc_stdin_bytes;       /* stdin queued for one background process */
 		char metrics_listen[CONF_STR_MAX]; /* host:port of the agent's /metrics; "" = off */
 		int64_t max_execs_per_sandbox;  /* exec commands running at once in one sandbox */
+		char preview_gateway[CONF_STR_MAX]; /* host:port of the preview gateway; "" = off */
+		char preview_gateway_socket[CONF_STR_MAX]; /* its unix socket for this host's nginx */
 	} agent;
 	struct {
 		int64_t memory_mib;

@@ -3,7 +3,8 @@
  * sbx-api when a port is exposed or a tunnel is made; forward.h):
  *
  *   PUT    /agent/v1/sandboxes/{tenant}/{id}/forwards/{port}   body {generation}?
- *          -> 200 {port, address, generation, created}
+ *          -> 200 {port, address, gateway, generation, created}
+ *          (gateway: host:port of the node's preview gateway, "" when off)
  *   DELETE /agent/v1/sandboxes/{tenant}/{id}/forwards/{port}   -> 204 (idempotent)
  *   GET    /agent/v1/sandboxes/{tenant}/{id}/forwards          -> {forwards:[…], connections}
  *          (connections: open forwarded connections against their caps,
@@ -36,8 +37,9 @@ int agent_forward_put(struct agent_call *c, struct sbx_err *e)
 		return -1;
 	sb->last_active_at = util_wall_ms();
 	httpd_reply_json(c->r, 200,
-			 json_pack("{s:i, s:s, s:I, s:b}", "port", c->port, "address", address,
-				   "generation", (json_int_t)sb->generation, "created", created));
+			 json_pack("{s:i, s:s, s:s, s:I, s:b}", "port", c->port, "address", address,
+				   "gateway", fwd_gateway_address(), "generation",
+				   (json_int_t)sb->generation, "created", created));
 	return 0;
 }
 

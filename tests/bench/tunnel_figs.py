@@ -133,12 +133,21 @@ def fig_preview(st, run):
                      "(wrk keep-alive with the node secret; no nginx, no auth_request)",
                      baseline="preview-direct")
     run.peak(fwd, "http://%s/" % rec["forward"], headers=("X-Sbx-Node-Secret: " + st.secret,))
+    out = [direct, fwd]
+    if rec.get("gateway"):
+        gw = run.Result("preview-gateway", "the node's preview gateway hit directly (wrk "
+                        "keep-alive with the node secret and the target nginx would set; "
+                        "every request framed and relayed on its own)", baseline="preview-direct")
+        run.peak(gw, "http://%s/" % rec["gateway"], headers=(
+            "X-Sbx-Node-Secret: " + st.secret,
+            "X-Sbx-Target: dev/%s/%d/%d" % (SID, rec["generation"], PORT)))
+        out.append(gw)
     via = run.Result("preview", "GET through a preview URL: nginx -> auth_request "
-                     "(/_sbx_preview, Redis) -> agent forwarder -> the server in the "
-                     "sandbox's netns", baseline="preview-direct")
+                     "(/_sbx_preview, cached 1 s) -> the node's preview gateway (kept "
+                     "connections) -> the server in the sandbox's netns", baseline="preview-direct")
     via.target = 0.50
     run.peak(via, st.url + "/", headers=("Host: " + host,))
-    return [direct, fwd, via]
+    return out + [via]
 
 
 def fig_tunnel_lookup(st, ctx, run):

@@ -9,13 +9,17 @@ test_ports.py.
 """
 
 import json
+import os
+import re
+import resource
 import socket
+import subprocess
 import time
 
 import pytest
 import requests
 
-from conftest import assert_error, stack_down, stack_up
+from conftest import ROOT, assert_error, stack_down, stack_up
 from test_ports import agent_forwards, expose, host_of, make_sandbox, via, wait_serving
 
 APP = r'''
@@ -39,7 +43,10 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
-        if self.path == "/headers":
+        if self.path == "/who":
+            with open("/workspace/who", "rb") as f:
+                self.body(200, f.read())
+        elif self.path == "/headers":
             self.body(200, json.dumps({k.lower(): v for k, v in self.headers.items()}).encode())
         elif self.path == "/accel":
             self.body(200, b"app-body\n", [
@@ -97,7 +104,8 @@ def start(st, sid, key=None):
     kw = {} if key is None else {"key": key}
     make_sandbox(st.api, sid, key=key)
     r = st.api("POST", "/v1/sandboxes/%s/exec" % sid,
-               json={"command": "cat > /workspace/edge.py", "stdin": APP}, **kw)
+               json={"command": "cat > /workspace/edge.py && echo %s > /workspace/who" % sid,
+                     "stdin": APP}, **kw)
     assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text
     r = st.api("POST", "/v1/sandboxes/%s/processes" % sid,
                json={"command": "python3 /workspace/edge.py %d %s" % (
@@ -109,9 +117,16 @@ def start(st, sid, key=None):
 
 
 def raw(address, request, timeout=5):
-    """Send request bytes to host:port, return everything read until EOF."""
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+    """Send request bytes to host:port (or unix:path), return everything
+    read until EOF."""
+    if address.startswith("unix:"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect(address[5:])
+    else:
+        host, port = address.rsplit(":", 1)
+        s = socket.create_connection((host, int(port)), timeout=timeout)
+    with s:
         s.sendall(request)
         out = b""
         while True:
@@ -243,3 +258,136 @@ def test_connections_are_capped_per_sandbox_tenant_and_node(capped):
                 lambda: counts(capped, "cap-a")["node"]["open"] == 0)
     r = via(capped, a["url"], "/")
     assert r.status_code == 200 and r.text == "app-body\n"
+
+
+# ---- the preview gateway (on the 1-agent stack: one node, one gateway) -------
+
+GW_APPS = {}
+
+
+def gw_app(st, sid):
+    """start(), once per sandbox of these tests."""
+    if sid not in GW_APPS:
+        GW_APPS[sid] = start(st, sid)
+    return GW_APPS[sid]
+
+
+def gateway(st):
+    return counts(st, "gw-a")["gateway"]
+
+
+def target_of(st, sid, tenant="dev"):
+    rec = json.loads(st.redis_cli("HGET", "sbx:sb:{%s/%s}:ports" % (tenant, sid), str(PORT)))
+    assert rec["gateway"] == st.env["SBX_GATEWAY_1"], rec
+    return "%s/%s/%d/%d" % (tenant, sid, rec["generation"], PORT)
+
+
+def test_gateway_serves_previews_of_two_sandboxes_over_kept_connections(capped):
+    """nginx keeps its connections to the node's gateway: requests for two
+    sandboxes, alternating on one client connection, each get their own
+    app's answer, and the gateway accepts (almost) no new connection."""
+    a, b = gw_app(capped, "gw-a"), gw_app(capped, "gw-b")
+    s = requests.Session()
+    for _ in range(3):   # nginx's worker has its kept connection now
+        assert s.get(capped.url + "/who", headers={"Host": host_of(a["url"])}, timeout=5).ok
+    before = gateway(capped)
+    for i in range(10):
+        sid, p = ("gw-a", a) if i % 2 == 0 else ("gw-b", b)
+        r = s.get(capped.url + "/who", headers={"Host": host_of(p["url"])}, timeout=5)
+        assert r.status_code == 200 and r.text == sid + "\n", (i, r.status_code, r.text[:200])
+    after = gateway(capped)
+    assert after["requests"] - before["requests"] == 10, (before, after)
+    # One client connection is one nginx worker, which reuses its own.
+    assert after["accepted"] - before["accepted"] <= 1, (before, after)
+    assert after["kept"] >= 1, after
+
+
+def test_client_cannot_steer_the_gateway(capped):
+    """A client's own X-Sbx-Target (or secret) never reaches the gateway:
+    nginx sets the target of the host's check, or none. Straight at the
+    gateway, a request needs the node secret and one well-formed target of
+    a forwarded port."""
+    a, b = gw_app(capped, "gw-a"), gw_app(capped, "gw-b")
+    forged = target_of(capped, "gw-b")
+    for hdrs in ({"X-Sbx-Target": forged},
+                 {"X-Sbx-Target": forged, "X-Sbx-Node-Secret": "guess"},
+                 # Not sent to the gateway (a body): the forwarder of a's port.
+                 {"X-Sbx-Target": forged, "Content-Length": "0"}):
+        r = requests.get(capped.url + "/who", headers=dict(hdrs, Host=host_of(a["url"])),
+                         timeout=5)
+        assert r.status_code == 200 and r.text == "gw-a\n", (hdrs, r.text[:200])
+    r = via(capped, a["url"], "/headers")
+    assert r.status_code == 200 and not any(k.startswith("x-sbx-") for k in r.json()), r.text
+    gw = capped.env["SBX_GATEWAY_1"]
+    req = b"GET /who HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s\r\n"
+    secret = b"X-Sbx-Node-Secret: " + capped.secret.encode() + b"\r\n"
+    cases = [
+        (b"X-Sbx-Target: " + forged.encode() + b"\r\n", 401, "UNAUTHORIZED"),
+        (secret, 400, "VALIDATION_FAILED"),
+        (secret + b"X-Sbx-Target: " + forged.encode() + b"\r\nX-Sbx-Target: " +
+         target_of(capped, "gw-a").encode() + b"\r\n", 400, "VALIDATION_FAILED"),
+        (secret + b"X-Sbx-Target: dev/gw-b/1/9\r\n", 503, "NODE_UNAVAILABLE"),
+        (secret + b"X-Sbx-Target: " + forged.encode() + b"\r\nContent-Length: 2\r\n", 400,
+         "VALIDATION_FAILED"),
+    ]
+    for extra, status, code in cases:
+        out = raw(gw, req % extra)
+        head, _, body = out.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 %d " % status), (extra, out[:300])
+        assert json.loads(body)["error"]["code"] == code, body
+        assert b"edge-gw" not in body
+    # With both, the gateway serves that sandbox (and the target goes no further).
+    out = raw(gw, req % (secret + b"X-Sbx-Target: " + forged.encode() + b"\r\n"))
+    assert out.startswith(b"HTTP/1.1 200 ") and out.endswith(b"\r\n\r\ngw-b\n"), out[:300]
+    # Its unix socket (this host's nginx uses it) asks for the same.
+    sock = "unix:" + os.path.join(capped.dir, "run", "gateway-1.sock")   # deploy/stack
+    with open(os.path.join(capped.dir, "conf", "sbx-agents.conf")) as f:
+        assert "server %s max_fails=0;" % sock in f.read()
+    out = raw(sock, req % (b"X-Sbx-Target: " + forged.encode() + b"\r\n"))
+    assert out.startswith(b"HTTP/1.1 401 "), out[:300]
+    out = raw(sock, req % (secret + b"X-Sbx-Target: " + forged.encode() + b"\r\n"))
+    assert out.startswith(b"HTTP/1.1 200 ") and out.endswith(b"\r\n\r\ngw-b\n"), out[:300]
+
+
+def lowest_free_fd(pid):
+    used = {int(n) for n in os.listdir("/proc/%d/fd" % pid)}
+    return min(set(range(len(used) + 1)) - used)
+
+
+def test_out_of_fds_is_no_capacity(capped):
+    """An accept that fails for want of fds (EMFILE) answers 503 NO_CAPACITY
+    (the node's limit), not NODE_UNAVAILABLE, and serving resumes after."""
+    a = gw_app(capped, "gw-a")
+    pid = capped.pid("agent-1")
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    req = b"GET /who HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    got = None
+    try:
+        # The agent's next fd is over the limit (retried if one of its fds
+        # closed meanwhile and the accept got that number).
+        for _ in range(5):
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (lowest_free_fd(pid), hard))
+            got = raw(capped.env["SBX_GATEWAY_1"], req)
+            if not got.startswith(b"HTTP/1.1 401 "):
+                break
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 "), got[:300]
+    err = json.loads(body)["error"]
+    assert err["code"] == "NO_CAPACITY" and "file descriptors" in err["message"], err
+    assert b"Retry-After: 1" in head
+    r = via(capped, a["url"], "/who")
+    assert r.status_code == 200 and r.text == "gw-a\n"
+
+
+def test_agents_gen_lists_the_gateway_from_the_registry(capped):
+    """sbx-agents-gen --redis gives the node's gateway a kept-alive upstream
+    of its own, as the dev stack's file does (docs/DEPLOY.md)."""
+    gen = os.path.join(ROOT, "deploy", "nginx", "sbx-agents-gen")
+    r = subprocess.run([gen, "--redis", "-h", "127.0.0.1", "-p", str(capped.redis_port)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    for addr in (capped.env["SBX_AGENT_1"], capped.env["SBX_GATEWAY_1"]):
+        assert "server %s max_fails=0;" % addr in r.stdout, r.stdout
+        assert re.search(r'"%s"\s+sbx_node_\d+;' % re.escape(addr), r.stdout), r.stdout
