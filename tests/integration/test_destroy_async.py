@@ -1,0 +1,107 @@
+"""A destroy off the agent's loop (rt_destroy; docs/ARCHITECTURE.md "Builds
+off the loop"): after its SIGKILL the loop goes on, and the container's
+teardown (reap, network, cgroups, id range) runs once its init's pidfd says
+it exited. What an answer promises is kept all the same:
+
+- a DELETE is answered only once nothing of the container is left on the
+  host, also when its processes ignore SIGTERM and fork children; a PUT of
+  the same id right after it starts the sandbox again (201, or 503
+  NODE_UNAVAILABLE with Retry-After while it is still dying, then 201);
+- a restart (stop, then start of the same key) continues from the end of
+  the stop: back to back, every one answers 200;
+- many DELETEs at once all answer 204 with nothing left, and an exec on
+  another sandbox is answered meanwhile.
+"""
+
+import concurrent.futures
+import time
+import uuid
+
+from conftest import sandbox_procs
+from test_builds import agent, call, cleanup, headers, leftovers, put, record
+
+import requests
+
+TRAP = ("(trap '' TERM; for i in 1 2 3; do (trap '' TERM; while :; do sleep 1; done) & done; "
+        "while :; do sleep 1; done) >/dev/null 2>&1 </dev/null &")
+
+
+def exec_api(stack, sid, command):
+    return stack.data("POST", "/v1/sandboxes/%s/exec" % sid, json={"command": command},
+                      timeout=60)
+
+
+def test_delete_then_put_of_the_same_id(stack):
+    sid, _ = stack.create("da")
+    key = "dev." + sid
+    try:
+        r = exec_api(stack, sid, TRAP)
+        assert r.status_code == 200, r.text
+        for _ in range(100):
+            if len(sandbox_procs(key)) >= 5:
+                break
+            time.sleep(0.05)
+        assert len(sandbox_procs(key)) >= 5, sandbox_procs(key)
+        r = stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+        # checked as soon as the DELETE is answered: nothing may be left
+        left = leftovers(key)
+        assert r.status_code == 204, r.text
+        assert left == ([], [], False), "left behind after the DELETE: %r" % (left,)
+        for _ in range(50):
+            r = stack.api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+            if r.status_code != 503:
+                break
+            assert r.json()["error"]["code"] == "NODE_UNAVAILABLE", r.text
+            assert r.headers.get("Retry-After"), dict(r.headers)
+            time.sleep(0.2)
+        assert r.status_code == 201, (r.status_code, r.text)
+    finally:
+        stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def test_restart_back_to_back(stack):
+    sid, _ = stack.create("dr")
+    try:
+        gens = []
+        for i in range(20):
+            r = stack.api("POST", "/v1/sandboxes/%s/restart" % sid, timeout=60)
+            assert r.status_code == 200, (i, r.status_code, r.text)
+            assert r.json()["state"] == "running", r.text
+            gens.append(r.json()["generation"])
+        assert gens == sorted(set(gens)), gens
+        r = exec_api(stack, sid, "echo up")
+        assert r.status_code == 200 and r.json()["stdout"] == "up\n", r.text
+    finally:
+        stack.api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def test_many_deletes_at_once_leave_nothing(stack):
+    sids = ["dm-%s" % uuid.uuid4().hex[:8] for _ in range(50)]
+    other = "do-" + uuid.uuid4().hex[:8]
+    try:
+        for sid in sids + [other]:
+            record(stack, sid)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=10) as pool:
+            codes = list(pool.map(lambda sid: put(stack, sid)[0], sids + [other]))
+        assert codes == [201] * len(codes), codes
+
+        def delete(sid):
+            r = call(stack, "DELETE", sid)
+            return r.status_code, leftovers("dev." + sid)
+
+        def exec_other():
+            return requests.post(agent(stack) + "/v1/sandboxes/%s/exec" % other,
+                                 json={"command": "echo served"}, headers=headers(stack),
+                                 timeout=60)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(sids) + 1) as pool:
+            deletes = {sid: pool.submit(delete, sid) for sid in sids}
+            ex = pool.submit(exec_other)
+            results = {sid: f.result() for sid, f in deletes.items()}
+            r = ex.result()
+        assert r.status_code == 200 and r.json()["stdout"] == "served\n", r.text
+        for sid, (code, left) in results.items():
+            assert code == 204, (sid, code)
+            assert left == ([], [], False), "%s left behind after its DELETE: %r" % (sid, left)
+    finally:
+        cleanup(stack, sids + [other])
