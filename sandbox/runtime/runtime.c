@@ -1494,8 +1494,11 @@ void rt_destroy(struct rt *rt, struct rt_sandbox *sb)
 		if (d->ev)
 			event_free(d->ev);
 		d->ev = NULL;
-		if (d != &local)
-			memcpy(&local, d, sizeof(local)), free(d), d = &local;
+		if (d != &local) {
+			local = *d;
+			free(d);
+			d = &local;
+		}
 		dying_finish(d, 1);
 	}
 	sb->dead = 1;
