@@ -39,6 +39,9 @@
 
 static struct rt_sandbox *rt_find(struct rt *rt, const char *key);
 static int builders_start(struct rt *rt, struct sbx_err *e);
+struct rt_dying;
+static void dying_work(struct rt_dying *d, int wait);
+static void on_reaped_back(evutil_socket_t fd, short what, void *arg);
 static void builders_stop(struct rt *rt);
 
 #define RT_KEY_MAX 160
@@ -108,6 +111,8 @@ struct rt_dying {
 	int64_t host_uid;
 	int pooled;               /* not in rt->ndying */
 	int heap;                 /* allocated and in rt->dying (else on the stack) */
+	struct rt_dying *qnext;   /* rt->reap_queue, under rt->lock */
+	int off_loop;             /* given to a build thread (on_reaped) */
 	struct egress_link net;
 	struct event *ev;
 	struct rt_gone_waiter *waiters;
@@ -150,6 +155,11 @@ struct rt {
 	unsigned nthreads;
 	struct donepipe built;   /* build threads -> loop: struct rt_build pointers */
 	struct event *ev_done;
+	/* Dying containers whose init exited, for a build thread to reap and
+	 * release (dying_work; under lock), handed back through reaped. */
+	struct rt_dying *reap_queue;
+	struct donepipe reaped;
+	struct event *ev_reaped;
 	/* ids is the build threads' under ids_lock (idrange_get opens and
 	 * flocks a file, and scans /proc when full); the loop gives ranges
 	 * back through ids_put (under lock), taken in by the next get. */
@@ -1133,10 +1143,20 @@ static void *builder_main(void *arg)
 
 	for (;;) {
 		struct rt_build *b;
+		struct rt_dying *d;
 
 		pthread_mutex_lock(&rt->lock);
-		while (!rt->queue && !rt->stopping)
+		while (!rt->queue && !rt->reap_queue && !rt->stopping)
 			pthread_cond_wait(&rt->wake, &rt->lock);
+		if ((d = rt->reap_queue)) {
+			rt->reap_queue = d->qnext;
+			pthread_mutex_unlock(&rt->lock);
+			dying_work(d, 1);
+			if (donepipe_post(&rt->reaped, d) < 0)
+				log_error("sandbox '%s': cannot tell the loop it is gone: %s", d->key,
+					  strerror(errno));
+			continue;
+		}
 		b = rt->queue;
 		if (b) {
 			rt->queue = b->qnext;
@@ -1198,8 +1218,13 @@ static int builders_start(struct rt *rt, struct sbx_err *e)
 	int rc = 0;
 
 	rt->queue_tail = &rt->queue;
+	rt->reaped.fd[0] = rt->reaped.fd[1] = -1;
 	/* first: builders_stop releases it whatever failed after */
 	if (donepipe_init(&rt->built, e) < 0) {
+		err_prefix(e, "cannot set up the build threads");
+		return -1;
+	}
+	if (donepipe_init(&rt->reaped, e) < 0) {
 		err_prefix(e, "cannot set up the build threads");
 		return -1;
 	}
@@ -1207,6 +1232,10 @@ static int builders_start(struct rt *rt, struct sbx_err *e)
 		return err_set(e, SBX_E_INTERNAL, "cannot set up the build threads");
 	rt->ev_done = event_new(rt->base, donepipe_fd(&rt->built), EV_READ | EV_PERSIST, on_built, rt);
 	if (!rt->ev_done || event_add(rt->ev_done, NULL) < 0)
+		return err_sys(e, ENOMEM, "cannot set up the build threads");
+	rt->ev_reaped = event_new(rt->base, donepipe_fd(&rt->reaped), EV_READ | EV_PERSIST,
+				  on_reaped_back, rt);
+	if (!rt->ev_reaped || event_add(rt->ev_reaped, NULL) < 0)
 		return err_sys(e, ENOMEM, "cannot set up the build threads");
 	rt->nthreads = cpus > 0 ? (unsigned)cpus * 2 : 2;
 	if (rt->nthreads > RT_BUILD_THREADS_MAX)
@@ -1269,6 +1298,10 @@ static void builders_stop(struct rt *rt)
 		event_free(rt->ev_done);
 	rt->ev_done = NULL;
 	donepipe_release(&rt->built);
+	if (rt->ev_reaped)
+		event_free(rt->ev_reaped);
+	rt->ev_reaped = NULL;
+	donepipe_release(&rt->reaped);
 }
 
 struct rt_build *rt_create_async(struct rt *rt, const struct rt_spec *spec, int pooled,
@@ -1357,21 +1390,27 @@ unsigned rt_dying_count(const struct rt *rt)
 	return rt->ndying;
 }
 
-/* d's init is gone, or is waited for (wait): reap it and release what the
- * container held; then queue the builds that waited for its key and run
- * its waiters. Frees d (when on the heap). */
-static void dying_finish(struct rt_dying *d, int wait)
+/* d's init is gone, or is waited for (wait): reap it and release its
+ * network and cgroups (any thread: a build thread, on_reaped's). */
+static void dying_work(struct rt_dying *d, int wait)
+{
+	struct rt *rt = d->rt;
+
+	spawn_reap(d->pidfd, wait);
+	close(d->pidfd);
+	d->pidfd = -1;
+	net_release(rt, &d->net);
+	if (rt->cg->ops->destroy(rt->cg, d->cg_key) < 0)
+		log_warn("sandbox '%s': cgroup not fully removed: %s", d->key, strerror(errno));
+}
+
+/* On the loop, after dying_work: give the id range back, queue the builds
+ * that waited for d's key and run its waiters. Frees d (when on the heap). */
+static void dying_done(struct rt_dying *d)
 {
 	struct rt *rt = d->rt;
 	struct rt_gone_waiter *w;
 
-	spawn_reap(d->pidfd, wait);
-	close(d->pidfd);
-	if (d->ev)
-		event_free(d->ev);
-	net_release(rt, &d->net);
-	if (rt->cg->ops->destroy(rt->cg, d->cg_key) < 0)
-		log_warn("sandbox '%s': cgroup not fully removed: %s", d->key, strerror(errno));
 	/* init is reaped, so every process of its pid namespace is gone; the
 	 * cgroup's helpers too (killed by rt_destroy) */
 	if (d->host_uid >= 0)
@@ -1408,11 +1447,52 @@ static void dying_finish(struct rt_dying *d, int wait)
 		free(d);
 }
 
+/* Both on the loop (a fallback, rt_free). */
+static void dying_finish(struct rt_dying *d, int wait)
+{
+	if (d->ev)
+		event_free(d->ev);
+	d->ev = NULL;
+	dying_work(d, wait);
+	dying_done(d);
+}
+
+/* d's init exited: a build thread reaps it and removes its cgroups (their
+ * rmdir takes milliseconds), the loop finishes when it is handed back. */
 static void on_reaped(evutil_socket_t fd, short what, void *arg)
 {
+	struct rt_dying *d = arg;
+	struct rt *rt = d->rt;
+
 	(void)fd;
 	(void)what;
-	dying_finish(arg, 1);
+	if (!rt->nthreads) {
+		dying_finish(d, 1);
+		return;
+	}
+	event_free(d->ev);
+	d->ev = NULL;
+	d->off_loop = 1;
+	pthread_mutex_lock(&rt->lock);
+	d->qnext = rt->reap_queue;
+	rt->reap_queue = d;
+	pthread_cond_signal(&rt->wake);
+	pthread_mutex_unlock(&rt->lock);
+}
+
+static void reaped_posted(void *d, void *arg)
+{
+	(void)arg;
+	dying_done(d);
+}
+
+static void on_reaped_back(evutil_socket_t fd, short what, void *arg)
+{
+	struct rt *rt = arg;
+
+	(void)fd;
+	(void)what;
+	donepipe_drain(&rt->reaped, reaped_posted, NULL);
 }
 
 void rt_after_gone(struct rt *rt, const char *key, void (*done)(void *arg), void *arg)
@@ -1427,6 +1507,12 @@ void rt_after_gone(struct rt *rt, const char *key, void (*done)(void *arg), void
 		return;
 	}
 	w = calloc(1, sizeof(*w));
+	if (!w && d->off_loop) {
+		/* no memory to wait with, and a thread has it: no wait */
+		log_error("sandbox '%s': out of memory: answered before its container is gone", key);
+		done(arg);
+		return;
+	}
 	if (!w) {
 		/* no memory to wait with: wait here */
 		log_warn("sandbox '%s': waiting on the loop for its container to die", key);
@@ -1517,10 +1603,30 @@ static void dying_wait_all(struct rt *rt)
 	int64_t deadline = util_now_ms() + RT_DYING_WAIT_MS;
 
 	while (rt->dying) {
-		struct rt_dying *d = rt->dying;
-		struct pollfd p = { .fd = d->pidfd, .events = POLLIN };
+		struct rt_dying *d, *q;
 		int64_t left = deadline - util_now_ms();
 		int rc;
+
+		/* the ones no thread took yet: here */
+		pthread_mutex_lock(&rt->lock);
+		q = rt->reap_queue;
+		rt->reap_queue = NULL;
+		pthread_mutex_unlock(&rt->lock);
+		while ((d = q)) {
+			q = d->qnext;
+			dying_finish(d, 1);
+		}
+		for (d = rt->dying; d && d->off_loop; d = d->next)
+			;
+		if (!d) {
+			/* the rest are on threads */
+			if (donepipe_wait(&rt->reaped, left > 0 ? (int)left : 0))
+				donepipe_drain(&rt->reaped, reaped_posted, NULL);
+			else if (left <= 0)
+				break;
+			continue;
+		}
+		struct pollfd p = { .fd = d->pidfd, .events = POLLIN };
 
 		do
 			rc = poll(&p, 1, left > 0 ? (int)left : 0);
