@@ -10,15 +10,21 @@ it exited. What an answer promises is kept all the same:
 - a restart (stop, then start of the same key) continues from the end of
   the stop: back to back, every one answers 200;
 - many DELETEs at once all answer 204 with nothing left, and an exec on
-  another sandbox is answered meanwhile.
+  another sandbox is answered meanwhile;
+- while a container cannot die (one of its processes is held in a frozen
+  freezer cgroup the test made, so its init waits for it), its DELETE waits,
+  the loop serves (an exec on another sandbox answers), and a start of its
+  key is 503 NODE_UNAVAILABLE with Retry-After; once it is let go the
+  DELETE answers with nothing left and the start succeeds.
 """
 
 import concurrent.futures
+import os
 import time
 import uuid
 
 from conftest import sandbox_procs
-from test_builds import agent, call, cleanup, headers, leftovers, put, record
+from test_builds import agent, call, cleanup, entry, headers, leftovers, put, record, until
 
 import requests
 
@@ -105,3 +111,59 @@ def test_many_deletes_at_once_leave_nothing(stack):
             assert left == ([], [], False), "%s left behind after its DELETE: %r" % (sid, left)
     finally:
         cleanup(stack, sids + [other])
+
+
+def test_a_dying_container_holds_its_key_not_the_loop(stack):
+    sid, other = "dh-" + uuid.uuid4().hex[:8], "dk-" + uuid.uuid4().hex[:8]
+    hold = "/sys/fs/cgroup/freezer/sbx-test-hold-" + uuid.uuid4().hex[:8]
+
+    def freezer(state):
+        with open(os.path.join(hold, "freezer.state"), "w") as f:
+            f.write(state)
+
+    try:
+        for s in (sid, other):
+            record(stack, s)
+            assert put(stack, s)[0] == 201
+        r = requests.post(agent(stack) + "/v1/sandboxes/%s/exec" % sid,
+                          json={"command": "sleep 1000 >/dev/null 2>&1 </dev/null &"},
+                          headers=headers(stack), timeout=60)
+        assert r.status_code == 200, r.text
+        pid = until("the sleep runs", lambda: [p for p, comm, _ in sandbox_procs("dev." + sid)
+                                               if comm == "sleep"])[0]
+        os.makedirs(hold)
+        with open(os.path.join(hold, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+        freezer("FROZEN")
+        until("the sleep is frozen", lambda: open(os.path.join(hold, "freezer.state")).read()
+              .strip() == "FROZEN")
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            deleted = pool.submit(lambda: (call(stack, "DELETE", sid).status_code,
+                                           leftovers("dev." + sid)))
+            until("the DELETE reached the agent", lambda: not entry(stack, sid))
+            # init waits for the frozen sleep: the container is dying
+            r = requests.post(agent(stack) + "/v1/sandboxes/%s/exec" % other,
+                              json={"command": "echo served"}, headers=headers(stack),
+                              timeout=30)
+            assert r.status_code == 200 and r.json()["stdout"] == "served\n", r.text
+            code, body = put(stack, sid)
+            assert code == 503 and body["error"]["code"] == "NODE_UNAVAILABLE", (code, body)
+            r = requests.put(agent(stack) + "/agent/v1/sandboxes/dev/" + sid,
+                             json={"generation": 1, "epoch": 1}, headers=headers(stack),
+                             timeout=30)
+            assert r.status_code == 503 and r.headers.get("Retry-After") == "1", dict(r.headers)
+            assert not deleted.done(), deleted.result()
+            freezer("THAWED")
+            code, left = deleted.result()
+        assert code == 204, code
+        assert left == ([], [], False), "left behind after the DELETE: %r" % (left,)
+        code, body = put(stack, sid)
+        assert code == 201 and body["state"] == "running", (code, body)
+    finally:
+        if os.path.isdir(hold):
+            freezer("THAWED")
+        cleanup(stack, [sid, other])
+        if os.path.isdir(hold):
+            until("the hold cgroup is empty", lambda: not open(os.path.join(hold, "cgroup.procs"))
+                  .read().strip())
+            os.rmdir(hold)
