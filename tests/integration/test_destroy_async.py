@@ -15,7 +15,9 @@ it exited. What an answer promises is kept all the same:
   freezer cgroup the test made, so its init waits for it), its DELETE waits,
   the loop serves (an exec on another sandbox answers), and a start of its
   key is 503 NODE_UNAVAILABLE with Retry-After; once it is let go the
-  DELETE answers with nothing left and the start succeeds.
+  DELETE answers with nothing left and the start succeeds; a restart
+  (a new generation of the running sandbox) meanwhile waits for it instead
+  of being refused, and starts once it is gone.
 """
 
 import concurrent.futures
@@ -113,31 +115,51 @@ def test_many_deletes_at_once_leave_nothing(stack):
         cleanup(stack, sids + [other])
 
 
-def test_a_dying_container_holds_its_key_not_the_loop(stack):
-    sid, other = "dh-" + uuid.uuid4().hex[:8], "dk-" + uuid.uuid4().hex[:8]
-    hold = "/sys/fs/cgroup/freezer/sbx-test-hold-" + uuid.uuid4().hex[:8]
+class Undying:
+    """Keep sid's container from dying: a process of it is moved into a
+    frozen freezer cgroup of the test's own, so its init, once killed,
+    waits for it. with: held; on exit let go and removed."""
 
-    def freezer(state):
-        with open(os.path.join(hold, "freezer.state"), "w") as f:
-            f.write(state)
-
-    try:
-        for s in (sid, other):
-            record(stack, s)
-            assert put(stack, s)[0] == 201
+    def __init__(self, stack, sid):
+        self.dir = "/sys/fs/cgroup/freezer/sbx-test-hold-" + uuid.uuid4().hex[:8]
         r = requests.post(agent(stack) + "/v1/sandboxes/%s/exec" % sid,
                           json={"command": "sleep 1000 >/dev/null 2>&1 </dev/null &"},
                           headers=headers(stack), timeout=60)
         assert r.status_code == 200, r.text
-        pid = until("the sleep runs", lambda: [p for p, comm, _ in sandbox_procs("dev." + sid)
-                                               if comm == "sleep"])[0]
-        os.makedirs(hold)
-        with open(os.path.join(hold, "cgroup.procs"), "w") as f:
-            f.write(str(pid))
-        freezer("FROZEN")
-        until("the sleep is frozen", lambda: open(os.path.join(hold, "freezer.state")).read()
-              .strip() == "FROZEN")
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        self.pid = until("the sleep runs", lambda: [
+            p for p, comm, _ in sandbox_procs("dev." + sid) if comm == "sleep"])[0]
+
+    def _file(self, name):
+        return os.path.join(self.dir, name)
+
+    def let_go(self):
+        with open(self._file("freezer.state"), "w") as f:
+            f.write("THAWED")
+
+    def __enter__(self):
+        os.makedirs(self.dir)
+        with open(self._file("cgroup.procs"), "w") as f:
+            f.write(str(self.pid))
+        with open(self._file("freezer.state"), "w") as f:
+            f.write("FROZEN")
+        until("the sleep is frozen",
+              lambda: open(self._file("freezer.state")).read().strip() == "FROZEN")
+        return self
+
+    def __exit__(self, *exc):
+        self.let_go()
+        until("the hold cgroup is empty", lambda: not open(self._file("cgroup.procs")).read().strip())
+        os.rmdir(self.dir)
+
+
+def test_a_dying_container_holds_its_key_not_the_loop(stack):
+    sid, other = "dh-" + uuid.uuid4().hex[:8], "dk-" + uuid.uuid4().hex[:8]
+    try:
+        for s in (sid, other):
+            record(stack, s)
+            assert put(stack, s)[0] == 201
+        with Undying(stack, sid) as held, \
+                concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
             deleted = pool.submit(lambda: (call(stack, "DELETE", sid).status_code,
                                            leftovers("dev." + sid)))
             until("the DELETE reached the agent", lambda: not entry(stack, sid))
@@ -153,17 +175,34 @@ def test_a_dying_container_holds_its_key_not_the_loop(stack):
                              timeout=30)
             assert r.status_code == 503 and r.headers.get("Retry-After") == "1", dict(r.headers)
             assert not deleted.done(), deleted.result()
-            freezer("THAWED")
+            held.let_go()
             code, left = deleted.result()
         assert code == 204, code
         assert left == ([], [], False), "left behind after the DELETE: %r" % (left,)
         code, body = put(stack, sid)
         assert code == 201 and body["state"] == "running", (code, body)
     finally:
-        if os.path.isdir(hold):
-            freezer("THAWED")
         cleanup(stack, [sid, other])
-        if os.path.isdir(hold):
-            until("the hold cgroup is empty", lambda: not open(os.path.join(hold, "cgroup.procs"))
-                  .read().strip())
-            os.rmdir(hold)
+
+
+def test_a_restart_waits_for_the_container_it_replaces(stack):
+    sid = "dw-" + uuid.uuid4().hex[:8]
+    try:
+        record(stack, sid)
+        code, first = put(stack, sid)
+        assert code == 201, first
+        with Undying(stack, sid) as held, \
+                concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            # a new generation of a running sandbox: stop, then start again
+            again = pool.submit(lambda: requests.put(
+                agent(stack) + "/agent/v1/sandboxes/dev/" + sid,
+                json={"generation": 2, "epoch": 1}, headers=headers(stack), timeout=60))
+            until("the old container is stopped",
+                  lambda: (entry(stack, sid) or {}).get("generation") == 2)
+            assert not again.done(), again.result().text
+            held.let_go()
+            r = again.result()
+        assert r.status_code == 201 and r.json()["state"] == "running", r.text
+        assert r.json()["startedAt"] != first["startedAt"], (first, r.json())
+    finally:
+        cleanup(stack, [sid])
