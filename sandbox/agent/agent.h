@@ -167,6 +167,13 @@ int agent_env_check(const json_t *env, int allow_null, struct sbx_err *e);
 void agent_sb_stop(struct agent *a, struct agent_sb *sb);
 void agent_sb_remove(struct agent *a, struct agent_sb *sb);
 
+/* Answer r with status and body (owned; NULL: no body) once nothing of the
+ * stopped container of key is left on the host (rt_after_gone): what a
+ * stop, a delete or a restart promises its caller. At once when nothing
+ * of it is dying; else r is deferred. */
+void agent_reply_after_gone(struct agent *a, struct httpd_req *r, const char *key, int status,
+			    json_t *body);
+
 /* "The container of sb is gone": the one place where the modules that keep
  * state per container (sessions, processes, tunnels, forwarders) release
  * it: the container_gone hooks of agent_modules[] (module.h), in order.

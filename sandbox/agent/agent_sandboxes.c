@@ -308,6 +308,66 @@ void agent_sb_stop(struct agent *a, struct agent_sb *sb)
 	agent_sb_recount(a, sb);
 }
 
+struct gone_reply {
+	struct httpd_req *r;       /* NULL once the request is over */
+	int status;
+	json_t *body;
+};
+
+static void gone_reply_closed(void *arg, int failed)
+{
+	struct gone_reply *g = arg;
+
+	(void)failed;
+	g->r = NULL;
+}
+
+static void gone_reply_send(struct httpd_req *r, int status, json_t *body)
+{
+	if (body)
+		httpd_reply_json(r, status, body);
+	else
+		httpd_reply_empty(r, status);
+}
+
+static void gone_reply_done(void *arg)
+{
+	struct gone_reply *g = arg;
+
+	if (g->r) {
+		httpd_on_close(g->r, NULL, NULL);
+		gone_reply_send(g->r, g->status, g->body);
+	} else {
+		json_decref(g->body);
+	}
+	free(g);
+}
+
+static void gone_nothing(void *arg)
+{
+	(void)arg;
+}
+
+void agent_reply_after_gone(struct agent *a, struct httpd_req *r, const char *key, int status,
+			    json_t *body)
+{
+	struct gone_reply *g = NULL;
+
+	if (!rt_key_dying(a->rt, key) || !(g = calloc(1, sizeof(*g)))) {
+		/* out of memory: rt_after_gone waits on the loop instead */
+		if (rt_key_dying(a->rt, key))
+			rt_after_gone(a->rt, key, gone_nothing, NULL);
+		gone_reply_send(r, status, body);
+		return;
+	}
+	g->r = r;
+	g->status = status;
+	g->body = body;
+	httpd_on_close(r, gone_reply_closed, g);
+	httpd_defer(r);
+	rt_after_gone(a->rt, key, gone_reply_done, g);
+}
+
 void agent_sb_unlink(struct agent *a, struct agent_sb *sb)
 {
 	if (!sb->pprev)
@@ -611,7 +671,8 @@ static void build_gone(void *arg)
 	waiters_answer(q, NULL, &e);
 	if (q->del) {
 		httpd_on_close(q->del, NULL, NULL);
-		httpd_reply_empty(q->del, 204);
+		/* a restart's build given up: the container it replaced may be dying */
+		agent_reply_after_gone(q->a, q->del, q->key, 204, NULL);
 	}
 	free(q);
 }
@@ -767,7 +828,9 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 	}
 	if (sb && sb->build)
 		return build_wait(c, sb, &p, e);
-	running = a->noccupied - (sb && sb->occupying);
+	/* dying containers count until reaped, but for sb's own (it takes its place) */
+	running = a->noccupied - (sb && sb->occupying) + rt_dying_count(a->rt) -
+		  (sb && rt_key_dying(a->rt, sb->key));
 	if (running >= capacity_now(&a->cap, running, &by))
 		return err_set(e, SBX_E_NO_CAPACITY, "this node is full (%u sandboxes; limit: %s)",
 			       running, by);
@@ -826,7 +889,11 @@ int agent_sandbox_put(struct agent_call *c, struct sbx_err *e)
 				 .layers = remote ? img.layers : NULL,
 				 .workdir = remote && img.workdir[0] ? img.workdir : NULL,
 				 .uid = remote ? img.uid : 0, .gid = remote ? img.gid : 0,
-				 .network = sb->network, .limits = sb->limits, .env = sb->base_env };
+				 .network = sb->network, .limits = sb->limits, .env = sb->base_env,
+				 /* a restart (or a wake after a sleep) waits for the
+				  * container it replaces; a new start of a key whose
+				  * container dies is refused meanwhile (503) */
+				 .after_gone = fresh == NULL };
 	if (img.lock_fd > 0)
 		sb->image_lock_fd = steal_fd(&img.lock_fd);
 	/* warm pool (pool.h): a matching spec takes a pre-built sandbox */
@@ -884,8 +951,10 @@ int agent_sandbox_list(struct agent_call *c, struct sbx_err *e)
 
 /* A stop answered once Redis has applied what came before it. */
 struct stop_answer {
+	struct agent *a;
 	struct httpd_req *r;       /* NULL once the request is over */
 	json_t *body;
+	char key[AGENT_KEY_MAX];
 };
 
 static void stop_answer_closed(void *arg, int failed)
@@ -903,7 +972,7 @@ static void stop_answer_reply(void *arg, struct redisReply *reply)
 	(void)reply;
 	if (q->r) {
 		httpd_on_close(q->r, NULL, NULL);
-		httpd_reply_json(q->r, 200, q->body);
+		agent_reply_after_gone(q->a, q->r, q->key, 200, q->body);
 	} else {
 		json_decref(q->body);
 	}
@@ -928,14 +997,16 @@ int agent_sandbox_stop(struct agent_call *c, struct sbx_err *e)
 	 * restoreFrom. */
 	q = saved[0] ? calloc(1, sizeof(*q)) : NULL;
 	if (q && registry_command(c->a->reg, stop_answer_reply, q, "PING") == 0) {
+		q->a = c->a;
 		q->r = c->r;
 		q->body = body;
+		snprintf(q->key, sizeof(q->key), "%s", c->key);
 		httpd_on_close(c->r, stop_answer_closed, q);
 		httpd_defer(c->r);
 		return 0;
 	}
 	free(q);
-	httpd_reply_json(c->r, 200, body);
+	agent_reply_after_gone(c->a, c->r, c->key, 200, body);
 	return 0;
 }
 
@@ -968,7 +1039,7 @@ int agent_sandbox_delete(struct agent_call *c, struct sbx_err *e)
 		agent_sb_remove(c->a, c->sb);
 		log_info("sandbox '%s' destroyed", c->key);
 	}
-	httpd_reply_empty(c->r, 204);
+	agent_reply_after_gone(c->a, c->r, c->key, 204, NULL);
 	return 0;
 }
 

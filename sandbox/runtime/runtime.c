@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -38,6 +39,9 @@
 
 static struct rt_sandbox *rt_find(struct rt *rt, const char *key);
 static int builders_start(struct rt *rt, struct sbx_err *e);
+struct rt_dying;
+static void dying_work(struct rt_dying *d, int wait);
+static void on_reaped_back(evutil_socket_t fd, short what, void *arg);
 static void builders_stop(struct rt *rt);
 
 #define RT_KEY_MAX 160
@@ -89,6 +93,31 @@ struct rt_sandbox {
 	struct egress_link net;  /* network "egress" only */
 };
 
+/* Someone waiting for a dying container to be gone (rt_after_gone). */
+struct rt_gone_waiter {
+	struct rt_gone_waiter *next;
+	void (*done)(void *arg);
+	void *arg;
+};
+
+/* A container killed by rt_destroy whose init is not reaped yet: what is
+ * released once it is (dying_finish). */
+struct rt_dying {
+	struct rt_dying *next;
+	struct rt *rt;
+	char key[RT_KEY_MAX];
+	char cg_key[RT_KEY_MAX];
+	int pidfd;
+	int64_t host_uid;
+	int pooled;               /* not in rt->ndying */
+	int heap;                 /* allocated and in rt->dying (else on the stack) */
+	struct rt_dying *qnext;   /* rt->reap_queue, under rt->lock */
+	int off_loop;             /* given to a build thread (on_reaped) */
+	struct egress_link net;
+	struct event *ev;
+	struct rt_gone_waiter *waiters;
+};
+
 struct rt {
 	struct event_base *base;
 	struct sbx_conf conf;
@@ -107,6 +136,8 @@ struct rt {
 	struct rt_sandbox *list;
 	unsigned count;
 	unsigned npooled;  /* warm pool members (in list, not in count) */
+	struct rt_dying *dying;  /* killed, not yet reaped (rt_destroy) */
+	unsigned ndying;   /* of them not pooled: they count against the capacity */
 	rt_sandbox_died_cb died_cb;
 	void *died_arg;
 	char *buf;         /* INITPROTO_MAX bytes for encoding and receiving */
@@ -124,6 +155,11 @@ struct rt {
 	unsigned nthreads;
 	struct donepipe built;   /* build threads -> loop: struct rt_build pointers */
 	struct event *ev_done;
+	/* Dying containers whose init exited, for a build thread to reap and
+	 * release (dying_work; under lock), handed back through reaped. */
+	struct rt_dying *reap_queue;
+	struct donepipe reaped;
+	struct event *ev_reaped;
 	/* ids is the build threads' under ids_lock (idrange_get opens and
 	 * flocks a file, and scans /proc when full); the loop gives ranges
 	 * back through ids_put (under lock), taken in by the next get. */
@@ -142,6 +178,8 @@ struct rt_build {
 	int pooled;
 	int queued;                /* in rt->queue (under rt->lock) */
 	int cancelled;             /* loop: done never runs, the result is destroyed */
+	int held;                  /* spec.after_gone: not queued until the key's dying
+				    * container is gone (dying_finish queues it) */
 	rt_built_cb done;
 	void *arg;
 	void (*gone)(void *arg);
@@ -752,13 +790,17 @@ static int key_free(struct rt *rt, const char *key, struct sbx_err *e)
 	if (rt_find(rt, key))
 		return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists", key);
 	for (struct rt_build *b = rt->builds; b; b = b->next)
-		if (strcmp(b->sb->key, key) == 0)
-			return b->cancelled ? err_set(e, SBX_E_NODE_UNAVAILABLE,
-						      "sandbox '%s' is still being stopped on "
-						      "this node; retry", key)
-					    : err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists",
-						      key);
+		if (strcmp(b->sb->key, key) == 0) {
+			if (!b->cancelled)
+				return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists", key);
+			goto stopping;
+		}
+	if (rt_key_dying(rt, key))
+		goto stopping;
 	return 0;
+stopping:
+	return err_set(e, SBX_E_NODE_UNAVAILABLE,
+		       "sandbox '%s' is still being stopped on this node; retry", key);
 }
 
 static void build_free(struct rt_build *b)
@@ -779,7 +821,8 @@ static struct rt_build *build_prepare(struct rt *rt, const struct rt_spec *spec,
 	const char *image = (spec->image && spec->image[0]) ? spec->image : "default";
 	struct rt_build *b;
 	struct rt_sandbox *sb;
-	unsigned counted = rt->count + rt->nbuilding;
+	unsigned counted = rt->count + rt->nbuilding + rt->ndying;
+	int held = 0;
 
 	if (!spec->key || !valid_key(spec->key))
 		return err_set(e, SBX_E_VALIDATION, "invalid sandbox key"), NULL;
@@ -789,8 +832,17 @@ static struct rt_build *build_prepare(struct rt *rt, const struct rt_spec *spec,
 		return err_set(e, SBX_E_VALIDATION, "network 'egress' is not available on this node"), NULL;
 	if (spec->network != RT_NET_NONE && spec->network != RT_NET_EGRESS)
 		return err_set(e, SBX_E_VALIDATION, "unknown network mode"), NULL;
-	if (key_free(rt, spec->key, e) < 0)
+	if (!pooled && spec->after_gone && !rt_find(rt, spec->key) && rt_key_dying(rt, spec->key)) {
+		for (struct rt_build *o = rt->builds; o; o = o->next)
+			if (strcmp(o->sb->key, spec->key) == 0)
+				return err_set(e, SBX_E_CONFLICT, "sandbox '%s' already exists",
+					       spec->key), NULL;
+		/* it takes over the place of the container it waits for */
+		held = 1;
+		counted--;
+	} else if (key_free(rt, spec->key, e) < 0) {
 		return NULL;
+	}
 	if (pooled && counted + rt->npooled + rt->nbuilding_pooled >= (unsigned)rt->conf.agent.capacity)
 		return err_set(e, SBX_E_NO_CAPACITY, "node is full (%u sandboxes, %u pooled)", counted,
 			       rt->npooled + rt->nbuilding_pooled), NULL;
@@ -806,6 +858,7 @@ static struct rt_build *build_prepare(struct rt *rt, const struct rt_spec *spec,
 	b->rt = rt;
 	b->sb = sb;
 	b->pooled = pooled;
+	b->held = held;
 	b->network = spec->network;
 	b->lim.memory_mib = pick(spec->limits.memory_mib, rt->conf.sandbox.memory_mib);
 	b->lim.cpus_milli = pick(spec->limits.cpus_milli, rt->conf.sandbox.cpus_milli);
@@ -886,12 +939,12 @@ fail:
 }
 
 /* Give sb's network "egress" link back (any thread: under rt->lock). */
-static void net_release(struct rt *rt, struct rt_sandbox *sb)
+static void net_release(struct rt *rt, struct egress_link *net)
 {
 	if (!rt->egress)
 		return;
 	pthread_mutex_lock(&rt->lock);
-	egress_release(rt->egress, &sb->net);
+	egress_release(rt->egress, net);
 	pthread_mutex_unlock(&rt->lock);
 }
 
@@ -903,7 +956,7 @@ static void unbuild(struct rt *rt, struct rt_sandbox *sb)
 		cg_kill_thaw(rt->cg, sb->cg_key);
 		spawn_reap(sb->pidfd, 1);
 	}
-	net_release(rt, sb);
+	net_release(rt, &sb->net);
 	(void)rt->cg->ops->destroy(rt->cg, sb->cg_key);
 	for (int *fd = &sb->pidfd; fd <= &sb->sock; fd++) {
 		if (*fd >= 0)
@@ -1090,10 +1143,20 @@ static void *builder_main(void *arg)
 
 	for (;;) {
 		struct rt_build *b;
+		struct rt_dying *d;
 
 		pthread_mutex_lock(&rt->lock);
-		while (!rt->queue && !rt->stopping)
+		while (!rt->queue && !rt->reap_queue && !rt->stopping)
 			pthread_cond_wait(&rt->wake, &rt->lock);
+		if ((d = rt->reap_queue)) {
+			rt->reap_queue = d->qnext;
+			pthread_mutex_unlock(&rt->lock);
+			dying_work(d, 1);
+			if (donepipe_post(&rt->reaped, d) < 0)
+				log_error("sandbox '%s': cannot tell the loop it is gone: %s", d->key,
+					  strerror(errno));
+			continue;
+		}
 		b = rt->queue;
 		if (b) {
 			rt->queue = b->qnext;
@@ -1115,13 +1178,16 @@ static void *builder_main(void *arg)
 static void build_done(struct rt_build *b)
 {
 	struct sbx_err e = { 0 };
-	struct rt_sandbox *sb = build_finish(b, &e);
+	char key[RT_KEY_MAX];
+	struct rt_sandbox *sb;
 
+	snprintf(key, sizeof(key), "%s", b->sb->key);
+	sb = build_finish(b, &e);
 	if (b->cancelled) {
 		if (sb)
 			rt_destroy(b->rt, sb);
 		if (b->gone)
-			b->gone(b->gone_arg);
+			rt_after_gone(b->rt, key, b->gone, b->gone_arg);
 	} else if (b->done) {
 		b->done(b->arg, sb, sb ? NULL : &e);
 	}
@@ -1152,8 +1218,13 @@ static int builders_start(struct rt *rt, struct sbx_err *e)
 	int rc = 0;
 
 	rt->queue_tail = &rt->queue;
+	rt->reaped.fd[0] = rt->reaped.fd[1] = -1;
 	/* first: builders_stop releases it whatever failed after */
 	if (donepipe_init(&rt->built, e) < 0) {
+		err_prefix(e, "cannot set up the build threads");
+		return -1;
+	}
+	if (donepipe_init(&rt->reaped, e) < 0) {
 		err_prefix(e, "cannot set up the build threads");
 		return -1;
 	}
@@ -1161,6 +1232,10 @@ static int builders_start(struct rt *rt, struct sbx_err *e)
 		return err_set(e, SBX_E_INTERNAL, "cannot set up the build threads");
 	rt->ev_done = event_new(rt->base, donepipe_fd(&rt->built), EV_READ | EV_PERSIST, on_built, rt);
 	if (!rt->ev_done || event_add(rt->ev_done, NULL) < 0)
+		return err_sys(e, ENOMEM, "cannot set up the build threads");
+	rt->ev_reaped = event_new(rt->base, donepipe_fd(&rt->reaped), EV_READ | EV_PERSIST,
+				  on_reaped_back, rt);
+	if (!rt->ev_reaped || event_add(rt->ev_reaped, NULL) < 0)
 		return err_sys(e, ENOMEM, "cannot set up the build threads");
 	rt->nthreads = cpus > 0 ? (unsigned)cpus * 2 : 2;
 	if (rt->nthreads > RT_BUILD_THREADS_MAX)
@@ -1190,6 +1265,13 @@ static void builders_drain(struct rt *rt)
 		for (b = q; b; b = b->qnext)
 			b->queued = 0;
 		pthread_mutex_unlock(&rt->lock);
+		for (b = rt->builds; b; b = b->next) {
+			if (b->held) {
+				b->held = 0;
+				b->qnext = q;
+				q = b;
+			}
+		}
 		while ((b = q)) {
 			q = b->qnext;
 			err_set(&b->err, SBX_E_NODE_UNAVAILABLE, "the agent is stopping");
@@ -1216,6 +1298,10 @@ static void builders_stop(struct rt *rt)
 		event_free(rt->ev_done);
 	rt->ev_done = NULL;
 	donepipe_release(&rt->built);
+	if (rt->ev_reaped)
+		event_free(rt->ev_reaped);
+	rt->ev_reaped = NULL;
+	donepipe_release(&rt->reaped);
 }
 
 struct rt_build *rt_create_async(struct rt *rt, const struct rt_spec *spec, int pooled,
@@ -1230,6 +1316,8 @@ struct rt_build *rt_create_async(struct rt *rt, const struct rt_spec *spec, int 
 		return NULL;
 	b->done = done;
 	b->arg = arg;
+	if (b->held)
+		return b;   /* queued by dying_finish */
 	pthread_mutex_lock(&rt->lock);
 	b->queued = 1;
 	*rt->queue_tail = b;
@@ -1247,7 +1335,10 @@ int rt_build_cancel(struct rt_build *b, void (*gone)(void *arg), void *arg)
 	b->cancelled = 1;
 	b->done = NULL;
 	pthread_mutex_lock(&rt->lock);
-	if (b->queued) {
+	if (b->held) {
+		b->held = 0;
+		unrun = 1;
+	} else if (b->queued) {
 		struct rt_build **pp = &rt->queue;
 
 		while (*pp && *pp != b)
@@ -1286,9 +1377,159 @@ static void sandbox_free(struct rt_sandbox *sb)
 	free(sb);
 }
 
+int rt_key_dying(const struct rt *rt, const char *key)
+{
+	for (const struct rt_dying *d = rt->dying; d; d = d->next)
+		if (strcmp(d->key, key) == 0)
+			return 1;
+	return 0;
+}
+
+unsigned rt_dying_count(const struct rt *rt)
+{
+	return rt->ndying;
+}
+
+/* d's init is gone, or is waited for (wait): reap it and release its
+ * network and cgroups (any thread: a build thread, on_reaped's). */
+static void dying_work(struct rt_dying *d, int wait)
+{
+	struct rt *rt = d->rt;
+
+	spawn_reap(d->pidfd, wait);
+	close(d->pidfd);
+	d->pidfd = -1;
+	net_release(rt, &d->net);
+	if (rt->cg->ops->destroy(rt->cg, d->cg_key) < 0)
+		log_warn("sandbox '%s': cgroup not fully removed: %s", d->key, strerror(errno));
+}
+
+/* On the loop, after dying_work: give the id range back, queue the builds
+ * that waited for d's key and run its waiters. Frees d (when on the heap). */
+static void dying_done(struct rt_dying *d)
+{
+	struct rt *rt = d->rt;
+	struct rt_gone_waiter *w;
+
+	/* init is reaped, so every process of its pid namespace is gone; the
+	 * cgroup's helpers too (killed by rt_destroy) */
+	if (d->host_uid >= 0)
+		ids_put(rt, (uint32_t)d->host_uid);
+	if (d->heap) {
+		for (struct rt_dying **pp = &rt->dying; *pp; pp = &(*pp)->next) {
+			if (*pp == d) {
+				*pp = d->next;
+				break;
+			}
+		}
+		if (!d->pooled)
+			rt->ndying--;
+	}
+	if (!rt_key_dying(rt, d->key)) {
+		pthread_mutex_lock(&rt->lock);
+		for (struct rt_build *b = rt->builds; b; b = b->next) {
+			if (b->held && strcmp(b->sb->key, d->key) == 0) {
+				b->held = 0;
+				b->queued = 1;
+				*rt->queue_tail = b;
+				rt->queue_tail = &b->qnext;
+				pthread_cond_signal(&rt->wake);
+			}
+		}
+		pthread_mutex_unlock(&rt->lock);
+	}
+	while ((w = d->waiters)) {
+		d->waiters = w->next;
+		w->done(w->arg);
+		free(w);
+	}
+	if (d->heap)
+		free(d);
+}
+
+/* Both on the loop (a fallback, rt_free). */
+static void dying_finish(struct rt_dying *d, int wait)
+{
+	if (d->ev)
+		event_free(d->ev);
+	d->ev = NULL;
+	dying_work(d, wait);
+	dying_done(d);
+}
+
+/* d's init exited: a build thread reaps it and removes its cgroups (their
+ * rmdir takes milliseconds), the loop finishes when it is handed back. */
+static void on_reaped(evutil_socket_t fd, short what, void *arg)
+{
+	struct rt_dying *d = arg;
+	struct rt *rt = d->rt;
+
+	(void)fd;
+	(void)what;
+	if (!rt->nthreads) {
+		dying_finish(d, 1);
+		return;
+	}
+	event_free(d->ev);
+	d->ev = NULL;
+	d->off_loop = 1;
+	pthread_mutex_lock(&rt->lock);
+	d->qnext = rt->reap_queue;
+	rt->reap_queue = d;
+	pthread_cond_signal(&rt->wake);
+	pthread_mutex_unlock(&rt->lock);
+}
+
+static void reaped_posted(void *d, void *arg)
+{
+	(void)arg;
+	dying_done(d);
+}
+
+static void on_reaped_back(evutil_socket_t fd, short what, void *arg)
+{
+	struct rt *rt = arg;
+
+	(void)fd;
+	(void)what;
+	donepipe_drain(&rt->reaped, reaped_posted, NULL);
+}
+
+void rt_after_gone(struct rt *rt, const char *key, void (*done)(void *arg), void *arg)
+{
+	struct rt_dying *d;
+	struct rt_gone_waiter *w;
+
+	for (d = rt->dying; d && strcmp(d->key, key) != 0; d = d->next)
+		;
+	if (!d) {
+		done(arg);
+		return;
+	}
+	w = calloc(1, sizeof(*w));
+	if (!w && d->off_loop) {
+		/* no memory to wait with, and a thread has it: no wait */
+		log_error("sandbox '%s': out of memory: answered before its container is gone", key);
+		done(arg);
+		return;
+	}
+	if (!w) {
+		/* no memory to wait with: wait here */
+		log_warn("sandbox '%s': waiting on the loop for its container to die", key);
+		dying_finish(d, 1);
+		rt_after_gone(rt, key, done, arg);
+		return;
+	}
+	w->done = done;
+	w->arg = arg;
+	w->next = d->waiters;
+	d->waiters = w;
+}
+
 void rt_destroy(struct rt *rt, struct rt_sandbox *sb)
 {
 	struct rt_sandbox **pp;
+	struct rt_dying local = { 0 }, *d;
 
 	if (!sb || sb->destroyed)
 		return;
@@ -1312,21 +1553,88 @@ void rt_destroy(struct rt *rt, struct rt_sandbox *sb)
 	cg_kill_thaw(rt->cg, sb->cg_key);
 	/* killing PID 1 of the namespace kills everything in it */
 	syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0);
-	spawn_reap(sb->pidfd, 1);
-	net_release(rt, sb);
-	if (rt->cg->ops->destroy(rt->cg, sb->cg_key) < 0)
-		log_warn("sandbox '%s': cgroup not fully removed: %s", sb->key, strerror(errno));
-	/* init is reaped, so every process of its pid namespace is gone; the
-	 * cgroup's helpers too (killed above) */
-	if (sb->host_uid >= 0)
-		ids_put(rt, (uint32_t)sb->host_uid);
+	/* what is released once init is reaped goes over to the dying record */
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		d = &local;
+	d->rt = rt;
+	memcpy(d->key, sb->key, sizeof(d->key));
+	memcpy(d->cg_key, sb->cg_key, sizeof(d->cg_key));
+	d->pidfd = sb->pidfd;
+	d->host_uid = sb->host_uid;
+	d->pooled = sb->pooled;
+	d->net = sb->net;
+	sb->net.lock_fd = -1;
+	sb->pidfd = -1;
 	sb->host_uid = -1;
+	if (d != &local)
+		d->ev = event_new(rt->base, d->pidfd, EV_READ, on_reaped, d);
+	if (d->ev && event_add(d->ev, NULL) == 0) {
+		d->heap = 1;
+		d->next = rt->dying;
+		rt->dying = d;
+		if (!d->pooled)
+			rt->ndying++;
+	} else {
+		/* cannot watch it: wait for it here */
+		if (d->ev)
+			event_free(d->ev);
+		d->ev = NULL;
+		if (d != &local) {
+			local = *d;
+			free(d);
+			d = &local;
+		}
+		dying_finish(d, 1);
+	}
 	sb->dead = 1;
 	sb->dispatching++;
 	procs_fail_all(sb);
 	sb->dispatching--;
 	if (!sb->dispatching)
 		sandbox_free(sb);
+}
+
+/* Wait for every dying container (rt_free), at most RT_DYING_WAIT_MS in
+ * all; one still alive after that is released unreaped (and logged). */
+#define RT_DYING_WAIT_MS 10000
+static void dying_wait_all(struct rt *rt)
+{
+	int64_t deadline = util_now_ms() + RT_DYING_WAIT_MS;
+
+	while (rt->dying) {
+		struct rt_dying *d, *q;
+		int64_t left = deadline - util_now_ms();
+		int rc;
+
+		/* the ones no thread took yet: here */
+		pthread_mutex_lock(&rt->lock);
+		q = rt->reap_queue;
+		rt->reap_queue = NULL;
+		pthread_mutex_unlock(&rt->lock);
+		while ((d = q)) {
+			q = d->qnext;
+			dying_finish(d, 1);
+		}
+		for (d = rt->dying; d && d->off_loop; d = d->next)
+			;
+		if (!d) {
+			/* the rest are on threads */
+			if (donepipe_wait(&rt->reaped, left > 0 ? (int)left : 0))
+				donepipe_drain(&rt->reaped, reaped_posted, NULL);
+			else if (left <= 0)
+				break;
+			continue;
+		}
+		struct pollfd p = { .fd = d->pidfd, .events = POLLIN };
+
+		do
+			rc = poll(&p, 1, left > 0 ? (int)left : 0);
+		while (rc < 0 && errno == EINTR);
+		if (rc <= 0)
+			log_warn("sandbox '%s': its init did not exit in time", d->key);
+		dying_finish(d, rc > 0);
+	}
 }
 
 void rt_free(struct rt *rt)
@@ -1336,6 +1644,7 @@ void rt_free(struct rt *rt)
 	builders_drain(rt);
 	while (rt->list)
 		rt_destroy(rt, rt->list);
+	dying_wait_all(rt);
 	/* after every sandbox is gone: init's PR_SET_PDEATHSIG follows the
 	 * thread that cloned it */
 	builders_stop(rt);

@@ -45,6 +45,9 @@ struct rt_spec {
 	enum rt_network network;
 	struct rt_limits limits;
 	char *const *env;      /* NULL-terminated "K=V" base environment of every process */
+	int after_gone;        /* rt_create_async: while the key's last container is
+				* still dying (rt_key_dying), wait for it to be gone and
+				* build then, instead of refusing (a restart) */
 };
 
 /* The runtime; new heap object (rt_free). Cleans up leftovers (cgroups,
@@ -86,9 +89,21 @@ int rt_build_cancel(struct rt_build *b, void (*gone)(void *arg), void *arg);
 /* Builds under way that count as sandboxes (not pooled ones). */
 unsigned rt_building(const struct rt *rt);
 
-/* Kill everything in the sandbox and free it. Leaves no process, cgroup or
- * mount on the host. In-flight process callbacks fire with an error. */
+/* Kill everything in the sandbox and free it, without waiting: sb is
+ * invalid on return and in-flight process callbacks have fired with an
+ * error. The container then dies off the loop's back: its init's pidfd is
+ * watched, and once it is reaped its network, cgroups and id range are
+ * released (nothing of it is left on the host then). Until that its key
+ * stays taken (rt_key_dying: a start of it is NODE_UNAVAILABLE) and it
+ * counts against agent.capacity. rt_free waits for every dying one. */
 void rt_destroy(struct rt *rt, struct rt_sandbox *sb);
+/* 1 while a container of key is dying (rt_destroy), else 0. */
+int rt_key_dying(const struct rt *rt, const char *key);
+/* Dying containers that count against the capacity (not pooled ones). */
+unsigned rt_dying_count(const struct rt *rt);
+/* Run done(arg) on the loop once no container of key is dying: at once
+ * (before it returns) when none is. */
+void rt_after_gone(struct rt *rt, const char *key, void (*done)(void *arg), void *arg);
 
 const char *rt_key(const struct rt_sandbox *sb);
 pid_t rt_init_pid(const struct rt_sandbox *sb);       /* host pid of sbx-init */
