@@ -55,6 +55,10 @@ def record(stack, sid, present=True):
                         "state", "starting")
     else:
         stack.redis_cli("DEL", k)
+        # and the index entries the reconciler may have made for it meanwhile
+        # (a later drain of the node would page through them)
+        stack.redis_cli("SREM", "sbx:node:{%s}:sandboxes" % stack.env["SBX_NODE_1"], "dev/" + sid)
+        stack.redis_cli("ZREM", "sbx:tenant:{dev}:sandboxes", sid)
 
 
 def put(stack, sid):
