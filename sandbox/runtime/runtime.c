@@ -41,7 +41,8 @@ static struct rt_sandbox *rt_find(struct rt *rt, const char *key);
 static int builders_start(struct rt *rt, struct sbx_err *e);
 struct rt_dying;
 static void dying_work(struct rt_dying *d, int wait);
-static void on_reaped_back(evutil_socket_t fd, short what, void *arg);
+static void back_posted(void *p, void *arg);
+static void on_back(evutil_socket_t fd, short what, void *arg);
 static void builders_stop(struct rt *rt);
 
 #define RT_KEY_MAX 160
@@ -100,9 +101,15 @@ struct rt_gone_waiter {
 	void *arg;
 };
 
+/* What a build thread hands back to the loop through rt->back: the first
+ * member of a build it ran (struct rt_build) and of a dying container it
+ * reaped (struct rt_dying), which on_back tells apart. */
+enum rt_back { RT_BACK_BUILD = 1, RT_BACK_DYING };
+
 /* A container killed by rt_destroy whose init is not reaped yet: what is
  * released once it is (dying_finish). */
 struct rt_dying {
+	enum rt_back back;        /* RT_BACK_DYING */
 	struct rt_dying *next;
 	struct rt *rt;
 	char key[RT_KEY_MAX];
@@ -153,13 +160,13 @@ struct rt {
 	int stopping;
 	pthread_t *threads;
 	unsigned nthreads;
-	struct donepipe built;   /* build threads -> loop: struct rt_build pointers */
-	struct event *ev_done;
 	/* Dying containers whose init exited, for a build thread to reap and
-	 * release (dying_work; under lock), handed back through reaped. */
+	 * release (dying_work; under lock). */
 	struct rt_dying *reap_queue;
-	struct donepipe reaped;
-	struct event *ev_reaped;
+	/* build threads -> loop: the builds they ran, the containers they
+	 * reaped (enum rt_back) */
+	struct donepipe back;
+	struct event *ev_back;
 	/* ids is the build threads' under ids_lock (idrange_get opens and
 	 * flocks a file, and scans /proc when full); the loop gives ranges
 	 * back through ids_put (under lock), taken in by the next get. */
@@ -171,6 +178,7 @@ struct rt {
 /* One build: planned on the loop (build_prepare), run on a build thread
  * or inline (build_run), handed back on the loop (build_finish). */
 struct rt_build {
+	enum rt_back back;         /* RT_BACK_BUILD */
 	struct rt_build *next;     /* rt->builds */
 	struct rt_build *qnext;    /* rt->queue, under rt->lock */
 	struct rt *rt;
@@ -850,6 +858,8 @@ static struct rt_build *build_prepare(struct rt *rt, const struct rt_spec *spec,
 		return err_set(e, SBX_E_NO_CAPACITY, "node is full (%u sandboxes)", counted), NULL;
 	b = calloc(1, sizeof(*b));
 	sb = calloc(1, sizeof(*sb));
+	if (b)
+		b->back = RT_BACK_BUILD;
 	if (!b || !sb || (spec->layers && !(b->layers = strdup(spec->layers)))) {
 		free(sb);
 		build_free(b);
@@ -1152,7 +1162,7 @@ static void *builder_main(void *arg)
 			rt->reap_queue = d->qnext;
 			pthread_mutex_unlock(&rt->lock);
 			dying_work(d, 1);
-			if (donepipe_post(&rt->reaped, d) < 0)
+			if (donepipe_post(&rt->back, d) < 0)
 				log_error("sandbox '%s': cannot tell the loop it is gone: %s", d->key,
 					  strerror(errno));
 			continue;
@@ -1168,7 +1178,7 @@ static void *builder_main(void *arg)
 		if (!b)
 			return NULL;
 		build_run(b);
-		if (donepipe_post(&rt->built, b) < 0)
+		if (donepipe_post(&rt->back, b) < 0)
 			log_error("build of '%s': cannot tell the loop: %s", b->sb->key, strerror(errno));
 	}
 }
@@ -1194,21 +1204,6 @@ static void build_done(struct rt_build *b)
 	build_free(b);
 }
 
-static void build_posted(void *b, void *arg)
-{
-	(void)arg;
-	build_done(b);
-}
-
-static void on_built(evutil_socket_t fd, short what, void *arg)
-{
-	struct rt *rt = arg;
-
-	(void)fd;
-	(void)what;
-	donepipe_drain(&rt->built, build_posted, NULL);
-}
-
 /* Start the build threads: two per CPU (a build mostly waits for its
  * child's mount work), at most RT_BUILD_THREADS_MAX. 0 or -1 with e. */
 #define RT_BUILD_THREADS_MAX 8
@@ -1218,24 +1213,15 @@ static int builders_start(struct rt *rt, struct sbx_err *e)
 	int rc = 0;
 
 	rt->queue_tail = &rt->queue;
-	rt->reaped.fd[0] = rt->reaped.fd[1] = -1;
 	/* first: builders_stop releases it whatever failed after */
-	if (donepipe_init(&rt->built, e) < 0) {
-		err_prefix(e, "cannot set up the build threads");
-		return -1;
-	}
-	if (donepipe_init(&rt->reaped, e) < 0) {
+	if (donepipe_init(&rt->back, e) < 0) {
 		err_prefix(e, "cannot set up the build threads");
 		return -1;
 	}
 	if (pthread_mutex_init(&rt->lock, NULL) != 0 || pthread_cond_init(&rt->wake, NULL) != 0)
 		return err_set(e, SBX_E_INTERNAL, "cannot set up the build threads");
-	rt->ev_done = event_new(rt->base, donepipe_fd(&rt->built), EV_READ | EV_PERSIST, on_built, rt);
-	if (!rt->ev_done || event_add(rt->ev_done, NULL) < 0)
-		return err_sys(e, ENOMEM, "cannot set up the build threads");
-	rt->ev_reaped = event_new(rt->base, donepipe_fd(&rt->reaped), EV_READ | EV_PERSIST,
-				  on_reaped_back, rt);
-	if (!rt->ev_reaped || event_add(rt->ev_reaped, NULL) < 0)
+	rt->ev_back = event_new(rt->base, donepipe_fd(&rt->back), EV_READ | EV_PERSIST, on_back, rt);
+	if (!rt->ev_back || event_add(rt->ev_back, NULL) < 0)
 		return err_sys(e, ENOMEM, "cannot set up the build threads");
 	rt->nthreads = cpus > 0 ? (unsigned)cpus * 2 : 2;
 	if (rt->nthreads > RT_BUILD_THREADS_MAX)
@@ -1278,8 +1264,8 @@ static void builders_drain(struct rt *rt)
 			b->rc = -1;
 			build_done(b);
 		}
-		if (rt->builds && donepipe_wait(&rt->built, 1000))
-			donepipe_drain(&rt->built, build_posted, NULL);
+		if (rt->builds && donepipe_wait(&rt->back, 1000))
+			donepipe_drain(&rt->back, back_posted, NULL);
 	}
 }
 
@@ -1294,14 +1280,10 @@ static void builders_stop(struct rt *rt)
 	free(rt->threads);
 	rt->threads = NULL;
 	rt->nthreads = 0;
-	if (rt->ev_done)
-		event_free(rt->ev_done);
-	rt->ev_done = NULL;
-	donepipe_release(&rt->built);
-	if (rt->ev_reaped)
-		event_free(rt->ev_reaped);
-	rt->ev_reaped = NULL;
-	donepipe_release(&rt->reaped);
+	if (rt->ev_back)
+		event_free(rt->ev_back);
+	rt->ev_back = NULL;
+	donepipe_release(&rt->back);
 }
 
 struct rt_build *rt_create_async(struct rt *rt, const struct rt_spec *spec, int pooled,
@@ -1480,19 +1462,23 @@ static void on_reaped(evutil_socket_t fd, short what, void *arg)
 	pthread_mutex_unlock(&rt->lock);
 }
 
-static void reaped_posted(void *d, void *arg)
+/* One hand-back of a build thread (rt->back), on the loop. */
+static void back_posted(void *p, void *arg)
 {
 	(void)arg;
-	dying_done(d);
+	if (*(enum rt_back *)p == RT_BACK_BUILD)
+		build_done(p);
+	else
+		dying_done(p);
 }
 
-static void on_reaped_back(evutil_socket_t fd, short what, void *arg)
+static void on_back(evutil_socket_t fd, short what, void *arg)
 {
 	struct rt *rt = arg;
 
 	(void)fd;
 	(void)what;
-	donepipe_drain(&rt->reaped, reaped_posted, NULL);
+	donepipe_drain(&rt->back, back_posted, NULL);
 }
 
 void rt_after_gone(struct rt *rt, const char *key, void (*done)(void *arg), void *arg)
@@ -1557,6 +1543,7 @@ void rt_destroy(struct rt *rt, struct rt_sandbox *sb)
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		d = &local;
+	d->back = RT_BACK_DYING;
 	d->rt = rt;
 	memcpy(d->key, sb->key, sizeof(d->key));
 	memcpy(d->cg_key, sb->cg_key, sizeof(d->cg_key));
@@ -1620,8 +1607,8 @@ static void dying_wait_all(struct rt *rt)
 			;
 		if (!d) {
 			/* the rest are on threads */
-			if (donepipe_wait(&rt->reaped, left > 0 ? (int)left : 0))
-				donepipe_drain(&rt->reaped, reaped_posted, NULL);
+			if (donepipe_wait(&rt->back, left > 0 ? (int)left : 0))
+				donepipe_drain(&rt->back, back_posted, NULL);
 			else if (left <= 0)
 				break;
 			continue;

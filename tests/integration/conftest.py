@@ -322,6 +322,16 @@ def stack_down(st, keep=False):
         stack_down_cleanup(st)
 
 
+def own_stack(agents=2, overrides=()):
+    """The body of a module's fixture for a stack of its own:
+    `yield from own_stack(...)` brings it up, yields it, takes it down."""
+    st = stack_up(agents=agents, overrides=overrides)
+    try:
+        yield st
+    finally:
+        stack_down(st)
+
+
 def stack_down_cleanup(st):
     """Remove the stack directory (unless SBX_KEEP is set)."""
     if os.environ.get("SBX_KEEP"):

@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from conftest import ROOT, assert_error, stack_down, stack_up
+from conftest import ROOT, assert_error, own_stack
 
 MAX = {"memoryMiB": 1024, "cpus": 1.5, "pids": 300, "diskMiB": 512}
 NODE_MEMORY, NODE_CPUS_MILLI = 2048, 4000
@@ -31,11 +31,7 @@ OVERRIDES = [
 
 @pytest.fixture(scope="module")
 def st():
-    s = stack_up(agents=2, overrides=OVERRIDES)
-    try:
-        yield s
-    finally:
-        stack_down(s)
+    yield from own_stack(agents=2, overrides=OVERRIDES)
 
 
 def uid(prefix):

@@ -24,7 +24,7 @@ import uuid
 
 import pytest
 
-from conftest import assert_error, routed, stack_down, stack_up
+from conftest import assert_error, own_stack, routed
 from sbxroute import past_route_cache
 
 NODES = ("agent-1", "agent-2")
@@ -34,11 +34,7 @@ REBUILT = "reconcile: rebuilt sbx:node:{"
 
 @pytest.fixture(scope="module")
 def st():
-    s = stack_up(agents=2, overrides=OVERRIDES)
-    try:
-        yield s
-    finally:
-        stack_down(s)
+    yield from own_stack(agents=2, overrides=OVERRIDES)
 
 
 @pytest.fixture
