@@ -6,9 +6,9 @@ tests/standin/cloudflared, a small script that prints what cloudflared prints
 (the quick-tunnel URL box and "Registered tunnel connection"), and relays a
 loopback port of its own to the --url upstream so that a request can travel
 the tunnel's path. This module runs its own stack with agent.cloudflared_path
-pointing at a symlink to it in a temp dir; the stand-in writes
-"<symlink>.d/<pid>.json" ({url, listen, upstream}) there and ignores SIGTERM
-while "<symlink>.d/ignore-term" exists.
+pointing at a copy of it in a temp dir; the stand-in writes
+"<copy>.d/<pid>.json" ({url, listen, upstream}) there and ignores SIGTERM
+while "<copy>.d/ignore-term" exists.
 """
 
 import concurrent.futures
@@ -38,10 +38,12 @@ PER_NODE = 24       # agent.max_tunnels
 def cf():
     tmp = tempfile.mkdtemp(prefix="sbx-cf-", dir="/tmp")
     link = os.path.join(tmp, "cloudflared")
-    os.symlink(STANDIN, link)
-    os.mkdir(link + ".d")
     # Tunnel processes run as agent.tunnel_user (nobody): they must reach
-    # the link and write their notes.
+    # the stand-in and write their notes — a copy, as the checkout may sit
+    # in a directory nobody cannot enter (mktemp -d: 0700).
+    shutil.copyfile(STANDIN, link)
+    os.chmod(link, 0o755)
+    os.mkdir(link + ".d")
     os.chmod(tmp, 0o755)
     os.chmod(link + ".d", 0o777)
     st = stack_up(agents=1, overrides=["agent.cloudflared_path=" + link,
