@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 
 import pytest
 
@@ -75,6 +76,27 @@ def prober(tmp_path_factory):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return exe.read_bytes()
+
+
+def host_probe(prober):
+    """{word: signal} of the prober's two entry words run on the host, out
+    of any sandbox: a kernel without a usable 32-bit entry (ia32 emulation
+    off, as on the PVM guests CI runs on) faults on `int 0x80` (SIGSEGV)
+    before any filter could see the call."""
+    with tempfile.TemporaryDirectory() as d:
+        exe = os.path.join(d, "syscalls")
+        with open(exe, "wb") as f:
+            f.write(prober)
+        os.chmod(exe, 0o755)
+        out = subprocess.run([exe, "int80", "x32"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return dict(line.rsplit(" ", 1) for line in out.stdout.splitlines())
+
+
+def faults_as_on_host(name, got, host):
+    """An entry word the host itself cannot use (its probe ended on a
+    signal): the sandbox must end the same way, never with a call that ran."""
+    return name in host and host[name] != "0" and got == host[name]
 
 
 @pytest.fixture(scope="module", params=["userns-auto", "userns-off"])
@@ -151,6 +173,7 @@ def test_every_filtered_syscall_fails(sbx, box, prober):
     the 32-bit entry (int 0x80) or with the x32 bit kills the caller
     (SIGSYS). The list comes from seccomp_filter.c itself."""
     cases = seccomp_cases()
+    host = host_probe(prober)
     r = sbx.api("PUT", "/v1/sandboxes/%s/files/sysprobe" % box, data=prober, timeout=30)
     assert r.status_code == 201, r.text
     args = ["%s=%s" % (name, ",".join(str(a) for a in call)) if call else name
@@ -159,7 +182,8 @@ def test_every_filtered_syscall_fails(sbx, box, prober):
     assert res["exitCode"] == 0, res
     got = dict(line.rsplit(" ", 1) for line in res["stdout"].splitlines())
     wrong = {name: "got %s, want %d" % (got.get(name), want)
-             for name, (_, want) in cases.items() if got.get(name) != str(want)}
+             for name, (_, want) in cases.items()
+             if got.get(name) != str(want) and not faults_as_on_host(name, got.get(name), host)}
     assert not wrong, "the filter does not hold as docs/SECURITY.md says: %r" % wrong
 
 
