@@ -233,6 +233,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	httpd_set_big_body_budget(httpd, (uint64_t)conf.agent.big_bodies_node_bytes);
+	agent.httpd = httpd;
 	if (fwd_gateway_start(&agent, &e) < 0) {
 		log_error("%s", e.msg);
 		httpd_free(httpd);

@@ -92,6 +92,7 @@ struct agent {
 	const struct sbx_conf *conf;
 	struct event_base *base;
 	struct rt *rt;
+	struct httpd *httpd;         /* the API listener (its gauges) */
 	struct agent_sb *sandboxes;
 	struct agent_sb **by_key;    /* hash of sandboxes by key (agent_sb_find); NULL until the first */
 	size_t by_key_size, nsandboxes;

@@ -110,6 +110,9 @@ static struct metrics_family families[AM_COUNT] = {
 				{ DIM("direction", snap_directions), NO_DIM }, NULL, 0, 0 },
 	[AM_RSS] = GAUGE("process_resident_memory_bytes", "Resident memory of the agent process."),
 	[AM_FDS] = GAUGE("process_open_fds", "Open file descriptors of the agent process."),
+	[AM_BIG_BODIES] = GAUGE("sbx_agent_big_bodies_bytes",
+				"Bytes of /cf request bodies buffered now, against "
+				"agent.big_bodies_node_bytes."),
 	[AM_LOOP_LAG] = { "sbx_agent_loop_lag_seconds",
 			  "How late the event loop ran a timer due every 10 ms: a callback "
 			  "blocking the loop for d shows as a lag up to d.",
@@ -239,6 +242,8 @@ static void collect(struct agent *a)
 	metrics_gauge_set(AM_FORWARD_CONNS, 0, 0, conns);
 	metrics_gauge_set(AM_RSS, 0, 0, rss_bytes());
 	metrics_gauge_set(AM_FDS, 0, 0, count_fds());
+	metrics_gauge_set(AM_BIG_BODIES, 0, 0,
+			  a->httpd ? (int64_t)httpd_big_body_held(a->httpd) : 0);
 }
 
 int agent_metrics_render(struct agent *a, struct buf *out)

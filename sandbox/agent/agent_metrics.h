@@ -47,6 +47,7 @@ enum agent_metrics_family {
 	AM_SNAPSHOT_BYTES,
 	AM_RSS,
 	AM_FDS,
+	AM_BIG_BODIES,
 	AM_LOOP_LAG,
 	AM_COUNT
 };

@@ -299,6 +299,11 @@ void httpd_set_big_body_budget(struct httpd *h, uint64_t bytes)
 	h->big_budget = bytes;
 }
 
+uint64_t httpd_big_body_held(const struct httpd *h)
+{
+	return h->big_held;
+}
+
 /* Drop r's buffered body and its share of the big-body budget. */
 static void body_drop(struct httpd_req *r)
 {

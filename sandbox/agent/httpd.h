@@ -75,6 +75,8 @@ int httpd_body_too_large(const struct httpd_req *r);
 /* The bytes of HTTPD_ROUTE_BIG_BODY bodies h buffers at once (default 0:
  * no such body is buffered). */
 void httpd_set_big_body_budget(struct httpd *h, uint64_t bytes);
+/* The bytes of such bodies h holds now (received, not yet released). */
+uint64_t httpd_big_body_held(const struct httpd *h);
 
 /* A streamed request body, chunk by chunk as it arrives; called once more
  * with (NULL, 0) at its end, where the handler must answer (or defer).

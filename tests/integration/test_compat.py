@@ -17,6 +17,7 @@ import uuid
 from urllib.parse import urlparse
 
 import pytest
+import requests
 
 from conftest import stack_down, stack_up
 
@@ -233,12 +234,21 @@ def test_nginx_refusals_on_cf_speak_the_sdk_shape(stack, box):
     assert status == 400 and got["code"] == "VALIDATION_FAILED" and got["httpStatus"] == 400, body
 
 
+def big_bodies_bytes(st):
+    """The agent's sbx_agent_big_bodies_bytes: /cf body bytes it holds now."""
+    url = st.env["SBX_METRICS"].strip('"').split()[1]
+    text = requests.get(url, timeout=5).text
+    return sum(float(l.split()[-1]) for l in text.splitlines()
+               if l.startswith("sbx_agent_big_bodies_bytes "))
+
+
 def test_large_bodies_buffered_at_once_are_bounded():
     """The agent buffers a /cf body (to 48 MiB) whole: all of them at once
-    hold at most agent.big_bodies_node_bytes (here 8 MiB). A write that
-    would pass it while another is still arriving gets 503 NO_CAPACITY in
+    hold at most agent.big_bodies_node_bytes (here 8 MiB). Once a held
+    body (6 MiB) is in the agent (its gauge sbx_agent_big_bodies_bytes
+    says so), a write that would pass the budget gets 503 NO_CAPACITY in
     the SDK's shape (the SDK retries a 503); the budget comes back when
-    that request ends."""
+    the held request ends."""
     st = stack_up(agents=1, overrides=["agent.big_bodies_node_bytes=8388608"])
     try:
         sid = "cf-big-" + uuid.uuid4().hex[:6]
@@ -251,21 +261,21 @@ def test_large_bodies_buffered_at_once_are_bounded():
                       "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
                       "Content-Length: %d\r\nConnection: close\r\n\r\n"
                       % (sid, st.key, len(body))).encode() + body[:-16])
+        # nginx passes the body on as it comes: wait until all of it but
+        # the last 16 bytes is counted in the agent
+        st.wait("the held body to be in the agent",
+                lambda: big_bodies_bytes(st) >= len(body) - 16, timeout=30)
         path = "/v1/sandboxes/%s/cf/api/write" % sid
         other = {"path": "/workspace/other.txt", "content": content}
-
-        def refused():
-            # until the held body is in the agent, the other write still fits
-            r = st.api("POST", path, json=other, timeout=60)
-            assert r.status_code in (200, 503), r.text
-            return r.json() if r.status_code == 503 else None
-
-        got = st.wait("a write past the budget to be refused", refused, timeout=30)
+        r = st.api("POST", path, json=other, timeout=60)
+        assert r.status_code == 503, r.text
+        got = r.json()
         assert got["code"] == "NO_CAPACITY" and got["httpStatus"] == 503, got
         held.sendall(body[-16:])
         answer = _read_all(held)
         held.close()
         assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        st.wait("the held body's bytes to be released", lambda: big_bodies_bytes(st) == 0)
         r = st.api("POST", path, json=other, timeout=60)
         assert r.status_code == 200, r.text
     finally:
