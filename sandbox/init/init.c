@@ -15,6 +15,7 @@
  * everything and exits. Its stdio is /dev/null; it never prints.
  */
 #include "initproto.h"
+#include "sigdfl.h"
 
 #include <dirent.h>
 #include <grp.h>
@@ -112,11 +113,7 @@ static void child_exec(const struct initproto_msg *m, const int *fds, int errpip
 	int err;
 
 	sigemptyset(&none);
-	for (int s = 1; s < NSIG; s++) {
-		if (s == SIGKILL || s == SIGSTOP)
-			continue;
-		signal(s, SIG_DFL);
-	}
+	sigdfl_all();
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	prctl(PR_SET_DUMPABLE, 1);
 	setsid();
@@ -529,9 +526,12 @@ int main(void)
 	sigset_t set;
 
 	prctl(PR_SET_DUMPABLE, 0);
+	/* nothing of the agent's signal state: its ignored signals would reach
+	 * every process here, and its build thread blocks them all */
+	sigdfl_all();
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);
-	sigprocmask(SIG_BLOCK, &set, NULL);
+	sigprocmask(SIG_SETMASK, &set, NULL);
 	sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (sigfd < 0 || fcntl(sock, F_SETFD, FD_CLOEXEC) < 0)
 		return 1;

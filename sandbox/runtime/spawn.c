@@ -7,6 +7,7 @@
 #include "caps.h"
 #include "initproto.h"
 #include "netns.h"
+#include "sigdfl.h"
 #include "util.h"
 
 #include <errno.h>
@@ -366,15 +367,10 @@ pid_t spawn_sandbox(const struct spawn_plan *sp, spawn_attach_fn attach, void *a
 static __attribute__((noreturn)) void host_child(const struct spawn_host_cmd *cmd, pid_t parent,
 						  int devnull, int rep, const sigset_t *old)
 {
-	/* the kernel's struct sigaction: glibc's sigaction() refuses its two
-	 * internal signals (32, 33), which may arrive ignored from our parent */
-	struct { void *handler; unsigned long flags; void *restorer; uint64_t mask; } dfl = { 0 };
 	const int src[3] = { cmd->in, cmd->out, cmd->err };
 	int moved[3], err;
 
-	dfl.handler = SIG_DFL;
-	for (int sig = 1; sig <= 64; sig++)
-		(void)syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(dfl.mask));
+	sigdfl_all();
 	if ((cmd->flags & SPAWN_HOST_PDEATHSIG) &&
 	    (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent))
 		goto fail;

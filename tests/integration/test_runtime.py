@@ -7,9 +7,11 @@ which is on where the host allows it) and against a stack whose agents run
 with `agent.userns = off`.
 """
 
+import ctypes
 import json
 import os
 import re
+import signal
 import subprocess
 import tempfile
 
@@ -436,3 +438,54 @@ def test_killed_agent_leaves_no_sandbox_behind(stack):
     finally:
         stack.wait_healthy()
         destroy(stack, sid)
+
+
+def ignore_signal(sig):
+    """Set sig ignored in this process with the kernel's own rt_sigaction
+    (glibc and Python refuse 32 and 33); the old handler, to restore."""
+    class KSigaction(ctypes.Structure):
+        _fields_ = [("handler", ctypes.c_void_p), ("flags", ctypes.c_ulong),
+                    ("restorer", ctypes.c_void_p), ("mask", ctypes.c_uint64)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    new, old = KSigaction(handler=1), KSigaction()   # 1: SIG_IGN
+    assert libc.syscall(13, sig, ctypes.byref(new), ctypes.byref(old), 8) == 0, ctypes.get_errno()
+    return lambda: libc.syscall(13, sig, ctypes.byref(old), None, 8)
+
+
+def signal_masks(pid):
+    """(SigBlk, SigIgn) of pid, as ints."""
+    with open("/proc/%d/status" % pid) as f:
+        fields = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
+    return int(fields["SigBlk"], 16), int(fields["SigIgn"], 16)
+
+
+def test_signal_state_of_init_and_commands():
+    """An agent started with signal 32 ignored (glibc's own signal, which
+    its signal() cannot reset) hands none of it on: init blocks only
+    SIGCHLD and ignores nothing; a command and a background process start
+    with nothing blocked and nothing ignored."""
+    restore = ignore_signal(32)
+    try:
+        st = stack_up(agents=1)
+    finally:
+        restore()
+    try:
+        sid = new_box(st)
+        key = "%s.%s" % ("dev", sid)
+        inits = [pid for pid, comm, _ in sandbox_procs(key) if comm == "sbx-init"]
+        assert len(inits) == 1, sandbox_procs(key)
+        assert signal_masks(st.pid("agent-1"))[1] & (1 << 31), \
+            "the agent does not have 32 ignored: the test proves nothing"
+        assert signal_masks(inits[0]) == (1 << (signal.SIGCHLD - 1), 0), signal_masks(inits[0])
+        out = run(st, sid, "grep -E '^Sig(Blk|Ign)' /proc/self/status")["stdout"]
+        assert out.split() == ["SigBlk:", "0" * 16, "SigIgn:", "0" * 16], out
+        r = st.api("POST", "/v1/sandboxes/%s/processes" % sid,
+                   json={"id": "bg", "command": "grep -E '^Sig(Blk|Ign)' /proc/self/status"})
+        assert r.status_code == 201, r.text
+        logs = st.wait("the background process's output",
+                       lambda: st.api("GET", "/v1/sandboxes/%s/processes/bg/logs" % sid).json()
+                       .get("stdout") or None)
+        assert logs.split() == ["SigBlk:", "0" * 16, "SigIgn:", "0" * 16], logs
+    finally:
+        stack_down(st)
