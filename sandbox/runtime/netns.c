@@ -4,14 +4,18 @@
  * reads until the kernel's answer of that sequence number.
  */
 #include "netns.h"
+#include "donepipe.h"
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/if_link.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <linux/veth.h>
 #include <net/if.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -41,6 +45,41 @@ int netns_lo_up(void)
 	close(fd);
 	errno = err;
 	return rc;
+}
+
+struct netns_made {
+	int fd;
+	int err;
+};
+
+static void *netns_new_thread(void *arg)
+{
+	struct netns_made *m = arg;
+
+	if (unshare(CLONE_NEWNET) < 0) {
+		m->err = errno;
+		return NULL;
+	}
+	m->fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (m->fd < 0)
+		m->err = errno;
+	return NULL;
+}
+
+int netns_new(void)
+{
+	struct netns_made m = { -1, 0 };
+	pthread_t t;
+	int rc = donepipe_thread_start(&t, netns_new_thread, &m);
+
+	if (rc != 0) {
+		errno = rc;
+		return -1;
+	}
+	pthread_join(t, NULL);
+	if (m.fd < 0)
+		errno = m.err;
+	return m.fd;
 }
 
 /* ---- message building ----------------------------------------------------- */

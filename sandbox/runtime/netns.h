@@ -18,6 +18,11 @@
 /* Bring lo up in the current network namespace. Child-safe; 0 or -1 with errno. */
 int netns_lo_up(void);
 
+/* A new network namespace (lo down, nothing else), made by a short-lived
+ * thread so that the caller's own namespace never changes: an O_CLOEXEC
+ * fd of it, or -1 with errno. */
+int netns_new(void);
+
 /* An rtnetlink socket of the network namespace current when it was opened. */
 struct netns_nl {
 	int fd;

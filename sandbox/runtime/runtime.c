@@ -16,6 +16,7 @@
 #include "initproto.h"
 #include "log.h"
 #include "mounts.h"
+#include "netns.h"
 #include "seccomp_filter.h"
 #include "spawn.h"
 #include "util.h"
@@ -44,6 +45,7 @@ static void dying_work(struct rt_dying *d, int wait);
 static void back_posted(void *p, void *arg);
 static void on_back(evutil_socket_t fd, short what, void *arg);
 static void builders_stop(struct rt *rt);
+static int spare_take(struct rt *rt);
 
 #define RT_KEY_MAX 160
 /* Host-wide: every agent of the host locks the uid ranges it hands out here. */
@@ -125,6 +127,11 @@ struct rt_dying {
 	struct rt_gone_waiter *waiters;
 };
 
+/* Network namespaces a build thread keeps ready: a new one costs the
+ * clone of init a third of its time (the kernel sets up a whole network
+ * stack), and a burst of creates takes them all at once. */
+#define RT_SPARES 4
+
 struct rt {
 	struct event_base *base;
 	struct sbx_conf conf;
@@ -173,6 +180,12 @@ struct rt {
 	pthread_mutex_t ids_lock;
 	uint32_t *ids_put;
 	unsigned nids_put;
+	/* Network namespaces made ahead by idle build threads (spare_make),
+	 * taken by builds (spare_take); under lock. spare_paused: the last
+	 * making failed; the next build lifts it. */
+	int spares[RT_SPARES];
+	unsigned nspares, spare_making;
+	int spare_paused;
 };
 
 /* One build: planned on the loop (build_prepare), run on a build thread
@@ -589,6 +602,13 @@ struct rt *rt_new(struct event_base *base, const struct sbx_conf *conf, struct s
 	rt->base = base;
 	rt->conf = *conf;
 	rt->init_fd = -1;
+	/* A build's children run in this process's memory until their exec
+	 * (spawn.c), some with a sandbox's credentials: nothing of a sandbox
+	 * may attach to them (ptrace, /proc/<pid>/mem) */
+	if (prctl(PR_SET_DUMPABLE, 0) < 0) {
+		err_sys(e, errno, "cannot make the agent non-dumpable");
+		return NULL;
+	}
 	rt->caps_keep = caps_keep_mask();
 	rt->caps_last = caps_last_cap();
 	if (strcmp(conf->agent.userns, "off") == 0) {
@@ -1025,6 +1045,7 @@ static void build_run(struct rt_build *b)
 		goto fail;
 	}
 	memset(&sp, 0, sizeof(sp));
+	sp.netns_fd = spare_take(rt);
 	sp.mounts = &plan;
 	sp.root = b->merged;
 	sp.hostname = b->hostname;
@@ -1038,6 +1059,8 @@ static void build_run(struct rt_build *b)
 	sb->pid = spawn_sandbox(&sp, attach_cgroup, sb, &sb->pidfd, e);
 	close(sv[1]);
 	sv[1] = -1;
+	if (sp.netns_fd >= 0)
+		close(sp.netns_fd);   /* init is in it, or it goes with the failure */
 	if (sb->pid < 0)
 		goto fail;
 	sb->sock = steal_fd(&sv[0]);
@@ -1147,6 +1170,49 @@ struct rt_sandbox *rt_create(struct rt *rt, const struct rt_spec *spec, struct s
 
 /* ---- build threads ------------------------------------------------------- */
 
+/* A spare network namespace for a build, or -1: the clone makes one. */
+static int spare_take(struct rt *rt)
+{
+	int fd = -1;
+
+	pthread_mutex_lock(&rt->lock);
+	if (rt->nspares)
+		fd = rt->spares[--rt->nspares];
+	rt->spare_paused = 0;
+	pthread_cond_signal(&rt->wake);   /* an idle thread makes the next one */
+	pthread_mutex_unlock(&rt->lock);
+	return fd;
+}
+
+/* Whether an idle build thread should make a spare (under lock). */
+static int spare_wanted(const struct rt *rt)
+{
+	return !rt->stopping && !rt->spare_paused && rt->nspares + rt->spare_making < RT_SPARES;
+}
+
+/* Make one spare, called and returning under lock. */
+static void spare_make(struct rt *rt)
+{
+	int fd, err;
+
+	rt->spare_making++;
+	pthread_mutex_unlock(&rt->lock);
+	fd = netns_new();
+	err = errno;
+	pthread_mutex_lock(&rt->lock);
+	rt->spare_making--;
+	if (fd < 0) {
+		if (!rt->spare_paused)
+			log_warn("cannot make a network namespace ahead (builds make their own): %s",
+				 strerror(err));
+		rt->spare_paused = 1;
+	} else if (rt->stopping || rt->nspares == RT_SPARES) {
+		close(fd);
+	} else {
+		rt->spares[rt->nspares++] = fd;
+	}
+}
+
 static void *builder_main(void *arg)
 {
 	struct rt *rt = arg;
@@ -1156,8 +1222,12 @@ static void *builder_main(void *arg)
 		struct rt_dying *d;
 
 		pthread_mutex_lock(&rt->lock);
-		while (!rt->queue && !rt->reap_queue && !rt->stopping)
-			pthread_cond_wait(&rt->wake, &rt->lock);
+		while (!rt->queue && !rt->reap_queue && !rt->stopping) {
+			if (spare_wanted(rt))
+				spare_make(rt);
+			else
+				pthread_cond_wait(&rt->wake, &rt->lock);
+		}
 		if ((d = rt->reap_queue)) {
 			rt->reap_queue = d->qnext;
 			pthread_mutex_unlock(&rt->lock);
@@ -1277,6 +1347,8 @@ static void builders_stop(struct rt *rt)
 	pthread_mutex_unlock(&rt->lock);
 	for (unsigned i = 0; i < rt->nthreads; i++)
 		pthread_join(rt->threads[i], NULL);
+	while (rt->nspares)
+		close(rt->spares[--rt->nspares]);
 	free(rt->threads);
 	rt->threads = NULL;
 	rt->nthreads = 0;

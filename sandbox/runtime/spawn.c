@@ -16,10 +16,12 @@
 #include <linux/sched.h>
 #include <linux/seccomp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -36,6 +38,79 @@
 #endif
 
 #define SPAWN_TIMEOUT_MS 10000
+#define VM_CHILD_STACK (256 * 1024)
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define STACK_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define STACK_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+/*
+ * A child that shares the agent's memory (CLONE_VM), on a stack of its
+ * own: no copy of the agent's page tables, which grow with every live
+ * sandbox, so the clone costs the same on a full host as on an empty one.
+ * The child runs until its exec or its exit; the stack must outlive both,
+ * so vm_child_end comes only after the caller knows the child exec'd (its
+ * CLOEXEC end closed) or has reaped it. The child shares the calling
+ * thread's TLS too: it writes that thread's errno, so the caller reads
+ * errno only of calls it makes while no child runs, or takes it from a
+ * return value (wait_readable). It starts with every signal blocked: no
+ * handler of the agent runs on the child's stack.
+ */
+struct vm_child {
+	char *map;                     /* the mapping: a guard page, then the stack */
+	size_t size;
+};
+
+/* Start fn(arg) in a child of clone(CLONE_VM | flags); its pidfd in
+ * *pidfd (flags must hold CLONE_PIDFD). The child's pid, or -1 with errno. */
+static long vm_child_start(struct vm_child *vc, unsigned long flags, int (*fn)(void *), void *arg,
+			   int *pidfd)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	sigset_t all, old;
+	long pid;
+	int err;
+
+	vc->size = VM_CHILD_STACK + (size_t)page;
+	vc->map = mmap(NULL, vc->size, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (vc->map == MAP_FAILED) {
+		vc->map = NULL;
+		return -1;
+	}
+	if (mprotect(vc->map, (size_t)page, PROT_NONE) < 0) {
+		err = errno;
+		munmap(vc->map, vc->size);
+		vc->map = NULL;
+		errno = err;
+		return -1;
+	}
+	STACK_UNPOISON(vc->map, vc->size);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pid = clone(fn, vc->map + vc->size, (int)(flags | CLONE_VM), arg, pidfd);
+	err = errno;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (pid < 0) {
+		munmap(vc->map, vc->size);
+		vc->map = NULL;
+	}
+	errno = err;
+	return pid;
+}
+
+/* Release the child's stack: it has exec'd or been reaped. */
+static void vm_child_end(struct vm_child *vc)
+{
+	if (!vc->map)
+		return;
+	STACK_UNPOISON(vc->map, vc->size);
+	munmap(vc->map, vc->size);
+	vc->map = NULL;
+}
 
 struct child_report {
 	int err;
@@ -76,6 +151,7 @@ static void close_foreign(const struct spawn_plan *sp, int sync)
 	keep[n++] = sp->init_exe_fd;
 	keep[n++] = sp->init_sock;
 	keep[n++] = sp->userns_fd;
+	keep[n++] = sp->netns_fd;
 	for (size_t i = 0; i < sp->mounts->n; i++) {
 		if (sp->mounts->ops[i].kind != MNT_ATTACH)
 			continue;
@@ -118,6 +194,10 @@ static __attribute__((noreturn)) void child_main(const struct spawn_plan *sp, in
 	/* wait until the parent has put us into our cgroup */
 	if (read(sync, &go, 1) != 1)
 		_exit(1);
+	/* a network namespace made ahead (netns_new), before anything that
+	 * sees the network: lo, sysfs */
+	if (sp->netns_fd >= 0 && setns(sp->netns_fd, CLONE_NEWNET) < 0)
+		child_fail(sync, "join the network namespace", errno);
 	/* after joining the cgroup, so that /proc/self/cgroup shows "/" */
 	if (unshare(CLONE_NEWCGROUP) < 0)
 		child_fail(sync, "unshare cgroup namespace", errno);
@@ -185,25 +265,24 @@ static __attribute__((noreturn)) void child_main(const struct spawn_plan *sp, in
 	_exit(1);
 }
 
-/* Wait until fd is readable; 0, or -1 with errno ETIMEDOUT. */
-static int wait_readable(int fd, int ms)
+/* Wait until one of fds is readable: 0, or an errno value (ETIMEDOUT).
+ * Not errno itself: a vm_child may write it at any time. */
+static int wait_readable(struct pollfd *p, int n, int ms)
 {
-	struct pollfd p = { .fd = fd, .events = POLLIN };
 	int64_t deadline = util_now_ms() + ms;
 
 	for (;;) {
 		int64_t left = deadline - util_now_ms();
-		int r;
+		int r, err;
 
-		if (left <= 0) {
-			errno = ETIMEDOUT;
-			return -1;
-		}
-		r = poll(&p, 1, (int)left);
+		if (left <= 0)
+			return ETIMEDOUT;
+		r = poll(p, (nfds_t)n, (int)left);
+		err = errno;
 		if (r > 0)
 			return 0;
-		if (r < 0 && errno != EINTR)
-			return -1;
+		if (r < 0 && err != EINTR)
+			return err;
 	}
 }
 
@@ -224,63 +303,92 @@ static int write_map(pid_t pid, const char *file, uid_t inside, uid_t base, stru
 	return 0;
 }
 
+struct userns_child {
+	int sock;                      /* the helper's end */
+	uid_t base;
+};
+
+/* The helper: it shares the agent's memory and fd table (it closes
+ * nothing), becomes base, makes the namespace, reports 0 or its errno,
+ * and waits there until the parent has opened it. */
+static int userns_child(void *arg)
+{
+	const struct userns_child *uc = arg;
+	int err = 0;
+	char c;
+
+	if (raw_setgroups0() < 0 || syscall(SYS_setresgid, uc->base, uc->base, uc->base) < 0 ||
+	    syscall(SYS_setresuid, uc->base, uc->base, uc->base) < 0 || unshare(CLONE_NEWUSER) < 0)
+		err = errno ? errno : EPERM;
+	if (write(uc->sock, &err, sizeof(err)) != (ssize_t)sizeof(err) || err)
+		_exit(1);
+	while (read(uc->sock, &c, 1) < 0 && errno == EINTR)
+		;
+	_exit(0);
+}
+
+/* The helper's report: 0 once its namespace exists, else an errno value
+ * (the helper's own, or why it could not be heard). */
+static int userns_report(int sock, int pidfd)
+{
+	struct pollfd p[2] = { { .fd = sock, .events = POLLIN }, { .fd = pidfd, .events = POLLIN } };
+	int err = wait_readable(p, 2, SPAWN_TIMEOUT_MS), got;
+	ssize_t n;
+
+	if (err)
+		return err;
+	if (!(p[0].revents & POLLIN))
+		return ECHILD;                 /* the helper died without a word */
+	do
+		n = read(sock, &got, sizeof(got));
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof(got))
+		return EPROTO;
+	return got;
+}
+
 int spawn_userns(uid_t inside, uid_t base, struct sbx_err *e)
 {
-	int sv[2], ret = -1;
-	char path[64], c;
+	struct userns_child uc = { .base = base };
+	struct vm_child vc;
+	int sv[2], ret = -1, pidfd = -1, err;
+	char path[64];
 	long pid;
-	ssize_t n;
 
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		return err_sys(e, errno, "socketpair");
 	/* The namespace's owner is its creator's euid, and the kernel charges
 	 * per-user counts (inotify instances, nproc) of everything inside to
 	 * that owner in the host's namespace: created as root, every sandbox
-	 * would share root's counts. So the child becomes base first. It
-	 * waits in the namespace until the socket closes; the namespace
-	 * outlives it through the fd opened below. */
-	pid = syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, NULL);
-	if (pid == 0) {
-		/* every fd but sv[1]: copies of another thread's sockets (a
-		 * concurrent build's, cloned at the same time) would keep its
-		 * helper waiting for an end of stream that never comes */
-		if ((sv[1] > 0 && syscall(SYS_close_range, 0U, (unsigned)sv[1] - 1, 0U) < 0) ||
-		    syscall(SYS_close_range, (unsigned)sv[1] + 1, ~0U, 0U) < 0)
-			_exit(1);
-		if (raw_setgroups0() < 0 || syscall(SYS_setresgid, base, base, base) < 0 ||
-		    syscall(SYS_setresuid, base, base, base) < 0 || unshare(CLONE_NEWUSER) < 0)
-			_exit(1);
-		if (write(sv[1], "u", 1) != 1)
-			_exit(1);
-		/* until the parent has opened the namespace: its byte, or the end */
-		while (read(sv[1], &c, 1) < 0 && errno == EINTR)
-			;
-		_exit(0);
-	}
-	close(sv[1]);
+	 * would share root's counts. So the helper becomes base first. The
+	 * namespace outlives it through the fd opened below. It shares the
+	 * fd table (CLONE_FILES): no copy of the agent's fds, and so no end of
+	 * stream at its exit; its pidfd says when it is gone. */
+	uc.sock = sv[1];
+	pid = vm_child_start(&vc, CLONE_FILES | CLONE_PIDFD | SIGCHLD, userns_child, &uc, &pidfd);
 	if (pid < 0) {
 		err_sys(e, errno, "cannot create a user namespace");
 		close(sv[0]);
+		close(sv[1]);
 		return -1;
 	}
-	do
-		n = read(sv[0], &c, 1);
-	while (n < 0 && errno == EINTR);
-	util_xsnprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
-	if (n != 1) {
-		err_sys(e, n < 0 ? errno : EPERM, "cannot create a user namespace as uid %u",
-			(unsigned)base);
+	err = userns_report(sv[0], pidfd);
+	util_xsnprintf(path, sizeof(path), "/proc/%ld/ns/user", pid);
+	if (err) {
+		err_sys(e, err, "cannot create a user namespace as uid %u", (unsigned)base);
 	} else if (write_map((pid_t)pid, "uid_map", inside, base, e) == 0 &&
 		   write_map((pid_t)pid, "gid_map", inside, base, e) == 0) {
 		ret = open(path, O_RDONLY | O_CLOEXEC);
 		if (ret < 0)
 			err_sys(e, errno, "cannot open the new user namespace");
 	}
-	/* a byte, not the end of stream: a concurrent clone may hold a copy */
-	(void)!write(sv[0], "x", 1);
+	/* done with it either way: the helper may be waiting for its byte */
+	syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+	spawn_reap(pidfd, 1);
+	vm_child_end(&vc);
+	close(pidfd);
 	close(sv[0]);
-	while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR)
-		;
+	close(sv[1]);
 	return ret;
 }
 
@@ -307,34 +415,53 @@ static int parent_side(const struct spawn_plan *sp, pid_t pid, int sync, spawn_a
 		return -1;
 	if (write(sync, "G", 1) != 1)
 		return err_sys(e, errno, "cannot start the sandbox");
-	for (;;) {
-		if (wait_readable(sync, SPAWN_TIMEOUT_MS) < 0)
-			return err_sys(e, errno, "sandbox setup did not finish");
-		memset(&r, 0, sizeof(r));
-		n = read(sync, &r, sizeof(r));
-		if (n == 0)
-			return 0;   /* CLOEXEC socket closed by the exec: init runs */
-		if (n == (ssize_t)sizeof(r)) {
-			r.step[sizeof(r.step) - 1] = '\0';
-			return err_sys(e, r.err, "%s", r.step);
-		}
-		return err_sys(e, n < 0 ? errno : EPROTO, "sandbox setup failed");
+	{
+		struct pollfd p = { .fd = sync, .events = POLLIN };
+		int err = wait_readable(&p, 1, SPAWN_TIMEOUT_MS);
+
+		if (err)
+			return err_sys(e, err, "sandbox setup did not finish");
 	}
+	memset(&r, 0, sizeof(r));
+	n = read(sync, &r, sizeof(r));
+	if (n == 0)
+		return 0;   /* CLOEXEC socket closed by the exec: init runs */
+	if (n == (ssize_t)sizeof(r)) {
+		r.step[sizeof(r.step) - 1] = '\0';
+		return err_sys(e, r.err, "%s", r.step);
+	}
+	return err_sys(e, n < 0 ? EIO : EPROTO, "sandbox setup failed");
+}
+
+struct sandbox_child {
+	const struct spawn_plan *sp;
+	int sync;
+};
+
+static int sandbox_child(void *arg)
+{
+	const struct sandbox_child *sc = arg;
+
+	child_main(sc->sp, sc->sync);
 }
 
 pid_t spawn_sandbox(const struct spawn_plan *sp, spawn_attach_fn attach, void *arg, int *pidfd,
 		    struct sbx_err *e)
 {
-	int sv[2], fd = -1;
-	unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
-			      CLONE_NEWUTS | CLONE_PIDFD | SIGCHLD;
+	struct sandbox_child sc = { .sp = sp };
+	struct vm_child vc;
+	int sv[2], fd = -1, rc;
+	unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
+			      CLONE_PIDFD | SIGCHLD;
 	long pid;
 
 	*pidfd = -1;
+	if (sp->netns_fd < 0)
+		flags |= CLONE_NEWNET;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		return err_sys(e, errno, "socketpair");
-	/* fork-like clone: the child runs on a copy of this stack */
-	pid = syscall(SYS_clone, flags, NULL, &fd, NULL, NULL);
+	sc.sync = sv[1];
+	pid = vm_child_start(&vc, flags, sandbox_child, &sc, &fd);
 	if (pid < 0) {
 		int err = errno;
 
@@ -342,21 +469,22 @@ pid_t spawn_sandbox(const struct spawn_plan *sp, spawn_attach_fn attach, void *a
 		close(sv[1]);
 		return err_sys(e, err, "clone");
 	}
-	if (pid == 0) {
-		close(sv[0]);
-		child_main(sp, sv[1]);
-	}
 	close(sv[1]);
-	if (parent_side(sp, (pid_t)pid, sv[0], attach, arg, e) < 0) {
+	rc = parent_side(sp, (pid_t)pid, sv[0], attach, arg, e);
+	if (rc < 0) {
 		syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
 		if (sp->thaw)
 			sp->thaw(arg);
 		spawn_reap(fd, 1);
+	}
+	/* exec'd (its end closed at the exec, after its memory was its own)
+	 * or reaped: the stack is free */
+	vm_child_end(&vc);
+	close(sv[0]);
+	if (rc < 0) {
 		close(fd);
-		close(sv[0]);
 		return -1;
 	}
-	close(sv[0]);
 	*pidfd = fd;
 	return (pid_t)pid;
 }

@@ -29,6 +29,7 @@ struct spawn_plan {
 	const char *root;              /* directory to pivot into */
 	const char *hostname;
 	int userns_fd;                 /* >= 0: join this user namespace last */
+	int netns_fd;                  /* >= 0: join this network namespace; -1: a new one */
 	const struct sock_fprog *seccomp;
 	uint64_t caps_keep;
 	int caps_last;

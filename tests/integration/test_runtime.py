@@ -7,6 +7,7 @@ which is on where the host allows it) and against a stack whose agents run
 with `agent.userns = off`.
 """
 
+import concurrent.futures
 import ctypes
 import json
 import os
@@ -398,6 +399,44 @@ def test_destroy_leaves_nothing_on_host(sbx):
     assert not leftovers, "cgroups left behind: %r" % leftovers
     with open("/proc/self/mountinfo") as f:
         assert key not in f.read(), "a mount of the sandbox is visible on the host"
+
+
+def namespaces_of(key):
+    """{kind: inode link} of the net, user and mnt namespaces of sandbox key's init."""
+    inits = [pid for pid, comm, _ in sandbox_procs(key) if comm == "sbx-init"]
+    assert len(inits) == 1, sandbox_procs(key)
+    return {ns: os.readlink("/proc/%d/ns/%s" % (inits[0], ns)) for ns in ("net", "user", "mnt")}
+
+
+def test_every_sandbox_has_namespaces_of_its_own(sbx):
+    """Network namespaces are made ahead by idle build threads: a burst of
+    8 creates at once uses up the ready ones (the rest make their own), and
+    3 more one after another take new ones. Every sandbox has a network,
+    user and mount namespace of its own, none of them the host's (the user
+    namespace is the host's only with agent.userns = off), with only lo in
+    it, and lo up."""
+    host = {ns: os.readlink("/proc/self/ns/%s" % ns) for ns in ("net", "user", "mnt")}
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        sids = list(pool.map(lambda _: new_box(sbx), range(8)))
+    sids += [new_box(sbx) for _ in range(3)]
+    try:
+        seen = {sid: namespaces_of("dev." + sid) for sid in sids}
+        own_user = sbx.conf_value("agent", "userns") != "off"
+        for ns in ("net", "mnt", "user"):
+            links = [n[ns] for n in seen.values()]
+            if ns == "user" and not own_user:
+                assert set(links) == {host["user"]}, links
+                continue
+            assert len(set(links)) == len(sids), "shared %s namespaces: %r" % (ns, links)
+            assert host[ns] not in links, "a sandbox in the host's %s namespace" % ns
+        code = ("import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1); "
+                "socket.create_connection(s.getsockname(), timeout=5); "
+                "print(' '.join(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]))")
+        for sid in sids:
+            assert py(sbx, sid, code).split() == ["lo"], sid
+    finally:
+        for sid in sids:
+            destroy(sbx, sid)
 
 
 def test_process_sees_only_stdio_fds(sbx, box):

@@ -5,8 +5,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* Run path with argv, stdout into a pipe; its output in out, exit code returned
@@ -98,4 +102,67 @@ TEST(spawn_host_status_signals_and_fn)
 	CHECK(spawn_host(&cmd, &pidfd, &e) > 0);
 	CHECK_INT(spawn_host_wait(pidfd, &e), 7);
 	close(pidfd);
+}
+
+/* In a forked child: join user namespace fd and print its uid_map into
+ * out (the first line). */
+static int uid_map_of(int fd, char *out, size_t size)
+{
+	int p[2], st;
+	pid_t pid;
+	ssize_t n;
+
+	if (pipe(p) < 0)
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		auto_close int map = -1;
+		char buf[128];
+
+		if (setns(fd, CLONE_NEWUSER) < 0)
+			_exit(2);
+		map = open("/proc/self/uid_map", O_RDONLY);
+		n = map < 0 ? -1 : read(map, buf, sizeof(buf));
+		_exit(n > 0 && write(p[1], buf, (size_t)n) == n ? 0 : 3);
+	}
+	close(p[1]);
+	n = read(p[0], out, size - 1);
+	out[n > 0 ? n : 0] = '\0';
+	close(p[0]);
+	waitpid(pid, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(spawn_userns_maps_and_reports_a_failed_helper)
+{
+	struct sbx_err e = { 0 };
+	char map[128], words[3][16], dir[] = "/tmp/sbx-unit-chroot-XXXXXX";
+	int fd, st;
+	pid_t pid;
+
+	/* the namespace maps 0 to its base, and outlives its helper */
+	fd = spawn_userns(0, 300000, &e);
+	CHECK(fd >= 0);
+	CHECK_INT(uid_map_of(fd, map, sizeof(map)), 0);
+	CHECK_INT(sscanf(map, "%15s %15s %15s", words[0], words[1], words[2]), 3);
+	CHECK_STR(words[0], "0");
+	CHECK_STR(words[1], "300000");
+	CHECK_STR(words[2], "65536");
+	close(fd);
+	/* a caller that may not make one (unshare(CLONE_NEWUSER) fails in a
+	 * chroot) gets the helper's errno back, not a hang */
+	CHECK(mkdtemp(dir) != NULL);
+	pid = fork();
+	if (pid == 0) {
+		if (chroot(dir) < 0 || chdir("/") < 0)
+			_exit(2);
+		e = (struct sbx_err){ 0 };
+		fd = spawn_userns(0, 300000, &e);
+		_exit(fd < 0 && e.sys_errno == EPERM ? 0 : 1);
+	}
+	CHECK(pid > 0);
+	CHECK_INT(waitpid(pid, &st, 0), pid);
+	CHECK(WIFEXITED(st));
+	CHECK_INT(WEXITSTATUS(st), 0);
+	rmdir(dir);
 }
