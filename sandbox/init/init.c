@@ -18,15 +18,16 @@
 #include "sigdfl.h"
 
 #include <dirent.h>
-#include <grp.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -39,6 +40,7 @@
 
 #define KILL_ROUNDS 8          /* scans per SIGKILL of a tree */
 #define KILL_RETRY_MS 50       /* then again this often until it is empty */
+#define PROC_STACK (256 * 1024) /* the stack of a keeper's child until its exec */
 
 extern char **environ;
 
@@ -106,7 +108,10 @@ static void untrack(struct proc *p)
 	*p = procs[--nprocs];
 }
 
-/* In the forked child: become the process that was asked for. Never returns. */
+/* In the keeper's child, which shares the keeper's memory until its exec
+ * (proc_child): become the process that was asked for. Syscalls only, the
+ * credential calls raw, no PR_SET_DUMPABLE (it would make the shared
+ * keeper dumpable; the exec sets the process's own). Never returns. */
 static void child_exec(const struct initproto_msg *m, const int *fds, int errpipe)
 {
 	sigset_t none;
@@ -115,7 +120,6 @@ static void child_exec(const struct initproto_msg *m, const int *fds, int errpip
 	sigemptyset(&none);
 	sigdfl_all();
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	prctl(PR_SET_DUMPABLE, 1);
 	setsid();
 	/* fds[] are all >= 3 (init keeps 0-2 open on /dev/null). */
 	if (dup2(fds[0], 0) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0)
@@ -128,8 +132,9 @@ static void child_exec(const struct initproto_msg *m, const int *fds, int errpip
 	syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
 	/* The ids last, after everything that needs root; chdir and exec as
 	 * the user. Dropping from uid 0 clears every capability. */
-	if (m->uid >= 0 && (setgroups(0, NULL) < 0 || setgid((gid_t)m->gid) < 0 ||
-			    setuid((uid_t)m->uid) < 0))
+	if (m->uid >= 0 && (syscall(SYS_setgroups, 0, NULL) < 0 ||
+			    syscall(SYS_setgid, (gid_t)m->gid) < 0 ||
+			    syscall(SYS_setuid, (uid_t)m->uid) < 0))
 		goto fail;
 	if (chdir(m->cwd) < 0)
 		goto fail;
@@ -285,6 +290,52 @@ static void keeper_note(int fd, pid_t pid, int err)
 	(void)!write(fd, &kn, sizeof(kn));
 }
 
+/* What the keeper's child needs (it reads it in the keeper's memory). */
+struct proc_start {
+	const struct initproto_msg *m;
+	const int *fds;
+	const int *ep, *gp;        /* error pipe, go pipe */
+	int notefd;
+};
+
+static int proc_child(void *arg)
+{
+	const struct proc_start *ps = arg;
+	char go;
+	ssize_t n;
+
+	close(ps->ep[0]);
+	close(ps->gp[1]);
+	close(ps->notefd);
+	setsid();
+	/* wait until init knows the pid; the keeper gone: do not run */
+	do
+		n = read(ps->gp[0], &go, 1);
+	while (n < 0 && errno == EINTR);
+	if (n != 1)
+		_exit(127);
+	close(ps->gp[0]);
+	child_exec(ps->m, ps->fds, ps->ep[1]);
+	return 127;
+}
+
+/* Start the process's child: a clone that shares the keeper's memory
+ * (CLONE_VM: no copy of the keeper's page tables, the most of a fork's
+ * cost) on a stack of its own with a guard page; it stays mapped for the
+ * keeper's life. The child's pid, or -1 with errno. */
+static pid_t proc_start(const struct proc_start *ps)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), size = PROC_STACK + page;
+	char *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
+			 -1, 0);
+
+	if (map == MAP_FAILED)
+		return -1;
+	if (mprotect(map, page, PROT_NONE) < 0)
+		return -1;
+	return clone(proc_child, map + size, CLONE_VM | SIGCHLD, (void *)ps);
+}
+
 /* In the forked keeper: start the process, report it, reap the tree until
  * nothing is left. Never returns. Init learns the pid before the process
  * runs anything of its own, so that a keeper killed from inside the
@@ -292,6 +343,8 @@ static void keeper_note(int fd, pid_t pid, int err)
 static void keeper_main(const struct initproto_msg *m, const int *fds, int notefd)
 {
 	int ep[2] = { -1, -1 }, gp[2] = { -1, -1 }, err = 0, st;
+	/* read by the child until its exec: lives as long as the keeper */
+	const struct proc_start ps = { m, fds, ep, gp, notefd };
 	pid_t pid, w;
 	ssize_t n;
 
@@ -305,27 +358,12 @@ static void keeper_main(const struct initproto_msg *m, const int *fds, int notef
 	close(sigfd);
 	prctl(PR_SET_NAME, "sbx-keeper");
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	if (pipe2(ep, O_CLOEXEC) < 0 || pipe2(gp, O_CLOEXEC) < 0 || (pid = fork()) < 0) {
+	if (pipe2(ep, O_CLOEXEC) < 0 || pipe2(gp, O_CLOEXEC) < 0 ||
+	    (pid = proc_start(&ps)) < 0) {
 		err = errno;
 		send_msg(INITPROTO_FAILED, m->handle, err, 0);
 		keeper_note(notefd, 0, err);
 		_exit(0);
-	}
-	if (pid == 0) {
-		char go;
-
-		close(ep[0]);
-		close(gp[1]);
-		close(notefd);
-		setsid();
-		/* wait until init knows the pid; the keeper gone: do not run */
-		do
-			n = read(gp[0], &go, 1);
-		while (n < 0 && errno == EINTR);
-		if (n != 1)
-			_exit(127);
-		close(gp[0]);
-		child_exec(m, fds, ep[1]);
 	}
 	close(ep[1]);
 	close(gp[0]);

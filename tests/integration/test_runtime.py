@@ -439,6 +439,17 @@ def test_every_sandbox_has_namespaces_of_its_own(sbx):
             destroy(sbx, sid)
 
 
+def test_keepers_are_not_dumpable(sbx, box):
+    """A process starts in its keeper's memory (sbx-init's clone), which
+    stays non-dumpable: root in the sandbox cannot read the keeper's
+    /proc/<pid>/environ (nor attach to it), while its own parent, an
+    ordinary process of the sandbox, is readable."""
+    out = run(sbx, box, "cat /proc/$PPID/environ >/dev/null 2>&1 && echo keeper-readable; "
+                        "sh -c 'cat /proc/$PPID/environ >/dev/null && echo parent-readable'; "
+                        "cat /proc/$PPID/comm; id -u")
+    assert out["stdout"].split() == ["parent-readable", "sbx-keeper", "0"], out
+
+
 def test_process_sees_only_stdio_fds(sbx, box):
     out = run(sbx, box, "python3 -c 'import os; print(\" \".join(sorted(os.listdir(\"/proc/self/fd\"), key=int)))'")
     fds = out["stdout"].split()
