@@ -117,8 +117,10 @@ static void child_exec(const struct initproto_msg *m, const int *fds, int errpip
 	sigset_t none;
 	int err;
 
+	/* Every disposition is already the default (init reset them all at
+	 * its start and neither it nor the keeper changes one); the keeper's
+	 * blocked signals are all that is left to undo. */
 	sigemptyset(&none);
-	sigdfl_all();
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	setsid();
 	/* fds[] are all >= 3 (init keeps 0-2 open on /dev/null). */
@@ -345,16 +347,22 @@ static void keeper_main(const struct initproto_msg *m, const int *fds, int notef
 	int ep[2] = { -1, -1 }, gp[2] = { -1, -1 }, err = 0, st;
 	/* read by the child until its exec: lives as long as the keeper */
 	const struct proc_start ps = { m, fds, ep, gp, notefd };
+	static const int unblocked[] = { SIGCHLD, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT,
+					 SIGTRAP, SIGSYS };
+	sigset_t keep_off;
 	pid_t pid, w;
 	ssize_t n;
 
 	/* A kill of the tree spares the keeper; a kill of everything from
-	 * inside the sandbox is noticed by init (reap). Faults keep their
+	 * inside the sandbox is noticed by init (reap). Blocked, not ignored:
+	 * one call instead of one per signal, and its child has only the mask
+	 * to undo (a blocked signal stays pending, never delivered, and a
+	 * child starts with none pending). Faults and SIGCHLD keep their
 	 * default action. */
-	for (int s = 1; s < NSIG; s++)
-		if (s != SIGKILL && s != SIGSTOP && s != SIGCHLD && s != SIGSEGV && s != SIGBUS &&
-		    s != SIGFPE && s != SIGILL && s != SIGABRT && s != SIGTRAP && s != SIGSYS)
-			signal(s, SIG_IGN);
+	sigfillset(&keep_off);
+	for (size_t i = 0; i < sizeof(unblocked) / sizeof(unblocked[0]); i++)
+		sigdelset(&keep_off, unblocked[i]);
+	sigprocmask(SIG_SETMASK, &keep_off, NULL);
 	close(sigfd);
 	prctl(PR_SET_NAME, "sbx-keeper");
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
