@@ -28,6 +28,9 @@
 #define POLICY_RECHECK_MS 5000
 /* The largest batch kept for a resend; larger ones are never resent. */
 #define BATCH_COPY_MAX 65536
+/* The largest command of store_append_argv: far above any body a worker
+ * takes (api.max_body_bytes); the bound only keeps a bug finite. */
+#define ARGV_CMD_MAX ((size_t)1 << 30)
 
 static struct {
 	struct sentinel_conf where;  /* redis.url, or the sentinels (sentinel.h) */
@@ -48,6 +51,7 @@ static struct {
 	int batch_resendable;       /* this batch may be sent twice anyway */
 	int next_resendable;        /* store_next_batch_resendable() was called */
 	int batch_reused;           /* sent on a connection older than the batch */
+	struct buf argv_cmd;        /* store_append_argv's command, reused */
 } st;
 
 int store_init(const struct sbx_conf *c, struct sbx_err *e)
@@ -59,6 +63,7 @@ int store_init(const struct sbx_conf *c, struct sbx_err *e)
 	st.command_timeout_ms = c->redis.command_timeout_ms;
 	st.next_try_ms = 0;
 	buf_init(&st.batch, BATCH_COPY_MAX);
+	buf_init(&st.argv_cmd, ARGV_CMD_MAX);
 	st.ready = 1;
 	return 0;
 }
@@ -75,6 +80,7 @@ void store_release(void)
 {
 	drop();
 	buf_release(&st.batch);
+	buf_release(&st.argv_cmd);
 }
 
 /* Does the server keep every key (maxmemory-policy noeviction)? 1 yes,
@@ -265,17 +271,15 @@ static int batch_begin(struct sbx_err *e)
 	return 0;
 }
 
-/* Queue one formatted command (len bytes; cmd is freed here), keeping a
- * copy while the batch is read-only. 0 or -1 (batch dropped). */
-static int batch_add(struct sbx_err *e, char *cmd, long long len)
+/* Queue one formatted command (len bytes, borrowed), keeping a copy
+ * while the batch is read-only. 0 or -1 (batch dropped). */
+static int batch_add(struct sbx_err *e, const char *cmd, long long len)
 {
 	size_t nlen;
 	int rc;
 
-	if (len < 0 || !cmd) {
-		free(cmd);
+	if (len < 0 || !cmd)
 		return err_set(e, SBX_E_INTERNAL, "redis: cannot format a command");
-	}
 	if (st.batch_readonly) {
 		/* The command name is the first bulk string: "*N\r\n$L\r\nNAME\r\n". */
 		const char *p = strchr(cmd, '$'), *name = p ? strchr(p, '\n') : NULL;
@@ -285,7 +289,6 @@ static int batch_add(struct sbx_err *e, char *cmd, long long len)
 			st.batch_readonly = 0;
 	}
 	rc = redisAppendFormattedCommand(st.ctx, cmd, (size_t)len);
-	free(cmd);
 	if (rc != REDIS_OK)
 		return append_failed(e);
 	st.pending++;
@@ -295,12 +298,14 @@ static int batch_add(struct sbx_err *e, char *cmd, long long len)
 static int append_v(struct sbx_err *e, const char *fmt, va_list ap)
 {
 	char *cmd = NULL;
-	int len;
+	int len, rc;
 
 	if (batch_begin(e) < 0)
 		return -1;
 	len = redisvFormatCommand(&cmd, fmt, ap);
-	return batch_add(e, cmd, len);
+	rc = batch_add(e, cmd, len);
+	free(cmd);
+	return rc;
 }
 
 int store_append(struct sbx_err *e, const char *fmt, ...)
@@ -314,15 +319,42 @@ int store_append(struct sbx_err *e, const char *fmt, ...)
 	return rc;
 }
 
+/* Add "<mark><n>\r\n" to b: a RESP length line, without printf. */
+static int resp_len(struct buf *b, char mark, size_t n)
+{
+	char tmp[24];
+	size_t i = sizeof(tmp);
+
+	tmp[--i] = '\n';
+	tmp[--i] = '\r';
+	do
+		tmp[--i] = (char)('0' + n % 10);
+	while ((n /= 10) && i > 1);
+	tmp[--i] = mark;
+	return buf_add(b, tmp + i, sizeof(tmp) - i);
+}
+
+int store_format_argv(struct buf *b, int argc, const char **argv, const size_t *argvlen)
+{
+	buf_reset(b);
+	if (argc < 1 || resp_len(b, '*', (size_t)argc) < 0)
+		return -1;
+	for (int i = 0; i < argc; i++)
+		if (resp_len(b, '$', argvlen[i]) < 0 || buf_add(b, argv[i], argvlen[i]) < 0 ||
+		    buf_add(b, "\r\n", 2) < 0)
+			return -1;
+	return 0;
+}
+
 int store_append_argv(struct sbx_err *e, int argc, const char **argv, const size_t *argvlen)
 {
-	char *cmd = NULL;
-	long long len;
+	struct buf *b = &st.argv_cmd;
 
 	if (batch_begin(e) < 0)
 		return -1;
-	len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
-	return batch_add(e, cmd, len);
+	if (store_format_argv(b, argc, argv, argvlen) < 0)
+		return batch_add(e, NULL, -1);
+	return batch_add(e, b->data, (long long)b->len);
 }
 
 void store_free_replies(redisReply **replies, size_t n)

@@ -26,6 +26,7 @@
 #ifndef SBX_STORE_H
 #define SBX_STORE_H
 
+#include "buf.h"
 #include "conf.h"
 #include "err.h"
 
@@ -46,6 +47,10 @@ int store_probe(struct sbx_err *e);
  * batch connects if needed. 0 or -1 (the batch is dropped). */
 int store_append(struct sbx_err *e, const char *fmt, ...);
 int store_append_argv(struct sbx_err *e, int argc, const char **argv, const size_t *argvlen);
+/* The command argv[0..argc) in RESP into b (reset first), as hiredis'
+ * redisFormatCommandArgv makes it, without a printf per argument (the
+ * hot path's formatter). 0, or -1 when b's bound was reached or argc < 1. */
+int store_format_argv(struct buf *b, int argc, const char **argv, const size_t *argvlen);
 
 enum store_flags {
 	STORE_RAW_ERRORS = 1 << 0,  /* hand error replies back instead of failing */

@@ -1,5 +1,5 @@
-/* The per-worker API key cache (expiry, refusals, bound, off) and the
- * read-only command list of the store's resend. */
+/* The per-worker API key cache (expiry, refusals, bound, off), the
+ * read-only command list of the store's resend, and its RESP formatter. */
 #include "unit.h"
 #include "keycache.h"
 #include "sha256.h"
@@ -141,4 +141,40 @@ TEST(fcgi_keycache_unlimited)
 	keycache_set_unlimited(&kc, b, 1);
 	CHECK_INT(keycache_get(&kc, b, 600, &hit), 1);
 	CHECK_INT(hit.unlimited, 0);
+}
+
+/* store_format_argv makes byte for byte what hiredis' formatter makes. */
+TEST(fcgi_store_format_argv_is_hiredis)
+{
+	static char big[100000];
+	const char *bin = "a\0b\r\n";
+	struct {
+		int argc;
+		const char *argv[4];
+		size_t lens[4];
+	} cases[] = {
+		{ 1, { "PING" }, { 4 } },
+		{ 3, { "HMGET", "sbx:sb:{t}:x", "" }, { 5, 12, 0 } },
+		{ 3, { "SET", "k", bin }, { 3, 1, 6 } },
+		{ 2, { "ECHO", big }, { 4, sizeof(big) } },
+	};
+	struct buf b;
+
+	memset(big, 'x', sizeof(big));
+	buf_init(&b, 1 << 20);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *want = NULL;
+		long long n = redisFormatCommandArgv(&want, cases[i].argc, cases[i].argv, cases[i].lens);
+
+		CHECK(n > 0);
+		CHECK_INT(store_format_argv(&b, cases[i].argc, cases[i].argv, cases[i].lens), 0);
+		CHECK_INT((long long)b.len, n);
+		CHECK(memcmp(b.data, want, (size_t)n) == 0);
+		free(want);
+	}
+	CHECK_INT(store_format_argv(&b, 0, NULL, NULL), -1);
+	buf_release(&b);
+	buf_init(&b, 64);   /* a bound reached is a failure, not a cut command */
+	CHECK_INT(store_format_argv(&b, 2, cases[3].argv, cases[3].lens), -1);
+	buf_release(&b);
 }
