@@ -306,11 +306,15 @@ static int write_map(pid_t pid, const char *file, uid_t inside, uid_t base, stru
 struct userns_child {
 	int sock;                      /* the helper's end */
 	uid_t base;
+	pid_t agent;                   /* getpid() of its parent */
 };
 
 /* The helper: it shares the agent's memory and fd table (it closes
  * nothing), becomes base, makes the namespace, reports 0 or its errno,
- * and waits there until the parent has opened it. */
+ * and stays in it until the parent, done with its maps, kills it. The
+ * socket never ends for it (it holds both ends in the shared table), so
+ * the agent's death ends it through PR_SET_PDEATHSIG, set after the
+ * credential change that would clear it. */
 static int userns_child(void *arg)
 {
 	const struct userns_child *uc = arg;
@@ -318,8 +322,11 @@ static int userns_child(void *arg)
 	char c;
 
 	if (raw_setgroups0() < 0 || syscall(SYS_setresgid, uc->base, uc->base, uc->base) < 0 ||
-	    syscall(SYS_setresuid, uc->base, uc->base, uc->base) < 0 || unshare(CLONE_NEWUSER) < 0)
+	    syscall(SYS_setresuid, uc->base, uc->base, uc->base) < 0 || unshare(CLONE_NEWUSER) < 0 ||
+	    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
 		err = errno ? errno : EPERM;
+	else if (getppid() != uc->agent)
+		_exit(1);                      /* the agent died before the prctl */
 	if (write(uc->sock, &err, sizeof(err)) != (ssize_t)sizeof(err) || err)
 		_exit(1);
 	while (read(uc->sock, &c, 1) < 0 && errno == EINTR)
@@ -349,7 +356,7 @@ static int userns_report(int sock, int pidfd)
 
 int spawn_userns(uid_t inside, uid_t base, struct sbx_err *e)
 {
-	struct userns_child uc = { .base = base };
+	struct userns_child uc = { .base = base, .agent = getpid() };
 	struct vm_child vc;
 	int sv[2], ret = -1, pidfd = -1, err;
 	char path[64];
@@ -382,7 +389,7 @@ int spawn_userns(uid_t inside, uid_t base, struct sbx_err *e)
 		if (ret < 0)
 			err_sys(e, errno, "cannot open the new user namespace");
 	}
-	/* done with it either way: the helper may be waiting for its byte */
+	/* done with it either way */
 	syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
 	spawn_reap(pidfd, 1);
 	vm_child_end(&vc);
