@@ -127,9 +127,9 @@ struct rt_dying {
 	struct rt_gone_waiter *waiters;
 };
 
-/* Network namespaces a build thread keeps ready: a new one costs the
- * clone of init a third of its time (the kernel sets up a whole network
- * stack), and a burst of creates takes them all at once. */
+/* Network namespaces the build threads keep ready: making one (the
+ * kernel sets up a whole network stack) is then off the clone of init,
+ * and a burst of creates takes them all at once. */
 #define RT_SPARES 4
 
 struct rt {
