@@ -16,6 +16,7 @@
  */
 #include "initproto.h"
 #include "sigdfl.h"
+#include "vmchild.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -27,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -40,7 +40,6 @@
 
 #define KILL_ROUNDS 8          /* scans per SIGKILL of a tree */
 #define KILL_RETRY_MS 50       /* then again this often until it is empty */
-#define PROC_STACK (256 * 1024) /* the stack of a keeper's child until its exec */
 
 extern char **environ;
 
@@ -321,23 +320,6 @@ static int proc_child(void *arg)
 	return 127;
 }
 
-/* Start the process's child: a clone that shares the keeper's memory
- * (CLONE_VM: no copy of the keeper's page tables, the most of a fork's
- * cost) on a stack of its own with a guard page; it stays mapped for the
- * keeper's life. The child's pid, or -1 with errno. */
-static pid_t proc_start(const struct proc_start *ps)
-{
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), size = PROC_STACK + page;
-	char *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
-			 -1, 0);
-
-	if (map == MAP_FAILED)
-		return -1;
-	if (mprotect(map, page, PROT_NONE) < 0)
-		return -1;
-	return clone(proc_child, map + size, CLONE_VM | SIGCHLD, (void *)ps);
-}
-
 /* In the forked keeper: start the process, report it, reap the tree until
  * nothing is left. Never returns. Init learns the pid before the process
  * runs anything of its own, so that a keeper killed from inside the
@@ -347,6 +329,8 @@ static void keeper_main(const struct initproto_msg *m, const int *fds, int notef
 	int ep[2] = { -1, -1 }, gp[2] = { -1, -1 }, err = 0, st;
 	/* read by the child until its exec: lives as long as the keeper */
 	const struct proc_start ps = { m, fds, ep, gp, notefd };
+	/* the child's stack: kept for the keeper's life (it ends in _exit) */
+	struct vm_child vc;
 	static const int unblocked[] = { SIGCHLD, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT,
 					 SIGTRAP, SIGSYS };
 	sigset_t keep_off;
@@ -367,7 +351,7 @@ static void keeper_main(const struct initproto_msg *m, const int *fds, int notef
 	prctl(PR_SET_NAME, "sbx-keeper");
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	if (pipe2(ep, O_CLOEXEC) < 0 || pipe2(gp, O_CLOEXEC) < 0 ||
-	    (pid = proc_start(&ps)) < 0) {
+	    (pid = (pid_t)vm_child_start(&vc, SIGCHLD, proc_child, (void *)&ps, NULL)) < 0) {
 		err = errno;
 		send_msg(INITPROTO_FAILED, m->handle, err, 0);
 		keeper_note(notefd, 0, err);

@@ -9,6 +9,7 @@
 #include "netns.h"
 #include "sigdfl.h"
 #include "util.h"
+#include "vmchild.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +22,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -38,79 +38,6 @@
 #endif
 
 #define SPAWN_TIMEOUT_MS 10000
-#define VM_CHILD_STACK (256 * 1024)
-
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#define STACK_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
-#else
-#define STACK_UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
-
-/*
- * A child that shares the agent's memory (CLONE_VM), on a stack of its
- * own: no copy of the agent's page tables, which grow with every live
- * sandbox, so the clone costs the same on a full host as on an empty one.
- * The child runs until its exec or its exit; the stack must outlive both,
- * so vm_child_end comes only after the caller knows the child exec'd (its
- * CLOEXEC end closed) or has reaped it. The child shares the calling
- * thread's TLS too: it writes that thread's errno, so the caller reads
- * errno only of calls it makes while no child runs, or takes it from a
- * return value (wait_readable). It starts with every signal blocked: no
- * handler of the agent runs on the child's stack.
- */
-struct vm_child {
-	char *map;                     /* the mapping: a guard page, then the stack */
-	size_t size;
-};
-
-/* Start fn(arg) in a child of clone(CLONE_VM | flags); its pidfd in
- * *pidfd (flags must hold CLONE_PIDFD). The child's pid, or -1 with errno. */
-static long vm_child_start(struct vm_child *vc, unsigned long flags, int (*fn)(void *), void *arg,
-			   int *pidfd)
-{
-	long page = sysconf(_SC_PAGESIZE);
-	sigset_t all, old;
-	long pid;
-	int err;
-
-	vc->size = VM_CHILD_STACK + (size_t)page;
-	vc->map = mmap(NULL, vc->size, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-	if (vc->map == MAP_FAILED) {
-		vc->map = NULL;
-		return -1;
-	}
-	if (mprotect(vc->map, (size_t)page, PROT_NONE) < 0) {
-		err = errno;
-		munmap(vc->map, vc->size);
-		vc->map = NULL;
-		errno = err;
-		return -1;
-	}
-	STACK_UNPOISON(vc->map, vc->size);
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pid = clone(fn, vc->map + vc->size, (int)(flags | CLONE_VM), arg, pidfd);
-	err = errno;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (pid < 0) {
-		munmap(vc->map, vc->size);
-		vc->map = NULL;
-	}
-	errno = err;
-	return pid;
-}
-
-/* Release the child's stack: it has exec'd or been reaped. */
-static void vm_child_end(struct vm_child *vc)
-{
-	if (!vc->map)
-		return;
-	STACK_UNPOISON(vc->map, vc->size);
-	munmap(vc->map, vc->size);
-	vc->map = NULL;
-}
 
 struct child_report {
 	int err;
