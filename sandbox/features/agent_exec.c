@@ -49,6 +49,7 @@
 #define EXEC_MAX_PATH AGENT_EXEC_MAX_PATH
 #define EXEC_MEM_KEEP (64 * 1024)          /* JSON mode: in memory, then spilled */
 #define EXEC_JSON_CHUNK (48 * 1024)        /* the streamed answer reads this much at a time */
+#define EXEC_WHOLE_MAX (16 * 1024)         /* output up to this: the answer is sent whole */
 
 struct exec_stream {
 	struct agent_exec *x;
@@ -548,6 +549,30 @@ int agent_exec_kept(const struct agent_exec *x, int i, struct buf *out, struct s
 	return 0;
 }
 
+/* A short answer goes whole, with its length: the head and the body in
+ * one write, where a streamed one takes a chunk (and a send) per part. */
+static void reply_whole(struct agent_exec *x, const char *content_type)
+{
+	struct buf whole;
+	char piece[4096];
+	ssize_t n;
+
+	/* one byte of output is at most 6 of JSON (an escaped control byte) */
+	buf_init(&whole, EXEC_WHOLE_MAX * 6 + x->jout.max);
+	while ((n = json_answer_read(x, piece, sizeof(piece))) > 0)
+		if (buf_add(&whole, piece, (size_t)n) < 0)
+			break;
+	if (n == -1) {
+		httpd_reply_bytes(x->r, 200, content_type, whole.data ? whole.data : "", whole.len);
+	} else {
+		struct sbx_err e;
+
+		err_sys(&e, EIO, "read back the output of '%s'", x->argv0);
+		agent_call_reply_err(x->r, &e);
+	}
+	buf_release(&whole);
+}
+
 void agent_exec_reply_text(struct agent_exec *x, const char *content_type, const char *head,
 			   const char *mid, const char *tail)
 {
@@ -565,7 +590,10 @@ void agent_exec_reply_text(struct agent_exec *x, const char *content_type, const
 	/* room for the longest fixed part next to a chunk's text */
 	x->jout.max += strlen(head) + strlen(mid) + strlen(tail);
 	httpd_add_header(x->r, "Cache-Control", "no-store");
-	httpd_reply_stream(x->r, 200, content_type, json_answer_read, x);
+	if (stream_kept(&x->out[0]) + stream_kept(&x->out[1]) <= EXEC_WHOLE_MAX)
+		reply_whole(x, content_type);
+	else
+		httpd_reply_stream(x->r, 200, content_type, json_answer_read, x);
 }
 
 /* Answer with the error of e (+ details): JSON error or the SSE error event. */
