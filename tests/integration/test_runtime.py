@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -448,6 +449,65 @@ def test_keepers_are_not_dumpable(sbx, box):
                         "sh -c 'cat /proc/$PPID/environ >/dev/null && echo parent-readable'; "
                         "cat /proc/$PPID/comm; id -u")
     assert out["stdout"].split() == ["parent-readable", "sbx-keeper", "0"], out
+
+
+def keepers(sid):
+    """Host pids of sandbox sid's keepers."""
+    return [pid for pid, comm, _ in sandbox_procs("dev." + sid) if comm == "sbx-keeper"]
+
+
+def test_commands_in_a_row_share_a_keeper_never_a_busy_one(sbx, box):
+    """A keeper whose tree ended on its own waits a moment for the next
+    command: commands in a row run under one keeper. One still reaping a
+    background process is never handed another command, and a waiting
+    keeper leaves within its bound (250 ms): no process of the sandbox
+    stays behind for long."""
+    def parent():
+        out = run(sbx, box, "echo $PPID $(cat /proc/$PPID/comm)")["stdout"].split()
+        assert out[1] == "sbx-keeper", out
+        return out[0]
+    first = parent()
+    assert parent() == first and parent() == first
+    busy = run(sbx, box, "sleep 1.5 >/dev/null 2>&1 & echo $PPID")["stdout"].strip()
+    assert busy == first
+    assert parent() != first, "a command went to the keeper of a running background process"
+    sbx.wait("no keeper left once the background process ended",
+             lambda: keepers(box) == [], timeout=10)
+
+
+def test_a_killed_tree_leaves_no_keeper_behind(sbx, box):
+    """The answer to a command killed at its timeout comes once its tree,
+    keeper included, is gone: a killed tree's keeper is never kept."""
+    run(sbx, box, "true")
+    res = run(sbx, box, "sleep 30", timeoutMs=300)
+    assert res["timedOut"] is True and res["exitCode"] == 124, res
+    assert [c for _, c, _ in sandbox_procs("dev." + box)] == ["sbx-init"]
+
+
+def test_stopped_keepers_wedge_nothing(sbx, box):
+    """A background process stops every other keeper of the sandbox (SIGSTOP
+    cannot be blocked) while commands run one after another: a command whose
+    keeper is stopped ends at its timeout, a stopped waiting keeper is woken
+    for the next command, and once it is over no keeper is left, stopped
+    or not."""
+    stopper = ("me=$PPID; (for i in $(seq 40); do for p in /proc/[0-9]*; do "
+               "n=${p#/proc/}; [ \"$(cat $p/comm 2>/dev/null)\" = sbx-keeper ] && "
+               "[ $n != $me ] && kill -STOP $n 2>/dev/null; done; sleep 0.05; done; "
+               "touch /tmp/stopper-done) >/dev/null 2>&1 & echo started")
+    assert run(sbx, box, stopper)["stdout"] == "started\n"
+    outcomes = set()
+    done = False
+    deadline = time.monotonic() + 60
+    while not done:
+        assert time.monotonic() < deadline, "the stopper never ended: %r" % outcomes
+        res = run(sbx, box, "test -e /tmp/stopper-done && echo done || echo ran",
+                  timeout=10, timeoutMs=1000)
+        assert res["timedOut"] or res["exitCode"] == 0, res
+        outcomes.add("timedOut" if res["timedOut"] else res["stdout"].strip())
+        done = res["stdout"] == "done\n"
+    assert "ran" in outcomes, outcomes
+    assert run(sbx, box, "echo fine")["stdout"] == "fine\n"
+    sbx.wait("no keeper left", lambda: keepers(box) == [], timeout=10)
 
 
 def test_process_sees_only_stdio_fds(sbx, box):
