@@ -1012,8 +1012,7 @@ int64_t agent_spawn_piped(struct rt_sandbox *rsb, const struct rt_proc_spec *ps,
 		}
 		/* stdin: the child reads p[0], we write p[1]; outputs the other way. */
 		child[i] = i == 0 ? p[0] : p[1];
-		io[i] = i == 0 ? p[1] : p[0];
-		util_set_nonblock(io[i]);
+		io[i] = i == 0 ? p[1] : p[0];   /* made non-blocking by child_io_new */
 	}
 	spec.stdin_fd = child[0];
 	spec.stdout_fd = child[1];

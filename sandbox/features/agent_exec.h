@@ -50,7 +50,8 @@ void agent_cmd_release(struct agent_cmd *c);
 
 /* Spawn ps (its fds are ignored) in rsb with three new pipes; io receives
  * our ends: io[0] writes the process's stdin, io[1]/io[2] read its stdout
- * and stderr — all O_CLOEXEC and O_NONBLOCK (the caller closes them).
+ * and stderr — all O_CLOEXEC, blocking until child_io_new takes them (the
+ * caller hands them to it, or closes them).
  * Returns the rt handle (> 0) or -1 with e filled (io all -1). */
 int64_t agent_spawn_piped(struct rt_sandbox *rsb, const struct rt_proc_spec *ps, int io[3],
 			  rt_started_cb on_started, rt_exited_cb on_exited, void *arg,
