@@ -108,7 +108,7 @@ $(BUILD)/sbx-agent: $(NODE_OBJ) $(COMMON_OBJ)
 # change of initproto.h rebuilds it.
 INIT_CFLAGS := -std=gnu11 -D_GNU_SOURCE $(WARN) -O2 $(INC_COMMON) -MMD -MP
 INIT_OBJ    := $(patsubst %.c,$(BUILD)/init-obj/%.o,$(INIT_SRC) sandbox/common/initproto.c sandbox/common/sigdfl.c \
-               sandbox/common/vmchild.c)
+               sandbox/common/vmchild.c sandbox/common/util.c sandbox/common/log.c)
 
 $(BUILD)/init-obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)

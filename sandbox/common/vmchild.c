@@ -48,12 +48,9 @@ long vm_child_start(struct vm_child *vc, unsigned long flags, int (*fn)(void *),
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, &old);
 	pid = clone(fn, vc->map + vc->size, (int)(flags | CLONE_VM), arg, pidfd);
-	if (pid < 0) {
-		sigprocmask(SIG_SETMASK, &old, NULL);
+	sigprocmask(SIG_SETMASK, &old, NULL);   /* leaves clone's errno as it is */
+	if (pid < 0)
 		unmap(vc);
-		return -1;
-	}
-	sigprocmask(SIG_SETMASK, &old, NULL);
 	return pid;
 }
 

@@ -21,6 +21,7 @@
  */
 #include "initproto.h"
 #include "sigdfl.h"
+#include "util.h"
 #include "vmchild.h"
 
 #include <dirent.h>
@@ -38,7 +39,6 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #ifndef CLOSE_RANGE_CLOEXEC
@@ -571,14 +571,6 @@ static void do_spawn(const struct initproto_msg *m, const void *raw, size_t len,
 	track(m->handle, keeper, kn.pid, ch);
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A keeper's channel is readable: its tree is empty, or the channel closed
  * (the keeper died). A tree that ended on its own is GONE now and its
  * keeper waits for the next SPAWN, unless one already does. Otherwise the
@@ -596,7 +588,7 @@ static void on_keeper(struct proc *p)
 		return;
 	if (n == (ssize_t)sizeof(kn) && !p->killing && idle.pid == 0) {
 		send_msg(INITPROTO_GONE, p->handle, p->keeper, 0);
-		idle = (struct idle_keeper){ p->keeper, p->ch, now_ms() + KEEPER_IDLE_MS };
+		idle = (struct idle_keeper){ p->keeper, p->ch, util_now_ms() + KEEPER_IDLE_MS };
 		untrack(p);
 		return;
 	}
@@ -612,7 +604,7 @@ static int idle_expire(void)
 
 	if (idle.pid == 0)
 		return -1;
-	left = idle.until - now_ms();
+	left = idle.until - util_now_ms();
 	if (left > 0)
 		return (int)left;
 	/* it has no tree: nothing to wait for */
