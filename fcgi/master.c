@@ -41,10 +41,21 @@ static void on_signal(int sig)
 		got_term = 1;
 }
 
+/* The worker pools: every call, and the routing checks nginx makes before
+ * data calls (api.route_listen), which a burst of control calls must not
+ * hold up. Each has its listener; a worker serves one pool. */
+enum pool { POOL_API, POOL_ROUTE, NPOOLS };
+
 struct slot {
 	pid_t pid;        /* 0: free */
 	unsigned gen;
+	enum pool pool;
 	int64_t started_ms;
+};
+
+struct listener {
+	int fd;
+	char unix_path[CONF_STR_MAX];   /* "" unless a unix socket of ours */
 };
 
 static struct {
@@ -52,15 +63,42 @@ static struct {
 	unsigned gen;
 	int64_t backoff_ms;
 	int64_t next_spawn_ms;
-	int listen_fd;
-	char unix_path[CONF_STR_MAX];
+	struct listener l[NPOOLS];
 	pid_t reconciler;          /* the running reconciler child, 0: none */
 	int64_t next_reconcile_ms;
 	int metrics_fd;            /* api.metrics_listen, -1: none */
 	/* Metrics slots ever given to a worker (slot i = w[i]), and the
 	 * master's own (the last): the ones a scrape sums. */
 	unsigned char metrics_used[MAX_WORKERS + 1];
-} m = { .metrics_fd = -1 };
+} m = { .metrics_fd = -1, .l = { { .fd = -1 }, { .fd = -1 } } };
+
+static const char *pool_addr(const struct sbx_conf *c, enum pool p)
+{
+	return p == POOL_ROUTE ? c->api.route_listen : c->api.listen;
+}
+
+static int64_t pool_size(const struct sbx_conf *c, enum pool p)
+{
+	return p == POOL_ROUTE ? c->api.route_workers : c->api.workers;
+}
+
+static void close_listeners(void)
+{
+	for (int p = 0; p < NPOOLS; p++)
+		if (m.l[p].fd >= 0) {
+			close(m.l[p].fd);
+			m.l[p].fd = -1;
+		}
+}
+
+/* The master's end: its listeners closed, its unix sockets removed. */
+static void remove_listeners(void)
+{
+	close_listeners();
+	for (int p = 0; p < NPOOLS; p++)
+		if (m.l[p].unix_path[0])
+			unlink(m.l[p].unix_path);
+}
 
 int master_load_conf(const struct master_opts *o, struct sbx_conf *c, struct sbx_err *e)
 {
@@ -70,6 +108,10 @@ int master_load_conf(const struct master_opts *o, struct sbx_conf *c, struct sbx
 	for (int i = 0; i < o->noverrides; i++)
 		if (conf_override(c, o->overrides[i], e) < 0)
 			return -1;
+	if (strcmp(c->api.route_listen, c->api.listen) == 0)
+		return err_set(e, SBX_E_VALIDATION,
+			       "api.route_listen '%s' is api.listen: the routing checks need an address of their own",
+			       c->api.listen);
 	return ceilings_conf_check(c, e);
 }
 
@@ -98,20 +140,21 @@ static int clear_stale_socket(const char *path, struct sbx_err *e)
 	return 0;
 }
 
-/* Open api.listen ("unix:/path" or "host:port"): non-blocking, CLOEXEC. */
-static int open_listener(const struct sbx_conf *c, struct sbx_err *e)
+/* Open the listener of pool p into m.l[p] ("unix:/path" or "host:port"):
+ * non-blocking, CLOEXEC. 0 or -1 with e. */
+static int open_listener(const struct sbx_conf *c, enum pool p, struct sbx_err *e)
 {
-	const char *l = c->api.listen;
+	const char *l = pool_addr(c, p);
+	const char *key = p == POOL_ROUTE ? "api.route_listen" : "api.listen";
 	int fd;
 
-	m.unix_path[0] = '\0';
 	if (strncmp(l, "unix:", 5) == 0) {
 		const char *path = l + 5;
 		if (path[0] != '/' || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path) ||
 		    strchr(path, ':'))
 			return err_set(e, SBX_E_VALIDATION,
-				       "api.listen '%s': the unix socket path must be absolute, short, without ':'",
-				       l);
+				       "%s '%s': the unix socket path must be absolute, short, without ':'",
+				       key, l);
 		if (clear_stale_socket(path, e) < 0)
 			return -1;
 		fd = FCGX_OpenSocket(path, LISTEN_BACKLOG);
@@ -122,12 +165,13 @@ static int open_listener(const struct sbx_conf *c, struct sbx_err *e)
 			close(fd);
 			return err_sys(e, saved, "cannot chmod '%s'", path);
 		}
-		snprintf(m.unix_path, sizeof(m.unix_path), "%s", path);
+		snprintf(m.l[p].unix_path, sizeof(m.l[p].unix_path), "%s", path);
 	} else {
 		const char *colon = strrchr(l, ':');
 		int64_t port;
 		if (!colon || colon == l || util_parse_i64(colon + 1, 1, 65535, &port) < 0)
-			return err_set(e, SBX_E_VALIDATION, "api.listen '%s' must be unix:/path or host:port", l);
+			return err_set(e, SBX_E_VALIDATION, "%s '%s' must be unix:/path or host:port",
+				       key, l);
 		fd = FCGX_OpenSocket(l, LISTEN_BACKLOG);
 		if (fd < 0)
 			return err_set(e, SBX_E_INTERNAL, "cannot listen on '%s'", l);
@@ -137,7 +181,8 @@ static int open_listener(const struct sbx_conf *c, struct sbx_err *e)
 		close(fd);
 		return err_sys(e, saved, "cannot configure the listen socket");
 	}
-	return fd;
+	m.l[p].fd = fd;
+	return 0;
 }
 
 static int install_signals(void)
@@ -164,7 +209,7 @@ static int install_signals(void)
 	return sigprocmask(SIG_BLOCK, &block, NULL);
 }
 
-static int spawn(const struct sbx_conf *c)
+static int spawn(const struct sbx_conf *c, enum pool p)
 {
 	struct slot *s = NULL;
 	pid_t master = getpid(), pid;
@@ -186,26 +231,40 @@ static int spawn(const struct sbx_conf *c)
 	if (pid == 0) {
 		/* Signals stay blocked until worker_run() has its own handlers:
 		 * a SIGTERM sent right now stays pending for the worker. */
+		int fd = m.l[p].fd;
+
 		if (m.metrics_fd >= 0)
 			close(m.metrics_fd);
+		m.l[p].fd = -1;
+		close_listeners();   /* the other pool's */
 		apimetrics_use((unsigned)(s - m.w));
-		_exit(worker_run(m.listen_fd, c, master));
+		_exit(worker_run(fd, c, master));
 	}
 	m.metrics_used[s - m.w] = 1;
 	s->pid = pid;
 	s->gen = m.gen;
+	s->pool = p;
 	s->started_ms = util_now_ms();
 	return 0;
 }
 
-static int live_count(unsigned gen)
+/* Live workers of generation gen in pool p (NPOOLS: in both). */
+static int live_count(unsigned gen, enum pool p)
 {
 	int n = 0;
 
 	for (int i = 0; i < MAX_WORKERS; i++)
-		if (m.w[i].pid && m.w[i].gen == gen)
+		if (m.w[i].pid && m.w[i].gen == gen && (p == NPOOLS || m.w[i].pool == p))
 			n++;
 	return n;
+}
+
+/* Start what is missing of the current generation in each pool. */
+static void spawn_missing(const struct sbx_conf *c)
+{
+	for (int p = 0; p < NPOOLS; p++)
+		for (int64_t i = live_count(m.gen, p); i < pool_size(c, p); i++)
+			spawn(c, p);
 }
 
 static void signal_gen(unsigned gen, int all, int sig)
@@ -273,7 +332,7 @@ static void maybe_reconcile(const struct sbx_conf *c)
 		return;
 	}
 	if (pid == 0) {
-		close(m.listen_fd);
+		close_listeners();
 		if (m.metrics_fd >= 0)
 			close(m.metrics_fd);
 		metrics_use(NULL, 0);
@@ -299,6 +358,12 @@ static void reload(const struct master_opts *o, struct sbx_conf *c)
 			 next.api.listen);
 		snprintf(next.api.listen, sizeof(next.api.listen), "%s", c->api.listen);
 	}
+	if (strcmp(next.api.route_listen, c->api.route_listen) != 0) {
+		log_warn("reload: api.route_listen changed to '%s'; it takes effect at the next restart",
+			 next.api.route_listen);
+		snprintf(next.api.route_listen, sizeof(next.api.route_listen), "%s",
+			 c->api.route_listen);
+	}
 	if (strcmp(next.api.metrics_listen, c->api.metrics_listen) != 0) {
 		log_warn("reload: api.metrics_listen changed to '%s'; it takes effect at the next restart",
 			 next.api.metrics_listen);
@@ -308,11 +373,10 @@ static void reload(const struct master_opts *o, struct sbx_conf *c)
 	*c = next;
 	m.gen++;
 	m.backoff_ms = 0;
-	for (int64_t i = 0; i < c->api.workers; i++)
-		spawn(c);
+	spawn_missing(c);
 	signal_gen(old, 0, SIGTERM);
-	log_info("reloaded: %lld workers of generation %u started, generation %u told to stop",
-		 (long long)c->api.workers, m.gen, old);
+	log_info("reloaded: %lld + %lld route workers of generation %u started, generation %u told to stop",
+		 (long long)c->api.workers, (long long)c->api.route_workers, m.gen, old);
 }
 
 static void shutdown_workers(void)
@@ -350,7 +414,7 @@ static void serve_scrape(void)
 
 	if (fd < 0)
 		return;
-	metrics_gauge_set(APIM_WORKERS, 0, 0, live_count(m.gen));
+	metrics_gauge_set(APIM_WORKERS, 0, 0, live_count(m.gen, NPOOLS));
 	metrics_serve(fd, apimetrics_registry(), m.metrics_used, SCRAPE_DEADLINE_MS);
 	close(fd);
 }
@@ -397,20 +461,23 @@ int master_run(const struct master_opts *o, struct sbx_conf *c)
 		log_error("FCGX_Init failed");
 		return 1;
 	}
-	m.listen_fd = open_listener(c, &e);
-	if (m.listen_fd < 0 || open_metrics(c, &e) < 0) {
+	if (open_listener(c, POOL_API, &e) < 0 || open_listener(c, POOL_ROUTE, &e) < 0 ||
+	    open_metrics(c, &e) < 0) {
 		log_error("%s", e.msg);
+		remove_listeners();
 		return 1;
 	}
 	/* After FCGX_Init, which installs its own handlers for some signals. */
 	if (install_signals() < 0) {
 		log_error("cannot install signal handlers: %s", strerror(errno));
+		remove_listeners();
 		return 1;
 	}
-	log_info("listening on %s with %lld workers%s%s", c->api.listen, (long long)c->api.workers,
-		 m.metrics_fd >= 0 ? ", metrics on " : "", m.metrics_fd >= 0 ? c->api.metrics_listen : "");
-	for (int64_t i = 0; i < c->api.workers; i++)
-		spawn(c);
+	log_info("listening on %s with %lld workers, routing checks on %s with %lld%s%s",
+		 c->api.listen, (long long)c->api.workers, c->api.route_listen,
+		 (long long)c->api.route_workers, m.metrics_fd >= 0 ? ", metrics on " : "",
+		 m.metrics_fd >= 0 ? c->api.metrics_listen : "");
+	spawn_missing(c);
 	m.next_reconcile_ms = util_now_ms() + c->api.reconcile_interval_ms;
 
 	sigemptyset(&none);
@@ -418,7 +485,7 @@ int master_run(const struct master_opts *o, struct sbx_conf *c)
 		struct timespec ts = { .tv_sec = 1, .tv_nsec = 0 };
 		struct pollfd scrape = { .fd = m.metrics_fd, .events = POLLIN };
 		int64_t now = util_now_ms();
-		int missing = (int)c->api.workers - live_count(m.gen);
+		int missing = (int)(c->api.workers + c->api.route_workers) - live_count(m.gen, NPOOLS);
 
 		if (missing > 0 && now < m.next_spawn_ms) {
 			int64_t wait = m.next_spawn_ms - now;
@@ -437,19 +504,16 @@ int master_run(const struct master_opts *o, struct sbx_conf *c)
 			got_hup = 0;
 			reload(o, c);
 		}
-		missing = (int)c->api.workers - live_count(m.gen);
-		if (missing > 0 && util_now_ms() >= m.next_spawn_ms)
-			for (int i = 0; i < missing; i++)
-				spawn(c);
+		if (util_now_ms() >= m.next_spawn_ms)
+			spawn_missing(c);
 		maybe_reconcile(c);
 	}
 	log_info("stopping");
-	close(m.listen_fd);
+	close_listeners();
 	if (m.metrics_fd >= 0)
 		close(m.metrics_fd);
 	shutdown_workers();
-	if (m.unix_path[0])
-		unlink(m.unix_path);
+	remove_listeners();
 	log_info("stopped");
 	return 0;
 }

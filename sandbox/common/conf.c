@@ -35,6 +35,8 @@ static const struct conf_entry entries[] = {
 
 	{ "api", "listen", T_STR, OFF(api.listen), "unix:/run/sbx-api/api.sock", 0, 0, NULL },
 	{ "api", "workers", T_INT, OFF(api.workers), "4", 1, 256, NULL },
+	{ "api", "route_listen", T_STR, OFF(api.route_listen), "unix:/run/sbx-api/route.sock", 0, 0, NULL },
+	{ "api", "route_workers", T_INT, OFF(api.route_workers), "4", 1, 64, NULL },
 	{ "api", "max_body_bytes", T_INT, OFF(api.max_body_bytes), "1048576", 1024, 67108864, NULL },
 	{ "api", "quota_sandboxes", T_INT, OFF(api.quota_sandboxes), "100", 1, 1000000, NULL },
 	{ "api", "preview_domain", T_STR, OFF(api.preview_domain), "preview.localhost", 0, 0, NULL },

@@ -34,6 +34,8 @@ struct sbx_conf {
 	struct {
 		char listen[CONF_STR_MAX];      /* unix:/path or host:port for FastCGI */
 		int64_t workers;
+		char route_listen[CONF_STR_MAX]; /* the routing checks' own FastCGI address */
+		int64_t route_workers;          /* workers that serve only route_listen */
 		int64_t max_body_bytes;
 		int64_t quota_sandboxes;        /* live sandboxes per tenant */
 		char preview_domain[CONF_STR_MAX];

@@ -342,8 +342,8 @@ def fig_exec_during_builds(st, ctx):
     after = loop_lag(st)
     ok = sum(1 for x in status if x == 201)
     for name, what in (("agent", "straight at the agent (as `exec-agent`)"),
-                       ("nginx", "through nginx (as `exec-nginx`: its auth_request waits for "
-                        "one of the 4 FastCGI workers the creates hold)")):
+                       ("nginx", "through nginx (as `exec-nginx`: its routing check goes to the "
+                        "route workers, api.route_workers, which the creates do not hold)")):
         res = Lat("exec-%s-during-builds" % name, "exec `true` %s, back to back while 100 "
                   "concurrent creates are being built (%d of 100 were 201, wall %.0f ms)"
                   % (what, ok, wall), baseline="exec-%s" % name,

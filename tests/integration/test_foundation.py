@@ -12,8 +12,9 @@ import subprocess
 import time
 
 import pytest
+import requests
 
-from conftest import ROOT, assert_error, error_of
+from conftest import ROOT, api_print_config, assert_error, error_of
 from sbxproc import children, scaled
 
 SANDBOX_ID_OK = "a" * 63
@@ -320,6 +321,71 @@ def test_killed_api_worker_is_survived(stack, api):
     stack.wait("the master to replace the killed worker (%d workers)" % n,
                lambda: len(children(master)) == n and workers[0] not in children(master),
                timeout=5)
+
+
+def listener_paths():
+    """{socket inode: path} of the unix sockets with a path (/proc/net/unix)."""
+    out = {}
+    with open("/proc/net/unix") as f:
+        next(f)
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 8:
+                out[parts[6]] = parts[7]
+    return out
+
+
+def worker_pool(pid, paths):
+    """The socket path of the pool worker pid listens on, or None."""
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        m = re.fullmatch(r"socket:\[(\d+)\]", target)
+        if m and paths.get(m.group(1), "").endswith(("/api.sock", "/route.sock")):
+            return os.path.basename(paths[m.group(1)])
+    return None
+
+
+def test_routing_checks_have_workers_of_their_own(stack, api):
+    """With every worker of the control pool stopped (as a burst of creates
+    holds them all), a data call on a sandbox nginx has no cached decision
+    for, and the refusal of an unknown one, are still decided: by the
+    routing checks' own workers (api.route_listen)."""
+    sid, _ = stack.create("route-pool")
+    master = stack.pid("api")
+    paths = listener_paths()
+    pools = {}
+    for pid in stack.wait("sbx-api workers", lambda: children(master), timeout=5):
+        pools.setdefault(worker_pool(pid, paths), []).append(pid)
+    assert len(pools.get("route.sock", [])) == int(stack.conf_value("api", "route_workers")), pools
+    assert pools.get("api.sock"), pools
+    try:
+        for pid in pools["api.sock"]:
+            os.kill(pid, signal.SIGSTOP)
+        # the control pool really answers nothing now
+        with pytest.raises(requests.exceptions.Timeout):
+            api("GET", "/healthz", key=None, timeout=1.5)
+        r = stack.api("POST", "/v1/sandboxes/%s/exec" % sid,
+                      json={"argv": ["/bin/echo", "routed"]}, timeout=scaled(10))
+        assert r.status_code == 200 and r.json()["stdout"] == "routed\n", r.text[:300]
+        r = stack.api("POST", "/v1/sandboxes/%s-none/exec" % sid,
+                      json={"argv": ["/bin/true"]}, timeout=scaled(10))
+        assert_error(r, 404, "SANDBOX_NOT_FOUND")
+    finally:
+        for pid in pools["api.sock"]:
+            os.kill(pid, signal.SIGCONT)
+    r = stack.api("DELETE", "/v1/sandboxes/" + sid)
+    assert r.status_code in (200, 204), r.text
+
+
+def test_route_listen_must_differ_from_listen():
+    """sbx-api refuses one address for both pools (the checks would queue
+    behind control calls again)."""
+    r = api_print_config("api.route_listen=unix:/run/sbx-api/api.sock")
+    assert r.returncode != 0, r.stdout
+    assert "api.route_listen" in r.stderr and "address of their own" in r.stderr, r.stderr
 
 
 def test_redis_down_is_503_fast_and_recovers(stack, api):

@@ -12,13 +12,11 @@ their own with small numbers:
 """
 
 import concurrent.futures
-import os
-import subprocess
 import uuid
 
 import pytest
 
-from conftest import ROOT, assert_error, own_stack
+from conftest import api_print_config, assert_error, own_stack
 
 MAX = {"memoryMiB": 1024, "cpus": 1.5, "pids": 300, "diskMiB": 512}
 NODE_MEMORY, NODE_CPUS_MILLI = 2048, 4000
@@ -102,11 +100,7 @@ def test_sandbox_at_ceiling_and_patch_above(st):
 
 def test_default_above_ceiling_refused_at_start():
     """sbx-api refuses a configuration whose default exceeds its ceiling."""
-    build = os.environ.get("SBX_BUILD", "build")
-    api = os.path.join(build if os.path.isabs(build) else os.path.join(ROOT, build), "sbx-api")
-    r = subprocess.run([api, "-c", os.path.join(ROOT, "conf", "sbx.conf"),
-                        "-o", "sandbox.max_pids=100", "--print-config"],
-                       capture_output=True, text=True, timeout=30)
+    r = api_print_config("sandbox.max_pids=100")
     assert r.returncode != 0, r.stdout
     assert "sandbox.pids" in r.stderr and "sandbox.max_pids" in r.stderr, r.stderr
 
