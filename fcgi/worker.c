@@ -13,6 +13,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -95,13 +96,30 @@ static int accept_conn(int listen_fd, int tcp)
 	return fd;
 }
 
+/* An epoll set that wakes one waiting worker, not all of them, when a
+ * connection arrives on the shared listener (EPOLLEXCLUSIVE). -1 with errno. */
+static int listener_waiter(int listen_fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.fd = listen_fd };
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+
+	if (ep >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, listen_fd, &ev) < 0) {
+		int err = errno;
+
+		close(ep);
+		errno = err;
+		return -1;
+	}
+	return ep;
+}
+
 int worker_run(int listen_fd, const struct sbx_conf *conf, pid_t master)
 {
 	FCGX_Request fcgx;
 	sigset_t wait_mask;
 	struct sbx_err e;
 	struct timespec tick = { .tv_sec = 1, .tv_nsec = 0 };
-	int tcp = listener_is_tcp(listen_fd), rc;
+	int tcp = listener_is_tcp(listen_fd), ep, rc;
 
 	if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || setup_signals(&wait_mask) < 0) {
 		log_error("worker setup failed: %s", strerror(errno));
@@ -109,6 +127,11 @@ int worker_run(int listen_fd, const struct sbx_conf *conf, pid_t master)
 	}
 	if (getppid() != master)
 		return 0;
+	ep = listener_waiter(listen_fd);
+	if (ep < 0) {
+		log_error("worker setup failed: epoll: %s", strerror(errno));
+		return 1;
+	}
 	err_clear(&e);
 	ceilings_init(conf);
 	if (store_init(conf, &e) < 0 || agentc_init(conf, &e) < 0) {
@@ -125,19 +148,23 @@ int worker_run(int listen_fd, const struct sbx_conf *conf, pid_t master)
 	}
 
 	while (!stop_requested) {
-		/* A kept-alive FastCGI connection is waited on like the listener. */
-		struct pollfd pfd = { .fd = fcgx.ipcFd >= 0 ? fcgx.ipcFd : listen_fd, .events = POLLIN };
-		int n = ppoll(&pfd, 1, &tick, &wait_mask);
+		/* A kept-alive FastCGI connection is this worker's alone; the
+		 * listener is shared, and a new connection wakes one worker. */
+		struct pollfd pfd = { .fd = fcgx.ipcFd, .events = POLLIN };
+		struct epoll_event ev;
+		int n = fcgx.ipcFd >= 0 ? ppoll(&pfd, 1, &tick, &wait_mask)
+					: epoll_pwait(ep, &ev, 1, (int)(tick.tv_sec * 1000), &wait_mask);
 		struct http_req r;
 
-		if (stop_requested)
-			break;
 		if (n < 0 && errno != EINTR) {
 			log_error("poll: %s", strerror(errno));
 			break;
 		}
+		/* Told to stop, a worker still takes what it was woken for: the
+		 * listener woke no other worker for that connection, and a
+		 * request nginx sent on a kept connection gets its answer. */
 		if (n <= 0) {
-			if (getppid() != master)
+			if (stop_requested || getppid() != master)
 				break;
 			continue;
 		}
@@ -168,6 +195,7 @@ int worker_run(int listen_fd, const struct sbx_conf *conf, pid_t master)
 		FCGX_Finish_r(&fcgx);
 	}
 	FCGX_Free(&fcgx, 1);
+	close(ep);
 	store_release();
 	agentc_release();
 	return 0;

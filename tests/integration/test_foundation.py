@@ -380,6 +380,31 @@ def test_routing_checks_have_workers_of_their_own(stack, api):
     assert r.status_code in (200, 204), r.text
 
 
+def voluntary_switches(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(next(l for l in f if l.startswith("voluntary_ctxt_switches")).split()[1])
+
+
+def test_a_new_connection_wakes_one_idle_worker(stack, api):
+    """The workers of a pool wait on one listener; a connection wakes one
+    of them, not every idle one (EPOLLEXCLUSIVE): a refused data call, two
+    connections to the route pool (the check, its error page), wakes at
+    most two of its workers. Each worker also wakes once a second on its
+    own, so a trial may catch one such tick: most trials must hold."""
+    master = stack.pid("api")
+    paths = listener_paths()
+    route = [pid for pid in children(master) if worker_pool(pid, paths) == "route.sock"]
+    assert len(route) == int(stack.conf_value("api", "route_workers")) >= 3, route
+    url = "/v1/sandboxes/%s/exec" % SANDBOX_ID_OK
+    assert_error(api("POST", url, json={"command": "true"}), 404, "SANDBOX_NOT_FOUND")
+    woke = []
+    for _ in range(10):
+        before = {pid: voluntary_switches(pid) for pid in route}
+        assert_error(api("POST", url, json={"command": "true"}), 404, "SANDBOX_NOT_FOUND")
+        woke.append(sum(voluntary_switches(pid) > n for pid, n in before.items()))
+    assert sum(n <= 2 for n in woke) >= 7, "route workers woken per refused call: %s" % woke
+
+
 def test_route_listen_must_differ_from_listen():
     """sbx-api refuses one address for both pools (the checks would queue
     behind control calls again)."""
