@@ -103,15 +103,15 @@ def free_port():
     raise RuntimeError("no free port")
 
 
-def api_print_config(*overrides):
-    """sbx-api -c conf/sbx.conf -o OVERRIDE... --print-config: the
-    CompletedProcess (how sbx-api judges a configuration, with no server)."""
+def api_run(*overrides, args=("--print-config",)):
+    """sbx-api -c conf/sbx.conf -o OVERRIDE... ARGS: the CompletedProcess
+    (by default how sbx-api judges a configuration, with no server)."""
     build = os.environ.get("SBX_BUILD", "build")
-    binary = os.path.join(build if os.path.isabs(build) else os.path.join(ROOT, build), "sbx-api")
-    args = [binary, "-c", os.path.join(ROOT, "conf", "sbx.conf")]
+    cmd = [os.path.join(build if os.path.isabs(build) else os.path.join(ROOT, build), "sbx-api"),
+           "-c", os.path.join(ROOT, "conf", "sbx.conf")]
     for o in overrides:
-        args += ["-o", o]
-    return subprocess.run(args + ["--print-config"], capture_output=True, text=True, timeout=30)
+        cmd += ["-o", o]
+    return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=30)
 
 
 def read_env(path):

@@ -14,7 +14,7 @@ import time
 import pytest
 import requests
 
-from conftest import ROOT, api_print_config, assert_error, error_of
+from conftest import ROOT, api_run, assert_error, error_of
 from sbxproc import children, scaled
 
 SANDBOX_ID_OK = "a" * 63
@@ -405,12 +405,24 @@ def test_a_new_connection_wakes_one_idle_worker(stack, api):
     assert sum(n <= 2 for n in woke) >= 7, "route workers woken per refused call: %s" % woke
 
 
-def test_route_listen_must_differ_from_listen():
+def test_bad_route_pool_settings_are_refused(tmp_path):
     """sbx-api refuses one address for both pools (the checks would queue
-    behind control calls again)."""
-    r = api_print_config("api.route_listen=unix:/run/sbx-api/api.sock")
+    behind control calls again) and a route pool of no worker; a route
+    address of no usable form stops the start, naming its key, and leaves
+    no socket of the other pool behind."""
+    r = api_run("api.route_listen=unix:/run/sbx-api/api.sock")
     assert r.returncode != 0, r.stdout
     assert "api.route_listen" in r.stderr and "address of their own" in r.stderr, r.stderr
+    for bad in ("0", "65", "two"):
+        r = api_run("api.route_workers=" + bad)
+        assert r.returncode != 0 and "api.route_workers" in r.stderr, (bad, r.stderr)
+    sock = tmp_path / "api.sock"
+    for bad in ("nonsense", "unix:relative.sock"):
+        r = api_run("redis.url=redis://127.0.0.1:1", "api.listen=unix:%s" % sock,
+                    "api.route_listen=" + bad, "api.metrics_listen=", args=())
+        assert r.returncode == 1, (bad, r.stderr)
+        assert "api.route_listen '%s'" % bad in r.stderr, r.stderr
+        assert not sock.exists(), "api.sock left behind"
 
 
 def test_redis_down_is_503_fast_and_recovers(stack, api):

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from conftest import api_print_config, assert_error, own_stack
+from conftest import api_run, assert_error, own_stack
 
 MAX = {"memoryMiB": 1024, "cpus": 1.5, "pids": 300, "diskMiB": 512}
 NODE_MEMORY, NODE_CPUS_MILLI = 2048, 4000
@@ -100,7 +100,7 @@ def test_sandbox_at_ceiling_and_patch_above(st):
 
 def test_default_above_ceiling_refused_at_start():
     """sbx-api refuses a configuration whose default exceeds its ceiling."""
-    r = api_print_config("sandbox.max_pids=100")
+    r = api_run("sandbox.max_pids=100")
     assert r.returncode != 0, r.stdout
     assert "sandbox.pids" in r.stderr and "sandbox.max_pids" in r.stderr, r.stderr
 
