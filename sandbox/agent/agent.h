@@ -57,6 +57,8 @@ struct agent_sb {
 	int keep_alive;              /* never stop for inactivity */
 	int streams;                 /* live streams of the current container */
 	int64_t run;                 /* unique per container start on this agent (agent.runs) */
+	int64_t thawed_serial;       /* lease serial at which the sweep saw this run thawed;
+				      * 0: not yet (agent_lifecycle.c) */
 	int from_pool;               /* the current container came from the warm pool (pool.h) */
 	struct agent_build *build;   /* a start whose container is being built off the
 				      * loop (rt_create_async), or NULL */

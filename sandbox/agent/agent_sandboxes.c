@@ -546,6 +546,7 @@ static int put_started(struct agent *a, struct httpd_req *r, struct agent_sb *sb
 	/* Agent-wide, so that state keyed by (key, run) of a destroyed
 	 * sandbox never matches a new sandbox of the same id. */
 	sb->run = ++a->runs;
+	sb->thawed_serial = 0;
 	log_info("sandbox '%s' started (generation %lld, epoch %lld%s)", sb->key,
 		 (long long)sb->generation, (long long)sb->epoch, sb->from_pool ? ", from the pool" : "");
 	if (restore_from) {

@@ -2,10 +2,13 @@
 container. On a stack of its own (FLUSHALL would wipe every other test's
 state); the API key is written back after each wipe."""
 
+import ctypes
 import os
 import resource
+import select
 import signal
 import socket
+import struct
 import time
 import uuid
 
@@ -176,15 +179,41 @@ def test_agent_that_cannot_accept_is_not_up():
 COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /workspace/n; sleep 0.1; done"
 
 
-def freezer_state_of(key):
-    """freezer.state of sandbox key's cgroup ("none" without one)."""
+def freezer_file(key):
+    """The freezer.state file of sandbox key's cgroup (None without one)."""
     procs = sandbox_procs(key)
     assert procs, "no process of %s" % key
     path = freezer_of(procs[0][0], procs[0][0])
-    if path == "/":
+    return None if path == "/" else "/sys/fs/cgroup/freezer%s/freezer.state" % path
+
+
+def freezer_state_of(key):
+    """freezer.state of sandbox key's cgroup ("none" without one)."""
+    path = freezer_file(key)
+    if path is None:
         return "none"
-    with open("/sys/fs/cgroup/freezer%s/freezer.state" % path) as f:
+    with open(path) as f:
         return f.read().strip()
+
+
+def opens_of(path, seconds):
+    """How many times path is opened in the next seconds (inotify IN_OPEN)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert fd >= 0, os.strerror(ctypes.get_errno())
+    try:
+        assert libc.inotify_add_watch(fd, path.encode(), 0x20) >= 0, os.strerror(
+            ctypes.get_errno())
+        n, end = 0, time.monotonic() + seconds
+        while time.monotonic() < end:
+            if select.select([fd], [], [], max(0.0, end - time.monotonic()))[0]:
+                buf, off = os.read(fd, 4096), 0
+                while off < len(buf):
+                    off += 16 + struct.unpack_from("iIII", buf, off)[3]
+                    n += 1
+        return n
+    finally:
+        os.close(fd)
 
 
 def counter_of(key):
@@ -230,11 +259,15 @@ def test_paused_agent_that_still_owns_its_sandbox_thaws_it():
     meanwhile: its fence keeper freezes the sandbox at the lease's end (a
     counter inside stands still), and once the agent is back and its sweep
     finds the record still naming it, the sandbox thaws and goes on: same
-    node, same epoch, the counter runs again."""
+    node, same epoch, the counter runs again. Before the gap, once a sweep
+    has seen it thawed, the sweeps (every 1.5 s here) do not read its
+    freezer state again."""
     st = stack_up(agents=1)
     pid = st.pid("agent-1")
     try:
         sid, key, rec = counting_sandbox(st, "thaw")
+        time.sleep(3.5)   # at least one sweep after the start
+        assert opens_of(freezer_file(key), 4.0) == 0
         n1, n2, state = pause_past_ttl(st, pid, key)
         assert n1 == n2, "the counter ran on while the lease had lapsed: %r -> %r" % (n1, n2)
         assert state == "FROZEN", state
