@@ -145,6 +145,7 @@ struct rt {
 	unsigned nidmap;          /* of them open (at most RT_IDMAP_KEEP) */
 	uid_t image_owner;        /* host uid owning the image files on disk */
 	int init_fd;
+	struct spawn_fds spawn_fds;  /* the fds builds' clones keep (spawn.h) */
 	char default_image[PATH_MAX];
 	char mnt_base[PATH_MAX];
 	struct rt_sandbox *list;
@@ -602,6 +603,7 @@ struct rt *rt_new(struct event_base *base, const struct sbx_conf *conf, struct s
 	rt->base = base;
 	rt->conf = *conf;
 	rt->init_fd = -1;
+	rt->spawn_fds.base = -1;
 	/* A build's children run in this process's memory until their exec
 	 * (spawn.c), some with a sandbox's credentials: nothing of a sandbox
 	 * may attach to them (ptrace, /proc/<pid>/mem) */
@@ -653,6 +655,8 @@ struct rt *rt_new(struct event_base *base, const struct sbx_conf *conf, struct s
 			conf->agent.init_path);
 		goto fail;
 	}
+	if (spawn_fds_init(&rt->spawn_fds, e) < 0)
+		goto fail;
 	if (snprintf(path, sizeof(path), "%s/rt", conf->agent.state_dir) >= (int)sizeof(path) ||
 	    snprintf(rt->mnt_base, sizeof(rt->mnt_base), "%s/rt/root", conf->agent.state_dir) >=
 		    (int)sizeof(rt->mnt_base)) {
@@ -709,6 +713,7 @@ struct rt *rt_new(struct event_base *base, const struct sbx_conf *conf, struct s
 fail:
 	if (rt->init_fd >= 0)
 		close(rt->init_fd);
+	spawn_fds_release(&rt->spawn_fds);
 	sec_release(&rt->sec);
 	free(rt->buf);
 	free(rt->idmap_fds);
@@ -1045,6 +1050,7 @@ static void build_run(struct rt_build *b)
 		goto fail;
 	}
 	memset(&sp, 0, sizeof(sp));
+	sp.fds = &rt->spawn_fds;
 	sp.netns_fd = spare_take(rt);
 	sp.mounts = &plan;
 	sp.root = b->merged;
@@ -1712,6 +1718,7 @@ void rt_free(struct rt *rt)
 	sec_release(&rt->sec);
 	if (rt->init_fd >= 0)
 		close(rt->init_fd);
+	spawn_fds_release(&rt->spawn_fds);
 	free(rt->buf);
 	for (unsigned i = 0; rt->idmap_fds && i < rt->ids.count; i++)
 		if (rt->idmap_fds[i] >= 0)

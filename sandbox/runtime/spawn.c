@@ -66,48 +66,23 @@ static int raw_setgroups0(void)
 	return (int)syscall(SYS_setgroups, 0, NULL);
 }
 
-/* Close every fd above 2 but the plan's: the agent's other threads may be
- * cloning at the same moment, and a copy of one of their sockets held here
- * would keep their end of stream (their child's exec) from coming. A plan
- * with more fds than fit is left as it is (they close at the exec). */
-static void close_foreign(const struct spawn_plan *sp, int sync)
+/* The child's own fd table, first thing: a copy of only the fds below
+ * the block's end (the rest stay the agent's, never copied), then every
+ * fd above 2 but its group [lo, lo + SPAWN_GROUP_FDS) closed: the other
+ * groups are other builds' (a copy of their sockets held here would keep
+ * their end of stream from coming). */
+static void own_fds(int lo, int end, int sync)
 {
-	int keep[24], n = 0;
-
-	keep[n++] = sync;
-	keep[n++] = sp->init_exe_fd;
-	keep[n++] = sp->init_sock;
-	keep[n++] = sp->userns_fd;
-	keep[n++] = sp->netns_fd;
-	for (size_t i = 0; i < sp->mounts->n; i++) {
-		if (sp->mounts->ops[i].kind != MNT_ATTACH)
-			continue;
-		if (n == (int)(sizeof(keep) / sizeof(keep[0])))
-			return;
-		keep[n++] = sp->mounts->ops[i].fd;
-	}
-	for (int i = 1; i < n; i++)       /* insertion sort: no allocation here */
-		for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
-			int t = keep[j];
-
-			keep[j] = keep[j - 1];
-			keep[j - 1] = t;
-		}
-	{
-		unsigned from = 3;
-
-		for (int i = 0; i < n; i++) {
-			if (keep[i] < (int)from)
-				continue;
-			if ((unsigned)keep[i] > from)
-				(void)syscall(SYS_close_range, from, (unsigned)keep[i] - 1, 0U);
-			from = (unsigned)keep[i] + 1;
-		}
-		(void)syscall(SYS_close_range, from, ~0U, 0U);
-	}
+	if (syscall(SYS_close_range, (unsigned)end, ~0U, CLOSE_RANGE_UNSHARE) < 0)
+		child_fail(sync, "unshare the fd table", errno);
+	if (lo > 3)
+		(void)syscall(SYS_close_range, 3U, (unsigned)lo - 1, 0U);
+	if (lo + SPAWN_GROUP_FDS < end)
+		(void)syscall(SYS_close_range, (unsigned)(lo + SPAWN_GROUP_FDS), (unsigned)end - 1, 0U);
 }
 
-static __attribute__((noreturn)) void child_main(const struct spawn_plan *sp, int sync)
+static __attribute__((noreturn)) void child_main(const struct spawn_plan *sp, int sync, int lo,
+						  int end)
 {
 	static char *const init_argv[] = { (char *)"sbx-init", NULL };
 	static char *const init_env[] = {
@@ -117,7 +92,9 @@ static __attribute__((noreturn)) void child_main(const struct spawn_plan *sp, in
 	char go;
 	int exe, sock, devnull;
 
-	close_foreign(sp, sync);
+	own_fds(lo, end, sync);
+	if (write(sync, "F", 1) != 1)
+		_exit(1);
 	/* wait until the parent has put us into our cgroup */
 	if (read(sync, &go, 1) != 1)
 		_exit(1);
@@ -338,8 +315,124 @@ void spawn_reap(int pidfd, int wait)
 		;
 }
 
-/* The parent's half of the handshake; 0 when the child exec'd sbx-init. */
-static int parent_side(const struct spawn_plan *sp, pid_t pid, int sync, spawn_attach_fn attach,
+/* ---- the fd block ---------------------------------------------------- */
+
+#define SPAWN_BLOCK_FDS (1 + SPAWN_GROUPS * SPAWN_GROUP_FDS)
+
+int spawn_fds_init(struct spawn_fds *f, struct sbx_err *e)
+{
+	int null = open("/dev/null", O_RDONLY | O_CLOEXEC), base = 3, n = 0;
+
+	f->base = -1;
+	f->busy = 0;
+	if (null < 0)
+		return err_sys(e, errno, "cannot open /dev/null");
+	/* the lowest run of free fds: a taken one (another thread may open
+	 * meanwhile) starts the run again above it */
+	while (n < SPAWN_BLOCK_FDS) {
+		int fd = fcntl(null, F_DUPFD_CLOEXEC, base + n);
+
+		if (fd < 0) {
+			int err = errno;
+
+			if (n)
+				(void)syscall(SYS_close_range, (unsigned)base, (unsigned)(base + n - 1), 0U);
+			close(null);
+			return err_sys(e, err, "cannot reserve %d fds for builds", SPAWN_BLOCK_FDS);
+		}
+		if (fd == base + n) {
+			n++;
+			continue;
+		}
+		if (n)
+			(void)syscall(SYS_close_range, (unsigned)base, (unsigned)(base + n - 1), 0U);
+		base = fd;
+		n = 1;
+	}
+	close(null);
+	f->base = base;
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_cond_init(&f->freed, NULL);
+	return 0;
+}
+
+void spawn_fds_release(struct spawn_fds *f)
+{
+	if (f->base < 0)
+		return;
+	(void)syscall(SYS_close_range, (unsigned)f->base, (unsigned)(f->base + SPAWN_BLOCK_FDS - 1), 0U);
+	pthread_mutex_destroy(&f->lock);
+	pthread_cond_destroy(&f->freed);
+	f->base = -1;
+}
+
+/* A free group of the block (waits for one): its first fd. */
+static int group_take(struct spawn_fds *f)
+{
+	int g = 0;
+
+	pthread_mutex_lock(&f->lock);
+	while (f->busy == (1u << SPAWN_GROUPS) - 1)
+		pthread_cond_wait(&f->freed, &f->lock);
+	while (f->busy & (1u << g))
+		g++;
+	f->busy |= 1u << g;
+	pthread_mutex_unlock(&f->lock);
+	return f->base + 1 + g * SPAWN_GROUP_FDS;
+}
+
+/* Back to /dev/null, which drops the group's references; free it. */
+static void group_put(struct spawn_fds *f, int lo)
+{
+	int g = (lo - f->base - 1) / SPAWN_GROUP_FDS;
+
+	for (int i = 0; i < SPAWN_GROUP_FDS; i++)
+		(void)dup3(f->base, lo + i, O_CLOEXEC);
+	pthread_mutex_lock(&f->lock);
+	f->busy &= ~(1u << g);
+	pthread_cond_signal(&f->freed);
+	pthread_mutex_unlock(&f->lock);
+}
+
+/* *fd (if >= 0) into the group's next slot: *fd becomes its number. */
+static int group_move(int lo, int *used, int *fd)
+{
+	if (*fd < 0)
+		return 0;
+	if (*used == SPAWN_GROUP_FDS) {
+		errno = EMFILE;
+		return -1;
+	}
+	if (dup3(*fd, lo + *used, O_CLOEXEC) < 0)
+		return -1;
+	*fd = lo + (*used)++;
+	return 0;
+}
+
+/* One message from the child within the setup's time: its length (0:
+ * the CLOEXEC end closed, so it exec'd or died), or -1 with errno. */
+static ssize_t child_says(int sync, struct child_report *r)
+{
+	struct pollfd p = { .fd = sync, .events = POLLIN };
+	int err = wait_readable(&p, 1, SPAWN_TIMEOUT_MS);
+	ssize_t n;
+
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	memset(r, 0, sizeof(*r));
+	n = read(sync, r, sizeof(*r));
+	if (n == (ssize_t)sizeof(*r))
+		r->step[sizeof(r->step) - 1] = '\0';
+	return n;
+}
+
+/* The parent's half of the handshake; 0 when the child exec'd sbx-init.
+ * Its group goes back (*lo = -1) once the child has a table of its own:
+ * till then the group's fds are the child's too, and the child's end of
+ * sync held there would keep the exec's end of stream from coming. */
+static int parent_side(struct spawn_fds *f, int *lo, pid_t pid, int sync, spawn_attach_fn attach,
 		       void *arg, struct sbx_err *e)
 {
 	struct child_report r;
@@ -347,46 +440,83 @@ static int parent_side(const struct spawn_plan *sp, pid_t pid, int sync, spawn_a
 
 	if (attach(arg, pid, e) < 0)
 		return -1;
+	n = child_says(sync, &r);
+	if (n != 1 || ((char *)&r)[0] != 'F')
+		goto failed;
+	group_put(f, *lo);
+	*lo = -1;
 	if (write(sync, "G", 1) != 1)
 		return err_sys(e, errno, "cannot start the sandbox");
-	{
-		struct pollfd p = { .fd = sync, .events = POLLIN };
-		int err = wait_readable(&p, 1, SPAWN_TIMEOUT_MS);
-
-		if (err)
-			return err_sys(e, err, "sandbox setup did not finish");
-	}
-	memset(&r, 0, sizeof(r));
-	n = read(sync, &r, sizeof(r));
+	n = child_says(sync, &r);
 	if (n == 0)
 		return 0;   /* CLOEXEC socket closed by the exec: init runs */
-	if (n == (ssize_t)sizeof(r)) {
-		r.step[sizeof(r.step) - 1] = '\0';
+failed:
+	if (n < 0)
+		return err_sys(e, errno, "sandbox setup did not finish");
+	if (n == (ssize_t)sizeof(r))
 		return err_sys(e, r.err, "%s", r.step);
-	}
-	return err_sys(e, n < 0 ? EIO : EPROTO, "sandbox setup failed");
+	return err_sys(e, EPROTO, "sandbox setup failed");
 }
+
+/* ---- sandboxes ---------------------------------------------------------- */
 
 struct sandbox_child {
 	const struct spawn_plan *sp;
-	int sync;
+	int sync, lo, end;
 };
 
 static int sandbox_child(void *arg)
 {
 	const struct sandbox_child *sc = arg;
 
-	child_main(sc->sp, sc->sync);
+	child_main(sc->sp, sc->sync, sc->lo, sc->end);
+}
+
+/* The plan's fds into the group at lo: csp is sp with their numbers there,
+ * the mount plan's renumbered in place (attach[] keeps the originals). */
+static int group_fill(const struct spawn_plan *sp, struct spawn_plan *csp, int lo, int *sync,
+		      int attach[SPAWN_GROUP_FDS])
+{
+	int used = 0, na = 0;
+
+	*csp = *sp;
+	if (group_move(lo, &used, sync) < 0 || group_move(lo, &used, &csp->init_exe_fd) < 0 ||
+	    group_move(lo, &used, &csp->init_sock) < 0 || group_move(lo, &used, &csp->userns_fd) < 0 ||
+	    group_move(lo, &used, &csp->netns_fd) < 0)
+		return -1;
+	for (size_t i = 0; i < sp->mounts->n; i++) {
+		struct mnt_op *op = &sp->mounts->ops[i];
+		int own = op->fd;
+
+		if (op->kind != MNT_ATTACH)
+			continue;
+		if (group_move(lo, &used, &op->fd) < 0)
+			return -1;
+		attach[na++] = own;
+	}
+	return 0;
+}
+
+/* Give the mount plan's renumbered fds (attach[], up to a -1) their own
+ * numbers back. */
+static void group_unfill(const struct spawn_plan *sp, const int attach[SPAWN_GROUP_FDS])
+{
+	int na = 0;
+
+	for (size_t i = 0; i < sp->mounts->n && na < SPAWN_GROUP_FDS && attach[na] >= 0; i++)
+		if (sp->mounts->ops[i].kind == MNT_ATTACH)
+			sp->mounts->ops[i].fd = attach[na++];
 }
 
 pid_t spawn_sandbox(const struct spawn_plan *sp, spawn_attach_fn attach, void *arg, int *pidfd,
 		    struct sbx_err *e)
 {
-	struct sandbox_child sc = { .sp = sp };
+	struct spawn_plan csp;
+	struct sandbox_child sc = { .sp = &csp };
 	struct vm_child vc;
-	int sv[2], fd = -1, rc;
+	int sv[2], fd = -1, rc, attach_fds[SPAWN_GROUP_FDS];
 	unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
-			      CLONE_PIDFD | SIGCHLD;
+			      CLONE_FILES | CLONE_PIDFD | SIGCHLD;
 	long pid;
 
 	*pidfd = -1;
@@ -395,25 +525,42 @@ pid_t spawn_sandbox(const struct spawn_plan *sp, spawn_attach_fn attach, void *a
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		return err_sys(e, errno, "socketpair");
 	sc.sync = sv[1];
+	sc.lo = group_take(sp->fds);
+	sc.end = sp->fds->base + SPAWN_BLOCK_FDS;
+	for (int i = 0; i < SPAWN_GROUP_FDS; i++)
+		attach_fds[i] = -1;
+	if (group_fill(sp, &csp, sc.lo, &sc.sync, attach_fds) < 0) {
+		err_sys(e, errno, "cannot move the sandbox's fds for its clone");
+		group_unfill(sp, attach_fds);
+		group_put(sp->fds, sc.lo);
+		close(sv[0]);
+		close(sv[1]);
+		return -1;
+	}
 	pid = vm_child_start(&vc, flags, sandbox_child, &sc, &fd);
 	if (pid < 0) {
 		int err = errno;
 
+		group_unfill(sp, attach_fds);
+		group_put(sp->fds, sc.lo);
 		close(sv[0]);
 		close(sv[1]);
 		return err_sys(e, err, "clone");
 	}
-	close(sv[1]);
-	rc = parent_side(sp, (pid_t)pid, sv[0], attach, arg, e);
+	close(sv[1]);   /* the child's is in the group (the table is shared until it copies) */
+	rc = parent_side(sp->fds, &sc.lo, (pid_t)pid, sv[0], attach, arg, e);
 	if (rc < 0) {
 		syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
 		if (sp->thaw)
 			sp->thaw(arg);
 		spawn_reap(fd, 1);
 	}
-	/* exec'd (its end closed at the exec, after its memory was its own)
-	 * or reaped: the stack is free */
+	/* exec'd (its end closed at the exec, after its memory and fds were
+	 * its own) or reaped: the stack and the group are free */
 	vm_child_end(&vc);
+	group_unfill(sp, attach_fds);
+	if (sc.lo >= 0)
+		group_put(sp->fds, sc.lo);
 	close(sv[0]);
 	if (rc < 0) {
 		close(fd);

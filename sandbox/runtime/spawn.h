@@ -21,11 +21,34 @@
 #include "mounts.h"
 
 #include <linux/filter.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
 
+/* A block of fds the builds' clones keep: the clone of init shares the
+ * agent's fd table, and its own table is a copy of only the fds below this
+ * block's end, where the parent put the plan's fds (a group of slots it
+ * holds for the spawn). Without it the clone copied the agent's whole
+ * table — two fds for every live sandbox — and then closed each one, a
+ * cost that grew with the sandboxes already there. */
+#define SPAWN_GROUPS    16     /* spawns at once (more wait): above the build threads */
+#define SPAWN_GROUP_FDS 8      /* a plan's fds: sync, init, its socket, two namespaces, mounts */
+
+struct spawn_fds {
+	int base;                      /* /dev/null; groups from base + 1; -1: not reserved */
+	unsigned busy;                 /* groups in use, a bit each */
+	pthread_mutex_t lock;
+	pthread_cond_t freed;
+};
+
+/* Reserve the block: SPAWN_GROUPS * SPAWN_GROUP_FDS + 1 contiguous fds
+ * (O_CLOEXEC, on /dev/null). 0 or -1 with e. */
+int spawn_fds_init(struct spawn_fds *f, struct sbx_err *e);
+void spawn_fds_release(struct spawn_fds *f);
+
 struct spawn_plan {
-	const struct mnt_plan *mounts;
+	struct spawn_fds *fds;         /* the block its fds are moved into for the clone */
+	struct mnt_plan *mounts;       /* its MNT_ATTACH fds are renumbered during the call */
 	const char *root;              /* directory to pivot into */
 	const char *hostname;
 	int userns_fd;                 /* >= 0: join this user namespace last */

@@ -6,11 +6,13 @@ creates go to the other node."""
 
 import os
 import resource
+import socket
 import subprocess
 import time
 import uuid
 
 from conftest import STACK, assert_error, reap_orphans
+from sbxproc import children, comm, fd_count
 
 
 def node_of(api, stack, name):
@@ -135,3 +137,41 @@ def test_an_idle_sandbox_holds_two_agent_fds(stack, api):
         drain(api, stack, "agent-2", False)
         for sid in ids:
             api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+
+
+def fdsize(pid):
+    """The size of pid's fd table (FDSize in /proc/PID/status)."""
+    with open("/proc/%d/status" % pid) as f:
+        return int(next(l.split()[1] for l in f if l.startswith("FDSize:")))
+
+
+def test_a_build_does_not_copy_the_agents_fd_table(stack, api):
+    """The clone that becomes a sandbox's init keeps a copy of only the
+    agent's first fds (where its own were moved), not the agent's whole fd
+    table, which grows with its sandboxes and connections: with 1500 idle
+    connections held to the agent, a new init's table is still small and
+    holds /dev/null on 0-2, init's socket (3) and its signalfd (4) only."""
+    sid = "cap-fds-" + uuid.uuid4().hex[:6]
+    pid = stack.pid("agent-1")
+    host, port = stack.env["SBX_AGENT_1"].rsplit(":", 1)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    held = []
+    drain(api, stack, "agent-2", True)
+    try:
+        for _ in range(1500):
+            held.append(socket.create_connection((host, int(port)), timeout=5))
+        wait_for("the agent to take the connections", lambda: fd_count(pid) > 1500)
+        assert fdsize(pid) >= 2048, fdsize(pid)
+        r = api("PUT", "/v1/sandboxes/" + sid, json={}, timeout=30)
+        assert r.status_code == 201 and r.json()["node"] == "agent-1", r.text
+        inits = [c for c in children(pid) if comm(c) == "sbx-init"]
+        init = max(inits, key=lambda c: os.stat("/proc/%d" % c).st_ctime_ns)
+        assert fdsize(init) <= 256, (init, fdsize(init))
+        assert sorted(int(x) for x in os.listdir("/proc/%d/fd" % init)) == [0, 1, 2, 3, 4]
+    finally:
+        for s in held:
+            s.close()
+        drain(api, stack, "agent-2", False)
+        api("DELETE", "/v1/sandboxes/" + sid, timeout=30)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
