@@ -13,6 +13,7 @@
 #include "conf.h"
 #include "err.h"
 #include "httpd.h"
+#include "keyidx.h"
 #include "module.h"
 #include "runtime.h"
 
@@ -32,7 +33,7 @@ struct agent_bg;
 struct agent_sb {
 	struct agent_sb *next;
 	struct agent_sb **pprev;     /* what points at it in agent.sandboxes; NULL unlinked */
-	struct agent_sb *hnext;      /* the next of its bucket in agent.by_key */
+	struct keyidx_node idx;      /* in agent.by_key while linked */
 	char key[AGENT_KEY_MAX];     /* "<tenant>.<id>" */
 	char tenant[64];
 	char id[64];
@@ -96,8 +97,7 @@ struct agent {
 	struct rt *rt;
 	struct httpd *httpd;         /* the API listener (its gauges) */
 	struct agent_sb *sandboxes;
-	struct agent_sb **by_key;    /* hash of sandboxes by key (agent_sb_find); NULL until the first */
-	size_t by_key_size, nsandboxes;
+	struct keyidx by_key;        /* the linked sandboxes by key (agent_sb_find) */
 	unsigned noccupied;          /* linked entries with a container or a build: what
 				      * a start counts against the capacity */
 	struct agent_fence *fences;

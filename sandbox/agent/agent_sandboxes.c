@@ -18,6 +18,7 @@
 #include <hiredis/hiredis.h>
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,42 +78,6 @@ int agent_parse_epoch(const char *v, int64_t *out, struct sbx_err *e)
 	return 0;
 }
 
-static size_t key_hash(const char *key)
-{
-	size_t h = 2166136261u;   /* FNV-1a */
-
-	for (; *key; key++)
-		h = (h ^ (unsigned char)*key) * 16777619u;
-	return h;
-}
-
-/* Link sb into a->by_key, the table doubled past one entry a bucket; -1
- * (ENOMEM) with nothing changed. */
-static int index_add(struct agent *a, struct agent_sb *sb)
-{
-	if (a->nsandboxes + 1 > a->by_key_size) {
-		size_t n = a->by_key_size ? a->by_key_size * 2 : 256;
-		struct agent_sb **t = calloc(n, sizeof(*t));
-
-		if (!t)
-			return -1;
-		for (size_t i = 0; i < a->by_key_size; i++) {
-			for (struct agent_sb *s = a->by_key[i], *next; s; s = next) {
-				next = s->hnext;
-				s->hnext = t[key_hash(s->key) % n];
-				t[key_hash(s->key) % n] = s;
-			}
-		}
-		free(a->by_key);
-		a->by_key = t;
-		a->by_key_size = n;
-	}
-	sb->hnext = a->by_key[key_hash(sb->key) % a->by_key_size];
-	a->by_key[key_hash(sb->key) % a->by_key_size] = sb;
-	a->nsandboxes++;
-	return 0;
-}
-
 void agent_sb_recount(struct agent *a, struct agent_sb *sb)
 {
 	int now = sb->pprev && (sb->rt || sb->build);
@@ -126,7 +91,7 @@ void agent_sb_recount(struct agent *a, struct agent_sb *sb)
 
 int agent_sb_link(struct agent *a, struct agent_sb *sb)
 {
-	if (index_add(a, sb) < 0)
+	if (keyidx_add(&a->by_key, &sb->idx, sb->key) < 0)
 		return -1;
 	sb->next = a->sandboxes;
 	if (sb->next)
@@ -137,35 +102,22 @@ int agent_sb_link(struct agent *a, struct agent_sb *sb)
 	return 0;
 }
 
-static void index_remove(struct agent *a, struct agent_sb *sb)
-{
-	struct agent_sb **pp;
+#define SB_OF(node) ((struct agent_sb *)((char *)(node) - offsetof(struct agent_sb, idx)))
 
-	if (!a->by_key)
-		return;
-	for (pp = &a->by_key[key_hash(sb->key) % a->by_key_size]; *pp; pp = &(*pp)->hnext) {
-		if (*pp == sb) {
-			*pp = sb->hnext;
-			a->nsandboxes--;
-			return;
-		}
-	}
-}
-
-/* By the hash once agent_sb_link has built it; a list the caller built by
- * hand (unit tests) is searched in full. */
+/* By the index once agent_sb_link has built it; a list the caller built
+ * by hand (unit tests) is searched in full. */
 struct agent_sb *agent_sb_find(struct agent *a, const char *key)
 {
-	if (!a->by_key) {
+	struct keyidx_node *x;
+
+	if (!a->by_key.b) {
 		for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next)
 			if (strcmp(sb->key, key) == 0)
 				return sb;
 		return NULL;
 	}
-	for (struct agent_sb *sb = a->by_key[key_hash(key) % a->by_key_size]; sb; sb = sb->hnext)
-		if (strcmp(sb->key, key) == 0)
-			return sb;
-	return NULL;
+	x = keyidx_find(&a->by_key, key);
+	return x ? SB_OF(x) : NULL;
 }
 
 struct rt_sandbox *agent_sb_container(const struct agent_sb *sb)
@@ -377,7 +329,7 @@ void agent_sb_unlink(struct agent *a, struct agent_sb *sb)
 		sb->next->pprev = sb->pprev;
 	sb->pprev = NULL;
 	sb->next = NULL;
-	index_remove(a, sb);
+	keyidx_remove(&a->by_key, &sb->idx);
 	agent_sb_recount(a, sb);
 }
 
@@ -393,9 +345,7 @@ void agent_sb_destroy_all(struct agent *a)
 	pool_drain(a->pool);
 	while (a->sandboxes)
 		agent_sb_remove(a, a->sandboxes);
-	free(a->by_key);
-	a->by_key = NULL;
-	a->by_key_size = 0;
+	keyidx_free(&a->by_key);
 }
 
 struct put_req {

@@ -14,6 +14,7 @@
 #include "idrange.h"
 #include "image.h"
 #include "initproto.h"
+#include "keyidx.h"
 #include "log.h"
 #include "mounts.h"
 #include "netns.h"
@@ -27,6 +28,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +77,7 @@ struct rt_out {
 
 struct rt_sandbox {
 	struct rt_sandbox *next;
+	struct keyidx_node idx;   /* in rt.by_key while in rt.list */
 	struct rt *rt;
 	char key[RT_KEY_MAX];
 	char cg_key[RT_KEY_MAX];  /* its cgroups' name: the key, or the pool name where
@@ -149,6 +152,7 @@ struct rt {
 	char default_image[PATH_MAX];
 	char mnt_base[PATH_MAX];
 	struct rt_sandbox *list;
+	struct keyidx by_key;     /* list's sandboxes by key (rt_find) */
 	unsigned count;
 	unsigned npooled;  /* warm pool members (in list, not in count) */
 	struct rt_dying *dying;  /* killed, not yet reaped (rt_destroy) */
@@ -657,6 +661,10 @@ struct rt *rt_new(struct event_base *base, const struct sbx_conf *conf, struct s
 	}
 	if (spawn_fds_init(&rt->spawn_fds, e) < 0)
 		goto fail;
+	if (keyidx_init(&rt->by_key) < 0) {
+		err_sys(e, ENOMEM, "cannot allocate the runtime");
+		goto fail;
+	}
 	if (snprintf(path, sizeof(path), "%s/rt", conf->agent.state_dir) >= (int)sizeof(path) ||
 	    snprintf(rt->mnt_base, sizeof(rt->mnt_base), "%s/rt/root", conf->agent.state_dir) >=
 		    (int)sizeof(rt->mnt_base)) {
@@ -714,6 +722,7 @@ fail:
 	if (rt->init_fd >= 0)
 		close(rt->init_fd);
 	spawn_fds_release(&rt->spawn_fds);
+	keyidx_free(&rt->by_key);
 	sec_release(&rt->sec);
 	free(rt->buf);
 	free(rt->idmap_fds);
@@ -1147,6 +1156,7 @@ static struct rt_sandbox *build_finish(struct rt_build *b, struct sbx_err *e)
 	sb->pooled = b->pooled;
 	sb->next = rt->list;
 	rt->list = sb;
+	(void)keyidx_add(&rt->by_key, &sb->idx, sb->key);   /* has a table: cannot fail */
 	if (sb->pooled)
 		rt->npooled++;
 	else
@@ -1600,6 +1610,7 @@ void rt_destroy(struct rt *rt, struct rt_sandbox *sb)
 	for (pp = &rt->list; *pp; pp = &(*pp)->next) {
 		if (*pp == sb) {
 			*pp = sb->next;
+			keyidx_remove(&rt->by_key, &sb->idx);
 			if (sb->pooled)
 				rt->npooled--;
 			else
@@ -1719,6 +1730,7 @@ void rt_free(struct rt *rt)
 	if (rt->init_fd >= 0)
 		close(rt->init_fd);
 	spawn_fds_release(&rt->spawn_fds);
+	keyidx_free(&rt->by_key);
 	free(rt->buf);
 	for (unsigned i = 0; rt->idmap_fds && i < rt->ids.count; i++)
 		if (rt->idmap_fds[i] >= 0)
@@ -1739,10 +1751,9 @@ void rt_free(struct rt *rt)
 
 static struct rt_sandbox *rt_find(struct rt *rt, const char *key)
 {
-	for (struct rt_sandbox *sb = rt->list; sb; sb = sb->next)
-		if (strcmp(sb->key, key) == 0)
-			return sb;
-	return NULL;
+	struct keyidx_node *x = keyidx_find(&rt->by_key, key);
+
+	return x ? (struct rt_sandbox *)((char *)x - offsetof(struct rt_sandbox, idx)) : NULL;
 }
 
 const char *rt_key(const struct rt_sandbox *sb) { return sb->key; }
@@ -2102,7 +2113,9 @@ int rt_claim(struct rt *rt, struct rt_sandbox *sb, const char *key, const struct
 	if (rt->cg->ops->create(rt->cg, sb->cg_key, &lim, e) < 0)
 		return -2;
 	log_debug("pooled sandbox '%s' is now '%s'", sb->key, key);
+	keyidx_remove(&rt->by_key, &sb->idx);
 	memcpy(sb->key, key, strlen(key) + 1);
+	(void)keyidx_add(&rt->by_key, &sb->idx, sb->key);   /* has a table: cannot fail */
 	sb->pooled = 0;
 	rt->npooled--;
 	rt->count++;

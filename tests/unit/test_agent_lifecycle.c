@@ -125,8 +125,8 @@ TEST(agent_sb_index_finds_linked_sandboxes)
 	for (struct agent_sb *sb = a.sandboxes; sb; sb = sb->next)
 		listed++;
 	CHECK_INT(listed, N / 2);
-	CHECK_INT(a.nsandboxes, N / 2);
-	free(a.by_key);
+	CHECK_INT(a.by_key.n, N / 2);
+	keyidx_free(&a.by_key);
 	free(sbs);
 }
 
@@ -170,7 +170,7 @@ TEST(agent_sb_occupied_count_matches_the_table)
 	agent_sb_unlink(&a, &sbs[15]);      /* again: nothing */
 	CHECK_INT(a.noccupied, occupied_by_walk(&a, &listed));
 	CHECK_INT(listed, N - 3);
-	CHECK_INT(a.nsandboxes, N - 3);
+	CHECK_INT(a.by_key.n, N - 3);
 	for (int i = 1; i < N - 1; i++) {
 		if (i == 15)
 			continue;
@@ -189,7 +189,7 @@ TEST(agent_sb_occupied_count_matches_the_table)
 	while (a.sandboxes)
 		agent_sb_unlink(&a, a.sandboxes);
 	CHECK_INT(a.noccupied, 0);
-	CHECK_INT(a.nsandboxes, 0);
-	free(a.by_key);
+	CHECK_INT(a.by_key.n, 0);
+	keyidx_free(&a.by_key);
 	free(sbs);
 }
