@@ -429,6 +429,8 @@ static void sweep(struct agent_lc *lc)
 	agent_fence_prune(a, util_now_ms());
 	if (!registry_connected(lc->reg))
 		return;
+	if (registry_lease_valid(lc->reg))
+		rt_kill_thaw_dying(a->rt);
 	for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next) {
 		struct sweep_ctx *c;
 

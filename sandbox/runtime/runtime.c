@@ -1794,6 +1794,13 @@ void rt_thaw_pooled(struct rt *rt)
 	}
 }
 
+void rt_kill_thaw_dying(struct rt *rt)
+{
+	for (struct rt_dying *d = rt->dying; d; d = d->next)
+		if (!d->off_loop)
+			cg_kill_thaw(rt->cg, d->cg_key);
+}
+
 void rt_helper_release(struct rt_helper *h)
 {
 	if (h->mnt_fd >= 0)

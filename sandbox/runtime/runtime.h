@@ -144,6 +144,11 @@ int rt_frozen(const struct rt_sandbox *sb);
 int rt_freeze_all(struct rt *rt, int frozen);
 /* Thaw the sandboxes of the warm pool (they belong to no one). */
 void rt_thaw_pooled(struct rt *rt);
+/* Kill and thaw the containers being destroyed whose init still runs and
+ * that are frozen: a destroy kills and thaws, but while the lease is out
+ * the fence keeper freezes every container again, and a frozen process
+ * never acts on its SIGKILL (its init would never be reaped). */
+void rt_kill_thaw_dying(struct rt *rt);
 
 /* ---- warm pool support (sandbox/pool.c builds on these) ----------------
  * A pooled sandbox is built like any other but is not counted by
