@@ -18,7 +18,6 @@
 #include <hiredis/hiredis.h>
 
 #include <errno.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,22 +101,17 @@ int agent_sb_link(struct agent *a, struct agent_sb *sb)
 	return 0;
 }
 
-#define SB_OF(node) ((struct agent_sb *)((char *)(node) - offsetof(struct agent_sb, idx)))
-
 /* By the index once agent_sb_link has built it; a list the caller built
  * by hand (unit tests) is searched in full. */
 struct agent_sb *agent_sb_find(struct agent *a, const char *key)
 {
-	struct keyidx_node *x;
-
 	if (!a->by_key.b) {
 		for (struct agent_sb *sb = a->sandboxes; sb; sb = sb->next)
 			if (strcmp(sb->key, key) == 0)
 				return sb;
 		return NULL;
 	}
-	x = keyidx_find(&a->by_key, key);
-	return x ? SB_OF(x) : NULL;
+	return KEYIDX_OWNER(keyidx_find(&a->by_key, key), struct agent_sb, idx);
 }
 
 struct rt_sandbox *agent_sb_container(const struct agent_sb *sb)

@@ -38,6 +38,10 @@ void keyidx_remove(struct keyidx *ix, struct keyidx_node *node);
 /* The node of key, or NULL. */
 struct keyidx_node *keyidx_find(const struct keyidx *ix, const char *key);
 
+/* The object of type holding node x as its member (NULL for NULL). */
+#define KEYIDX_OWNER(x, type, member) \
+	((x) ? (type *)(void *)((char *)(x) - offsetof(type, member)) : (type *)NULL)
+
 /* Free the table (the nodes are their owners'). */
 void keyidx_free(struct keyidx *ix);
 

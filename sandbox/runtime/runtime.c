@@ -28,7 +28,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stddef.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1751,9 +1750,7 @@ void rt_free(struct rt *rt)
 
 static struct rt_sandbox *rt_find(struct rt *rt, const char *key)
 {
-	struct keyidx_node *x = keyidx_find(&rt->by_key, key);
-
-	return x ? (struct rt_sandbox *)((char *)x - offsetof(struct rt_sandbox, idx)) : NULL;
+	return KEYIDX_OWNER(keyidx_find(&rt->by_key, key), struct rt_sandbox, idx);
 }
 
 const char *rt_key(const struct rt_sandbox *sb) { return sb->key; }

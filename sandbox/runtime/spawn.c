@@ -531,21 +531,12 @@ pid_t spawn_sandbox(const struct spawn_plan *sp, spawn_attach_fn attach, void *a
 		attach_fds[i] = -1;
 	if (group_fill(sp, &csp, sc.lo, &sc.sync, attach_fds) < 0) {
 		err_sys(e, errno, "cannot move the sandbox's fds for its clone");
-		group_unfill(sp, attach_fds);
-		group_put(sp->fds, sc.lo);
-		close(sv[0]);
-		close(sv[1]);
-		return -1;
+		goto not_started;
 	}
 	pid = vm_child_start(&vc, flags, sandbox_child, &sc, &fd);
 	if (pid < 0) {
-		int err = errno;
-
-		group_unfill(sp, attach_fds);
-		group_put(sp->fds, sc.lo);
-		close(sv[0]);
-		close(sv[1]);
-		return err_sys(e, err, "clone");
+		err_sys(e, errno, "clone");
+		goto not_started;
 	}
 	close(sv[1]);   /* the child's is in the group (the table is shared until it copies) */
 	rc = parent_side(sp->fds, &sc.lo, (pid_t)pid, sv[0], attach, arg, e);
@@ -568,6 +559,12 @@ pid_t spawn_sandbox(const struct spawn_plan *sp, spawn_attach_fn attach, void *a
 	}
 	*pidfd = fd;
 	return (pid_t)pid;
+not_started:
+	group_unfill(sp, attach_fds);
+	group_put(sp->fds, sc.lo);
+	close(sv[0]);
+	close(sv[1]);
+	return -1;
 }
 
 /* ---- host programs ------------------------------------------------------ */

@@ -2,7 +2,6 @@
 #include "keyidx.h"
 #include "unit.h"
 
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +13,7 @@ struct item {
 
 static struct item *item_of(struct keyidx_node *x)
 {
-	return x ? (struct item *)((char *)x - offsetof(struct item, idx)) : NULL;
+	return KEYIDX_OWNER(x, struct item, idx);
 }
 
 /* Every added item is found and none removed, across the table's growth
