@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -26,10 +27,27 @@ int keeper_decide(int64_t now, int64_t until, int64_t serial, int frozen, int64_
 	return 0;
 }
 
-static void keeper_main(const struct registry_lease *lease, struct rt *rt, pid_t agent)
+/* What the keeper last did, on a page shared with the agent (MAP_SHARED,
+ * made before the first fork): a keeper started again after its
+ * predecessor died knows that one froze, and at which serial, so it thaws
+ * on an extension in time as its predecessor would have. Written before
+ * the freeze, so a keeper killed in the middle of one is not forgotten. */
+struct keeper_note {
+	int frozen;
+	int64_t froze_serial;
+};
+
+static void note_set(struct keeper_note *note, int frozen, int64_t serial)
 {
-	int frozen = 0;
-	int64_t froze_serial = 0;
+	__atomic_store_n(&note->froze_serial, serial, __ATOMIC_RELEASE);
+	__atomic_store_n(&note->frozen, frozen, __ATOMIC_RELEASE);
+}
+
+static void keeper_main(const struct registry_lease *lease, struct rt *rt, pid_t agent,
+			struct keeper_note *note)
+{
+	int frozen = __atomic_load_n(&note->frozen, __ATOMIC_ACQUIRE);
+	int64_t froze_serial = __atomic_load_n(&note->froze_serial, __ATOMIC_ACQUIRE);
 
 	for (;;) {
 		struct timespec ts;
@@ -43,6 +61,7 @@ static void keeper_main(const struct registry_lease *lease, struct rt *rt, pid_t
 			_exit(0);
 		switch (keeper_decide(now, until, serial, frozen, froze_serial)) {
 		case 1:
+			note_set(note, 1, serial);
 			n = rt_freeze_all(rt, 1);
 			if (!frozen)
 				log_warn("fence keeper: the lease ends in %lld ms: froze %d sandboxes",
@@ -54,10 +73,13 @@ static void keeper_main(const struct registry_lease *lease, struct rt *rt, pid_t
 			n = rt_freeze_all(rt, 0);
 			log_info("fence keeper: the lease was extended in time: thawed %d sandboxes", n);
 			frozen = 0;
+			note_set(note, 0, 0);
 			break;
 		default:
-			if (frozen && serial != froze_serial)
+			if (frozen && serial != froze_serial) {
 				frozen = 0;     /* after a gap the agent's sweep thaws */
+				note_set(note, 0, 0);
+			}
 			break;
 		}
 		/* The lease only grows: sleeping until its end as known now is
@@ -77,7 +99,8 @@ static void keeper_main(const struct registry_lease *lease, struct rt *rt, pid_t
 	}
 }
 
-pid_t keeper_start(const struct registry_lease *lease, struct rt *rt, struct sbx_err *e)
+static pid_t keeper_start(const struct registry_lease *lease, struct rt *rt,
+			  struct keeper_note *note, struct sbx_err *e)
 {
 	pid_t agent = getpid(), pid = fork();
 
@@ -92,7 +115,7 @@ pid_t keeper_start(const struct registry_lease *lease, struct rt *rt, struct sbx
 	signal(SIGPIPE, SIG_IGN);
 	/* Nothing of the agent's: listeners, Redis, sandbox sockets. */
 	syscall(SYS_close_range, 3U, ~0U, 0U);
-	keeper_main(lease, rt, agent);
+	keeper_main(lease, rt, agent, note);
 	_exit(0);
 }
 
@@ -100,6 +123,7 @@ struct keeper {
 	struct event_base *base;
 	const struct registry_lease *lease;
 	struct rt *rt;
+	struct keeper_note *note;   /* shared with every keeper it starts */
 	pid_t pid;
 	int pidfd;
 	struct event *exit_ev;      /* the pidfd turns readable when the keeper dies */
@@ -113,7 +137,7 @@ static void keeper_exited(evutil_socket_t fd, short what, void *arg);
  * (fork-safe in glibc), syscalls and log.c (plain write(2)). */
 static int keeper_spawn(struct keeper *k, struct sbx_err *e)
 {
-	k->pid = keeper_start(k->lease, k->rt, e);
+	k->pid = keeper_start(k->lease, k->rt, k->note, e);
 	if (k->pid < 0)
 		return -1;
 	k->pidfd = (int)syscall(SYS_pidfd_open, k->pid, 0);
@@ -188,6 +212,14 @@ struct keeper *keeper_new(struct event_base *base, const struct registry_lease *
 	k->rt = rt;
 	k->pid = -1;
 	k->pidfd = -1;
+	k->note = mmap(NULL, sizeof(*k->note), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+		       -1, 0);
+	if (k->note == MAP_FAILED) {
+		k->note = NULL;
+		err_sys(e, errno, "fence keeper: cannot map its note");
+		keeper_free(k);
+		return NULL;
+	}
 	k->restart_ev = evtimer_new(base, keeper_restart, k);
 	if (!k->restart_ev || keeper_spawn(k, e) < 0) {
 		keeper_free(k);
@@ -205,5 +237,7 @@ void keeper_free(struct keeper *k)
 	keeper_reap(k);
 	if (k->restart_ev)
 		event_free(k->restart_ev);
+	if (k->note)
+		munmap(k->note, sizeof(*k->note));
 	free(k);
 }

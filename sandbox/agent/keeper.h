@@ -9,7 +9,8 @@
  * Freezing starts KEEPER_MARGIN_MS before the lease's end (the alive key
  * in Redis lives at least until then, so nobody can have been placed in
  * our stead yet). When the lease is extended without a gap (its serial did
- * not change), the keeper thaws again: nobody could have taken over. After
+ * not change), the keeper thaws again: nobody could have taken over
+ * (a keeper started again in the meantime too: keeper.c's note). After
  * a gap, thawing is the agent's: its fencing sweep destroys what it no
  * longer owns and thaws the rest (agent_lifecycle.c).
  */
@@ -32,12 +33,11 @@
  * Pure (unit-tested). */
 int keeper_decide(int64_t now, int64_t until, int64_t serial, int frozen, int64_t froze_serial);
 
-/* Fork the keeper. It dies with the agent (PR_SET_PDEATHSIG) and keeps no
- * fd of it. Its pid, or -1 with e. */
-pid_t keeper_start(const struct registry_lease *lease, struct rt *rt, struct sbx_err *e);
-
 /* Start the keeper and watch it from the loop: should it die, it is
- * reaped, logged and started again (at most once a second). New heap
+ * reaped, logged and started again (at most once a second), and the new
+ * one knows whether the dead one had frozen the sandboxes (it thaws them
+ * if the lease is extended in time). It dies with the agent
+ * (PR_SET_PDEATHSIG) and keeps no fd of it. New heap
  * object (keeper_free, which stops the keeper), or NULL with e. Call it
  * before any thread exists: the first fork is then the plain kind. */
 struct keeper;
