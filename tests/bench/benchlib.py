@@ -80,6 +80,15 @@ def timed(fn, n, warmup=0):
     return out
 
 
+def paced(fn, n, pause):
+    """timed(fn, n), with pause seconds of quiet before each call."""
+    out = []
+    for _ in range(n):
+        time.sleep(pause)
+        out.extend(timed(fn, 1))
+    return out
+
+
 # ---- the spawn harness ------------------------------------------------------------
 
 HARNESS_C = r"""

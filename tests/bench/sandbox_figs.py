@@ -23,7 +23,7 @@ import urllib.parse
 
 import requests
 
-from benchlib import Lat, Value, timed
+from benchlib import Lat, Value, paced, timed
 
 N_SEQ = int(os.environ.get("BENCH_N", "50"))         # create / first-command repetitions
 N_RTT = int(os.environ.get("BENCH_N_RTT", "300"))    # exec round trips
@@ -127,6 +127,14 @@ def fig_baselines(st, ctx):
     ctx.lat.append(Lat("http-floor", "Python requests.Session keep-alive GET of nginx static "
                        "`return 200` (what the client alone costs per request, N=%d)" % N_RTT,
                        samples=timed(lambda: s.get(st.static_url, timeout=5), N_RTT, warmup=20)))
+    # The same after a quiet time, as the paced figures make their calls:
+    # what this machine adds to any round trip that follows idleness
+    # (caches and idle CPUs to wake), before sbx does anything.
+    ctx.lat.append(Lat("http-floor-paced", "`http-floor`, each GET %d ms after the last "
+                       "(what a quiet time adds to a round trip here: the pace of the "
+                       "`-fresh` and `-pool` figures, N=%d)" % (POOL_PACE_S * 1000, N_SEQ),
+                       baseline="http-floor", samples=paced(
+                           lambda: s.get(st.static_url, timeout=5), N_SEQ, POOL_PACE_S)))
     # The ceiling of an exec through nginx (issue 22): that round trip plus
     # fork/exec of true and its wait, sample by sample (N = the shorter).
     floor, spawn = ctx.get("http-floor"), ctx.get("fork-exec")
