@@ -27,27 +27,17 @@ int keeper_decide(int64_t now, int64_t until, int64_t serial, int frozen, int64_
 	return 0;
 }
 
-/* What the keeper last did, on a page shared with the agent (MAP_SHARED,
- * made before the first fork): a keeper started again after its
- * predecessor died knows that one froze, and at which serial, so it thaws
- * on an extension in time as its predecessor would have. Written before
- * the freeze, so a keeper killed in the middle of one is not forgotten. */
-struct keeper_note {
-	int frozen;
-	int64_t froze_serial;
-};
-
-static void note_set(struct keeper_note *note, int frozen, int64_t serial)
-{
-	__atomic_store_n(&note->froze_serial, serial, __ATOMIC_RELEASE);
-	__atomic_store_n(&note->frozen, frozen, __ATOMIC_RELEASE);
-}
-
+/* The serial at which the last keeper froze (0: it did not, or thawed
+ * since; a frozen keeper always held a lease, whose serial is at least
+ * 1), on a page shared with the agent (MAP_SHARED, made before the first
+ * fork): a keeper started again after its predecessor died thaws on an
+ * extension in time as that one would have. Written before the freeze,
+ * so a keeper killed in the middle of one is not forgotten. */
 static void keeper_main(const struct registry_lease *lease, struct rt *rt, pid_t agent,
-			struct keeper_note *note)
+			int64_t *note)
 {
-	int frozen = __atomic_load_n(&note->frozen, __ATOMIC_ACQUIRE);
-	int64_t froze_serial = __atomic_load_n(&note->froze_serial, __ATOMIC_ACQUIRE);
+	int64_t froze_serial = __atomic_load_n(note, __ATOMIC_ACQUIRE);
+	int frozen = froze_serial != 0;
 
 	for (;;) {
 		struct timespec ts;
@@ -61,7 +51,7 @@ static void keeper_main(const struct registry_lease *lease, struct rt *rt, pid_t
 			_exit(0);
 		switch (keeper_decide(now, until, serial, frozen, froze_serial)) {
 		case 1:
-			note_set(note, 1, serial);
+			__atomic_store_n(note, serial, __ATOMIC_RELEASE);
 			n = rt_freeze_all(rt, 1);
 			if (!frozen)
 				log_warn("fence keeper: the lease ends in %lld ms: froze %d sandboxes",
@@ -73,12 +63,12 @@ static void keeper_main(const struct registry_lease *lease, struct rt *rt, pid_t
 			n = rt_freeze_all(rt, 0);
 			log_info("fence keeper: the lease was extended in time: thawed %d sandboxes", n);
 			frozen = 0;
-			note_set(note, 0, 0);
+			__atomic_store_n(note, 0, __ATOMIC_RELEASE);
 			break;
 		default:
 			if (frozen && serial != froze_serial) {
 				frozen = 0;     /* after a gap the agent's sweep thaws */
-				note_set(note, 0, 0);
+				__atomic_store_n(note, 0, __ATOMIC_RELEASE);
 			}
 			break;
 		}
@@ -100,7 +90,7 @@ static void keeper_main(const struct registry_lease *lease, struct rt *rt, pid_t
 }
 
 static pid_t keeper_start(const struct registry_lease *lease, struct rt *rt,
-			  struct keeper_note *note, struct sbx_err *e)
+			  int64_t *note, struct sbx_err *e)
 {
 	pid_t agent = getpid(), pid = fork();
 
@@ -123,7 +113,7 @@ struct keeper {
 	struct event_base *base;
 	const struct registry_lease *lease;
 	struct rt *rt;
-	struct keeper_note *note;   /* shared with every keeper it starts */
+	int64_t *note;              /* keeper_main's, shared with every keeper it starts */
 	pid_t pid;
 	int pidfd;
 	struct event *exit_ev;      /* the pidfd turns readable when the keeper dies */
