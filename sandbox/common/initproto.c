@@ -83,7 +83,7 @@ ssize_t initproto_encode(void *buf, size_t cap, uint32_t type, int64_t handle, i
 	char *p = buf;
 
 	if (type != INITPROTO_SIGNAL && type != INITPROTO_STARTED && type != INITPROTO_FAILED &&
-	    type != INITPROTO_EXITED && type != INITPROTO_GONE) {
+	    type != INITPROTO_EXITED && type != INITPROTO_GONE && type != INITPROTO_AHEAD) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -179,7 +179,8 @@ int initproto_decode(const void *buf, size_t len, struct initproto_msg *m)
 		m->type = INITPROTO_SPAWN;
 		return decode_spawn(p, len, h.type == INITPROTO_SPAWN_AS, m);
 	}
-	if (h.type < INITPROTO_SIGNAL || h.type > INITPROTO_GONE || len != FIXED_LEN)
+	if (((h.type < INITPROTO_SIGNAL || h.type > INITPROTO_GONE) && h.type != INITPROTO_AHEAD) ||
+	    len != FIXED_LEN)
 		goto bad;
 	memcpy(&a, p + sizeof(h), sizeof(a));
 	memcpy(&b, p + sizeof(h) + sizeof(a), sizeof(b));
@@ -199,6 +200,10 @@ int initproto_decode(const void *buf, size_t len, struct initproto_msg *m)
 		if (a < 1)
 			goto bad;
 		m->value = a;
+		break;
+	case INITPROTO_AHEAD:
+		if (a != 0 || b != 0 || h.handle != 0)
+			goto bad;
 		break;
 	default: /* EXITED, GONE */
 		if (a < 1)

@@ -5,7 +5,8 @@
  * Every message starts with struct initproto_hdr (native byte order: both
  * ends run on the same host). Agent -> init: SPAWN (with exactly 3 fds by
  * SCM_RIGHTS: stdin, stdout, stderr; a terminal as stdin becomes the
- * process's controlling terminal) and SIGNAL. Init -> agent: STARTED,
+ * process's controlling terminal), SIGNAL and AHEAD (a command is likely
+ * soon: have a keeper forked and waiting for it). Init -> agent: STARTED,
  * FAILED (the process never ran), EXITED (wait status of the process) and
  * GONE (no process of its tree is left; always after EXITED or FAILED).
  *
@@ -42,6 +43,7 @@ enum initproto_type {
 	INITPROTO_EXITED = 5,
 	INITPROTO_GONE = 6,
 	INITPROTO_SPAWN_AS = 7,
+	INITPROTO_AHEAD = 8,
 };
 
 struct initproto_hdr {
@@ -77,8 +79,9 @@ ssize_t initproto_encode_spawn(void *buf, size_t cap, int64_t handle, const char
 ssize_t initproto_encode_spawn_as(void *buf, size_t cap, int64_t handle, int64_t uid, int64_t gid,
 				  const char *cwd, char *const *argv, char *const *env);
 
-/* Encode a fixed-size message (SIGNAL, STARTED, FAILED, EXITED, GONE): a
- * and b are (sig, tree), (pid, 0), (errno, 0) or (pid, status). Returns the length
+/* Encode a fixed-size message (SIGNAL, STARTED, FAILED, EXITED, GONE, AHEAD):
+ * a and b are (sig, tree), (pid, 0), (errno, 0), (pid, status) or (0, 0), and
+ * the handle of an AHEAD is 0. Returns the length
  * or -1 (EINVAL for an unknown type, E2BIG when cap is too small). */
 ssize_t initproto_encode(void *buf, size_t cap, uint32_t type, int64_t handle, int32_t a, int32_t b);
 

@@ -10,7 +10,8 @@
  * is left; then it tells init, which reports GONE. A keeper whose tree
  * ended on its own waits up to KEEPER_IDLE_MS for the next SPAWN (at most
  * one waits; init forks one when none does), so commands in a row cost no
- * fork of a keeper each. A keeper whose tree was killed, or that is not
+ * fork of a keeper each; AHEAD forks one to wait so, so that neither does
+ * the first command. A keeper whose tree was killed, or that is not
  * kept, exits, and GONE follows its exit: after GONE of a killed tree no
  * process of it, keeper included, is left.
  * SIGNAL signals the process, or every process of its tree (the keeper's
@@ -503,6 +504,19 @@ static pid_t keeper_take(int *ch)
 	return pid;
 }
 
+/* AHEAD: fork a keeper to wait for the next SPAWN, unless one waits. The
+ * first command after a start or a claim then finds its keeper ready: the
+ * fork is done while the answer to the create travels back. */
+static void keeper_ahead(void)
+{
+	int ch;
+	pid_t pid;
+
+	if (idle.pid > 0 || (pid = keeper_take(&ch)) < 0)
+		return;
+	idle = (struct idle_keeper){ pid, ch, util_now_ms() + KEEPER_IDLE_MS };
+}
+
 /* SPAWN m (raw: its len bytes as received) with its fds: a keeper runs it. */
 static void do_spawn(const struct initproto_msg *m, const void *raw, size_t len, const int *fds,
 		     int nfds)
@@ -720,6 +734,8 @@ static int on_socket(char *buf)
 		free(m.argv);
 	} else if (m.type == INITPROTO_SIGNAL) {
 		do_signal(&m);
+	} else if (m.type == INITPROTO_AHEAD) {
+		keeper_ahead();
 	}
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);

@@ -477,6 +477,17 @@ static int init_send(struct rt_sandbox *sb, const void *msg, size_t len, int *fd
 	return 0;
 }
 
+/* Ask init for a keeper ahead of the first command (initproto.h: AHEAD).
+ * Only a hint: a lost one costs that command a fork, nothing else. */
+static void send_ahead(struct rt_sandbox *sb)
+{
+	char msg[64];
+	ssize_t len = initproto_encode(msg, sizeof(msg), INITPROTO_AHEAD, 0, 0, 0);
+
+	if (len > 0)
+		(void)init_send(sb, msg, (size_t)len, NULL, 0);
+}
+
 static void handle_msg(struct rt_sandbox *sb, const struct initproto_msg *m)
 {
 	struct rt_proc **link, *p = proc_find(sb, m->handle, &link);
@@ -1156,10 +1167,12 @@ static struct rt_sandbox *build_finish(struct rt_build *b, struct sbx_err *e)
 	sb->next = rt->list;
 	rt->list = sb;
 	(void)keyidx_add(&rt->by_key, &sb->idx, sb->key);   /* has a table: cannot fail */
-	if (sb->pooled)
+	if (sb->pooled) {
 		rt->npooled++;
-	else
+	} else {
 		rt->count++;
+		send_ahead(sb);
+	}
 	return sb;
 }
 

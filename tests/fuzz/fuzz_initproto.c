@@ -30,7 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		free(copy);
 		return 0;
 	}
-	FUZZ_ASSERT(m.type >= INITPROTO_SPAWN && m.type <= INITPROTO_GONE);
+	FUZZ_ASSERT((m.type >= INITPROTO_SPAWN && m.type <= INITPROTO_GONE) ||
+		    m.type == INITPROTO_AHEAD);
 	again = malloc(INITPROTO_MAX);
 	FUZZ_ASSERT(again);
 	if (m.type == INITPROTO_SPAWN) {
@@ -54,6 +55,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else if (m.type == INITPROTO_FAILED) {
 		FUZZ_ASSERT(m.value >= 1);
 		n = initproto_encode(again, INITPROTO_MAX, m.type, m.handle, m.value, 0);
+	} else if (m.type == INITPROTO_AHEAD) {
+		FUZZ_ASSERT(m.handle == 0);
+		n = initproto_encode(again, INITPROTO_MAX, m.type, 0, 0, 0);
 	} else {
 		FUZZ_ASSERT(m.pid >= 1);
 		n = initproto_encode(again, INITPROTO_MAX, m.type, m.handle, m.pid, m.value);

@@ -68,6 +68,21 @@ TEST(rt_initproto_fixed_roundtrip)
 	CHECK_INT(m.value, 0);
 	n = initproto_encode(buf, sizeof(buf), INITPROTO_GONE, 5, 0, 0);
 	CHECK_INT(initproto_decode(buf, (size_t)n, &m), -1);   /* no keeper pid */
+	n = initproto_encode(buf, sizeof(buf), INITPROTO_AHEAD, 0, 0, 0);
+	CHECK_INT(initproto_decode(buf, (size_t)n, &m), 0);
+	CHECK_INT(m.type, INITPROTO_AHEAD);
+	CHECK_INT(m.handle, 0);
+	/* an AHEAD carries nothing */
+	n = initproto_encode(buf, sizeof(buf), INITPROTO_AHEAD, 0, 1, 0);
+	CHECK_INT(initproto_decode(buf, (size_t)n, &m), -1);
+	n = initproto_encode(buf, sizeof(buf), INITPROTO_AHEAD, 0, 0, 1);
+	CHECK_INT(initproto_decode(buf, (size_t)n, &m), -1);
+	n = initproto_encode(buf, sizeof(buf), INITPROTO_AHEAD, 3, 0, 0);
+	CHECK_INT(initproto_decode(buf, (size_t)n, &m), -1);
+	/* types between SPAWN_AS and AHEAD, or past it, are unknown */
+	n = initproto_encode(buf, sizeof(buf), INITPROTO_AHEAD, 0, 0, 0);
+	memcpy(buf, &(uint32_t){ INITPROTO_AHEAD + 1 }, sizeof(uint32_t));
+	CHECK_INT(initproto_decode(buf, (size_t)n, &m), -1);
 	CHECK_INT(initproto_encode(buf, sizeof(buf), 99, 1, 1, 1), -1);
 	CHECK_INT(initproto_encode(buf, 8, INITPROTO_STARTED, 1, 1, 0), -1);
 }
