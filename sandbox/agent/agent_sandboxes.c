@@ -483,6 +483,36 @@ const struct jsonv_field agent_sandbox_patch_fields[] = {
  * what the start asked for, answer r (NULL: its client went away). 0, or
  * -1 with e filled (the container stopped again) for the caller to
  * answer. */
+/* A claimed pool member's init is asked for a keeper once the answer to
+ * the claim is out (rt_ahead), if that sandbox still runs then. */
+struct ahead_after {
+	struct agent *a;
+	int64_t run;
+	char key[AGENT_KEY_MAX];
+};
+
+static void ahead_cb(void *arg, int failed)
+{
+	struct ahead_after *x = arg;
+	struct agent_sb *sb = failed ? NULL : agent_sb_find(x->a, x->key);
+
+	if (sb && sb->run == x->run && sb->rt)
+		rt_ahead(sb->rt);
+	free(x);
+}
+
+static void ahead_after_reply(struct agent *a, struct httpd_req *r, const struct agent_sb *sb)
+{
+	struct ahead_after *x = malloc(sizeof(*x));
+
+	if (!x)
+		return;
+	x->a = a;
+	x->run = sb->run;
+	memcpy(x->key, sb->key, sizeof(x->key));
+	httpd_on_close(r, ahead_cb, x);
+}
+
 static int put_started(struct agent *a, struct httpd_req *r, struct agent_sb *sb,
 		       const char *restore_from, struct sbx_err *e)
 {
@@ -505,8 +535,11 @@ static int put_started(struct agent *a, struct httpd_req *r, struct agent_sb *sb
 		agent_sb_stop(a, sb);
 		return -1;
 	}
-	if (r)
+	if (r) {
 		httpd_reply_json(r, 201, agent_sb_json(sb));
+		if (sb->from_pool)
+			ahead_after_reply(a, r, sb);
+	}
 	return 0;
 }
 

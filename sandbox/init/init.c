@@ -10,10 +10,11 @@
  * is left; then it tells init, which reports GONE. A keeper whose tree
  * ended on its own waits up to KEEPER_IDLE_MS for the next SPAWN (at most
  * one waits; init forks one when none does), so commands in a row cost no
- * fork of a keeper each; AHEAD forks one to wait so, so that neither does
- * the first command. A keeper whose tree was killed, or that is not
- * kept, exits, and GONE follows its exit: after GONE of a killed tree no
- * process of it, keeper included, is left.
+ * fork of a keeper each; AHEAD has one forked to wait the same way
+ * before the first command, which then pays no fork either. A keeper
+ * whose tree was killed, or that is not kept, exits, and GONE follows its
+ * exit: after GONE of a killed tree no process of it, keeper included, is
+ * left.
  * SIGNAL signals the process, or every process of its tree (the keeper's
  * descendants: also what called setsid() or lost its parent); a SIGKILL of
  * a tree is repeated until the tree is empty. Init reaps every child
@@ -505,8 +506,9 @@ static pid_t keeper_take(int *ch)
 }
 
 /* AHEAD: fork a keeper to wait for the next SPAWN, unless one waits. The
- * first command after a start or a claim then finds its keeper ready: the
- * fork is done while the answer to the create travels back. */
+ * agent sends it once the sandbox is built, so the fork is done while the
+ * answer to the create travels back and the first command finds its
+ * keeper ready. */
 static void keeper_ahead(void)
 {
 	int ch;

@@ -477,13 +477,15 @@ static int init_send(struct rt_sandbox *sb, const void *msg, size_t len, int *fd
 	return 0;
 }
 
-/* Ask init for a keeper ahead of the first command (initproto.h: AHEAD).
- * Only a hint: a lost one costs that command a fork, nothing else. */
-static void send_ahead(struct rt_sandbox *sb)
+/* A lost AHEAD costs the next command a fork, nothing else. */
+void rt_ahead(struct rt_sandbox *sb)
 {
 	char msg[64];
-	ssize_t len = initproto_encode(msg, sizeof(msg), INITPROTO_AHEAD, 0, 0, 0);
+	ssize_t len;
 
+	if (sb->dead || sb->destroyed)
+		return;
+	len = initproto_encode(msg, sizeof(msg), INITPROTO_AHEAD, 0, 0, 0);
 	if (len > 0)
 		(void)init_send(sb, msg, (size_t)len, NULL, 0);
 }
@@ -1171,7 +1173,7 @@ static struct rt_sandbox *build_finish(struct rt_build *b, struct sbx_err *e)
 		rt->npooled++;
 	} else {
 		rt->count++;
-		send_ahead(sb);
+		rt_ahead(sb);
 	}
 	return sb;
 }

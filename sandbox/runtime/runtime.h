@@ -235,6 +235,13 @@ typedef void (*rt_gone_cb)(void *arg);
 int64_t rt_spawn(struct rt_sandbox *sb, const struct rt_proc_spec *ps, rt_started_cb on_started,
 		 rt_exited_cb on_exited, void *arg, struct sbx_err *e);
 
+/* Ask the sandbox's init for a keeper forked ahead of the next command
+ * (initproto.h: AHEAD), so that it pays no fork of one. A hint: the
+ * runtime sends it itself once a sandbox (not a pool member) is built;
+ * for a claimed pool member, the caller sends it once its answer is out
+ * (sent before, the fork of a long-idle init delays that answer). */
+void rt_ahead(struct rt_sandbox *sb);
+
 /* Send sig to every process of the tree of handle (tree = 1; a SIGKILL is
  * repeated by init until the tree is empty), or only to the process while
  * it runs (tree = 0). 0, or -1 when it is unknown or gone. */

@@ -85,6 +85,50 @@ def sandbox_procs(key):
             found.append((int(d), stat[stat.index("(") + 1:stat.rindex(")")], int(rest[1])))
     return found
 
+def keepers_of(key):
+    """Host pids of the keepers (sbx-keeper) of sandbox key."""
+    return [pid for pid, comm, _ in sandbox_procs(key) if comm == "sbx-keeper"]
+
+
+def ns_pid(host_pid):
+    """The pid of host process host_pid in its own (innermost) pid namespace."""
+    with open("/proc/%d/status" % host_pid) as f:
+        return next(l.split()[-1] for l in f if l.startswith("NSpid:"))
+
+
+def first_command_under_keeper_ahead(create, run, destroy, key_of, attempts=4):
+    """Does the first command of a new sandbox run under the keeper its init
+    forked ahead (AHEAD)? create() -> sid, run(sid, command) -> stdout,
+    destroy(sid), key_of(sid) -> "<tenant>.<id>". An attempt whose look or
+    command came after the keeper's bound (250 ms: a slow machine) is made
+    again, up to attempts times. None once one did, else what each saw."""
+    seen = []
+    for _ in range(attempts):
+        sid = create()
+        try:
+            deadline = time.monotonic() + 0.25
+            ahead = keepers_of(key_of(sid))
+            while not ahead and time.monotonic() < deadline:
+                time.sleep(0.005)
+                ahead = keepers_of(key_of(sid))
+            if len(ahead) != 1:
+                seen.append("keepers %r of %r" % (ahead, sandbox_procs(key_of(sid))))
+                continue
+            try:
+                want = ns_pid(ahead[0])
+            except (OSError, StopIteration):
+                seen.append("gone before it was read")
+                continue
+            got = run(sid, "echo $PPID $(cat /proc/$PPID/comm)").split()
+            assert got[1] == "sbx-keeper", got
+            if got[0] == want:
+                return None
+            seen.append("the command came after the bound")
+        finally:
+            destroy(sid)
+    return seen
+
+
 def free_port():
     """A free loopback port below the ephemeral range."""
     import random

@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from conftest import ROOT, sandbox_procs, stack_down, stack_up
+from conftest import (ROOT, first_command_under_keeper_ahead, keepers_of, sandbox_procs,
+                      stack_down, stack_up)
 
 FILTER = os.path.join(ROOT, "sandbox", "runtime", "seccomp_filter.c")
 UNISTD_64 = "/usr/include/x86_64-linux-gnu/asm/unistd_64.h"
@@ -453,7 +454,7 @@ def test_keepers_are_not_dumpable(sbx, box):
 
 def keepers(sid):
     """Host pids of sandbox sid's keepers."""
-    return [pid for pid, comm, _ in sandbox_procs("dev." + sid) if comm == "sbx-keeper"]
+    return keepers_of("dev." + sid)
 
 
 def test_commands_in_a_row_share_a_keeper_never_a_busy_one(sbx, box):
@@ -475,49 +476,16 @@ def test_commands_in_a_row_share_a_keeper_never_a_busy_one(sbx, box):
              lambda: keepers(box) == [], timeout=10)
 
 
-def ns_pid(host_pid):
-    """The pid of host process host_pid in its own (innermost) pid namespace."""
-    with open("/proc/%d/status" % host_pid) as f:
-        return next(l.split()[-1] for l in f if l.startswith("NSpid:"))
-
-
 def test_the_first_command_finds_its_keeper_forked_ahead(sbx):
     """Once a sandbox is built, the agent asks its init for a keeper ahead
     of the first command (AHEAD): the fork is done while the answer to
     the create travels back, and a command run at once runs under that
     keeper. Unused, it leaves within its bound (250 ms) like any waiting
-    keeper. A look or a command later than the bound is not the case
-    under test (a slow machine): that attempt is done again, up to four
-    times."""
-    seen = []
-    for _ in range(4):
-        sid = new_box(sbx)
-        try:
-            deadline = time.monotonic() + 0.25
-            ahead = keepers(sid)
-            while not ahead and time.monotonic() < deadline:
-                time.sleep(0.005)
-                ahead = keepers(sid)
-            if not ahead:
-                seen.append("no keeper: %r" % (sandbox_procs("dev." + sid),))
-                continue
-            assert len(ahead) == 1, ahead
-            try:
-                want = ns_pid(ahead[0])
-            except (OSError, StopIteration):
-                seen.append("gone before it was read")
-                continue
-            got = run(sbx, sid, "echo $PPID $(cat /proc/$PPID/comm)")["stdout"].split()
-            assert got[1] == "sbx-keeper", got
-            if got[0] == want:
-                sbx.wait("the keeper to wait for the next command, then leave",
-                         lambda: keepers(sid) == [], timeout=10)
-                break
-            seen.append("the command came after the bound")
-        finally:
-            destroy(sbx, sid)
-    else:
-        pytest.fail("the first command never ran under the keeper forked ahead: %r" % seen)
+    keeper."""
+    seen = first_command_under_keeper_ahead(
+        lambda: new_box(sbx), lambda sid, cmd: run(sbx, sid, cmd)["stdout"],
+        lambda sid: destroy(sbx, sid), lambda sid: "dev." + sid)
+    assert seen is None, "the first command never ran under a keeper forked ahead: %r" % seen
     unused = new_box(sbx)
     try:
         sbx.wait("a keeper forked ahead", lambda: keepers(unused), timeout=1, interval=0.005)

@@ -15,8 +15,8 @@ import uuid
 import pytest
 import requests
 
-from conftest import (processes_mentioning, sanitizer_findings, stack_down, stack_down_cleanup,
-                      stack_up)
+from conftest import (first_command_under_keeper_ahead, processes_mentioning, sanitizer_findings,
+                      stack_down, stack_down_cleanup, stack_up)
 from sbxproc import alive
 
 POOL = 4
@@ -137,6 +137,21 @@ def test_create_is_served_from_pool_with_its_own_name_and_limits(st):
         assert all(l.endswith(":/") for l in lines[5:] if l), out
     finally:
         destroy(st, sid)
+
+
+def test_a_claimed_sandbox_has_a_keeper_forked_ahead_of_its_first_command(st):
+    """A claimed member's init forks a keeper once the answer to the claim
+    is out (a member long idle would otherwise slow that answer down), and
+    the first command runs under it."""
+    def claimed():
+        wait_pool_full(st)
+        sid = create(st)
+        assert agent_record(st, "dev", sid)["fromPool"] is True
+        return sid
+    seen = first_command_under_keeper_ahead(
+        claimed, lambda sid, cmd: run(st, sid, cmd)["stdout"], lambda sid: destroy(st, sid),
+        lambda sid: "dev." + sid)
+    assert seen is None, "the first command never ran under a keeper forked ahead: %r" % seen
 
 
 def test_lower_memory_limit_is_enforced(st):
