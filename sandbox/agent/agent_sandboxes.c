@@ -479,10 +479,6 @@ const struct jsonv_field agent_sandbox_patch_fields[] = {
 	{ NULL, 0, 0 },
 };
 
-/* The container of sb's start runs (sb->rt): count it as started, restore
- * what the start asked for, answer r (NULL: its client went away). 0, or
- * -1 with e filled (the container stopped again) for the caller to
- * answer. */
 /* A claimed pool member's init is asked for a keeper once the answer to
  * the claim is out (rt_ahead), if that sandbox still runs then. */
 struct ahead_after {
@@ -513,6 +509,10 @@ static void ahead_after_reply(struct agent *a, struct httpd_req *r, const struct
 	httpd_on_close(r, ahead_cb, x);
 }
 
+/* The container of sb's start runs (sb->rt): count it as started, restore
+ * what the start asked for, answer r (NULL: its client went away). 0, or
+ * -1 with e filled (the container stopped again) for the caller to
+ * answer. */
 static int put_started(struct agent *a, struct httpd_req *r, struct agent_sb *sb,
 		       const char *restore_from, struct sbx_err *e)
 {
