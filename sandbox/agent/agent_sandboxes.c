@@ -491,9 +491,10 @@ static void ahead_cb(void *arg, int failed)
 {
 	struct ahead_after *x = arg;
 	struct agent_sb *sb = failed ? NULL : agent_sb_find(x->a, x->key);
+	struct rt_sandbox *rsb = sb && sb->run == x->run ? agent_sb_container(sb) : NULL;
 
-	if (sb && sb->run == x->run && sb->rt)
-		rt_ahead(sb->rt);
+	if (rsb)
+		rt_ahead(rsb);
 	free(x);
 }
 

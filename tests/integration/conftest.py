@@ -85,6 +85,7 @@ def sandbox_procs(key):
             found.append((int(d), stat[stat.index("(") + 1:stat.rindex(")")], int(rest[1])))
     return found
 
+
 def keepers_of(key):
     """Host pids of the keepers (sbx-keeper) of sandbox key."""
     return [pid for pid, comm, _ in sandbox_procs(key) if comm == "sbx-keeper"]
